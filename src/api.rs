@@ -1,0 +1,512 @@
+//! The API server: accepts connections on the unix socket, checks who is
+//! connecting, and runs commands as `shell`, streaming their output.
+//!
+//! Per connection: one task reads frames, one task writes them (fed by a
+//! bounded queue, so a slow client slows its commands instead of growing
+//! warden's memory), and one task per command.
+
+use crate::protocol::{
+    ErrorCode, Event, ExitReport, Header, Kind, Request, StdinMode, HEADER_LEN, SUPPORTED_VERSIONS,
+};
+use crate::reaper::Exit;
+use crate::request::{self, ValidRun};
+use crate::spawn::{self, SpawnError, Stdio};
+use crate::supervisor::Supervisor;
+use nix::fcntl::OFlag;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use serde_json::json;
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::unix::pipe;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+/// Frames waiting for the writer, per connection.
+const OUT_QUEUE: usize = 32;
+/// Output is read in chunks of this size.
+const CHUNK: usize = 256 * 1024;
+/// A new connection must say hello within this time.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pipes are widened to this size, where the kernel allows, for throughput.
+const PIPE_SIZE: libc::c_int = 1 << 20;
+
+pub async fn serve(sup: Arc<Supervisor>, listener: UnixListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(connection(sup.clone(), stream));
+            }
+            Err(e) => {
+                // Out of descriptors or memory: wait and go on, never exit.
+                eprintln!("warden: api: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+enum Out {
+    Event(u32, Event),
+    Data(Kind, u32, Vec<u8>),
+}
+
+type Failure = (ErrorCode, String);
+
+struct Conn {
+    sup: Arc<Supervisor>,
+    uid: u32,
+    tx: mpsc::Sender<Out>,
+    slots: Mutex<Slots>,
+}
+
+#[derive(Default)]
+struct Slots {
+    by_id: HashMap<u32, Slot>,
+    /// The client is gone: commands still starting must be killed.
+    closed: bool,
+}
+
+struct Slot {
+    pid: Option<Pid>,
+    stdin: Option<mpsc::Sender<Vec<u8>>>,
+}
+
+async fn connection(sup: Arc<Supervisor>, stream: UnixStream) {
+    let cred = stream.peer_cred();
+    let (rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::channel(OUT_QUEUE);
+    let writer = tokio::spawn(write_frames(wr, rx));
+    let (uid, pid) = match &cred {
+        Ok(c) => (c.uid(), c.pid().unwrap_or(0)),
+        Err(_) => (u32::MAX, 0),
+    };
+    if !sup.may_connect(uid) {
+        let reason = format!("uid {uid} may not use this socket: only root and {} may", sup.runtime.name);
+        sup.audit.record("connection_refused", json!({"uid": uid, "pid": pid, "reason": reason}));
+        let _ = tx.send(Out::Event(0, error(ErrorCode::Refused, reason))).await;
+    } else {
+        let conn = Arc::new(Conn { sup, uid, tx, slots: Mutex::default() });
+        if let Err((code, message)) = conn.read_frames(rd).await {
+            let _ = conn.tx.send(Out::Event(0, error(code, message))).await;
+        }
+        conn.abandon();
+    }
+    let _ = writer.await;
+}
+
+fn error(code: ErrorCode, message: impl Into<String>) -> Event {
+    Event::Error { code, message: message.into() }
+}
+
+async fn write_frames(wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Out>) {
+    let mut w = BufWriter::with_capacity(CHUNK, wr);
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(out) = next {
+            if write_frame(&mut w, out).await.is_err() {
+                return;
+            }
+            next = rx.try_recv().ok();
+        }
+        if w.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn write_frame(w: &mut BufWriter<OwnedWriteHalf>, out: Out) -> std::io::Result<()> {
+    let (kind, id, body) = match out {
+        Out::Event(id, event) => (Kind::Control, id, serde_json::to_vec(&event)?),
+        Out::Data(kind, id, bytes) => (kind, id, bytes),
+    };
+    let header = Header { kind, id, len: body.len() as u32 };
+    w.write_all(&header.encode()).await?;
+    w.write_all(&body).await
+}
+
+impl Conn {
+    fn slots(&self) -> MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn send(&self, id: u32, event: Event) {
+        let _ = self.tx.send(Out::Event(id, event)).await;
+    }
+
+    /// Reads frames until the client closes, or a fatal error.
+    async fn read_frames(self: &Arc<Self>, rd: OwnedReadHalf) -> Result<(), Failure> {
+        let mut rd = BufReader::with_capacity(64 * 1024, rd);
+        let first = match tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut rd)).await {
+            Err(_) => return Err((ErrorCode::HelloRequired, "no hello within 10 s".into())),
+            Ok(frame) => frame?,
+        };
+        match first {
+            None => return Ok(()),
+            Some((header, payload)) => self.hello(header, &payload).await?,
+        }
+        while let Some((header, payload)) = read_frame(&mut rd).await? {
+            match header.kind {
+                Kind::Control => self.control(header.id, &payload).await?,
+                Kind::Stdin => self.stdin(header.id, payload).await,
+                Kind::Stdout | Kind::Stderr => {
+                    return Err((ErrorCode::BadFrame, "clients do not send output frames".into()))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn hello(&self, header: Header, payload: &[u8]) -> Result<(), Failure> {
+        let request = match header.kind {
+            Kind::Control => serde_json::from_slice::<Request>(payload).ok(),
+            _ => None,
+        };
+        let Some(Request::Hello { versions, .. }) = request else {
+            return Err((ErrorCode::HelloRequired, "the first frame must be a hello".into()));
+        };
+        let Some(version) = SUPPORTED_VERSIONS.iter().rev().find(|v| versions.contains(v)) else {
+            return Err((
+                ErrorCode::UnsupportedVersion,
+                format!("no common version: warden speaks {SUPPORTED_VERSIONS:?}, client {versions:?}"),
+            ));
+        };
+        let server = format!("warden {}", env!("CARGO_PKG_VERSION"));
+        self.send(header.id, Event::Hello { version: *version, server }).await;
+        Ok(())
+    }
+
+    async fn control(self: &Arc<Self>, id: u32, payload: &[u8]) -> Result<(), Failure> {
+        let request = match serde_json::from_slice::<Request>(payload) {
+            Ok(r) => r,
+            Err(e) => {
+                let code = match e.classify() {
+                    serde_json::error::Category::Data => ErrorCode::BadRequest,
+                    _ => ErrorCode::BadJson,
+                };
+                self.send(id, error(code, e.to_string())).await;
+                return Ok(());
+            }
+        };
+        let reply = match request {
+            Request::Hello { .. } => Some(error(ErrorCode::BadRequest, "hello was already said")),
+            Request::Status => Some(Event::Status(Box::new(self.sup.status()))),
+            Request::Signal { target, signal } => Some(self.signal(target, &signal)),
+            Request::Run(run) => self.start(id, run),
+        };
+        if let Some(event) = reply {
+            self.send(id, event).await;
+        }
+        Ok(())
+    }
+
+    fn signal(&self, target: u32, name: &str) -> Event {
+        let sig = match request::parse_signal(name) {
+            Ok(sig) => sig,
+            Err(e) => return error(ErrorCode::BadRequest, e),
+        };
+        let pid = self.slots().by_id.get(&target).and_then(|s| s.pid);
+        match pid {
+            Some(pid) if self.sup.reaper.signal(pid, sig, true) => {
+                Event::Signalled { target, signal: sig.as_str().to_string() }
+            }
+            _ => error(ErrorCode::UnknownId, format!("no running command with id {target}")),
+        }
+    }
+
+    /// Checks a run request and starts its task; returns an error event if
+    /// it cannot start.
+    fn start(self: &Arc<Self>, id: u32, run: crate::protocol::RunRequest) -> Option<Event> {
+        if id == 0 {
+            return Some(error(ErrorCode::BadRequest, "a run needs a non-zero frame id"));
+        }
+        if self.sup.shutting_down() {
+            return Some(error(ErrorCode::ShuttingDown, "warden is shutting down"));
+        }
+        let run = match request::validate(run) {
+            Ok(run) => run,
+            Err(e) => return Some(error(ErrorCode::BadRequest, e)),
+        };
+        let (stdin_tx, stdin_rx) = match run.stdin {
+            StdinMode::Pipe => {
+                let (tx, rx) = mpsc::channel(8);
+                (Some(tx), Some(rx))
+            }
+            StdinMode::Null => (None, None),
+        };
+        {
+            let mut slots = self.slots();
+            if slots.by_id.contains_key(&id) {
+                return Some(error(ErrorCode::DuplicateId, format!("id {id} is already running")));
+            }
+            slots.by_id.insert(id, Slot { pid: None, stdin: stdin_tx });
+        }
+        let conn = self.clone();
+        tokio::spawn(async move {
+            let report = conn.execute(id, run, stdin_rx).await;
+            conn.slots().by_id.remove(&id);
+            conn.send(id, Event::Exit(report)).await;
+        });
+        None
+    }
+
+    async fn stdin(&self, id: u32, bytes: Vec<u8>) {
+        let sender = {
+            let mut slots = self.slots();
+            match slots.by_id.get_mut(&id) {
+                None => None,
+                Some(slot) if bytes.is_empty() => {
+                    slot.stdin = None;
+                    return;
+                }
+                Some(slot) => slot.stdin.clone(),
+            }
+        };
+        match sender {
+            Some(tx) => {
+                let _ = tx.send(bytes).await;
+            }
+            None => {
+                let msg = format!("id {id} has no open stdin");
+                self.send(id, error(ErrorCode::UnknownId, msg)).await;
+            }
+        }
+    }
+
+    /// The client is gone: kill every command it started.
+    fn abandon(&self) {
+        let mut slots = self.slots();
+        slots.closed = true;
+        for slot in slots.by_id.values() {
+            if let Some(pid) = slot.pid {
+                self.sup.reaper.signal(pid, Signal::SIGKILL, true);
+            }
+        }
+    }
+
+    async fn execute(
+        &self,
+        id: u32,
+        run: ValidRun,
+        stdin_rx: Option<mpsc::Receiver<Vec<u8>>>,
+    ) -> ExitReport {
+        let started = Instant::now();
+        let sup = &self.sup;
+        let failed = |status: i32, message: String| {
+            sup.audit.record(
+                "command_failed",
+                json!({"requester_uid": self.uid, "argv": run.argv, "folder": run.folder_text(),
+                       "status": status, "error": message}),
+            );
+            ExitReport {
+                status,
+                code: Some(status),
+                error: Some(message),
+                duration_ms: ms(started.elapsed()),
+                drained: true,
+                ..Default::default()
+            }
+        };
+        let launch = match sup.shell_launch(&run) {
+            Ok(launch) => launch,
+            Err(e) => return failed(125, e.to_string()),
+        };
+        let pipes = match CommandPipes::new(run.stdin) {
+            Ok(p) => p,
+            Err(e) => return failed(125, format!("pipe: {e}")),
+        };
+        let spawned = match spawn::spawn(&launch, pipes.child, &sup.reaper, !run.keep_background) {
+            Ok(s) => s,
+            Err(SpawnError::Child(f)) => return failed(f.status(), f.to_string()),
+            Err(e) => return failed(125, e.to_string()),
+        };
+        let pid = spawned.pid;
+        let command = sup.next_command_id();
+        {
+            let mut slots = self.slots();
+            if let Some(slot) = slots.by_id.get_mut(&id) {
+                slot.pid = Some(pid);
+            }
+            if slots.closed {
+                sup.reaper.signal(pid, Signal::SIGKILL, true);
+            }
+        }
+        sup.command_started(command, pid, &run, self.uid);
+        sup.audit.record(
+            "command_start",
+            json!({"command": command, "pid": pid.as_raw(), "requester_uid": self.uid,
+                   "argv": run.argv, "folder": run.folder_text(),
+                   "timeout_ms": run.timeout.map(|t| t.as_millis() as u64),
+                   "keep_background": run.keep_background}),
+        );
+        self.send(id, Event::Started { command, pid: pid.as_raw() }).await;
+
+        let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+        let mut out = tokio::spawn(pump(pipes.stdout, Kind::Stdout, id, self.tx.clone(), counts[0].clone()));
+        let mut err = tokio::spawn(pump(pipes.stderr, Kind::Stderr, id, self.tx.clone(), counts[1].clone()));
+        let feeder = match (pipes.stdin, stdin_rx) {
+            (Some(pipe), Some(rx)) => Some(tokio::spawn(feed(pipe, rx))),
+            _ => None,
+        };
+
+        let mut exit_rx = spawned.exit;
+        let (exit, limit) = match run.timeout {
+            None => ((&mut exit_rx).await, None),
+            Some(limit) => tokio::select! {
+                exit = &mut exit_rx => (exit, None),
+                _ = tokio::time::sleep(limit) => {
+                    sup.reaper.signal(pid, Signal::SIGKILL, true);
+                    ((&mut exit_rx).await, Some("timeout".to_string()))
+                }
+            },
+        };
+        let drained = tokio::time::timeout(sup.drain_period(), async {
+            let _ = (&mut out).await;
+            let _ = (&mut err).await;
+        })
+        .await
+        .is_ok();
+        out.abort();
+        err.abort();
+        if let Some(f) = feeder {
+            f.abort();
+        }
+        sup.command_ended(command);
+
+        let exit = exit.unwrap_or(Exit::Code(125));
+        let (code, signal) = match exit {
+            Exit::Code(c) => (Some(c), None),
+            Exit::Signal(n) => (None, Some(signal_name(n))),
+        };
+        let report = ExitReport {
+            status: exit.status(),
+            code,
+            signal,
+            limit,
+            error: None,
+            duration_ms: ms(started.elapsed()),
+            stdout_bytes: counts[0].load(Ordering::Relaxed),
+            stderr_bytes: counts[1].load(Ordering::Relaxed),
+            drained,
+        };
+        sup.audit.record(
+            "command_end",
+            json!({"command": command, "status": report.status, "code": report.code,
+                   "signal": report.signal, "limit": report.limit,
+                   "duration_ms": report.duration_ms, "stdout_bytes": report.stdout_bytes,
+                   "stderr_bytes": report.stderr_bytes, "drained": report.drained}),
+        );
+        report
+    }
+}
+
+async fn read_frame(
+    rd: &mut BufReader<OwnedReadHalf>,
+) -> Result<Option<(Header, Vec<u8>)>, Failure> {
+    let mut raw = [0u8; HEADER_LEN];
+    if rd.read_exact(&mut raw).await.is_err() {
+        return Ok(None);
+    }
+    let header = Header::decode(&raw).map_err(|e| {
+        let code = match e {
+            crate::protocol::FrameError::TooLarge(_) => ErrorCode::FrameTooLarge,
+            _ => ErrorCode::BadFrame,
+        };
+        (code, e.to_string())
+    })?;
+    let mut payload = vec![0u8; header.len as usize];
+    if rd.read_exact(&mut payload).await.is_err() {
+        return Ok(None);
+    }
+    Ok(Some((header, payload)))
+}
+
+pub fn signal_name(n: i32) -> String {
+    Signal::try_from(n).map(|s| s.as_str().to_string()).unwrap_or_else(|_| format!("SIG{n}"))
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// Streams one output pipe to the client, counting bytes.
+async fn pump(
+    mut rx: pipe::Receiver,
+    kind: Kind,
+    id: u32,
+    tx: mpsc::Sender<Out>,
+    count: Arc<AtomicU64>,
+) {
+    loop {
+        let mut buf = Vec::with_capacity(CHUNK);
+        match rx.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                count.fetch_add(n as u64, Ordering::Relaxed);
+                if tx.send(Out::Data(kind, id, buf)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Feeds stdin frames to the command until the client closes stdin.
+async fn feed(mut pipe: pipe::Sender, mut rx: mpsc::Receiver<Vec<u8>>) {
+    while let Some(bytes) = rx.recv().await {
+        if pipe.write_all(&bytes).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The pipes of one command: warden's ends as async pipes, the child's as
+/// plain descriptors.
+struct CommandPipes {
+    child: Stdio,
+    stdin: Option<pipe::Sender>,
+    stdout: pipe::Receiver,
+    stderr: pipe::Receiver,
+}
+
+impl CommandPipes {
+    fn new(stdin: StdinMode) -> std::io::Result<CommandPipes> {
+        let (out_r, out_w) = pipe_pair()?;
+        let (err_r, err_w) = pipe_pair()?;
+        let (child_in, our_in) = match stdin {
+            StdinMode::Null => (dev_null()?, None),
+            StdinMode::Pipe => {
+                let (r, w) = pipe_pair()?;
+                (r, Some(pipe::Sender::from_owned_fd(w)?))
+            }
+        };
+        widen(&out_r);
+        Ok(CommandPipes {
+            child: Stdio { stdin: child_in, stdout: out_w, stderr: err_w },
+            stdin: our_in,
+            stdout: pipe::Receiver::from_owned_fd(out_r)?,
+            stderr: pipe::Receiver::from_owned_fd(err_r)?,
+        })
+    }
+}
+
+fn pipe_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC)?)
+}
+
+fn dev_null() -> std::io::Result<OwnedFd> {
+    Ok(std::fs::File::open("/dev/null")?.into())
+}
+
+fn widen(fd: &OwnedFd) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: F_SETPIPE_SZ on a pipe we own; failure only keeps the default.
+    unsafe {
+        libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE);
+    }
+}

@@ -1,0 +1,203 @@
+//! The audit log: JSON lines, each chained to the one before by a SHA-256
+//! hash, so an edited, removed or reordered line is detectable.
+//!
+//! A line is `{"seq":N,"time":"...","kind":"...",<fields>,"prev":"<hex>"}`
+//! with `,"hash":"<hex>"` spliced in before the closing brace, where hash =
+//! SHA-256 of the line as it was before the splice. Lines are written with
+//! one write(2) each on an O_APPEND file, so a line is whole or absent.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+pub const FILE_NAME: &str = "warden.jsonl";
+const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+pub struct Audit {
+    path: PathBuf,
+    state: Mutex<Chain>,
+}
+
+struct Chain {
+    file: File,
+    seq: u64,
+    prev: String,
+}
+
+impl Audit {
+    /// Opens (or makes) the log in `dir`, continuing the chain of what is
+    /// already there. `group`, when given, is the group that may read it
+    /// (the runtime's); the file is then root's.
+    pub fn open(dir: &Path, group: Option<u32>) -> std::io::Result<Audit> {
+        let path = dir.join(FILE_NAME);
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .mode(0o640)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)?;
+        if let Some(gid) = group {
+            nix::unistd::fchown(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                Some(nix::unistd::Uid::from_raw(0)),
+                Some(nix::unistd::Gid::from_raw(gid)),
+            )?;
+        }
+        let (seq, prev) = last_link(&mut file)?;
+        Ok(Audit { path, state: Mutex::new(Chain { file, seq, prev }) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one event. A failure to write is reported on stderr, never
+    /// turned into a crash; the caller decides nothing on it (first cut).
+    pub fn record(&self, kind: &str, fields: Value) {
+        let mut chain = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let seq = chain.seq + 1;
+        let line = seal(seq, &now(), kind, fields, &chain.prev);
+        match chain.file.write_all(line.text.as_bytes()) {
+            Ok(()) => {
+                chain.seq = seq;
+                chain.prev = line.hash;
+            }
+            Err(e) => eprintln!("warden: audit: cannot write {}: {e}", self.path.display()),
+        }
+    }
+
+    /// Makes every line written so far durable.
+    pub fn sync(&self) {
+        let chain = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = chain.file.sync_all() {
+            eprintln!("warden: audit: cannot sync {}: {e}", self.path.display());
+        }
+    }
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
+}
+
+pub struct Sealed {
+    pub text: String,
+    pub hash: String,
+}
+
+/// Pure: builds the line for an event and its hash.
+pub fn seal(seq: u64, time: &str, kind: &str, fields: Value, prev: &str) -> Sealed {
+    let mut obj = Map::new();
+    obj.insert("seq".into(), seq.into());
+    obj.insert("time".into(), time.into());
+    obj.insert("kind".into(), kind.into());
+    if let Value::Object(extra) = fields {
+        for (k, v) in extra {
+            if !matches!(k.as_str(), "seq" | "time" | "kind" | "prev" | "hash") {
+                obj.insert(k, v);
+            }
+        }
+    }
+    obj.insert("prev".into(), prev.into());
+    let body = Value::Object(obj).to_string();
+    let hash = hex(&Sha256::digest(body.as_bytes()));
+    let text = format!("{},\"hash\":\"{hash}\"}}\n", &body[..body.len() - 1]);
+    Sealed { text, hash }
+}
+
+/// Pure: checks one line against the previous hash; returns its hash.
+pub fn check_line(line: &str, prev: &str) -> Result<String, String> {
+    const TAIL: usize = ",\"hash\":\"\"}".len() + 64;
+    if line.len() < TAIL + 2 || !line.is_char_boundary(line.len() - TAIL) {
+        return Err("line too short to carry a hash".into());
+    }
+    let (body_open, tail) = line.split_at(line.len() - TAIL);
+    let hash = tail
+        .strip_prefix(",\"hash\":\"")
+        .and_then(|t| t.strip_suffix("\"}"))
+        .ok_or("line does not end with its hash")?;
+    let body = format!("{body_open}}}");
+    if hex(&Sha256::digest(body.as_bytes())) != hash {
+        return Err("hash does not match the line's content".into());
+    }
+    let value: Value = serde_json::from_str(&body).map_err(|e| format!("not JSON: {e}"))?;
+    match value.get("prev").and_then(Value::as_str) {
+        Some(p) if p == prev => Ok(hash.to_string()),
+        Some(_) => Err("prev does not name the previous line's hash".into()),
+        None => Err("no prev field".into()),
+    }
+}
+
+/// Reads the sequence number and hash of the last line, to continue the
+/// chain across restarts. A torn last line (no newline) is ignored.
+fn last_link(file: &mut File) -> std::io::Result<(u64, String)> {
+    let len = file.seek(SeekFrom::End(0))?;
+    let start = len.saturating_sub(64 * 1024);
+    file.seek(SeekFrom::Start(start))?;
+    let mut tail = String::new();
+    file.read_to_string(&mut tail)?;
+    let last = tail.lines().rev().find_map(|line| {
+        let v: Value = serde_json::from_str(line).ok()?;
+        Some((v.get("seq")?.as_u64()?, v.get("hash")?.as_str()?.to_string()))
+    });
+    Ok(last.unwrap_or((0, GENESIS.to_string())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sealed_lines_chain_and_detect_edits() {
+        let a = seal(1, "t1", "boot", json!({"version": "x"}), GENESIS);
+        let b = seal(2, "t2", "command_start", json!({"argv": ["id"]}), &a.hash);
+        assert_eq!(check_line(a.text.trim_end(), GENESIS), Ok(a.hash.clone()));
+        assert_eq!(check_line(b.text.trim_end(), &a.hash), Ok(b.hash.clone()));
+        // Reordered: b does not follow genesis.
+        assert!(check_line(b.text.trim_end(), GENESIS).is_err());
+        // Edited content.
+        let edited = b.text.trim_end().replace("\"id\"", "\"ls\"");
+        assert!(check_line(&edited, &a.hash).unwrap_err().contains("does not match"));
+        // Garbage.
+        for junk in ["", "{}", "not json at all, but long enough to pass the length check...........", "é"] {
+            assert!(check_line(junk, GENESIS).is_err(), "{junk}");
+        }
+    }
+
+    #[test]
+    fn reserved_fields_cannot_be_overridden() {
+        let s = seal(7, "t", "k", json!({"seq": 99, "kind": "forged", "hash": "0"}), GENESIS);
+        let v: Value = serde_json::from_str(&s.text).unwrap();
+        assert_eq!(v["seq"], 7);
+        assert_eq!(v["kind"], "k");
+        assert_eq!(v["hash"], s.hash.as_str());
+    }
+
+    #[test]
+    fn reopened_log_continues_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let audit = Audit::open(dir.path(), None).unwrap();
+        audit.record("boot", json!({}));
+        audit.record("shutdown", json!({}));
+        drop(audit);
+        let audit = Audit::open(dir.path(), None).unwrap();
+        audit.record("boot", json!({}));
+        let text = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
+        let mut prev = GENESIS.to_string();
+        for (i, line) in text.lines().enumerate() {
+            prev = check_line(line, &prev).unwrap();
+            let v: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["seq"], i as u64 + 1);
+        }
+        assert_eq!(text.lines().count(), 3);
+    }
+}

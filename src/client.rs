@@ -1,0 +1,180 @@
+//! A blocking client of the API, for `warden run`, `warden status`, the
+//! tests and the benchmarks.
+
+use crate::protocol::{
+    ErrorCode, Event, ExitReport, Header, Kind, Request, RunRequest, Status, HEADER_LEN,
+    SUPPORTED_VERSIONS,
+};
+use std::io::{self, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// What arrives from warden.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    Event(u32, Event),
+    Output(Kind, u32, Vec<u8>),
+}
+
+pub struct Client {
+    reader: BufReader<UnixStream>,
+    writer: Arc<Mutex<UnixStream>>,
+    pub version: u32,
+    pub server: String,
+}
+
+/// The whole result of one command.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Output {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit: ExitReport,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("warden said {code:?}: {message}")]
+    Warden { code: ErrorCode, message: String },
+    #[error("unexpected reply: {0}")]
+    Unexpected(String),
+}
+
+impl Client {
+    /// Connects and says hello.
+    pub fn connect(path: &Path) -> Result<Client, ClientError> {
+        let stream = UnixStream::connect(path)?;
+        let writer = Arc::new(Mutex::new(stream.try_clone()?));
+        let mut client = Client {
+            reader: BufReader::with_capacity(256 * 1024, stream),
+            writer,
+            version: 0,
+            server: String::new(),
+        };
+        let hello = Request::Hello {
+            versions: SUPPORTED_VERSIONS.to_vec(),
+            client: Some(format!("warden-client {}", env!("CARGO_PKG_VERSION"))),
+        };
+        client.send(0, &hello)?;
+        match client.next()? {
+            Message::Event(_, Event::Hello { version, server }) => {
+                client.version = version;
+                client.server = server;
+                Ok(client)
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn send(&self, id: u32, request: &Request) -> io::Result<()> {
+        self.sender().send(id, request)
+    }
+
+    /// Sends a raw frame (an empty Stdin frame closes the command's stdin).
+    pub fn send_frame(&self, kind: Kind, id: u32, body: &[u8]) -> io::Result<()> {
+        self.sender().frame(kind, id, body)
+    }
+
+    /// A handle that can send frames from another thread (e.g. stdin).
+    pub fn sender(&self) -> Sender {
+        Sender { writer: self.writer.clone() }
+    }
+
+    /// The next message; an error event with frame id 0 ends the connection.
+    pub fn next(&mut self) -> Result<Message, ClientError> {
+        let mut raw = [0u8; HEADER_LEN];
+        self.reader.read_exact(&mut raw)?;
+        let header =
+            Header::decode(&raw).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let mut body = vec![0u8; header.len as usize];
+        self.reader.read_exact(&mut body)?;
+        match header.kind {
+            Kind::Control => {
+                let event: Event = serde_json::from_slice(&body)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                Ok(Message::Event(header.id, event))
+            }
+            kind => Ok(Message::Output(kind, header.id, body)),
+        }
+    }
+
+    /// Runs a command to its end, collecting its output.
+    pub fn run(&mut self, request: RunRequest) -> Result<Output, ClientError> {
+        self.run_streaming(request, |_, _| {})
+    }
+
+    /// Runs a command to its end; `on_output` sees each chunk as it comes
+    /// (and the chunks are also collected).
+    pub fn run_streaming(
+        &mut self,
+        request: RunRequest,
+        mut on_output: impl FnMut(Kind, &[u8]),
+    ) -> Result<Output, ClientError> {
+        const ID: u32 = 1;
+        self.send(ID, &Request::Run(request))?;
+        let mut out = Output::default();
+        loop {
+            match self.next()? {
+                Message::Output(kind, ID, bytes) => {
+                    on_output(kind, &bytes);
+                    match kind {
+                        Kind::Stderr => out.stderr.extend_from_slice(&bytes),
+                        _ => out.stdout.extend_from_slice(&bytes),
+                    }
+                }
+                Message::Event(ID, Event::Started { .. }) => {}
+                Message::Event(ID, Event::Exit(report)) => {
+                    out.exit = report;
+                    return Ok(out);
+                }
+                Message::Event(_, Event::Error { code, message }) => {
+                    return Err(ClientError::Warden { code, message })
+                }
+                other => return Err(unexpected(other)),
+            }
+        }
+    }
+
+    pub fn status(&mut self) -> Result<Status, ClientError> {
+        self.send(0, &Request::Status)?;
+        match self.next()? {
+            Message::Event(_, Event::Status(status)) => Ok(*status),
+            Message::Event(_, Event::Error { code, message }) => {
+                Err(ClientError::Warden { code, message })
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// Sends frames on a client's connection from another thread.
+#[derive(Clone)]
+pub struct Sender {
+    writer: Arc<Mutex<UnixStream>>,
+}
+
+impl Sender {
+    pub fn send(&self, id: u32, request: &Request) -> io::Result<()> {
+        let body = serde_json::to_vec(request)?;
+        self.frame(Kind::Control, id, &body)
+    }
+
+    /// One frame, written with one write so small frames cost one syscall.
+    pub fn frame(&self, kind: Kind, id: u32, body: &[u8]) -> io::Result<()> {
+        let header = Header { kind, id, len: body.len() as u32 };
+        let mut frame = Vec::with_capacity(HEADER_LEN + body.len());
+        frame.extend_from_slice(&header.encode());
+        frame.extend_from_slice(body);
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        w.write_all(&frame)
+    }
+}
+
+fn unexpected(message: Message) -> ClientError {
+    match message {
+        Message::Event(_, Event::Error { code, message }) => ClientError::Warden { code, message },
+        other => ClientError::Unexpected(format!("{other:?}")),
+    }
+}

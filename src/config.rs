@@ -1,0 +1,229 @@
+//! The machine config (`/etc/warden/machine.json`): every field optional,
+//! every default documented in `docs/config.md`.
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_PATH: &str = "/etc/warden/machine.json";
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MachineConfig {
+    /// The user that runs the agent runtime and owns its secrets.
+    pub runtime: UserSpec,
+    /// The user that runs every command the agent asks for.
+    pub shell: UserSpec,
+    /// The API's unix socket.
+    pub socket: PathBuf,
+    /// Where the audit log is written; default `<runtime home>/data/audit`.
+    pub audit_dir: Option<PathBuf>,
+    /// The machine's main process, run as `runtime` (the command line's
+    /// `-- ARGV` takes precedence).
+    pub main: Vec<String>,
+    /// How long processes get between SIGTERM and SIGKILL at shutdown.
+    pub grace_period_ms: u64,
+    /// How long a command's output may stay open after it exits.
+    pub drain_ms: u64,
+    /// PATH in a command's environment.
+    pub path: String,
+    /// LANG in a command's environment.
+    pub lang: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserSpec {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+}
+
+impl Default for MachineConfig {
+    fn default() -> Self {
+        MachineConfig {
+            runtime: UserSpec {
+                name: "runtime".into(),
+                uid: 2000,
+                gid: 2000,
+                home: "/home/runtime".into(),
+            },
+            shell: UserSpec {
+                name: "shell".into(),
+                uid: 2001,
+                gid: 2001,
+                home: "/home/shell".into(),
+            },
+            socket: "/run/warden/api.sock".into(),
+            audit_dir: None,
+            main: Vec::new(),
+            grace_period_ms: 10_000,
+            drain_ms: 2_000,
+            path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+            lang: "C.UTF-8".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config {path}: {source}")]
+    Parse { path: PathBuf, source: serde_json::Error },
+    #[error("config {path}: field `{field}`: {problem}")]
+    Invalid { path: PathBuf, field: &'static str, problem: String },
+}
+
+impl MachineConfig {
+    /// Loads `path`; a missing file at the default path means all defaults,
+    /// a missing file anywhere else is an error (the owner named it).
+    pub fn load(path: &Path, explicit: bool) -> Result<MachineConfig, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                return Ok(MachineConfig::default())
+            }
+            Err(source) => return Err(ConfigError::Read { path: path.into(), source }),
+        };
+        let config = MachineConfig::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { source, .. } => ConfigError::Parse { path: path.into(), source },
+            ConfigError::Invalid { field, problem, .. } => {
+                ConfigError::Invalid { path: path.into(), field, problem }
+            }
+            other => other,
+        })?;
+        Ok(config)
+    }
+
+    /// Pure parser and validator of the config's text.
+    pub fn parse(text: &str) -> Result<MachineConfig, ConfigError> {
+        let config: MachineConfig = serde_json::from_str(text)
+            .map_err(|source| ConfigError::Parse { path: PathBuf::new(), source })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, problem: &str| ConfigError::Invalid {
+            path: PathBuf::new(),
+            field,
+            problem: problem.to_string(),
+        };
+        for (field, user) in [("runtime", &self.runtime), ("shell", &self.shell)] {
+            if !valid_user_name(&user.name) {
+                return Err(invalid(field, "name must match [a-z_][a-z0-9_-]* (at most 32)"));
+            }
+            if user.uid == 0 || user.gid == 0 {
+                return Err(invalid(field, "uid and gid must not be 0"));
+            }
+            if !user.home.is_absolute() {
+                return Err(invalid(field, "home must be an absolute path"));
+            }
+        }
+        if self.runtime.name == self.shell.name
+            || self.runtime.uid == self.shell.uid
+            || self.runtime.gid == self.shell.gid
+        {
+            return Err(invalid("shell", "must differ from runtime in name, uid and gid"));
+        }
+        if self.shell.home.starts_with(&self.runtime.home)
+            || self.runtime.home.starts_with(&self.shell.home)
+        {
+            return Err(invalid("shell", "home must not be inside runtime's home, nor contain it"));
+        }
+        if !self.socket.is_absolute() {
+            return Err(invalid("socket", "must be an absolute path"));
+        }
+        if self.audit_dir.as_ref().is_some_and(|d| !d.is_absolute()) {
+            return Err(invalid("audit_dir", "must be an absolute path"));
+        }
+        if self.path.is_empty() || self.path.contains('\0') {
+            return Err(invalid("path", "must be a non-empty PATH value"));
+        }
+        if self.lang.contains('\0') {
+            return Err(invalid("lang", "must not contain NUL"));
+        }
+        Ok(())
+    }
+
+    pub fn audit_dir(&self) -> PathBuf {
+        self.audit_dir
+            .clone()
+            .unwrap_or_else(|| self.runtime.home.join("data/audit"))
+    }
+}
+
+fn valid_user_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    first_ok
+        && name.len() <= 32
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_object_gives_defaults() {
+        assert_eq!(MachineConfig::parse("{}").unwrap(), MachineConfig::default());
+    }
+
+    #[test]
+    fn partial_user_spec_is_an_error_naming_the_field() {
+        let err = MachineConfig::parse(r#"{"runtime":{"name":"r"}}"#).unwrap_err();
+        assert!(err.to_string().contains("missing field"), "{err}");
+    }
+
+    #[test]
+    fn validation_table() {
+        let cases: &[(&str, Option<&str>)] = &[
+            (r#"{"grace_period_ms": 5}"#, None),
+            (r#"{"main": ["/bin/agent", "--serve"]}"#, None),
+            (r#"{"unknown": 1}"#, Some("unknown field")),
+            (r#"{"grace_period_ms": -1}"#, Some("invalid value")),
+            (
+                r#"{"shell":{"name":"runtime","uid":3,"gid":3,"home":"/home/s"}}"#,
+                Some("`shell`"),
+            ),
+            (
+                r#"{"shell":{"name":"s","uid":0,"gid":3,"home":"/home/s"}}"#,
+                Some("must not be 0"),
+            ),
+            (
+                r#"{"shell":{"name":"Bad","uid":5,"gid":5,"home":"/home/s"}}"#,
+                Some("name must match"),
+            ),
+            (
+                r#"{"shell":{"name":"s","uid":5,"gid":5,"home":"/home/runtime/s"}}"#,
+                Some("inside runtime's home"),
+            ),
+            (
+                r#"{"runtime":{"name":"r","uid":5,"gid":5,"home":"rel"}}"#,
+                Some("absolute"),
+            ),
+            (r#"{"socket":"api.sock"}"#, Some("`socket`")),
+            (r#"{"audit_dir":"audit"}"#, Some("`audit_dir`")),
+            (r#"{"path":""}"#, Some("`path`")),
+            ("{", Some("EOF")),
+        ];
+        for (text, want) in cases {
+            match (MachineConfig::parse(text), want) {
+                (Ok(_), None) => {}
+                (Err(e), Some(w)) => assert!(e.to_string().contains(w), "{text}: {e}"),
+                (got, want) => panic!("{text}: got {got:?}, wanted error {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn missing_default_file_means_defaults_but_missing_named_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("machine.json");
+        assert_eq!(MachineConfig::load(&absent, false).unwrap(), MachineConfig::default());
+        let err = MachineConfig::load(&absent, true).unwrap_err();
+        assert!(err.to_string().contains("machine.json"), "{err}");
+    }
+}

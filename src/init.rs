@@ -1,0 +1,371 @@
+//! `warden init`: boot as PID 1 (or a subreaper), in numbered phases, then
+//! supervise until the main process ends or a shutdown signal arrives.
+
+use crate::api;
+use crate::audit::Audit;
+use crate::config::{self, MachineConfig};
+use crate::layout;
+use crate::protocol::MainState;
+use crate::reaper::Exit;
+use crate::spawn::{self, SpawnError, Stdio};
+use crate::supervisor::Supervisor;
+use crate::users;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::unistd::Pid;
+use serde_json::json;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Signals that warden never blocks: faults must kill it rather than loop.
+const SYNCHRONOUS: [Signal; 6] = [
+    Signal::SIGSEGV,
+    Signal::SIGBUS,
+    Signal::SIGFPE,
+    Signal::SIGILL,
+    Signal::SIGTRAP,
+    Signal::SIGSYS,
+];
+
+/// Signals that stop the machine; everything else is forwarded.
+fn is_shutdown(sig: Signal) -> bool {
+    matches!(sig, Signal::SIGTERM | Signal::SIGINT | Signal::SIGPWR)
+}
+
+pub struct InitArgs {
+    pub config: Option<PathBuf>,
+    pub main: Vec<String>,
+}
+
+/// Boots and supervises; returns the exit status for the process.
+pub fn run(args: InitArgs) -> i32 {
+    let boot = Instant::now();
+    // 1. Block every asynchronous signal before any thread exists, so they
+    //    all reach the signal loop and every thread inherits the mask.
+    let waited = match block_signals() {
+        Ok(set) => set,
+        Err(e) => return refuse(format!("cannot block signals: {e}")),
+    };
+    let pid1 = nix::unistd::getpid().as_raw() == 1;
+    if !pid1 {
+        become_subreaper();
+    }
+    // 2. The machine's config.
+    let (config_path, explicit) = match &args.config {
+        Some(p) => (p.clone(), true),
+        None => (PathBuf::from(config::DEFAULT_PATH), false),
+    };
+    let mut config = match MachineConfig::load(&config_path, explicit) {
+        Ok(c) => c,
+        Err(e) => return refuse(e.to_string()),
+    };
+    if !args.main.is_empty() {
+        config.main = args.main;
+    }
+    // 3. The two users.
+    let accounts = match users::ensure(Path::new("/etc"), [&config.runtime, &config.shell]) {
+        Ok(a) => a,
+        Err(e) => return refuse(format!("users: {e}")),
+    };
+    // 4. The layout, with the modes of DESIGN.md.
+    let paths = layout::Paths::new(&accounts[0], &accounts[1], config.audit_dir());
+    let changes = match layout::ensure(&layout::specs(&paths, &accounts[0], &accounts[1])) {
+        Ok(c) => c,
+        Err(e) => return refuse(e.to_string()),
+    };
+    // 5. The audit log.
+    let audit = match Audit::open(&paths.audit_dir, Some(accounts[0].gid)) {
+        Ok(a) => a,
+        Err(e) => return refuse(format!("audit log in {}: {e}", paths.audit_dir.display())),
+    };
+    let sup = Arc::new(Supervisor::new(config, accounts, audit, pid1));
+    // 6. The async runtime, the signal loop and the API.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return refuse(format!("cannot start the async runtime: {e}")),
+    };
+    let signals = start_signal_loop(sup.clone(), waited);
+    let listener = match runtime.block_on(async { bind(&sup) }) {
+        Ok(l) => l,
+        Err(e) => return refuse(format!("api socket {}: {e}", sup.config.socket.display())),
+    };
+    runtime.spawn(api::serve(sup.clone(), listener));
+    sup.audit.record(
+        "boot",
+        json!({"version": env!("CARGO_PKG_VERSION"), "pid1": pid1,
+               "pid": nix::unistd::getpid().as_raw(), "config": config_path,
+               "users": [user_line(&sup.runtime), user_line(&sup.shell)],
+               "layout_changes": changes, "socket": sup.config.socket,
+               "boot_ms": boot.elapsed().as_secs_f64() * 1e3}),
+    );
+    eprintln!(
+        "warden: ready in {:.1} ms: api on {}, audit log {}",
+        boot.elapsed().as_secs_f64() * 1e3,
+        sup.config.socket.display(),
+        sup.audit.path().display()
+    );
+    // 7. The main process, as runtime.
+    let main = start_main(&sup);
+    // 8. Supervise until the end.
+    let status = runtime.block_on(supervise(sup.clone(), signals, main));
+    // 9. Leave the books in order.
+    let _ = std::fs::remove_file(&sup.config.socket);
+    sup.audit.record("shutdown", json!({"status": status}));
+    sup.audit.sync();
+    eprintln!("warden: exiting with status {status}");
+    status
+}
+
+fn refuse(reason: String) -> i32 {
+    eprintln!("warden: refusing to start: {reason}");
+    1
+}
+
+fn user_line(account: &users::Account) -> serde_json::Value {
+    json!({"name": account.name, "uid": account.uid, "gid": account.gid, "groups": account.groups})
+}
+
+fn block_signals() -> nix::Result<SigSet> {
+    let mut set = SigSet::all();
+    for sig in SYNCHRONOUS.iter().chain(&[Signal::SIGKILL, Signal::SIGSTOP, Signal::SIGPIPE]) {
+        set.remove(*sig);
+    }
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None)?;
+    Ok(set)
+}
+
+fn become_subreaper() {
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) takes plain integers.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let pid = nix::unistd::getpid();
+    if rc == 0 {
+        eprintln!("warden: not PID 1 (pid {pid}): acting as a subreaper for what it starts");
+    } else {
+        eprintln!(
+            "warden: not PID 1 (pid {pid}) and cannot become a subreaper ({}): orphans will not be reaped by warden",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// One thread owns every blocked signal: SIGCHLD drives the reaper, the
+/// others go to the supervising task.
+fn start_signal_loop(sup: Arc<Supervisor>, set: SigSet) -> mpsc::UnboundedReceiver<Signal> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || loop {
+        match set.wait() {
+            Ok(Signal::SIGCHLD) => {
+                sup.reaper.reap();
+            }
+            Ok(sig) => {
+                let _ = tx.send(sig);
+            }
+            Err(e) => {
+                eprintln!("warden: sigwait: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        eprintln!("warden: cannot start the signal thread: {e}; signals will not be handled");
+    }
+    rx
+}
+
+/// Binds the API socket: root's, usable by the runtime's group only.
+fn bind(sup: &Supervisor) -> std::io::Result<tokio::net::UnixListener> {
+    let path = &sup.config.socket;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(std::io::Error::other("exists and is not a socket; refusing to replace it"))
+        }
+        Err(_) => {}
+    }
+    // The socket is made with mode 0660 at once: no moment where anyone
+    // else could connect.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o117));
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound?;
+    std::os::unix::fs::chown(path, Some(0), Some(sup.runtime.gid))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    listener.set_nonblocking(true)?;
+    tokio::net::UnixListener::from_std(listener)
+}
+
+struct Main {
+    pid: Pid,
+    exit: oneshot::Receiver<Exit>,
+    ended: Option<Exit>,
+}
+
+impl Main {
+    /// Whether the main process has been reaped (remembering how it ended).
+    fn has_ended(&mut self) -> bool {
+        if self.ended.is_none() {
+            self.ended = self.exit.try_recv().ok();
+        }
+        self.ended.is_some()
+    }
+}
+
+/// Starts the machine's main process, if it has one. A main process that
+/// cannot start is still a status to exit with (127, 126).
+fn start_main(sup: &Supervisor) -> Option<Result<Main, i32>> {
+    let argv = sup.config.main.clone();
+    if argv.is_empty() {
+        return None;
+    }
+    let launch = match sup.main_launch(&argv) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("warden: main process: {e}");
+            return Some(Err(125));
+        }
+    };
+    let stdio = match inherited_stdio() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("warden: main process: stdio: {e}");
+            return Some(Err(125));
+        }
+    };
+    match spawn::spawn(&launch, stdio, &sup.reaper, false) {
+        Ok(spawned) => {
+            sup.set_main(Some(MainState { pid: spawned.pid.as_raw(), argv: argv.clone() }));
+            sup.audit.record("main_start", json!({"pid": spawned.pid.as_raw(), "argv": argv}));
+            Some(Ok(Main { pid: spawned.pid, exit: spawned.exit, ended: None }))
+        }
+        Err(SpawnError::Child(f)) => {
+            eprintln!("warden: main process: {f}");
+            sup.audit.record("main_failed", json!({"argv": argv, "error": f.to_string()}));
+            Some(Err(f.status()))
+        }
+        Err(e) => {
+            eprintln!("warden: main process: {e}");
+            Some(Err(125))
+        }
+    }
+}
+
+/// warden's own stdio, duplicated for the main process (or /dev/null where
+/// warden has none).
+fn inherited_stdio() -> std::io::Result<Stdio> {
+    let dup = |fd: i32, write: bool| -> std::io::Result<OwnedFd> {
+        match nix::unistd::dup(fd) {
+            // SAFETY: dup returned a fresh descriptor we now own.
+            Ok(new) => Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(new) }),
+            Err(_) => Ok(std::fs::OpenOptions::new().read(!write).write(write).open("/dev/null")?.into()),
+        }
+    };
+    Ok(Stdio { stdin: dup(0, false)?, stdout: dup(1, true)?, stderr: dup(2, true)? })
+}
+
+async fn supervise(
+    sup: Arc<Supervisor>,
+    mut signals: mpsc::UnboundedReceiver<Signal>,
+    main: Option<Result<Main, i32>>,
+) -> i32 {
+    let mut main = match main {
+        None => None,
+        Some(Ok(m)) => Some(m),
+        Some(Err(status)) => {
+            stop_everything(&sup, None).await;
+            return status;
+        }
+    };
+    loop {
+        let main_exit = async {
+            match main.as_mut() {
+                Some(m) => (&mut m.exit).await.ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            sig = signals.recv() => {
+                let Some(sig) = sig else { continue };
+                if is_shutdown(sig) {
+                    sup.audit.record("signal", json!({"signal": sig.as_str(), "action": "shutdown"}));
+                    eprintln!("warden: {sig}: shutting down");
+                    return shutdown(&sup, sig, main).await;
+                }
+                let forwarded = main.as_ref().is_some_and(|m| sup.reaper.signal(m.pid, sig, false));
+                let action = if forwarded { "forwarded to main" } else { "ignored: no main process" };
+                sup.audit.record("signal", json!({"signal": sig.as_str(), "action": action}));
+            }
+            exit = main_exit => {
+                let status = exit.map(Exit::status).unwrap_or(125);
+                sup.audit.record("main_exit", json!({"status": status}));
+                eprintln!("warden: main process exited with status {status}; stopping");
+                sup.set_main(None);
+                stop_everything(&sup, None).await;
+                return status;
+            }
+        }
+    }
+}
+
+/// TERM/INT/PWR: pass it on to the main process, stop every command, and
+/// exit with the main process's status (0 without one).
+async fn shutdown(sup: &Supervisor, sig: Signal, main: Option<Main>) -> i32 {
+    let to_main = if sig == Signal::SIGPWR { Signal::SIGTERM } else { sig };
+    match main {
+        None => {
+            stop_everything(sup, None).await;
+            0
+        }
+        Some(mut m) => {
+            sup.reaper.signal(m.pid, to_main, false);
+            stop_everything(sup, Some(&mut m)).await;
+            let exit = match m.ended {
+                Some(exit) => Some(exit),
+                None => tokio::time::timeout(Duration::from_secs(1), &mut m.exit).await.ok().and_then(Result::ok),
+            };
+            let status = exit.map(Exit::status).unwrap_or(128 + Signal::SIGKILL as i32);
+            sup.audit.record("main_exit", json!({"status": status}));
+            status
+        }
+    }
+}
+
+/// Refuses new commands, sends SIGTERM to every command's group, waits for
+/// the grace period, then SIGKILLs whatever is left (in a PID namespace of
+/// our own: every process in it).
+async fn stop_everything(sup: &Supervisor, mut main: Option<&mut Main>) {
+    sup.begin_shutdown();
+    let termed = sup.signal_commands(Signal::SIGTERM);
+    let deadline = Instant::now() + sup.grace_period();
+    loop {
+        let main_done = main.as_mut().is_none_or(|m| m.has_ended());
+        if main_done && sup.running_count() == 0 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let killed = sup.signal_commands(Signal::SIGKILL);
+    if let Some(m) = main {
+        if !m.has_ended() {
+            sup.reaper.signal(m.pid, Signal::SIGKILL, false);
+        }
+    }
+    if sup.pid1 {
+        // Everything else in the machine, orphans included. Only as PID 1:
+        // elsewhere kill(-1) would reach processes that are not ours.
+        let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
+    }
+    sup.audit.record("stopped", json!({"terminated": termed, "killed_after_grace": killed}));
+}

@@ -1,0 +1,260 @@
+//! The machine's layout: which path belongs to whom, with which mode.
+//! `ensure` makes and fixes it at boot; `measure` reports it for status.
+
+use crate::protocol::PathState;
+use crate::users::Account;
+use nix::fcntl::OFlag;
+use nix::sys::stat::{fchmod, fstat, Mode, SFlag};
+use nix::unistd::{fchown, Gid, Uid};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+}
+
+/// One path the machine relies on, and how it must be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub path: PathBuf,
+    pub kind: Kind,
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
+    /// Names for the owner, for messages ("runtime:shell").
+    pub owner: String,
+}
+
+/// The paths of the layout, derived from the two accounts.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    pub runtime_home: PathBuf,
+    pub env_file: PathBuf,
+    pub data: PathBuf,
+    pub workspace: PathBuf,
+    pub routines: PathBuf,
+    pub shell_home: PathBuf,
+    pub audit_dir: PathBuf,
+}
+
+impl Paths {
+    pub fn new(runtime: &Account, shell: &Account, audit_dir: PathBuf) -> Paths {
+        let home = runtime.home.clone();
+        Paths {
+            env_file: home.join(".env"),
+            data: home.join("data"),
+            workspace: home.join("workspace"),
+            routines: home.join("workspace/routines"),
+            runtime_home: home,
+            shell_home: shell.home.clone(),
+            audit_dir,
+        }
+    }
+}
+
+/// The layout of DESIGN.md: the runtime's secrets and data closed to
+/// everyone else, a sticky workspace where `shell` may make folders but not
+/// remove others', routines it can read and never write.
+pub fn specs(paths: &Paths, runtime: &Account, shell: &Account) -> Vec<Spec> {
+    let spec = |path: &Path, kind, who: &Account, gid: u32, group: &str, mode| Spec {
+        path: path.to_path_buf(),
+        kind,
+        uid: who.uid,
+        gid,
+        mode,
+        owner: format!("{}:{}", who.name, group),
+    };
+    let root = Account {
+        name: "root".into(),
+        uid: 0,
+        gid: 0,
+        groups: vec![0],
+        home: "/root".into(),
+    };
+    let (r, s) = (runtime, shell);
+    let mut out = vec![
+        // 0711: shell may pass through to the workspace but not list the home.
+        spec(&paths.runtime_home, Kind::Dir, r, r.gid, &r.name, 0o711),
+        spec(&paths.env_file, Kind::File, r, r.gid, &r.name, 0o600),
+        spec(&paths.data, Kind::Dir, r, r.gid, &r.name, 0o700),
+        // Sticky and group-writable by shell only: shell makes folders,
+        // cannot remove the runtime's or rename its routines.
+        spec(&paths.workspace, Kind::Dir, r, s.gid, &s.name, 0o1770),
+        spec(&paths.routines, Kind::Dir, r, r.gid, &r.name, 0o755),
+        spec(&paths.shell_home, Kind::Dir, s, s.gid, &s.name, 0o700),
+    ];
+    // The audit log is root's, readable by the runtime, never by shell.
+    for dir in ancestors_below(&paths.audit_dir, &paths.data) {
+        out.push(spec(&dir, Kind::Dir, &root, r.gid, &r.name, 0o750));
+    }
+    out
+}
+
+/// The directories from just below `base` down to `dir`, when `dir` is
+/// inside `base`; `[dir]` when it is elsewhere.
+fn ancestors_below(dir: &Path, base: &Path) -> Vec<PathBuf> {
+    match dir.strip_prefix(base) {
+        Ok(rest) => {
+            let mut acc = base.to_path_buf();
+            rest.components()
+                .map(|c| {
+                    acc.push(c);
+                    acc.clone()
+                })
+                .collect()
+        }
+        Err(_) => vec![dir.to_path_buf()],
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("layout: {path}: {problem}")]
+pub struct LayoutError {
+    pub path: PathBuf,
+    pub problem: String,
+}
+
+/// Makes every path exist as its spec says. Returns what it changed.
+/// Never follows a symlink: one where a layout path should be is refused.
+pub fn ensure(specs: &[Spec]) -> Result<Vec<String>, LayoutError> {
+    let mut changes = Vec::new();
+    for spec in specs {
+        if let Some(parent) = spec.path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| err(parent, e.to_string()))?;
+        }
+        let fd = open_or_create(spec, &mut changes)?;
+        fix(spec, &fd, &mut changes)?;
+    }
+    Ok(changes)
+}
+
+fn err(path: &Path, problem: impl Into<String>) -> LayoutError {
+    LayoutError { path: path.into(), problem: problem.into() }
+}
+
+fn open_or_create(spec: &Spec, changes: &mut Vec<String>) -> Result<OwnedFd, LayoutError> {
+    let path = &spec.path;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            return Err(err(path, "is a symlink; refusing to follow it (remove it by hand)"))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let made = match spec.kind {
+                Kind::Dir => nix::unistd::mkdir(path, Mode::from_bits_truncate(0o700)),
+                Kind::File => nix::fcntl::open(
+                    path,
+                    OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+                    Mode::from_bits_truncate(0o600),
+                )
+                .and_then(nix::unistd::close),
+            };
+            made.map_err(|e| err(path, format!("cannot create: {e}")))?;
+            changes.push(format!("made {}", path.display()));
+        }
+        Err(e) => return Err(err(path, e.to_string())),
+    }
+    let kind_flag = match spec.kind {
+        Kind::Dir => OFlag::O_DIRECTORY,
+        Kind::File => OFlag::empty(),
+    };
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let raw = nix::fcntl::open(path, flags | kind_flag, Mode::empty())
+        .map_err(|e| err(path, format!("cannot open without following links: {e}")))?;
+    // SAFETY: `raw` was just returned by open(2) and is owned by nobody else.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
+}
+
+fn fix(spec: &Spec, fd: &OwnedFd, changes: &mut Vec<String>) -> Result<(), LayoutError> {
+    let path = &spec.path;
+    let st = fstat(fd.as_raw_fd()).map_err(|e| err(path, e.to_string()))?;
+    let is_dir = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR;
+    let is_file = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFREG;
+    match spec.kind {
+        Kind::Dir if !is_dir => return Err(err(path, "exists but is not a directory")),
+        Kind::File if !is_file => return Err(err(path, "exists but is not a regular file")),
+        _ => {}
+    }
+    if st.st_uid != spec.uid || st.st_gid != spec.gid {
+        fchown(fd.as_raw_fd(), Some(Uid::from_raw(spec.uid)), Some(Gid::from_raw(spec.gid)))
+            .map_err(|e| err(path, format!("cannot give it to {}: {e}", spec.owner)))?;
+        changes.push(format!(
+            "owner of {} was {}:{}, now {}",
+            path.display(),
+            st.st_uid,
+            st.st_gid,
+            spec.owner
+        ));
+    }
+    let mode = st.st_mode & 0o7777;
+    if mode != spec.mode {
+        fchmod(fd.as_raw_fd(), Mode::from_bits_truncate(spec.mode))
+            .map_err(|e| err(path, format!("cannot set mode {:04o}: {e}", spec.mode)))?;
+        changes.push(format!("mode of {} was {mode:04o}, now {:04o}", path.display(), spec.mode));
+    }
+    Ok(())
+}
+
+/// Measures each path as it is now, without changing anything.
+pub fn measure(specs: &[Spec]) -> Vec<PathState> {
+    specs
+        .iter()
+        .map(|spec| {
+            let expected = describe(spec.kind, spec.mode, spec.uid, spec.gid);
+            let found = match std::fs::symlink_metadata(&spec.path) {
+                Ok(meta) => {
+                    use std::os::unix::fs::MetadataExt;
+                    let ft = meta.file_type();
+                    if ft.is_symlink() {
+                        "symlink".to_string()
+                    } else {
+                        let kind = if ft.is_dir() { Kind::Dir } else { Kind::File };
+                        let plain = ft.is_dir() || ft.is_file();
+                        let text = describe(kind, meta.mode() & 0o7777, meta.uid(), meta.gid());
+                        if plain {
+                            text
+                        } else {
+                            format!("special {text}")
+                        }
+                    }
+                }
+                Err(e) => format!("missing ({e})"),
+            };
+            PathState {
+                path: spec.path.display().to_string(),
+                ok: found == expected,
+                expected,
+                found,
+            }
+        })
+        .collect()
+}
+
+fn describe(kind: Kind, mode: u32, uid: u32, gid: u32) -> String {
+    let k = match kind {
+        Kind::Dir => "dir",
+        Kind::File => "file",
+    };
+    format!("{k} {mode:04o} {uid}:{gid}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_dir_ancestors() {
+        let cases: &[(&str, &str, &[&str])] = &[
+            ("/h/data/audit", "/h/data", &["/h/data/audit"]),
+            ("/h/data/a/b", "/h/data", &["/h/data/a", "/h/data/a/b"]),
+            ("/var/log/warden", "/h/data", &["/var/log/warden"]),
+        ];
+        for (dir, base, want) in cases {
+            let got = ancestors_below(Path::new(dir), Path::new(base));
+            let want: Vec<PathBuf> = want.iter().map(PathBuf::from).collect();
+            assert_eq!(got, want, "{dir}");
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! warden: an in-guest security supervisor. It boots as PID 1 of a machine
+//! that holds one AI coding agent, runs the agent as `runtime`, and runs
+//! every command the agent asks for as `shell`, through its API.
+
+pub mod api;
+pub mod audit;
+pub mod client;
+pub mod config;
+pub mod init;
+pub mod layout;
+pub mod protocol;
+pub mod reaper;
+pub mod request;
+pub mod spawn;
+pub mod supervisor;
+pub mod users;

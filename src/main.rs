@@ -1,0 +1,209 @@
+//! The `warden` command: dispatches subcommands, nothing more.
+
+use clap::{Parser, Subcommand};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use warden::client::{Client, Message};
+use warden::protocol::{Event, Kind, Request, RunRequest, StdinMode, Status};
+
+const DEFAULT_SOCKET: &str = "/run/warden/api.sock";
+
+#[derive(Parser)]
+#[command(name = "warden", version, about = "In-guest security supervisor for AI coding agents")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Boot as the machine's PID 1 (or a subreaper): set up the users and
+    /// layout, serve the API, run MAIN as the runtime user.
+    Init {
+        /// The machine config (JSON) [default: /etc/warden/machine.json]
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The machine's main process, run as the runtime user.
+        #[arg(last = true)]
+        main: Vec<String>,
+    },
+    /// Run a command as the shell user through warden's API, streaming its
+    /// output; exits with its status (128+n for a signal).
+    Run {
+        #[arg(long, env = "WARDEN_SOCKET", default_value = DEFAULT_SOCKET)]
+        socket: PathBuf,
+        /// A folder under the workspace (made if missing); default: shell's home.
+        #[arg(long)]
+        folder: Option<String>,
+        /// Kill the command after this many seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+        /// Add NAME=VALUE to the command's clean environment.
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// Run this line with /bin/sh -c instead of ARGV.
+        #[arg(long, conflicts_with = "argv")]
+        shell: Option<String>,
+        /// Send this process's stdin to the command.
+        #[arg(short, long)]
+        interactive: bool,
+        /// Leave the command's background processes running after it exits.
+        #[arg(long)]
+        keep_background: bool,
+        #[arg(last = true)]
+        argv: Vec<String>,
+    },
+    /// Show warden's status.
+    Status {
+        #[arg(long, env = "WARDEN_SOCKET", default_value = DEFAULT_SOCKET)]
+        socket: PathBuf,
+        /// Print the status as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let status = match cli.command {
+        Command::Init { config, main } => warden::init::run(warden::init::InitArgs { config, main }),
+        Command::Run { socket, folder, timeout, env, shell, interactive, keep_background, argv } => {
+            let request = RunRequest {
+                argv: (!argv.is_empty()).then_some(argv),
+                shell,
+                folder,
+                stdin: if interactive { StdinMode::Pipe } else { StdinMode::Null },
+                env: match parse_env(&env) {
+                    Ok(env) => env,
+                    Err(e) => fail(&e),
+                },
+                timeout_ms: timeout.map(|s| (s * 1000.0).ceil() as u64),
+                keep_background,
+            };
+            run(&socket, request).unwrap_or_else(|e| fail(&e))
+        }
+        Command::Status { socket, json } => status(&socket, json).unwrap_or_else(|e| fail(&e)),
+    };
+    std::process::exit(status);
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("warden: {message}");
+    std::process::exit(125);
+}
+
+fn parse_env(items: &[String]) -> Result<std::collections::BTreeMap<String, String>, String> {
+    items
+        .iter()
+        .map(|item| match item.split_once('=') {
+            Some((k, v)) => Ok((k.to_string(), v.to_string())),
+            None => Err(format!("--env {item:?}: expected NAME=VALUE")),
+        })
+        .collect()
+}
+
+fn connect(socket: &PathBuf) -> Result<Client, String> {
+    Client::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))
+}
+
+fn run(socket: &PathBuf, request: RunRequest) -> Result<i32, String> {
+    const ID: u32 = 1;
+    let mut client = connect(socket)?;
+    let pipe_stdin = request.stdin == StdinMode::Pipe;
+    client.send(ID, &Request::Run(request)).map_err(|e| e.to_string())?;
+    if pipe_stdin {
+        let sender = client.sender();
+        std::thread::spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if sender.frame(Kind::Stdin, ID, &buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            let _ = sender.frame(Kind::Stdin, ID, &[]);
+        });
+    }
+    let mut stdout = std::io::stdout().lock();
+    let mut stderr = std::io::stderr();
+    loop {
+        match client.next().map_err(|e| e.to_string())? {
+            Message::Output(Kind::Stderr, _, bytes) => {
+                let _ = stderr.write_all(&bytes);
+            }
+            Message::Output(_, _, bytes) => {
+                if stdout.write_all(&bytes).is_err() {
+                    return Ok(141);
+                }
+            }
+            Message::Event(_, Event::Exit(report)) => {
+                let _ = stdout.flush();
+                if let Some(error) = &report.error {
+                    eprintln!("warden: {error}");
+                }
+                if let Some(limit) = &report.limit {
+                    eprintln!("warden: command stopped: {limit} limit reached");
+                }
+                return Ok(report.status);
+            }
+            Message::Event(_, Event::Error { code, message }) => {
+                return Err(format!("{code:?}: {message}"));
+            }
+            Message::Event(..) => {}
+        }
+    }
+}
+
+fn status(socket: &PathBuf, json: bool) -> Result<i32, String> {
+    let mut client = connect(socket)?;
+    let status = client.status().map_err(|e| e.to_string())?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?);
+    } else {
+        print!("{}", describe(&status));
+    }
+    Ok(0)
+}
+
+fn describe(s: &Status) -> String {
+    let mut out = format!(
+        "warden {} (protocol {}), {}, up {:.1} s\n",
+        s.version,
+        s.protocol,
+        if s.pid1 { "PID 1" } else { "subreaper (not PID 1)" },
+        s.uptime_ms as f64 / 1000.0
+    );
+    for u in &s.users {
+        out += &format!("user {:<8} uid {} gid {} groups {:?} home {}\n", u.name, u.uid, u.gid, u.groups, u.home);
+    }
+    for p in &s.layout {
+        let mark = if p.ok { "ok  " } else { "BAD " };
+        out += &format!("{mark} {:<40} {}", p.path, p.found);
+        if !p.ok {
+            out += &format!(" (expected {})", p.expected);
+        }
+        out += "\n";
+    }
+    match &s.main {
+        Some(m) => out += &format!("main process: pid {} {:?}\n", m.pid, m.argv),
+        None => out += "main process: none\n",
+    }
+    out += &format!("commands: {} started, {} running\n", s.commands_started, s.running.len());
+    for r in &s.running {
+        out += &format!(
+            "  #{} pid {} {:?} in {} ({} ms)\n",
+            r.command,
+            r.pid,
+            r.argv,
+            r.folder.as_deref().unwrap_or("~shell"),
+            r.running_ms
+        );
+    }
+    out += &format!("audit log: {}\n", s.audit_log);
+    out
+}

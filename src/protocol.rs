@@ -1,0 +1,334 @@
+//! The API's wire protocol, version 1, shared by warden and its clients.
+//!
+//! Every message is a frame: a 9-byte header (kind: u8, id: u32 big-endian,
+//! len: u32 big-endian) and `len` payload bytes. Control frames carry one
+//! JSON object; data frames carry raw bytes, so output streams without any
+//! encoding cost. `docs/protocol.md` is the reference; keep the two in step.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The protocol versions this build speaks, newest last.
+pub const SUPPORTED_VERSIONS: &[u32] = &[1];
+pub const HEADER_LEN: usize = 9;
+/// No frame may carry more than this; a larger one closes the connection.
+pub const MAX_FRAME: u32 = 1 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A JSON request (client to warden) or event (warden to client).
+    Control = 1,
+    Stdout = 2,
+    Stderr = 3,
+    /// Bytes for a command's stdin; an empty frame closes it.
+    Stdin = 4,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    /// The client's name for a command (0: the connection itself).
+    pub id: u32,
+    pub len: u32,
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    #[error("frame of {0} bytes exceeds the limit of {MAX_FRAME} bytes")]
+    TooLarge(u32),
+}
+
+impl Header {
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        out[0] = self.kind as u8;
+        out[1..5].copy_from_slice(&self.id.to_be_bytes());
+        out[5..9].copy_from_slice(&self.len.to_be_bytes());
+        out
+    }
+
+    /// Pure decoder of the fixed header; the length limit is part of the
+    /// format, so a peer can never make warden allocate more than it allows.
+    pub fn decode(raw: &[u8; HEADER_LEN]) -> Result<Header, FrameError> {
+        let kind = match raw[0] {
+            1 => Kind::Control,
+            2 => Kind::Stdout,
+            3 => Kind::Stderr,
+            4 => Kind::Stdin,
+            other => return Err(FrameError::UnknownKind(other)),
+        };
+        let id = u32::from_be_bytes([raw[1], raw[2], raw[3], raw[4]]);
+        let len = u32::from_be_bytes([raw[5], raw[6], raw[7], raw[8]]);
+        if len > MAX_FRAME {
+            return Err(FrameError::TooLarge(len));
+        }
+        Ok(Header { kind, id, len })
+    }
+}
+
+/// Client to warden.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Must be the first frame of a connection.
+    Hello {
+        versions: Vec<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client: Option<String>,
+    },
+    Run(RunRequest),
+    /// Signal the whole process group of the running command `target`
+    /// (a frame id of this connection).
+    Signal { target: u32, signal: String },
+    Status,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    /// The program and its arguments (searched in PATH when it has no '/').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    /// A line for `/bin/sh -c`, instead of `argv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
+    /// A folder under the workspace, made if missing; absent: shell's home.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
+    #[serde(default)]
+    pub stdin: StdinMode,
+    /// Variables added to the clean environment, each named explicitly.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Leave processes the command started in its group running after it
+    /// exits (they are still killed at shutdown).
+    #[serde(default)]
+    pub keep_background: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StdinMode {
+    /// stdin is /dev/null.
+    #[default]
+    Null,
+    /// stdin is fed by Stdin frames with this command's id.
+    Pipe,
+}
+
+/// Warden to client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    Hello {
+        version: u32,
+        server: String,
+    },
+    /// The command runs; `command` is warden's own name for it.
+    Started {
+        command: u64,
+        pid: i32,
+    },
+    /// The command's last frame: it has ended and its output is drained.
+    Exit(ExitReport),
+    Signalled {
+        target: u32,
+        signal: String,
+    },
+    Status(Box<Status>),
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExitReport {
+    /// Shell-style status: the exit code, or 128+n after a death by signal n.
+    pub status: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// The limit that ended the command, if one did (e.g. "timeout").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// Why the command could not start, if it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub duration_ms: f64,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    /// False when output was still open after the drain period (a process
+    /// kept in the background held the pipes) and was cut.
+    pub drained: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The peer may not use this socket.
+    Refused,
+    HelloRequired,
+    UnsupportedVersion,
+    BadFrame,
+    FrameTooLarge,
+    BadJson,
+    BadRequest,
+    DuplicateId,
+    UnknownId,
+    ShuttingDown,
+    Internal,
+}
+
+impl ErrorCode {
+    /// Errors after which warden closes the connection: the byte stream can
+    /// no longer be trusted to be in step.
+    pub fn is_fatal(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::Refused
+                | ErrorCode::HelloRequired
+                | ErrorCode::UnsupportedVersion
+                | ErrorCode::BadFrame
+                | ErrorCode::FrameTooLarge
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub version: String,
+    pub protocol: u32,
+    pub pid1: bool,
+    pub uptime_ms: u64,
+    pub users: Vec<UserState>,
+    pub layout: Vec<PathState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub main: Option<MainState>,
+    pub running: Vec<RunningCommand>,
+    pub commands_started: u64,
+    pub audit_log: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserState {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    pub home: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathState {
+    pub path: String,
+    /// What it must be, e.g. "dir 0700 runtime:runtime".
+    pub expected: String,
+    /// What it is now, measured when the status was asked for.
+    pub found: String,
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MainState {
+    pub pid: i32,
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunningCommand {
+    pub command: u64,
+    pub pid: i32,
+    pub argv: Vec<String>,
+    pub folder: Option<String>,
+    pub requester_uid: u32,
+    pub running_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_decoding_table() {
+        let cases: &[([u8; 9], Result<Header, FrameError>)] = &[
+            (
+                [1, 0, 0, 0, 0, 0, 0, 0, 2],
+                Ok(Header { kind: Kind::Control, id: 0, len: 2 }),
+            ),
+            (
+                [2, 0, 0, 1, 0, 0, 1, 0, 0],
+                Ok(Header { kind: Kind::Stdout, id: 256, len: 65536 }),
+            ),
+            (
+                [4, 255, 255, 255, 255, 0, 0, 0, 0],
+                Ok(Header { kind: Kind::Stdin, id: u32::MAX, len: 0 }),
+            ),
+            (
+                [3, 0, 0, 0, 7, 0, 16, 0, 0],
+                Ok(Header { kind: Kind::Stderr, id: 7, len: MAX_FRAME }),
+            ),
+            ([3, 0, 0, 0, 7, 0, 16, 0, 1], Err(FrameError::TooLarge(MAX_FRAME + 1))),
+            ([0, 0, 0, 0, 0, 0, 0, 0, 0], Err(FrameError::UnknownKind(0))),
+            ([9, 0, 0, 0, 0, 0, 0, 0, 0], Err(FrameError::UnknownKind(9))),
+            ([1, 0, 0, 0, 0, 255, 255, 255, 255], Err(FrameError::TooLarge(u32::MAX))),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(&Header::decode(raw), want, "header {raw:?}");
+        }
+    }
+
+    #[test]
+    fn header_round_trips() {
+        let h = Header { kind: Kind::Stderr, id: 0xdead_beef, len: 12345 };
+        assert_eq!(Header::decode(&h.encode()), Ok(h));
+    }
+
+    #[test]
+    fn request_parsing_table() {
+        let ok: &[(&str, Request)] = &[
+            (
+                r#"{"type":"hello","versions":[1]}"#,
+                Request::Hello { versions: vec![1], client: None },
+            ),
+            (r#"{"type":"status"}"#, Request::Status),
+            (
+                r#"{"type":"signal","target":3,"signal":"TERM"}"#,
+                Request::Signal { target: 3, signal: "TERM".into() },
+            ),
+            (
+                r#"{"type":"run","argv":["id","-un"],"folder":"p","stdin":"pipe"}"#,
+                Request::Run(RunRequest {
+                    argv: Some(vec!["id".into(), "-un".into()]),
+                    folder: Some("p".into()),
+                    stdin: StdinMode::Pipe,
+                    ..Default::default()
+                }),
+            ),
+        ];
+        for (text, want) in ok {
+            let got: Request = serde_json::from_str(text).expect(text);
+            assert_eq!(&got, want, "{text}");
+        }
+        let bad = [
+            r#"{"type":"nope"}"#,
+            r#"{"versions":[1]}"#,
+            r#"{"type":"hello","versions":"1"}"#,
+            r#"{"type":"hello","versions":[1],"extra":true}"#,
+            r#"{"type":"run","argv":["x"],"surprise":1}"#,
+            r#"{"type":"run","stdin":"file"}"#,
+            r#"{"type":"signal","target":-1,"signal":"TERM"}"#,
+            r#"{"type":"run","timeout_ms":1e99}"#,
+            r#"[]"#,
+            r#"nul"#,
+        ];
+        for text in bad {
+            assert!(serde_json::from_str::<Request>(text).is_err(), "{text} parsed");
+        }
+    }
+}

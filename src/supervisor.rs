@@ -1,0 +1,235 @@
+//! The state warden shares between its API, its signal loop and shutdown:
+//! who the users are, where things live, and what is running.
+
+use crate::audit::Audit;
+use crate::config::MachineConfig;
+use crate::layout::{self, Paths, Spec};
+use crate::protocol::{MainState, RunningCommand, Status, UserState, SUPPORTED_VERSIONS};
+use crate::reaper::Reaper;
+use crate::request::ValidRun;
+use crate::spawn::{Grouping, Identity, Launch, LaunchError, Workdir};
+use crate::users::Account;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub struct Supervisor {
+    pub config: MachineConfig,
+    pub runtime: Account,
+    pub shell: Account,
+    pub paths: Paths,
+    pub specs: Vec<Spec>,
+    pub reaper: Reaper,
+    pub audit: Audit,
+    pub pid1: bool,
+    started: Instant,
+    shutting_down: AtomicBool,
+    next_command: AtomicU64,
+    running: Mutex<HashMap<u64, Running>>,
+    main: Mutex<Option<MainState>>,
+}
+
+struct Running {
+    pid: Pid,
+    argv: Vec<String>,
+    folder: Option<String>,
+    requester_uid: u32,
+    since: Instant,
+}
+
+impl Supervisor {
+    pub fn new(
+        config: MachineConfig,
+        [runtime, shell]: [Account; 2],
+        audit: Audit,
+        pid1: bool,
+    ) -> Supervisor {
+        let paths = Paths::new(&runtime, &shell, config.audit_dir());
+        let specs = layout::specs(&paths, &runtime, &shell);
+        Supervisor {
+            config,
+            runtime,
+            shell,
+            paths,
+            specs,
+            reaper: Reaper::default(),
+            audit,
+            pid1,
+            started: Instant::now(),
+            shutting_down: AtomicBool::new(false),
+            next_command: AtomicU64::new(1),
+            running: Mutex::new(HashMap::new()),
+            main: Mutex::new(None),
+        }
+    }
+
+    /// Only root and the runtime may use the API.
+    pub fn may_connect(&self, uid: u32) -> bool {
+        uid == 0 || uid == self.runtime.uid
+    }
+
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    pub fn drain_period(&self) -> Duration {
+        Duration::from_millis(self.config.drain_ms)
+    }
+
+    pub fn grace_period(&self) -> Duration {
+        Duration::from_millis(self.config.grace_period_ms)
+    }
+
+    /// The environment of a command: built from nothing, then the request's
+    /// explicitly named variables.
+    pub fn shell_env(&self, extra: &[(String, String)]) -> Vec<(String, String)> {
+        let name = self.shell.name.clone();
+        let mut env: BTreeMap<String, String> = BTreeMap::from([
+            ("PATH".to_string(), self.config.path.clone()),
+            ("HOME".to_string(), self.shell.home.display().to_string()),
+            ("USER".to_string(), name.clone()),
+            ("LOGNAME".to_string(), name),
+            ("LANG".to_string(), self.config.lang.clone()),
+        ]);
+        env.extend(extra.iter().cloned());
+        env.into_iter().collect()
+    }
+
+    pub fn shell_launch(&self, run: &ValidRun) -> Result<Launch, LaunchError> {
+        let env = self.shell_env(&run.env);
+        let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("");
+        let workdir = match &run.folder {
+            None => Workdir::At(c_path(&self.shell.home)?),
+            Some(parts) => Workdir::Made {
+                base: c_path(&self.paths.workspace)?,
+                parts: parts.iter().map(|p| CString::new(p.as_str())).collect::<Result<_, _>>()?,
+            },
+        };
+        Launch::new(
+            &run.argv,
+            &env,
+            path,
+            identity(&self.shell),
+            Grouping::Session,
+            workdir,
+            true,
+        )
+    }
+
+    /// The main process: warden's own environment (the machine's, as a
+    /// container engine set it), with the runtime's identity variables.
+    pub fn main_launch(&self, argv: &[String]) -> Result<Launch, LaunchError> {
+        let mut env: BTreeMap<String, String> = std::env::vars().collect();
+        env.entry("PATH".into()).or_insert_with(|| self.config.path.clone());
+        env.insert("HOME".into(), self.runtime.home.display().to_string());
+        env.insert("USER".into(), self.runtime.name.clone());
+        env.insert("LOGNAME".into(), self.runtime.name.clone());
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).unwrap_or_default();
+        Launch::new(
+            argv,
+            &env,
+            &path,
+            identity(&self.runtime),
+            Grouping::ProcessGroup,
+            Workdir::At(c_path(&self.runtime.home)?),
+            false,
+        )
+    }
+
+    pub fn next_command_id(&self) -> u64 {
+        self.next_command.fetch_add(1, Ordering::SeqCst)
+    }
+
+    fn running(&self) -> MutexGuard<'_, HashMap<u64, Running>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn command_started(&self, command: u64, pid: Pid, run: &ValidRun, requester_uid: u32) {
+        self.running().insert(
+            command,
+            Running {
+                pid,
+                argv: run.argv.clone(),
+                folder: run.folder_text(),
+                requester_uid,
+                since: Instant::now(),
+            },
+        );
+    }
+
+    pub fn command_ended(&self, command: u64) {
+        self.running().remove(&command);
+    }
+
+    pub fn running_count(&self) -> usize {
+        self.running().len()
+    }
+
+    /// Signals every running command's whole process group.
+    pub fn signal_commands(&self, sig: Signal) -> usize {
+        let pids: Vec<Pid> = self.running().values().map(|r| r.pid).collect();
+        pids.iter().filter(|pid| self.reaper.signal(**pid, sig, true)).count()
+    }
+
+    pub fn set_main(&self, main: Option<MainState>) {
+        *self.main.lock().unwrap_or_else(|e| e.into_inner()) = main;
+    }
+
+    pub fn status(&self) -> Status {
+        let now = Instant::now();
+        let mut running: Vec<RunningCommand> = self
+            .running()
+            .iter()
+            .map(|(command, r)| RunningCommand {
+                command: *command,
+                pid: r.pid.as_raw(),
+                argv: r.argv.clone(),
+                folder: r.folder.clone(),
+                requester_uid: r.requester_uid,
+                running_ms: now.duration_since(r.since).as_millis() as u64,
+            })
+            .collect();
+        running.sort_by_key(|r| r.command);
+        Status {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            protocol: *SUPPORTED_VERSIONS.last().unwrap_or(&1),
+            pid1: self.pid1,
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            users: [&self.runtime, &self.shell].map(user_state).to_vec(),
+            layout: layout::measure(&self.specs),
+            main: self.main.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            running,
+            commands_started: self.next_command.load(Ordering::SeqCst) - 1,
+            audit_log: self.audit.path().display().to_string(),
+        }
+    }
+}
+
+fn identity(account: &Account) -> Identity {
+    Identity { uid: account.uid, gid: account.gid, groups: account.groups.clone() }
+}
+
+fn user_state(account: &Account) -> UserState {
+    UserState {
+        name: account.name.clone(),
+        uid: account.uid,
+        gid: account.gid,
+        groups: account.groups.clone(),
+        home: account.home.display().to_string(),
+    }
+}
+
+fn c_path(path: &Path) -> Result<CString, LaunchError> {
+    Ok(CString::new(path.as_os_str().as_bytes())?)
+}

@@ -1,0 +1,304 @@
+//! The `runtime` and `shell` users: read `/etc/passwd` and `/etc/group`
+//! directly (a static binary has no NSS), add what is missing, and refuse
+//! what conflicts.
+
+use crate::config::UserSpec;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PasswdEntry {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupEntry {
+    pub name: String,
+    pub gid: u32,
+    pub members: Vec<String>,
+}
+
+/// A user as warden runs processes under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Every group the user is in, primary first.
+    pub groups: Vec<u32>,
+    pub home: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UsersError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Conflict(String),
+}
+
+/// Parses passwd(5) text. Lines that are not seven fields with numeric ids
+/// (comments, NIS `+` lines, damage) define no user and are skipped.
+pub fn parse_passwd(text: &str) -> Vec<PasswdEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(':').collect();
+            if f.len() != 7 || f[0].is_empty() {
+                return None;
+            }
+            Some(PasswdEntry {
+                name: f[0].to_string(),
+                uid: f[2].parse().ok()?,
+                gid: f[3].parse().ok()?,
+                home: f[5].to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Parses group(5) text, skipping lines that are not four fields.
+pub fn parse_group(text: &str) -> Vec<GroupEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(':').collect();
+            if f.len() != 4 || f[0].is_empty() {
+                return None;
+            }
+            Some(GroupEntry {
+                name: f[0].to_string(),
+                gid: f[2].parse().ok()?,
+                members: f[3]
+                    .split(',')
+                    .filter(|m| !m.is_empty())
+                    .map(String::from)
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// What must be appended so `spec` exists, or the conflict that forbids it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub group_line: Option<String>,
+    pub passwd_line: Option<String>,
+}
+
+/// Pure decision: given the current entries, what to add for `spec`.
+pub fn plan(spec: &UserSpec, passwd: &[PasswdEntry], groups: &[GroupEntry]) -> Result<Plan, String> {
+    let group_line = match groups.iter().find(|g| g.name == spec.name) {
+        Some(g) if g.gid != spec.gid => {
+            return Err(format!(
+                "group {} exists with gid {}, but the config says {}",
+                spec.name, g.gid, spec.gid
+            ))
+        }
+        Some(_) => None,
+        None => {
+            if let Some(other) = groups.iter().find(|g| g.gid == spec.gid) {
+                return Err(format!(
+                    "gid {} is taken by group {}, but the config gives it to {}",
+                    spec.gid, other.name, spec.name
+                ));
+            }
+            Some(format!("{}:x:{}:\n", spec.name, spec.gid))
+        }
+    };
+    let passwd_line = match passwd.iter().find(|p| p.name == spec.name) {
+        Some(p) if p.uid != spec.uid || p.gid != spec.gid => {
+            return Err(format!(
+                "user {} exists as {}:{}, but the config says {}:{}",
+                spec.name, p.uid, p.gid, spec.uid, spec.gid
+            ))
+        }
+        Some(_) => None,
+        None => {
+            if let Some(other) = passwd.iter().find(|p| p.uid == spec.uid) {
+                return Err(format!(
+                    "uid {} is taken by user {}, but the config gives it to {}",
+                    spec.uid, other.name, spec.name
+                ));
+            }
+            Some(format!(
+                "{}:x:{}:{}:warden {}:{}:/bin/sh\n",
+                spec.name,
+                spec.uid,
+                spec.gid,
+                spec.name,
+                spec.home.display()
+            ))
+        }
+    };
+    Ok(Plan { group_line, passwd_line })
+}
+
+/// The groups `name` belongs to: its primary group, then every group that
+/// lists it as a member.
+pub fn groups_of(name: &str, primary: u32, groups: &[GroupEntry]) -> Vec<u32> {
+    let mut out = vec![primary];
+    for g in groups {
+        if g.members.iter().any(|m| m == name) && !out.contains(&g.gid) {
+            out.push(g.gid);
+        }
+    }
+    out
+}
+
+/// Makes sure both users exist in `etc` (normally `/etc`), appending what is
+/// missing. Appends, never rewrites: a line already there is never lost, and
+/// the files may be bind mounts.
+pub fn ensure(etc: &Path, specs: [&UserSpec; 2]) -> Result<[Account; 2], UsersError> {
+    let passwd_path = etc.join("passwd");
+    let group_path = etc.join("group");
+    for spec in specs {
+        let passwd = parse_passwd(&read(&passwd_path)?);
+        let groups = parse_group(&read(&group_path)?);
+        let plan = plan(spec, &passwd, &groups).map_err(UsersError::Conflict)?;
+        if let Some(line) = &plan.group_line {
+            append(&group_path, line)?;
+            append_if_exists(&etc.join("gshadow"), &format!("{}:!::\n", spec.name))?;
+        }
+        if let Some(line) = &plan.passwd_line {
+            append(&passwd_path, line)?;
+            append_if_exists(&etc.join("shadow"), &format!("{}:!:1::::::\n", spec.name))?;
+        }
+    }
+    let groups = parse_group(&read(&group_path)?);
+    Ok(specs.map(|spec| Account {
+        name: spec.name.clone(),
+        uid: spec.uid,
+        gid: spec.gid,
+        groups: groups_of(&spec.name, spec.gid, &groups),
+        home: spec.home.clone(),
+    }))
+}
+
+fn read(path: &Path) -> Result<String, UsersError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(source) => Err(UsersError::Io { path: path.into(), source }),
+    }
+}
+
+fn append(path: &Path, line: &str) -> Result<(), UsersError> {
+    let io = |source| UsersError::Io { path: path.into(), source };
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(io)?;
+    // A file that does not end in a newline would glue our line to its last.
+    let len = file.metadata().map_err(io)?.len();
+    let text = if len > 0 && !ends_with_newline(path)? {
+        format!("\n{line}")
+    } else {
+        line.to_string()
+    };
+    file.write_all(text.as_bytes()).map_err(io)?;
+    file.sync_all().map_err(io)
+}
+
+fn append_if_exists(path: &Path, line: &str) -> Result<(), UsersError> {
+    if path.exists() {
+        append(path, line)?;
+    }
+    Ok(())
+}
+
+fn ends_with_newline(path: &Path) -> Result<bool, UsersError> {
+    let text = read(path)?;
+    Ok(text.ends_with('\n'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, uid: u32, gid: u32) -> UserSpec {
+        UserSpec { name: name.into(), uid, gid, home: format!("/home/{name}").into() }
+    }
+
+    #[test]
+    fn passwd_parsing_table() {
+        let text = "root:x:0:0:root:/root:/bin/bash\n\
+                    # comment\n\
+                    +nis\n\
+                    bad:x:notanumber:0::/:/bin/sh\n\
+                    short:x:1:1\n\
+                    :x:5:5::/:/bin/sh\n\
+                    runtime:x:2000:2000:warden runtime:/home/runtime:/bin/sh";
+        let got = parse_passwd(text);
+        assert_eq!(
+            got,
+            vec![
+                PasswdEntry { name: "root".into(), uid: 0, gid: 0, home: "/root".into() },
+                PasswdEntry {
+                    name: "runtime".into(),
+                    uid: 2000,
+                    gid: 2000,
+                    home: "/home/runtime".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn group_parsing_table() {
+        let text = "root:x:0:\nwheel:x:10:a,shell,\nbad:x:y:\nshell:x:2001:\n";
+        let got = parse_group(text);
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[1].members, vec!["a".to_string(), "shell".to_string()]);
+        assert_eq!(groups_of("shell", 2001, &got), vec![2001, 10]);
+        assert_eq!(groups_of("other", 7, &got), vec![7]);
+    }
+
+    #[test]
+    fn plan_table() {
+        let passwd = parse_passwd("root:x:0:0::/root:/bin/sh\nold:x:2000:2000::/:/bin/sh\n");
+        let groups = parse_group("root:x:0:\nold:x:2000:\n");
+        // (spec, Ok((adds group, adds user)) or Err(substring))
+        let cases: Vec<(UserSpec, Result<(bool, bool), &str>)> = vec![
+            (spec("shell", 2001, 2001), Ok((true, true))),
+            (spec("old", 2000, 2000), Ok((false, false))),
+            (spec("old", 2002, 2000), Err("exists as 2000:2000")),
+            (spec("old", 2000, 2003), Err("group old exists with gid 2000")),
+            (spec("new", 2000, 2005), Err("uid 2000 is taken by user old")),
+            (spec("new", 2005, 2000), Err("gid 2000 is taken by group old")),
+        ];
+        for (s, want) in cases {
+            let got = plan(&s, &passwd, &groups);
+            match (got, want) {
+                (Ok(p), Ok((g, u))) => {
+                    assert_eq!((p.group_line.is_some(), p.passwd_line.is_some()), (g, u), "{s:?}")
+                }
+                (Err(e), Err(w)) => assert!(e.contains(w), "{s:?}: {e}"),
+                (got, want) => panic!("{s:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn ensure_appends_once_and_is_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let etc = dir.path();
+        std::fs::write(etc.join("passwd"), "root:x:0:0::/root:/bin/sh").unwrap();
+        std::fs::write(etc.join("group"), "root:x:0:\n").unwrap();
+        std::fs::write(etc.join("shadow"), "root:*:1::::::\n").unwrap();
+        let (r, s) = (spec("runtime", 2000, 2000), spec("shell", 2001, 2001));
+        let first = ensure(etc, [&r, &s]).unwrap();
+        let passwd_once = std::fs::read_to_string(etc.join("passwd")).unwrap();
+        let second = ensure(etc, [&r, &s]).unwrap();
+        assert_eq!(first, second);
+        assert_eq!(std::fs::read_to_string(etc.join("passwd")).unwrap(), passwd_once);
+        let users = parse_passwd(&passwd_once);
+        assert_eq!(users.len(), 3, "{passwd_once}");
+        assert_eq!(users[0].name, "root", "the unterminated last line stayed whole");
+        assert_eq!(first[1].groups, vec![2001]);
+        let shadow = std::fs::read_to_string(etc.join("shadow")).unwrap();
+        assert!(shadow.contains("shell:!:"), "{shadow}");
+    }
+}
