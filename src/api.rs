@@ -87,11 +87,24 @@ async fn connection(sup: Arc<Supervisor>, stream: UnixStream) {
         Err(_) => (u32::MAX, 0),
     };
     if !sup.may_connect(uid) {
-        let reason = format!("uid {uid} may not use this socket: only root and {} may", sup.runtime.name);
-        sup.audit.record("connection_refused", json!({"uid": uid, "pid": pid, "reason": reason}));
-        let _ = tx.send(Out::Event(0, error(ErrorCode::Refused, reason))).await;
+        let reason = format!(
+            "uid {uid} may not use this socket: only root and {} may",
+            sup.runtime.name
+        );
+        sup.audit.record(
+            "connection_refused",
+            json!({"uid": uid, "pid": pid, "reason": reason}),
+        );
+        let _ = tx
+            .send(Out::Event(0, error(ErrorCode::Refused, reason)))
+            .await;
     } else {
-        let conn = Arc::new(Conn { sup, uid, tx, slots: Mutex::default() });
+        let conn = Arc::new(Conn {
+            sup,
+            uid,
+            tx,
+            slots: Mutex::default(),
+        });
         if let Err((code, message)) = conn.read_frames(rd).await {
             let _ = conn.tx.send(Out::Event(0, error(code, message))).await;
         }
@@ -101,7 +114,10 @@ async fn connection(sup: Arc<Supervisor>, stream: UnixStream) {
 }
 
 fn error(code: ErrorCode, message: impl Into<String>) -> Event {
-    Event::Error { code, message: message.into() }
+    Event::Error {
+        code,
+        message: message.into(),
+    }
 }
 
 async fn write_frames(wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Out>) {
@@ -125,7 +141,11 @@ async fn write_frame(w: &mut BufWriter<OwnedWriteHalf>, out: Out) -> std::io::Re
         Out::Event(id, event) => (Kind::Control, id, serde_json::to_vec(&event)?),
         Out::Data(kind, id, bytes) => (kind, id, bytes),
     };
-    let header = Header { kind, id, len: body.len() as u32 };
+    let header = Header {
+        kind,
+        id,
+        len: body.len() as u32,
+    };
     w.write_all(&header.encode()).await?;
     w.write_all(&body).await
 }
@@ -155,7 +175,10 @@ impl Conn {
                 Kind::Control => self.control(header.id, &payload).await?,
                 Kind::Stdin => self.stdin(header.id, payload).await,
                 Kind::Stdout | Kind::Stderr => {
-                    return Err((ErrorCode::BadFrame, "clients do not send output frames".into()))
+                    return Err((
+                        ErrorCode::BadFrame,
+                        "clients do not send output frames".into(),
+                    ))
                 }
             }
         }
@@ -168,16 +191,32 @@ impl Conn {
             _ => None,
         };
         let Some(Request::Hello { versions, .. }) = request else {
-            return Err((ErrorCode::HelloRequired, "the first frame must be a hello".into()));
+            return Err((
+                ErrorCode::HelloRequired,
+                "the first frame must be a hello".into(),
+            ));
         };
-        let Some(version) = SUPPORTED_VERSIONS.iter().rev().find(|v| versions.contains(v)) else {
+        let Some(version) = SUPPORTED_VERSIONS
+            .iter()
+            .rev()
+            .find(|v| versions.contains(v))
+        else {
             return Err((
                 ErrorCode::UnsupportedVersion,
-                format!("no common version: warden speaks {SUPPORTED_VERSIONS:?}, client {versions:?}"),
+                format!(
+                    "no common version: warden speaks {SUPPORTED_VERSIONS:?}, client {versions:?}"
+                ),
             ));
         };
         let server = format!("warden {}", env!("CARGO_PKG_VERSION"));
-        self.send(header.id, Event::Hello { version: *version, server }).await;
+        self.send(
+            header.id,
+            Event::Hello {
+                version: *version,
+                server,
+            },
+        )
+        .await;
         Ok(())
     }
 
@@ -212,10 +251,14 @@ impl Conn {
         };
         let pid = self.slots().by_id.get(&target).and_then(|s| s.pid);
         match pid {
-            Some(pid) if self.sup.reaper.signal(pid, sig, true) => {
-                Event::Signalled { target, signal: sig.as_str().to_string() }
-            }
-            _ => error(ErrorCode::UnknownId, format!("no running command with id {target}")),
+            Some(pid) if self.sup.reaper.signal(pid, sig, true) => Event::Signalled {
+                target,
+                signal: sig.as_str().to_string(),
+            },
+            _ => error(
+                ErrorCode::UnknownId,
+                format!("no running command with id {target}"),
+            ),
         }
     }
 
@@ -223,7 +266,10 @@ impl Conn {
     /// it cannot start.
     fn start(self: &Arc<Self>, id: u32, run: crate::protocol::RunRequest) -> Option<Event> {
         if id == 0 {
-            return Some(error(ErrorCode::BadRequest, "a run needs a non-zero frame id"));
+            return Some(error(
+                ErrorCode::BadRequest,
+                "a run needs a non-zero frame id",
+            ));
         }
         if self.sup.shutting_down() {
             return Some(error(ErrorCode::ShuttingDown, "warden is shutting down"));
@@ -242,9 +288,18 @@ impl Conn {
         {
             let mut slots = self.slots();
             if slots.by_id.contains_key(&id) {
-                return Some(error(ErrorCode::DuplicateId, format!("id {id} is already running")));
+                return Some(error(
+                    ErrorCode::DuplicateId,
+                    format!("id {id} is already running"),
+                ));
             }
-            slots.by_id.insert(id, Slot { pid: None, stdin: stdin_tx });
+            slots.by_id.insert(
+                id,
+                Slot {
+                    pid: None,
+                    stdin: stdin_tx,
+                },
+            );
         }
         let conn = self.clone();
         tokio::spawn(async move {
@@ -344,11 +399,30 @@ impl Conn {
                    "timeout_ms": run.timeout.map(|t| t.as_millis() as u64),
                    "keep_background": run.keep_background}),
         );
-        self.send(id, Event::Started { command, pid: pid.as_raw() }).await;
+        self.send(
+            id,
+            Event::Started {
+                command,
+                pid: pid.as_raw(),
+            },
+        )
+        .await;
 
         let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
-        let mut out = tokio::spawn(pump(pipes.stdout, Kind::Stdout, id, self.tx.clone(), counts[0].clone()));
-        let mut err = tokio::spawn(pump(pipes.stderr, Kind::Stderr, id, self.tx.clone(), counts[1].clone()));
+        let mut out = tokio::spawn(pump(
+            pipes.stdout,
+            Kind::Stdout,
+            id,
+            self.tx.clone(),
+            counts[0].clone(),
+        ));
+        let mut err = tokio::spawn(pump(
+            pipes.stderr,
+            Kind::Stderr,
+            id,
+            self.tx.clone(),
+            counts[1].clone(),
+        ));
         let feeder = match (pipes.stdin, stdin_rx) {
             (Some(pipe), Some(rx)) => Some(tokio::spawn(feed(pipe, rx))),
             _ => None,
@@ -427,7 +501,9 @@ async fn read_frame(
 }
 
 pub fn signal_name(n: i32) -> String {
-    Signal::try_from(n).map(|s| s.as_str().to_string()).unwrap_or_else(|_| format!("SIG{n}"))
+    Signal::try_from(n)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("SIG{n}"))
 }
 
 fn ms(d: Duration) -> f64 {
@@ -487,7 +563,11 @@ impl CommandPipes {
         };
         widen(&out_r);
         Ok(CommandPipes {
-            child: Stdio { stdin: child_in, stdout: out_w, stderr: err_w },
+            child: Stdio {
+                stdin: child_in,
+                stdout: out_w,
+                stderr: err_w,
+            },
             stdin: our_in,
             stdout: pipe::Receiver::from_owned_fd(out_r)?,
             stderr: pipe::Receiver::from_owned_fd(err_r)?,

@@ -49,7 +49,10 @@ impl Audit {
             )?;
         }
         let (seq, prev) = last_link(&mut file)?;
-        Ok(Audit { path, state: Mutex::new(Chain { file, seq, prev }) })
+        Ok(Audit {
+            path,
+            state: Mutex::new(Chain { file, seq, prev }),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -142,7 +145,10 @@ fn last_link(file: &mut File) -> std::io::Result<(u64, String)> {
     file.read_to_string(&mut tail)?;
     let last = tail.lines().rev().find_map(|line| {
         let v: Value = serde_json::from_str(line).ok()?;
-        Some((v.get("seq")?.as_u64()?, v.get("hash")?.as_str()?.to_string()))
+        Some((
+            v.get("seq")?.as_u64()?,
+            v.get("hash")?.as_str()?.to_string(),
+        ))
     });
     Ok(last.unwrap_or((0, GENESIS.to_string())))
 }
@@ -166,16 +172,29 @@ mod tests {
         assert!(check_line(b.text.trim_end(), GENESIS).is_err());
         // Edited content.
         let edited = b.text.trim_end().replace("\"id\"", "\"ls\"");
-        assert!(check_line(&edited, &a.hash).unwrap_err().contains("does not match"));
+        assert!(check_line(&edited, &a.hash)
+            .unwrap_err()
+            .contains("does not match"));
         // Garbage.
-        for junk in ["", "{}", "not json at all, but long enough to pass the length check...........", "é"] {
+        for junk in [
+            "",
+            "{}",
+            "not json at all, but long enough to pass the length check...........",
+            "é",
+        ] {
             assert!(check_line(junk, GENESIS).is_err(), "{junk}");
         }
     }
 
     #[test]
     fn reserved_fields_cannot_be_overridden() {
-        let s = seal(7, "t", "k", json!({"seq": 99, "kind": "forged", "hash": "0"}), GENESIS);
+        let s = seal(
+            7,
+            "t",
+            "k",
+            json!({"seq": 99, "kind": "forged", "hash": "0"}),
+            GENESIS,
+        );
         let v: Value = serde_json::from_str(&s.text).unwrap();
         assert_eq!(v["seq"], 7);
         assert_eq!(v["kind"], "k");

@@ -58,7 +58,7 @@ impl Client {
             client: Some(format!("warden-client {}", env!("CARGO_PKG_VERSION"))),
         };
         client.send(0, &hello)?;
-        match client.next()? {
+        match client.receive()? {
             Message::Event(_, Event::Hello { version, server }) => {
                 client.version = version;
                 client.server = server;
@@ -79,11 +79,13 @@ impl Client {
 
     /// A handle that can send frames from another thread (e.g. stdin).
     pub fn sender(&self) -> Sender {
-        Sender { writer: self.writer.clone() }
+        Sender {
+            writer: self.writer.clone(),
+        }
     }
 
     /// The next message; an error event with frame id 0 ends the connection.
-    pub fn next(&mut self) -> Result<Message, ClientError> {
+    pub fn receive(&mut self) -> Result<Message, ClientError> {
         let mut raw = [0u8; HEADER_LEN];
         self.reader.read_exact(&mut raw)?;
         let header =
@@ -116,7 +118,7 @@ impl Client {
         self.send(ID, &Request::Run(request))?;
         let mut out = Output::default();
         loop {
-            match self.next()? {
+            match self.receive()? {
                 Message::Output(kind, ID, bytes) => {
                     on_output(kind, &bytes);
                     match kind {
@@ -139,7 +141,7 @@ impl Client {
 
     pub fn status(&mut self) -> Result<Status, ClientError> {
         self.send(0, &Request::Status)?;
-        match self.next()? {
+        match self.receive()? {
             Message::Event(_, Event::Status(status)) => Ok(*status),
             Message::Event(_, Event::Error { code, message }) => {
                 Err(ClientError::Warden { code, message })
@@ -163,7 +165,11 @@ impl Sender {
 
     /// One frame, written with one write so small frames cost one syscall.
     pub fn frame(&self, kind: Kind, id: u32, body: &[u8]) -> io::Result<()> {
-        let header = Header { kind, id, len: body.len() as u32 };
+        let header = Header {
+            kind,
+            id,
+            len: body.len() as u32,
+        };
         let mut frame = Vec::with_capacity(HEADER_LEN + body.len());
         frame.extend_from_slice(&header.encode());
         frame.extend_from_slice(body);

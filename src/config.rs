@@ -68,11 +68,21 @@ impl Default for MachineConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config {path}: {source}")]
-    Parse { path: PathBuf, source: serde_json::Error },
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
     #[error("config {path}: field `{field}`: {problem}")]
-    Invalid { path: PathBuf, field: &'static str, problem: String },
+    Invalid {
+        path: PathBuf,
+        field: &'static str,
+        problem: String,
+    },
 }
 
 impl MachineConfig {
@@ -84,13 +94,23 @@ impl MachineConfig {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
                 return Ok(MachineConfig::default())
             }
-            Err(source) => return Err(ConfigError::Read { path: path.into(), source }),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.into(),
+                    source,
+                })
+            }
         };
         let config = MachineConfig::parse(&text).map_err(|e| match e {
-            ConfigError::Parse { source, .. } => ConfigError::Parse { path: path.into(), source },
-            ConfigError::Invalid { field, problem, .. } => {
-                ConfigError::Invalid { path: path.into(), field, problem }
-            }
+            ConfigError::Parse { source, .. } => ConfigError::Parse {
+                path: path.into(),
+                source,
+            },
+            ConfigError::Invalid { field, problem, .. } => ConfigError::Invalid {
+                path: path.into(),
+                field,
+                problem,
+            },
             other => other,
         })?;
         Ok(config)
@@ -98,8 +118,11 @@ impl MachineConfig {
 
     /// Pure parser and validator of the config's text.
     pub fn parse(text: &str) -> Result<MachineConfig, ConfigError> {
-        let config: MachineConfig = serde_json::from_str(text)
-            .map_err(|source| ConfigError::Parse { path: PathBuf::new(), source })?;
+        let config: MachineConfig =
+            serde_json::from_str(text).map_err(|source| ConfigError::Parse {
+                path: PathBuf::new(),
+                source,
+            })?;
         config.validate()?;
         Ok(config)
     }
@@ -112,7 +135,10 @@ impl MachineConfig {
         };
         for (field, user) in [("runtime", &self.runtime), ("shell", &self.shell)] {
             if !valid_user_name(&user.name) {
-                return Err(invalid(field, "name must match [a-z_][a-z0-9_-]* (at most 32)"));
+                return Err(invalid(
+                    field,
+                    "name must match [a-z_][a-z0-9_-]* (at most 32)",
+                ));
             }
             if user.uid == 0 || user.gid == 0 {
                 return Err(invalid(field, "uid and gid must not be 0"));
@@ -125,12 +151,18 @@ impl MachineConfig {
             || self.runtime.uid == self.shell.uid
             || self.runtime.gid == self.shell.gid
         {
-            return Err(invalid("shell", "must differ from runtime in name, uid and gid"));
+            return Err(invalid(
+                "shell",
+                "must differ from runtime in name, uid and gid",
+            ));
         }
         if self.shell.home.starts_with(&self.runtime.home)
             || self.runtime.home.starts_with(&self.shell.home)
         {
-            return Err(invalid("shell", "home must not be inside runtime's home, nor contain it"));
+            return Err(invalid(
+                "shell",
+                "home must not be inside runtime's home, nor contain it",
+            ));
         }
         if !self.socket.is_absolute() {
             return Err(invalid("socket", "must be an absolute path"));
@@ -156,7 +188,9 @@ impl MachineConfig {
 
 fn valid_user_name(name: &str) -> bool {
     let mut chars = name.chars();
-    let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
     first_ok
         && name.len() <= 32
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
@@ -168,7 +202,10 @@ mod tests {
 
     #[test]
     fn empty_object_gives_defaults() {
-        assert_eq!(MachineConfig::parse("{}").unwrap(), MachineConfig::default());
+        assert_eq!(
+            MachineConfig::parse("{}").unwrap(),
+            MachineConfig::default()
+        );
     }
 
     #[test]
@@ -222,7 +259,10 @@ mod tests {
     fn missing_default_file_means_defaults_but_missing_named_file_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let absent = dir.path().join("machine.json");
-        assert_eq!(MachineConfig::load(&absent, false).unwrap(), MachineConfig::default());
+        assert_eq!(
+            MachineConfig::load(&absent, false).unwrap(),
+            MachineConfig::default()
+        );
         let err = MachineConfig::load(&absent, true).unwrap_err();
         assert!(err.to_string().contains("machine.json"), "{err}");
     }

@@ -134,7 +134,10 @@ fn user_line(account: &users::Account) -> serde_json::Value {
 
 fn block_signals() -> nix::Result<SigSet> {
     let mut set = SigSet::all();
-    for sig in SYNCHRONOUS.iter().chain(&[Signal::SIGKILL, Signal::SIGSTOP, Signal::SIGPIPE]) {
+    for sig in SYNCHRONOUS
+        .iter()
+        .chain(&[Signal::SIGKILL, Signal::SIGSTOP, Signal::SIGPIPE])
+    {
         set.remove(*sig);
     }
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None)?;
@@ -159,20 +162,22 @@ fn become_subreaper() {
 /// others go to the supervising task.
 fn start_signal_loop(sup: Arc<Supervisor>, set: SigSet) -> mpsc::UnboundedReceiver<Signal> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || loop {
-        match set.wait() {
-            Ok(Signal::SIGCHLD) => {
-                sup.reaper.reap();
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || loop {
+            match set.wait() {
+                Ok(Signal::SIGCHLD) => {
+                    sup.reaper.reap();
+                }
+                Ok(sig) => {
+                    let _ = tx.send(sig);
+                }
+                Err(e) => {
+                    eprintln!("warden: sigwait: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
             }
-            Ok(sig) => {
-                let _ = tx.send(sig);
-            }
-            Err(e) => {
-                eprintln!("warden: sigwait: {e}");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-    });
+        });
     if let Err(e) = spawned {
         eprintln!("warden: cannot start the signal thread: {e}; signals will not be handled");
     }
@@ -188,7 +193,9 @@ fn bind(sup: &Supervisor) -> std::io::Result<tokio::net::UnixListener> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
         Ok(_) => {
-            return Err(std::io::Error::other("exists and is not a socket; refusing to replace it"))
+            return Err(std::io::Error::other(
+                "exists and is not a socket; refusing to replace it",
+            ))
         }
         Err(_) => {}
     }
@@ -243,13 +250,24 @@ fn start_main(sup: &Supervisor) -> Option<Result<Main, i32>> {
     };
     match spawn::spawn(&launch, stdio, &sup.reaper, false) {
         Ok(spawned) => {
-            sup.set_main(Some(MainState { pid: spawned.pid.as_raw(), argv: argv.clone() }));
-            sup.audit.record("main_start", json!({"pid": spawned.pid.as_raw(), "argv": argv}));
-            Some(Ok(Main { pid: spawned.pid, exit: spawned.exit, ended: None }))
+            sup.set_main(Some(MainState {
+                pid: spawned.pid.as_raw(),
+                argv: argv.clone(),
+            }));
+            sup.audit.record(
+                "main_start",
+                json!({"pid": spawned.pid.as_raw(), "argv": argv}),
+            );
+            Some(Ok(Main {
+                pid: spawned.pid,
+                exit: spawned.exit,
+                ended: None,
+            }))
         }
         Err(SpawnError::Child(f)) => {
             eprintln!("warden: main process: {f}");
-            sup.audit.record("main_failed", json!({"argv": argv, "error": f.to_string()}));
+            sup.audit
+                .record("main_failed", json!({"argv": argv, "error": f.to_string()}));
             Some(Err(f.status()))
         }
         Err(e) => {
@@ -266,10 +284,18 @@ fn inherited_stdio() -> std::io::Result<Stdio> {
         match nix::unistd::dup(fd) {
             // SAFETY: dup returned a fresh descriptor we now own.
             Ok(new) => Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(new) }),
-            Err(_) => Ok(std::fs::OpenOptions::new().read(!write).write(write).open("/dev/null")?.into()),
+            Err(_) => Ok(std::fs::OpenOptions::new()
+                .read(!write)
+                .write(write)
+                .open("/dev/null")?
+                .into()),
         }
     };
-    Ok(Stdio { stdin: dup(0, false)?, stdout: dup(1, true)?, stderr: dup(2, true)? })
+    Ok(Stdio {
+        stdin: dup(0, false)?,
+        stdout: dup(1, true)?,
+        stderr: dup(2, true)?,
+    })
 }
 
 async fn supervise(
@@ -319,7 +345,11 @@ async fn supervise(
 /// TERM/INT/PWR: pass it on to the main process, stop every command, and
 /// exit with the main process's status (0 without one).
 async fn shutdown(sup: &Supervisor, sig: Signal, main: Option<Main>) -> i32 {
-    let to_main = if sig == Signal::SIGPWR { Signal::SIGTERM } else { sig };
+    let to_main = if sig == Signal::SIGPWR {
+        Signal::SIGTERM
+    } else {
+        sig
+    };
     match main {
         None => {
             stop_everything(sup, None).await;
@@ -330,9 +360,14 @@ async fn shutdown(sup: &Supervisor, sig: Signal, main: Option<Main>) -> i32 {
             stop_everything(sup, Some(&mut m)).await;
             let exit = match m.ended {
                 Some(exit) => Some(exit),
-                None => tokio::time::timeout(Duration::from_secs(1), &mut m.exit).await.ok().and_then(Result::ok),
+                None => tokio::time::timeout(Duration::from_secs(1), &mut m.exit)
+                    .await
+                    .ok()
+                    .and_then(Result::ok),
             };
-            let status = exit.map(Exit::status).unwrap_or(128 + Signal::SIGKILL as i32);
+            let status = exit
+                .map(Exit::status)
+                .unwrap_or(128 + Signal::SIGKILL as i32);
             sup.audit.record("main_exit", json!({"status": status}));
             status
         }
@@ -366,6 +401,32 @@ async fn stop_everything(sup: &Supervisor, mut main: Option<&mut Main>) {
         // Everything else in the machine, orphans included. Only as PID 1:
         // elsewhere kill(-1) would reach processes that are not ours.
         let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
+    } else {
+        // A subreaper kills what it holds: its children, orphans included.
+        for pid in own_children() {
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+        }
     }
-    sup.audit.record("stopped", json!({"terminated": termed, "killed_after_grace": killed}));
+    sup.audit.record(
+        "stopped",
+        json!({"terminated": termed, "killed_after_grace": killed}),
+    );
+}
+
+/// Every child of this process (of any of its threads, since an orphan is
+/// handed to the thread that reaps), from /proc.
+fn own_children() -> Vec<Pid> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .map(Pid::from_raw)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }

@@ -131,14 +131,20 @@ pub fn ensure(specs: &[Spec]) -> Result<Vec<String>, LayoutError> {
 }
 
 fn err(path: &Path, problem: impl Into<String>) -> LayoutError {
-    LayoutError { path: path.into(), problem: problem.into() }
+    LayoutError {
+        path: path.into(),
+        problem: problem.into(),
+    }
 }
 
 fn open_or_create(spec: &Spec, changes: &mut Vec<String>) -> Result<OwnedFd, LayoutError> {
     let path = &spec.path;
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_symlink() => {
-            return Err(err(path, "is a symlink; refusing to follow it (remove it by hand)"))
+            return Err(err(
+                path,
+                "is a symlink; refusing to follow it (remove it by hand)",
+            ))
         }
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -178,8 +184,12 @@ fn fix(spec: &Spec, fd: &OwnedFd, changes: &mut Vec<String>) -> Result<(), Layou
         _ => {}
     }
     if st.st_uid != spec.uid || st.st_gid != spec.gid {
-        fchown(fd.as_raw_fd(), Some(Uid::from_raw(spec.uid)), Some(Gid::from_raw(spec.gid)))
-            .map_err(|e| err(path, format!("cannot give it to {}: {e}", spec.owner)))?;
+        fchown(
+            fd.as_raw_fd(),
+            Some(Uid::from_raw(spec.uid)),
+            Some(Gid::from_raw(spec.gid)),
+        )
+        .map_err(|e| err(path, format!("cannot give it to {}: {e}", spec.owner)))?;
         changes.push(format!(
             "owner of {} was {}:{}, now {}",
             path.display(),
@@ -192,7 +202,11 @@ fn fix(spec: &Spec, fd: &OwnedFd, changes: &mut Vec<String>) -> Result<(), Layou
     if mode != spec.mode {
         fchmod(fd.as_raw_fd(), Mode::from_bits_truncate(spec.mode))
             .map_err(|e| err(path, format!("cannot set mode {:04o}: {e}", spec.mode)))?;
-        changes.push(format!("mode of {} was {mode:04o}, now {:04o}", path.display(), spec.mode));
+        changes.push(format!(
+            "mode of {} was {mode:04o}, now {:04o}",
+            path.display(),
+            spec.mode
+        ));
     }
     Ok(())
 }

@@ -4,12 +4,16 @@ use clap::{Parser, Subcommand};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use warden::client::{Client, Message};
-use warden::protocol::{Event, Kind, Request, RunRequest, StdinMode, Status};
+use warden::protocol::{Event, Kind, Request, RunRequest, Status, StdinMode};
 
 const DEFAULT_SOCKET: &str = "/run/warden/api.sock";
 
 #[derive(Parser)]
-#[command(name = "warden", version, about = "In-guest security supervisor for AI coding agents")]
+#[command(
+    name = "warden",
+    version,
+    about = "In-guest security supervisor for AI coding agents"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -66,13 +70,28 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let status = match cli.command {
-        Command::Init { config, main } => warden::init::run(warden::init::InitArgs { config, main }),
-        Command::Run { socket, folder, timeout, env, shell, interactive, keep_background, argv } => {
+        Command::Init { config, main } => {
+            warden::init::run(warden::init::InitArgs { config, main })
+        }
+        Command::Run {
+            socket,
+            folder,
+            timeout,
+            env,
+            shell,
+            interactive,
+            keep_background,
+            argv,
+        } => {
             let request = RunRequest {
                 argv: (!argv.is_empty()).then_some(argv),
                 shell,
                 folder,
-                stdin: if interactive { StdinMode::Pipe } else { StdinMode::Null },
+                stdin: if interactive {
+                    StdinMode::Pipe
+                } else {
+                    StdinMode::Null
+                },
                 env: match parse_env(&env) {
                     Ok(env) => env,
                     Err(e) => fail(&e),
@@ -110,7 +129,9 @@ fn run(socket: &PathBuf, request: RunRequest) -> Result<i32, String> {
     const ID: u32 = 1;
     let mut client = connect(socket)?;
     let pipe_stdin = request.stdin == StdinMode::Pipe;
-    client.send(ID, &Request::Run(request)).map_err(|e| e.to_string())?;
+    client
+        .send(ID, &Request::Run(request))
+        .map_err(|e| e.to_string())?;
     if pipe_stdin {
         let sender = client.sender();
         std::thread::spawn(move || {
@@ -132,7 +153,7 @@ fn run(socket: &PathBuf, request: RunRequest) -> Result<i32, String> {
     let mut stdout = std::io::stdout().lock();
     let mut stderr = std::io::stderr();
     loop {
-        match client.next().map_err(|e| e.to_string())? {
+        match client.receive().map_err(|e| e.to_string())? {
             Message::Output(Kind::Stderr, _, bytes) => {
                 let _ = stderr.write_all(&bytes);
             }
@@ -163,7 +184,10 @@ fn status(socket: &PathBuf, json: bool) -> Result<i32, String> {
     let mut client = connect(socket)?;
     let status = client.status().map_err(|e| e.to_string())?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?
+        );
     } else {
         print!("{}", describe(&status));
     }
@@ -175,11 +199,18 @@ fn describe(s: &Status) -> String {
         "warden {} (protocol {}), {}, up {:.1} s\n",
         s.version,
         s.protocol,
-        if s.pid1 { "PID 1" } else { "subreaper (not PID 1)" },
+        if s.pid1 {
+            "PID 1"
+        } else {
+            "subreaper (not PID 1)"
+        },
         s.uptime_ms as f64 / 1000.0
     );
     for u in &s.users {
-        out += &format!("user {:<8} uid {} gid {} groups {:?} home {}\n", u.name, u.uid, u.gid, u.groups, u.home);
+        out += &format!(
+            "user {:<8} uid {} gid {} groups {:?} home {}\n",
+            u.name, u.uid, u.gid, u.groups, u.home
+        );
     }
     for p in &s.layout {
         let mark = if p.ok { "ok  " } else { "BAD " };
@@ -193,7 +224,11 @@ fn describe(s: &Status) -> String {
         Some(m) => out += &format!("main process: pid {} {:?}\n", m.pid, m.argv),
         None => out += "main process: none\n",
     }
-    out += &format!("commands: {} started, {} running\n", s.commands_started, s.running.len());
+    out += &format!(
+        "commands: {} started, {} running\n",
+        s.commands_started,
+        s.running.len()
+    );
     for r in &s.running {
         out += &format!(
             "  #{} pid {} {:?} in {} ({} ms)\n",

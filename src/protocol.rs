@@ -81,7 +81,10 @@ pub enum Request {
     Run(RunRequest),
     /// Signal the whole process group of the running command `target`
     /// (a frame id of this connection).
-    Signal { target: u32, signal: String },
+    Signal {
+        target: u32,
+        signal: String,
+    },
     Status,
 }
 
@@ -259,24 +262,46 @@ mod tests {
         let cases: &[([u8; 9], Result<Header, FrameError>)] = &[
             (
                 [1, 0, 0, 0, 0, 0, 0, 0, 2],
-                Ok(Header { kind: Kind::Control, id: 0, len: 2 }),
+                Ok(Header {
+                    kind: Kind::Control,
+                    id: 0,
+                    len: 2,
+                }),
             ),
             (
                 [2, 0, 0, 1, 0, 0, 1, 0, 0],
-                Ok(Header { kind: Kind::Stdout, id: 256, len: 65536 }),
+                Ok(Header {
+                    kind: Kind::Stdout,
+                    id: 256,
+                    len: 65536,
+                }),
             ),
             (
                 [4, 255, 255, 255, 255, 0, 0, 0, 0],
-                Ok(Header { kind: Kind::Stdin, id: u32::MAX, len: 0 }),
+                Ok(Header {
+                    kind: Kind::Stdin,
+                    id: u32::MAX,
+                    len: 0,
+                }),
             ),
             (
                 [3, 0, 0, 0, 7, 0, 16, 0, 0],
-                Ok(Header { kind: Kind::Stderr, id: 7, len: MAX_FRAME }),
+                Ok(Header {
+                    kind: Kind::Stderr,
+                    id: 7,
+                    len: MAX_FRAME,
+                }),
             ),
-            ([3, 0, 0, 0, 7, 0, 16, 0, 1], Err(FrameError::TooLarge(MAX_FRAME + 1))),
+            (
+                [3, 0, 0, 0, 7, 0, 16, 0, 1],
+                Err(FrameError::TooLarge(MAX_FRAME + 1)),
+            ),
             ([0, 0, 0, 0, 0, 0, 0, 0, 0], Err(FrameError::UnknownKind(0))),
             ([9, 0, 0, 0, 0, 0, 0, 0, 0], Err(FrameError::UnknownKind(9))),
-            ([1, 0, 0, 0, 0, 255, 255, 255, 255], Err(FrameError::TooLarge(u32::MAX))),
+            (
+                [1, 0, 0, 0, 0, 255, 255, 255, 255],
+                Err(FrameError::TooLarge(u32::MAX)),
+            ),
         ];
         for (raw, want) in cases {
             assert_eq!(&Header::decode(raw), want, "header {raw:?}");
@@ -285,7 +310,11 @@ mod tests {
 
     #[test]
     fn header_round_trips() {
-        let h = Header { kind: Kind::Stderr, id: 0xdead_beef, len: 12345 };
+        let h = Header {
+            kind: Kind::Stderr,
+            id: 0xdead_beef,
+            len: 12345,
+        };
         assert_eq!(Header::decode(&h.encode()), Ok(h));
     }
 
@@ -294,12 +323,18 @@ mod tests {
         let ok: &[(&str, Request)] = &[
             (
                 r#"{"type":"hello","versions":[1]}"#,
-                Request::Hello { versions: vec![1], client: None },
+                Request::Hello {
+                    versions: vec![1],
+                    client: None,
+                },
             ),
             (r#"{"type":"status"}"#, Request::Status),
             (
                 r#"{"type":"signal","target":3,"signal":"TERM"}"#,
-                Request::Signal { target: 3, signal: "TERM".into() },
+                Request::Signal {
+                    target: 3,
+                    signal: "TERM".into(),
+                },
             ),
             (
                 r#"{"type":"run","argv":["id","-un"],"folder":"p","stdin":"pipe"}"#,
@@ -328,7 +363,10 @@ mod tests {
             r#"nul"#,
         ];
         for text in bad {
-            assert!(serde_json::from_str::<Request>(text).is_err(), "{text} parsed");
+            assert!(
+                serde_json::from_str::<Request>(text).is_err(),
+                "{text} parsed"
+            );
         }
     }
 }

@@ -121,7 +121,11 @@ impl Reaper {
         if !waiters.contains_key(&pid.as_raw()) {
             return false;
         }
-        let result = if group { killpg(pid, sig) } else { nix::sys::signal::kill(pid, sig) };
+        let result = if group {
+            killpg(pid, sig)
+        } else {
+            nix::sys::signal::kill(pid, sig)
+        };
         if let Err(e) = result {
             if e != Errno::ESRCH {
                 eprintln!("warden: cannot send {sig} to {pid}: {e}");

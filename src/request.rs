@@ -36,7 +36,10 @@ pub fn validate(req: RunRequest) -> Result<ValidRun, String> {
         return Err("argv must name a program".into());
     }
     if argv.len() > MAX_ARGS {
-        return Err(format!("argv has {} items; the limit is {MAX_ARGS}", argv.len()));
+        return Err(format!(
+            "argv has {} items; the limit is {MAX_ARGS}",
+            argv.len()
+        ));
     }
     if argv.iter().map(String::len).sum::<usize>() > MAX_ARG_BYTES {
         return Err(format!("argv exceeds {MAX_ARG_BYTES} bytes"));
@@ -48,7 +51,9 @@ pub fn validate(req: RunRequest) -> Result<ValidRun, String> {
     let mut env = Vec::with_capacity(req.env.len());
     for (name, value) in req.env {
         if !valid_env_name(&name) {
-            return Err(format!("environment name {name:?} is not [A-Za-z_][A-Za-z0-9_]*"));
+            return Err(format!(
+                "environment name {name:?} is not [A-Za-z_][A-Za-z0-9_]*"
+            ));
         }
         if value.contains('\0') {
             return Err(format!("environment value of {name} contains a NUL byte"));
@@ -98,7 +103,9 @@ pub fn parse_folder(text: &str) -> Result<Vec<String>, String> {
 
 pub fn valid_env_name(name: &str) -> bool {
     let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -109,7 +116,11 @@ pub fn parse_signal(text: &str) -> Result<nix::sys::signal::Signal, String> {
     if let Ok(n) = text.parse::<i32>() {
         return Signal::try_from(n).map_err(|_| format!("no signal number {n}"));
     }
-    let name = if text.starts_with("SIG") { text.to_string() } else { format!("SIG{text}") };
+    let name = if text.starts_with("SIG") {
+        text.to_string()
+    } else {
+        format!("SIG{text}")
+    };
     Signal::from_str(&name).map_err(|_| format!("unknown signal {text:?}"))
 }
 
@@ -161,7 +172,13 @@ mod tests {
             (run(Some(&[]), None), "name a program"),
             (run(Some(&[""]), None), "name a program"),
             (run(Some(&["a\0"]), None), "NUL"),
-            (RunRequest { timeout_ms: Some(0), ..run(Some(&["a"]), None) }, "positive"),
+            (
+                RunRequest {
+                    timeout_ms: Some(0),
+                    ..run(Some(&["a"]), None)
+                },
+                "positive",
+            ),
             (
                 RunRequest {
                     env: BTreeMap::from([("A=B".into(), "x".into())]),
@@ -176,7 +193,13 @@ mod tests {
                 },
                 "NUL",
             ),
-            (RunRequest { folder: Some("../up".into()), ..run(Some(&["a"]), None) }, "folder"),
+            (
+                RunRequest {
+                    folder: Some("../up".into()),
+                    ..run(Some(&["a"]), None)
+                },
+                "folder",
+            ),
         ];
         for (req, want) in errors {
             let err = validate(req.clone()).unwrap_err();
@@ -187,7 +210,11 @@ mod tests {
     #[test]
     fn signal_table() {
         use nix::sys::signal::Signal::*;
-        let cases = [("TERM", Some(SIGTERM)), ("SIGKILL", Some(SIGKILL)), ("10", Some(SIGUSR1))];
+        let cases = [
+            ("TERM", Some(SIGTERM)),
+            ("SIGKILL", Some(SIGKILL)),
+            ("10", Some(SIGUSR1)),
+        ];
         for (text, want) in cases {
             assert_eq!(parse_signal(text).ok(), want, "{text}");
         }

@@ -36,7 +36,10 @@ pub enum Grouping {
 pub enum Workdir {
     At(CString),
     /// chdir to `base`, then make (as the child's user) and enter each part.
-    Made { base: CString, parts: Vec<CString> },
+    Made {
+        base: CString,
+        parts: Vec<CString>,
+    },
 }
 
 /// A fully prepared program launch.
@@ -80,7 +83,10 @@ impl Launch {
             .map(CString::new)
             .collect::<Result<_, _>>()?;
         Ok(Launch {
-            argv: argv.iter().map(|a| CString::new(a.as_str())).collect::<Result<_, _>>()?,
+            argv: argv
+                .iter()
+                .map(|a| CString::new(a.as_str()))
+                .collect::<Result<_, _>>()?,
             env: env
                 .iter()
                 .map(|(k, v)| CString::new(format!("{k}={v}")))
@@ -206,7 +212,11 @@ pub fn spawn(
         argv: &argv,
         envp: &envp,
         groups: &groups,
-        stdio: [stdio.stdin.as_raw_fd(), stdio.stdout.as_raw_fd(), stdio.stderr.as_raw_fd()],
+        stdio: [
+            stdio.stdin.as_raw_fd(),
+            stdio.stdout.as_raw_fd(),
+            stdio.stderr.as_raw_fd(),
+        ],
         err_fd: err_write.as_raw_fd(),
     };
     let (pid, exit) = reaper
@@ -234,7 +244,11 @@ pub fn spawn(
 }
 
 fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
-    strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
 }
 
 fn read_failure(fd: &OwnedFd) -> Option<(Stage, Errno)> {
@@ -253,6 +267,15 @@ fn read_failure(fd: &OwnedFd) -> Option<(Stage, Errno)> {
     }
     let errno = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
     Some((Stage::from_u8(buf[0])?, Errno::from_raw(errno)))
+}
+
+/// The kernel's struct sigaction on x86_64 (not glibc's, which differs).
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
 }
 
 /// What the child runs, borrowed from memory prepared before fork.
@@ -275,9 +298,24 @@ impl ChildPlan<'_> {
         unsafe {
             // Signals: warden blocks them all and ignores SIGPIPE; a child
             // starts clean.
+            // The raw syscall: glibc's wrappers refuse the signals it
+            // reserves (32, 33), which may still be ignored.
+            let default = KernelSigaction {
+                handler: libc::SIG_DFL,
+                flags: 0,
+                restorer: 0,
+                mask: 0,
+            };
             for sig in 1..=64 {
                 if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                    libc::signal(sig, libc::SIG_DFL);
+                    let act: *const KernelSigaction = &default;
+                    libc::syscall(
+                        libc::SYS_rt_sigaction,
+                        sig,
+                        act,
+                        std::ptr::null::<u8>(),
+                        8usize,
+                    );
                 }
             }
             let empty: libc::sigset_t = std::mem::zeroed();
@@ -290,7 +328,12 @@ impl ChildPlan<'_> {
             }
             // Nothing of warden's may leak into the child: every other
             // descriptor closes at exec (the error pipe included).
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
 
             let grouped = match self.launch.grouping {
                 Grouping::Session => libc::setsid(),
@@ -340,11 +383,21 @@ impl ChildPlan<'_> {
                 libc::execve(path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr());
                 match Errno::last() {
                     Errno::ENOENT | Errno::ENOTDIR => {}
-                    Errno::EACCES => denied = true,
+                    // Denied: but a PATH folder we may not search only
+                    // means the program is not there.
+                    Errno::EACCES => {
+                        let mut st: libc::stat = std::mem::zeroed();
+                        if libc::stat(path.as_ptr(), &mut st) == 0 {
+                            denied = true;
+                        }
+                    }
                     other => self.fail(Stage::Exec, other),
                 }
             }
-            self.fail(Stage::Exec, if denied { Errno::EACCES } else { Errno::ENOENT })
+            self.fail(
+                Stage::Exec,
+                if denied { Errno::EACCES } else { Errno::ENOENT },
+            )
         }
     }
 

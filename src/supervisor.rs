@@ -107,12 +107,19 @@ impl Supervisor {
 
     pub fn shell_launch(&self, run: &ValidRun) -> Result<Launch, LaunchError> {
         let env = self.shell_env(&run.env);
-        let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("");
+        let path = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("");
         let workdir = match &run.folder {
             None => Workdir::At(c_path(&self.shell.home)?),
             Some(parts) => Workdir::Made {
                 base: c_path(&self.paths.workspace)?,
-                parts: parts.iter().map(|p| CString::new(p.as_str())).collect::<Result<_, _>>()?,
+                parts: parts
+                    .iter()
+                    .map(|p| CString::new(p.as_str()))
+                    .collect::<Result<_, _>>()?,
             },
         };
         Launch::new(
@@ -130,12 +137,17 @@ impl Supervisor {
     /// container engine set it), with the runtime's identity variables.
     pub fn main_launch(&self, argv: &[String]) -> Result<Launch, LaunchError> {
         let mut env: BTreeMap<String, String> = std::env::vars().collect();
-        env.entry("PATH".into()).or_insert_with(|| self.config.path.clone());
+        env.entry("PATH".into())
+            .or_insert_with(|| self.config.path.clone());
         env.insert("HOME".into(), self.runtime.home.display().to_string());
         env.insert("USER".into(), self.runtime.name.clone());
         env.insert("LOGNAME".into(), self.runtime.name.clone());
         let env: Vec<(String, String)> = env.into_iter().collect();
-        let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).unwrap_or_default();
+        let path = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
         Launch::new(
             argv,
             &env,
@@ -179,7 +191,9 @@ impl Supervisor {
     /// Signals every running command's whole process group.
     pub fn signal_commands(&self, sig: Signal) -> usize {
         let pids: Vec<Pid> = self.running().values().map(|r| r.pid).collect();
-        pids.iter().filter(|pid| self.reaper.signal(**pid, sig, true)).count()
+        pids.iter()
+            .filter(|pid| self.reaper.signal(**pid, sig, true))
+            .count()
     }
 
     pub fn set_main(&self, main: Option<MainState>) {
@@ -217,7 +231,11 @@ impl Supervisor {
 }
 
 fn identity(account: &Account) -> Identity {
-    Identity { uid: account.uid, gid: account.gid, groups: account.groups.clone() }
+    Identity {
+        uid: account.uid,
+        gid: account.gid,
+        groups: account.groups.clone(),
+    }
 }
 
 fn user_state(account: &Account) -> UserState {

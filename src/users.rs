@@ -35,7 +35,10 @@ pub struct Account {
 #[derive(Debug, thiserror::Error)]
 pub enum UsersError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Conflict(String),
 }
@@ -88,7 +91,11 @@ pub struct Plan {
 }
 
 /// Pure decision: given the current entries, what to add for `spec`.
-pub fn plan(spec: &UserSpec, passwd: &[PasswdEntry], groups: &[GroupEntry]) -> Result<Plan, String> {
+pub fn plan(
+    spec: &UserSpec,
+    passwd: &[PasswdEntry],
+    groups: &[GroupEntry],
+) -> Result<Plan, String> {
     let group_line = match groups.iter().find(|g| g.name == spec.name) {
         Some(g) if g.gid != spec.gid => {
             return Err(format!(
@@ -132,7 +139,10 @@ pub fn plan(spec: &UserSpec, passwd: &[PasswdEntry], groups: &[GroupEntry]) -> R
             ))
         }
     };
-    Ok(Plan { group_line, passwd_line })
+    Ok(Plan {
+        group_line,
+        passwd_line,
+    })
 }
 
 /// The groups `name` belongs to: its primary group, then every group that
@@ -180,12 +190,18 @@ fn read(path: &Path) -> Result<String, UsersError> {
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        Err(source) => Err(UsersError::Io { path: path.into(), source }),
+        Err(source) => Err(UsersError::Io {
+            path: path.into(),
+            source,
+        }),
     }
 }
 
 fn append(path: &Path, line: &str) -> Result<(), UsersError> {
-    let io = |source| UsersError::Io { path: path.into(), source };
+    let io = |source| UsersError::Io {
+        path: path.into(),
+        source,
+    };
     let mut file = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
@@ -219,7 +235,12 @@ mod tests {
     use super::*;
 
     fn spec(name: &str, uid: u32, gid: u32) -> UserSpec {
-        UserSpec { name: name.into(), uid, gid, home: format!("/home/{name}").into() }
+        UserSpec {
+            name: name.into(),
+            uid,
+            gid,
+            home: format!("/home/{name}").into(),
+        }
     }
 
     #[test]
@@ -235,7 +256,12 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                PasswdEntry { name: "root".into(), uid: 0, gid: 0, home: "/root".into() },
+                PasswdEntry {
+                    name: "root".into(),
+                    uid: 0,
+                    gid: 0,
+                    home: "/root".into()
+                },
                 PasswdEntry {
                     name: "runtime".into(),
                     uid: 2000,
@@ -261,19 +287,33 @@ mod tests {
         let passwd = parse_passwd("root:x:0:0::/root:/bin/sh\nold:x:2000:2000::/:/bin/sh\n");
         let groups = parse_group("root:x:0:\nold:x:2000:\n");
         // (spec, Ok((adds group, adds user)) or Err(substring))
-        let cases: Vec<(UserSpec, Result<(bool, bool), &str>)> = vec![
+        type Want = Result<(bool, bool), &'static str>;
+        let cases: Vec<(UserSpec, Want)> = vec![
             (spec("shell", 2001, 2001), Ok((true, true))),
             (spec("old", 2000, 2000), Ok((false, false))),
             (spec("old", 2002, 2000), Err("exists as 2000:2000")),
-            (spec("old", 2000, 2003), Err("group old exists with gid 2000")),
-            (spec("new", 2000, 2005), Err("uid 2000 is taken by user old")),
-            (spec("new", 2005, 2000), Err("gid 2000 is taken by group old")),
+            (
+                spec("old", 2000, 2003),
+                Err("group old exists with gid 2000"),
+            ),
+            (
+                spec("new", 2000, 2005),
+                Err("uid 2000 is taken by user old"),
+            ),
+            (
+                spec("new", 2005, 2000),
+                Err("gid 2000 is taken by group old"),
+            ),
         ];
         for (s, want) in cases {
             let got = plan(&s, &passwd, &groups);
             match (got, want) {
                 (Ok(p), Ok((g, u))) => {
-                    assert_eq!((p.group_line.is_some(), p.passwd_line.is_some()), (g, u), "{s:?}")
+                    assert_eq!(
+                        (p.group_line.is_some(), p.passwd_line.is_some()),
+                        (g, u),
+                        "{s:?}"
+                    )
                 }
                 (Err(e), Err(w)) => assert!(e.contains(w), "{s:?}: {e}"),
                 (got, want) => panic!("{s:?}: got {got:?}, want {want:?}"),
@@ -293,10 +333,16 @@ mod tests {
         let passwd_once = std::fs::read_to_string(etc.join("passwd")).unwrap();
         let second = ensure(etc, [&r, &s]).unwrap();
         assert_eq!(first, second);
-        assert_eq!(std::fs::read_to_string(etc.join("passwd")).unwrap(), passwd_once);
+        assert_eq!(
+            std::fs::read_to_string(etc.join("passwd")).unwrap(),
+            passwd_once
+        );
         let users = parse_passwd(&passwd_once);
         assert_eq!(users.len(), 3, "{passwd_once}");
-        assert_eq!(users[0].name, "root", "the unterminated last line stayed whole");
+        assert_eq!(
+            users[0].name, "root",
+            "the unterminated last line stayed whole"
+        );
         assert_eq!(first[1].groups, vec![2001]);
         let shadow = std::fs::read_to_string(etc.join("shadow")).unwrap();
         assert!(shadow.contains("shell:!:"), "{shadow}");

@@ -1,0 +1,261 @@
+//! A test machine: warden as PID 1 of a fresh PID and mount namespace, with
+//! its own copies of /etc/passwd and /etc/group bind-mounted over the real
+//! ones (so the host's are never touched) and its layout in a temp folder.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use warden::client::Client;
+
+pub const RUNTIME_UID: u32 = 2000;
+pub const SHELL_UID: u32 = 2001;
+
+/// Privileged tests need root. Outside CI they skip, saying why; under
+/// CI=true a missing prerequisite is a failure.
+pub fn privileged(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: needs root, and CI=true forbids skipping");
+    }
+    eprintln!("SKIPPED {test}: needs root (namespaces, bind mounts, setuid)");
+    false
+}
+
+pub fn warden_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_warden")
+}
+
+pub struct Options {
+    pub main: Vec<String>,
+    /// Extra machine config fields.
+    pub config: Value,
+    /// Run as PID 1 of a new PID namespace (else: only a mount namespace).
+    pub pid_namespace: bool,
+    /// Lines appended to the machine's /etc/passwd copy before boot.
+    pub passwd_extra: String,
+    /// Extra environment for warden itself.
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            main: Vec::new(),
+            config: json!({}),
+            pid_namespace: true,
+            passwd_extra: String::new(),
+            env: Vec::new(),
+        }
+    }
+}
+
+pub struct Machine {
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub home: PathBuf,
+    pub shell_home: PathBuf,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Machine {
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Starts warden; does not wait for it to be ready.
+    pub fn start(opts: Options) -> Machine {
+        let dir = tempfile::Builder::new()
+            .prefix("warden-test-")
+            .tempdir()
+            .unwrap();
+        let root = dir.path().to_path_buf();
+        // Other users (runtime, shell) must be able to pass through.
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let etc = root.join("etc");
+        std::fs::create_dir(&etc).unwrap();
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap() + &opts.passwd_extra;
+        std::fs::write(etc.join("passwd"), passwd).unwrap();
+        std::fs::copy("/etc/group", etc.join("group")).unwrap();
+        let home = root.join("home/runtime");
+        let shell_home = root.join("home/shell");
+        let socket = root.join("run/api.sock");
+        let mut config = json!({
+            "runtime": {"name": "runtime", "uid": RUNTIME_UID, "gid": RUNTIME_UID, "home": home},
+            "shell": {"name": "shell", "uid": SHELL_UID, "gid": SHELL_UID, "home": shell_home},
+            "socket": socket,
+            "grace_period_ms": 2000,
+            "drain_ms": 500,
+        });
+        if let (Value::Object(base), Value::Object(extra)) = (&mut config, opts.config) {
+            base.extend(extra);
+        }
+        let config_path = root.join("machine.json");
+        std::fs::write(&config_path, config.to_string()).unwrap();
+        let log = root.join("warden.log");
+        let script = format!(
+            "mount --bind {e}/passwd /etc/passwd && mount --bind {e}/group /etc/group && exec \"$@\"",
+            e = etc.display()
+        );
+        let mut cmd = Command::new("unshare");
+        if opts.pid_namespace {
+            cmd.args(["--pid", "--fork", "--mount-proc"]);
+        }
+        cmd.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+        ])
+        .arg(warden_bin())
+        .args(["init", "--config"])
+        .arg(&config_path)
+        .arg("--")
+        .args(&opts.main)
+        .envs(opts.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::options().append(true).open(&log).unwrap());
+        let child = cmd.spawn().expect("unshare");
+        Machine {
+            dir,
+            socket,
+            home,
+            shell_home,
+            child: Some(child),
+            log,
+        }
+    }
+
+    /// Starts warden and waits until its API answers.
+    pub fn boot(opts: Options) -> Machine {
+        let m = Machine::start(opts);
+        m.wait_ready();
+        m
+    }
+
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if Client::connect(&self.socket).is_ok() {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("warden did not become ready; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.socket)
+            .unwrap_or_else(|e| panic!("connect: {e}\nlog:\n{}", self.log()))
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// warden's pid on the host (the only child of unshare --fork, or the
+    /// unshare process itself, which execs it, without a PID namespace).
+    pub fn warden_pid(&self) -> i32 {
+        let unshare = self.child.as_ref().unwrap().id() as i32;
+        let children = format!("/proc/{unshare}/task/{unshare}/children");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let text = std::fs::read_to_string(&children).unwrap_or_default();
+            if let Some(pid) = text.split_whitespace().next() {
+                return pid.parse().unwrap();
+            }
+            let exe = std::fs::read_link(format!("/proc/{unshare}/exe")).unwrap_or_default();
+            if exe.ends_with("warden") {
+                return unshare;
+            }
+            if Instant::now() > deadline {
+                panic!("cannot find warden's pid; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    pub fn kill(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.warden_pid()), sig).unwrap();
+    }
+
+    /// Waits for warden to exit; returns its exit code.
+    pub fn wait(&mut self, limit: Duration) -> i32 {
+        let child = self.child.as_mut().unwrap();
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                use std::os::unix::process::ExitStatusExt;
+                return status
+                    .code()
+                    .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("warden did not exit within {limit:?}; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    pub fn audit_path(&self) -> PathBuf {
+        self.home.join("data/audit/warden.jsonl")
+    }
+
+    pub fn audit(&self) -> Vec<Value> {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.audit_path()) {
+            f.read_to_string(&mut text).unwrap();
+        }
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    pub fn audit_kinds(&self, kind: &str) -> Vec<Value> {
+        self.audit()
+            .into_iter()
+            .filter(|v| v["kind"] == kind)
+            .collect()
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGKILL of PID 1 ends its whole namespace.
+            let unshare = child.id();
+            let children = format!("/proc/{unshare}/task/{unshare}/children");
+            let text = std::fs::read_to_string(children).unwrap_or_default();
+            for pid in text
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+            {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub fn sh(line: &str) -> Vec<String> {
+    vec!["/bin/sh".into(), "-c".into(), line.into()]
+}
