@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use warden::client::{Client, Message};
 use warden::protocol::{Event, Kind, Request, RunRequest, Status, StdinMode};
 
@@ -121,11 +121,11 @@ fn parse_env(items: &[String]) -> Result<std::collections::BTreeMap<String, Stri
         .collect()
 }
 
-fn connect(socket: &PathBuf) -> Result<Client, String> {
+fn connect(socket: &Path) -> Result<Client, String> {
     Client::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))
 }
 
-fn run(socket: &PathBuf, request: RunRequest) -> Result<i32, String> {
+fn run(socket: &Path, request: RunRequest) -> Result<i32, String> {
     const ID: u32 = 1;
     let mut client = connect(socket)?;
     let pipe_stdin = request.stdin == StdinMode::Pipe;
@@ -180,7 +180,7 @@ fn run(socket: &PathBuf, request: RunRequest) -> Result<i32, String> {
     }
 }
 
-fn status(socket: &PathBuf, json: bool) -> Result<i32, String> {
+fn status(socket: &Path, json: bool) -> Result<i32, String> {
     let mut client = connect(socket)?;
     let status = client.status().map_err(|e| e.to_string())?;
     if json {
