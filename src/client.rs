@@ -104,36 +104,31 @@ impl Client {
 
     /// Runs a command to its end, collecting its output.
     pub fn run(&mut self, request: RunRequest) -> Result<Output, ClientError> {
-        self.run_streaming(request, |_, _| {})
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let exit = self.run_streaming(request, |kind, bytes| match kind {
+            Kind::Stderr => stderr.extend_from_slice(bytes),
+            _ => stdout.extend_from_slice(bytes),
+        })?;
+        Ok(Output {
+            stdout,
+            stderr,
+            exit,
+        })
     }
 
-    /// Runs a command to its end; `on_output` sees each chunk as it comes
-    /// (and the chunks are also collected).
+    /// Runs a command to its end; `on_output` sees each chunk as it comes.
     pub fn run_streaming(
         &mut self,
         request: RunRequest,
         mut on_output: impl FnMut(Kind, &[u8]),
-    ) -> Result<Output, ClientError> {
+    ) -> Result<ExitReport, ClientError> {
         const ID: u32 = 1;
         self.send(ID, &Request::Run(request))?;
-        let mut out = Output::default();
         loop {
             match self.receive()? {
-                Message::Output(kind, ID, bytes) => {
-                    on_output(kind, &bytes);
-                    match kind {
-                        Kind::Stderr => out.stderr.extend_from_slice(&bytes),
-                        _ => out.stdout.extend_from_slice(&bytes),
-                    }
-                }
+                Message::Output(kind, ID, bytes) => on_output(kind, &bytes),
                 Message::Event(ID, Event::Started { .. }) => {}
-                Message::Event(ID, Event::Exit(report)) => {
-                    out.exit = report;
-                    return Ok(out);
-                }
-                Message::Event(_, Event::Error { code, message }) => {
-                    return Err(ClientError::Warden { code, message })
-                }
+                Message::Event(ID, Event::Exit(report)) => return Ok(report),
                 other => return Err(unexpected(other)),
             }
         }
