@@ -11,7 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use warden::client::{Client, ClientError, Message, Output};
+use warden::client::{ClientError, Message, Output};
 use warden::protocol::{ErrorCode, Event, Header, Kind, Request, RunRequest, StdinMode};
 
 fn argv(args: &[&str]) -> RunRequest {
@@ -505,7 +505,8 @@ fn malformed_input_gets_typed_errors_and_warden_carries_on() {
     }
     let m = boot();
     // Fatal: the connection is closed after the error.
-    let fatal: Vec<(&str, Box<dyn Fn(&mut Raw)>, ErrorCode)> = vec![
+    type Send = Box<dyn Fn(&mut Raw)>;
+    let fatal: Vec<(&str, Send, ErrorCode)> = vec![
         (
             "run before hello",
             Box::new(|r| r.control(1, r#"{"type":"status"}"#)),
