@@ -124,8 +124,19 @@ pub fn ensure(specs: &[Spec]) -> Result<Vec<String>, LayoutError> {
         if let Some(parent) = spec.path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| err(parent, e.to_string()))?;
         }
-        let fd = open_or_create(spec, &mut changes)?;
-        fix(spec, &fd, &mut changes)?;
+        let mut fixes = Vec::new();
+        let made = open_or_create(spec)?;
+        fix(spec, &made.fd, &mut fixes)?;
+        if made.fresh {
+            changes.push(format!(
+                "made {} ({} {:04o})",
+                spec.path.display(),
+                spec.owner,
+                spec.mode
+            ));
+        } else {
+            changes.extend(fixes);
+        }
     }
     Ok(changes)
 }
@@ -137,7 +148,14 @@ fn err(path: &Path, problem: impl Into<String>) -> LayoutError {
     }
 }
 
-fn open_or_create(spec: &Spec, changes: &mut Vec<String>) -> Result<OwnedFd, LayoutError> {
+struct Opened {
+    fd: OwnedFd,
+    /// Made just now (so its fixes are part of making it, not news).
+    fresh: bool,
+}
+
+fn open_or_create(spec: &Spec) -> Result<Opened, LayoutError> {
+    let mut fresh = false;
     let path = &spec.path;
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_symlink() => {
@@ -145,6 +163,12 @@ fn open_or_create(spec: &Spec, changes: &mut Vec<String>) -> Result<OwnedFd, Lay
                 path,
                 "is a symlink; refusing to follow it (remove it by hand)",
             ))
+        }
+        Ok(meta) if spec.kind == Kind::Dir && !meta.is_dir() => {
+            return Err(err(path, "exists but is not a directory"))
+        }
+        Ok(meta) if spec.kind == Kind::File && !meta.is_file() => {
+            return Err(err(path, "exists but is not a regular file"))
         }
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -158,7 +182,7 @@ fn open_or_create(spec: &Spec, changes: &mut Vec<String>) -> Result<OwnedFd, Lay
                 .and_then(nix::unistd::close),
             };
             made.map_err(|e| err(path, format!("cannot create: {e}")))?;
-            changes.push(format!("made {}", path.display()));
+            fresh = true;
         }
         Err(e) => return Err(err(path, e.to_string())),
     }
@@ -170,7 +194,8 @@ fn open_or_create(spec: &Spec, changes: &mut Vec<String>) -> Result<OwnedFd, Lay
     let raw = nix::fcntl::open(path, flags | kind_flag, Mode::empty())
         .map_err(|e| err(path, format!("cannot open without following links: {e}")))?;
     // SAFETY: `raw` was just returned by open(2) and is owned by nobody else.
-    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    Ok(Opened { fd, fresh })
 }
 
 fn fix(spec: &Spec, fd: &OwnedFd, changes: &mut Vec<String>) -> Result<(), LayoutError> {

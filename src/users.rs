@@ -163,10 +163,17 @@ pub fn groups_of(name: &str, primary: u32, groups: &[GroupEntry]) -> Vec<u32> {
 pub fn ensure(etc: &Path, specs: [&UserSpec; 2]) -> Result<[Account; 2], UsersError> {
     let passwd_path = etc.join("passwd");
     let group_path = etc.join("group");
-    for spec in specs {
-        let passwd = parse_passwd(&read(&passwd_path)?);
-        let groups = parse_group(&read(&group_path)?);
-        let plan = plan(spec, &passwd, &groups).map_err(UsersError::Conflict)?;
+    // Decide for both before writing anything: a conflict changes nothing.
+    // (The config guarantees the two users differ in name, uid and gid, so
+    // one's additions cannot conflict with the other's.)
+    let passwd = parse_passwd(&read(&passwd_path)?);
+    let groups = parse_group(&read(&group_path)?);
+    let plans = specs
+        .map(|spec| plan(spec, &passwd, &groups))
+        .into_iter()
+        .collect::<Result<Vec<Plan>, String>>()
+        .map_err(UsersError::Conflict)?;
+    for (spec, plan) in specs.iter().zip(plans) {
         if let Some(line) = &plan.group_line {
             append(&group_path, line)?;
             append_if_exists(&etc.join("gshadow"), &format!("{}:!::\n", spec.name))?;

@@ -69,20 +69,32 @@ impl Machine {
         self.dir.path()
     }
 
-    /// Starts warden; does not wait for it to be ready.
-    pub fn start(opts: Options) -> Machine {
+    /// A fresh machine folder, with its own /etc/passwd and /etc/group.
+    pub fn folder(passwd_extra: &str) -> tempfile::TempDir {
         let dir = tempfile::Builder::new()
             .prefix("warden-test-")
             .tempdir()
             .unwrap();
-        let root = dir.path().to_path_buf();
         // Other users (runtime, shell) must be able to pass through.
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let etc = root.join("etc");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let etc = dir.path().join("etc");
         std::fs::create_dir(&etc).unwrap();
-        let passwd = std::fs::read_to_string("/etc/passwd").unwrap() + &opts.passwd_extra;
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap() + passwd_extra;
         std::fs::write(etc.join("passwd"), passwd).unwrap();
         std::fs::copy("/etc/group", etc.join("group")).unwrap();
+        dir
+    }
+
+    /// Starts warden; does not wait for it to be ready.
+    pub fn start(opts: Options) -> Machine {
+        let dir = Machine::folder(&opts.passwd_extra);
+        Machine::start_in(dir, opts)
+    }
+
+    /// Starts warden in a folder made by `folder` (perhaps booted before).
+    pub fn start_in(dir: tempfile::TempDir, opts: Options) -> Machine {
+        let root = dir.path().to_path_buf();
+        let etc = root.join("etc");
         let home = root.join("home/runtime");
         let shell_home = root.join("home/shell");
         let socket = root.join("run/api.sock");
@@ -210,6 +222,16 @@ impl Machine {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// Waits for warden to exit and hands back its folder, to boot again.
+    pub fn stop(mut self) -> tempfile::TempDir {
+        if self.child.is_some() {
+            self.kill(nix::sys::signal::Signal::SIGTERM);
+            self.wait(Duration::from_secs(30));
+        }
+        let placeholder = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.dir, placeholder)
     }
 
     pub fn audit_path(&self) -> PathBuf {
