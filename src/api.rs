@@ -5,6 +5,7 @@
 //! bounded queue, so a slow client slows its commands instead of growing
 //! warden's memory), and one task per command.
 
+use crate::output::{pump, write_frames, Out};
 use crate::protocol::{
     ErrorCode, Event, ExitReport, Header, Kind, Request, StdinMode, HEADER_LEN, SUPPORTED_VERSIONS,
 };
@@ -14,6 +15,7 @@ use crate::spawn::{self, SpawnError, Stdio};
 use crate::supervisor::Supervisor;
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
+use nix::sys::socket::sockopt::SndBufForce;
 use nix::unistd::Pid;
 use serde_json::json;
 use std::collections::HashMap;
@@ -21,18 +23,18 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::pipe;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::unix::OwnedReadHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
 /// Frames waiting for the writer, per connection.
 const OUT_QUEUE: usize = 32;
-/// Output is read in chunks of this size.
-const CHUNK: usize = 256 * 1024;
 /// A new connection must say hello within this time.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The send buffer of every API socket.
+const SOCKET_BUFFER: usize = 4 << 20;
 /// Pipes are widened to this size, where the kernel allows, for throughput.
 const PIPE_SIZE: libc::c_int = 1 << 20;
 
@@ -49,11 +51,6 @@ pub async fn serve(sup: Arc<Supervisor>, listener: UnixListener) {
             }
         }
     }
-}
-
-enum Out {
-    Event(u32, Event),
-    Data(Kind, u32, Vec<u8>),
 }
 
 type Failure = (ErrorCode, String);
@@ -79,6 +76,10 @@ struct Slot {
 
 async fn connection(sup: Arc<Supervisor>, stream: UnixStream) {
     let cred = stream.peer_cred();
+    // Spliced output is accounted in the socket's send buffer; the default
+    // (about 200 KiB) holds too few pages to keep the pipe moving. Root may
+    // raise it past the system's limit; failing leaves only slower output.
+    let _ = nix::sys::socket::setsockopt(&stream, SndBufForce, &SOCKET_BUFFER);
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(OUT_QUEUE);
     let writer = tokio::spawn(write_frames(wr, rx));
@@ -118,36 +119,6 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Event {
         code,
         message: message.into(),
     }
-}
-
-async fn write_frames(wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Out>) {
-    let mut w = BufWriter::with_capacity(CHUNK, wr);
-    while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        while let Some(out) = next {
-            if write_frame(&mut w, out).await.is_err() {
-                return;
-            }
-            next = rx.try_recv().ok();
-        }
-        if w.flush().await.is_err() {
-            return;
-        }
-    }
-}
-
-async fn write_frame(w: &mut BufWriter<OwnedWriteHalf>, out: Out) -> std::io::Result<()> {
-    let (kind, id, body) = match out {
-        Out::Event(id, event) => (Kind::Control, id, serde_json::to_vec(&event)?),
-        Out::Data(kind, id, bytes) => (kind, id, bytes),
-    };
-    let header = Header {
-        kind,
-        id,
-        len: body.len() as u32,
-    };
-    w.write_all(&header.encode()).await?;
-    w.write_all(&body).await
 }
 
 impl Conn {
@@ -508,28 +479,6 @@ pub fn signal_name(n: i32) -> String {
 
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
-}
-
-/// Streams one output pipe to the client, counting bytes.
-async fn pump(
-    mut rx: pipe::Receiver,
-    kind: Kind,
-    id: u32,
-    tx: mpsc::Sender<Out>,
-    count: Arc<AtomicU64>,
-) {
-    loop {
-        let mut buf = Vec::with_capacity(CHUNK);
-        match rx.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                count.fetch_add(n as u64, Ordering::Relaxed);
-                if tx.send(Out::Data(kind, id, buf)).await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
 }
 
 /// Feeds stdin frames to the command until the client closes stdin.

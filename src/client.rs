@@ -90,8 +90,13 @@ impl Client {
         self.reader.read_exact(&mut raw)?;
         let header =
             Header::decode(&raw).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let mut body = vec![0u8; header.len as usize];
-        self.reader.read_exact(&mut body)?;
+        let mut body = Vec::with_capacity(header.len as usize);
+        (&mut self.reader)
+            .take(header.len as u64)
+            .read_to_end(&mut body)?;
+        if body.len() != header.len as usize {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+        }
         match header.kind {
             Kind::Control => {
                 let event: Event = serde_json::from_slice(&body)

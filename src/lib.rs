@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod init;
 pub mod layout;
+pub mod output;
 pub mod protocol;
 pub mod reaper;
 pub mod request;

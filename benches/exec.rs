@@ -1,0 +1,250 @@
+//! Starting a command as `shell`: warden's API and `warden run` against
+//! sudo, runuser and a bare fork+exec+wait (the floor), measured side by
+//! side in one run; plus output throughput against a raw pipe, warden's
+//! idle memory and its binary's size.
+//!
+//! Run as root: `cargo bench --bench exec` (see docs/benchmarks.md).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{Machine, Options, SHELL_UID};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use warden::protocol::RunRequest;
+
+struct Stats {
+    name: String,
+    runs: usize,
+    p50: Duration,
+    p99: Duration,
+    mean: Duration,
+}
+
+fn measure(name: &str, runs: usize, mut once: impl FnMut()) -> Stats {
+    for _ in 0..runs / 10 {
+        once(); // warm up
+    }
+    let mut times: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            once();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    let mean = times.iter().sum::<Duration>() / runs as u32;
+    Stats {
+        name: name.to_string(),
+        runs,
+        p50: times[runs / 2],
+        p99: times[runs * 99 / 100],
+        mean,
+    }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn ok(cmd: &mut Command) {
+    let status = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{cmd:?}: {status}");
+}
+
+/// Runs the bench in a mount namespace of its own where /etc/passwd and
+/// /etc/group are copies that name `shell`, so sudo and runuser can switch
+/// to it without the host's files being touched.
+fn private_users(dir: &std::path::Path) {
+    use nix::mount::{mount, MsFlags};
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare(CLONE_NEWNS)");
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .unwrap();
+    for (file, line) in [
+        (
+            "passwd",
+            format!("shell:x:{SHELL_UID}:{SHELL_UID}::/tmp:/bin/sh\n"),
+        ),
+        ("group", format!("shell:x:{SHELL_UID}:\n")),
+    ] {
+        let copy = dir.join(file);
+        let text = std::fs::read_to_string(format!("/etc/{file}")).unwrap();
+        std::fs::write(&copy, text + &line).unwrap();
+        mount(
+            Some(&copy),
+            format!("/etc/{file}").as_str(),
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .unwrap();
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // cargo bench asks benches to list themselves
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: the exec bench needs root (namespaces, setuid)");
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    private_users(scratch.path());
+    for tool in ["sudo", "runuser"] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            panic!("{tool} is missing: run bench/run, which installs it");
+        }
+    }
+    let m = Machine::boot(Options::default());
+    let warden = common::warden_bin();
+    let socket = m.socket.clone();
+    let true_req = || RunRequest {
+        argv: Some(vec!["true".into()]),
+        ..Default::default()
+    };
+
+    let mut client = m.client();
+    let only_throughput = std::env::args().any(|a| a == "throughput");
+    let rows = if only_throughput {
+        Vec::new()
+    } else {
+        vec![
+            measure("fork+exec+wait /bin/true (floor)", 2000, || {
+                ok(&mut Command::new("/bin/true"))
+            }),
+            measure("API round trip: true (one connection)", 2000, || {
+                assert_eq!(client.run(true_req()).unwrap().exit.status, 0)
+            }),
+            measure("API: connect + hello + true", 1000, || {
+                assert_eq!(m.client().run(true_req()).unwrap().exit.status, 0)
+            }),
+            measure("warden run -- true (whole process)", 500, || {
+                ok(Command::new(warden)
+                    .args(["run", "--socket"])
+                    .arg(&socket)
+                    .args(["--", "true"]))
+            }),
+            measure("sudo -u shell env -i true", 300, || {
+                ok(Command::new("sudo").args(["-u", "shell", "env", "-i", "true"]))
+            }),
+            measure("runuser -u shell -- env -i true", 300, || {
+                ok(Command::new("runuser").args(["-u", "shell", "--", "env", "-i", "true"]))
+            }),
+        ]
+    };
+    if !rows.is_empty() {
+        let sudo = rows[4].p50;
+        let floor = rows[0].p50;
+        println!("\nstarting `true` as shell (p50 ratios: against the floor, and how many times faster than sudo)");
+        println!(
+            "{:<42} {:>6} {:>10} {:>10} {:>10} {:>9} {:>9}",
+            "", "runs", "p50 µs", "p99 µs", "mean µs", "x floor", "sudo/x"
+        );
+        for r in &rows {
+            println!(
+                "{:<42} {:>6} {:>10.0} {:>10.0} {:>10.0} {:>9.2} {:>9.2}",
+                r.name,
+                r.runs,
+                us(r.p50),
+                us(r.p99),
+                us(r.mean),
+                r.p50.as_secs_f64() / floor.as_secs_f64(),
+                sudo.as_secs_f64() / r.p50.as_secs_f64()
+            );
+        }
+    }
+    // Output throughput: warden's API against a raw pipe from the same
+    // producer, each moving the same bytes.
+    const BYTES: u64 = 4 << 30;
+    let producer = ["dd", "if=/dev/zero", "bs=1M", "count=4096", "status=none"];
+    let raw = {
+        let t = Instant::now();
+        let mut child = Command::new("dd")
+            .args(producer.iter().skip(1))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = child.stdout.take().unwrap();
+        // The same pipe size warden gives its commands.
+        // SAFETY: F_SETPIPE_SZ on a pipe this process owns.
+        unsafe {
+            libc::fcntl(
+                std::os::fd::AsRawFd::as_raw_fd(&out),
+                libc::F_SETPIPE_SZ,
+                1 << 20,
+            )
+        };
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut n = 0u64;
+        loop {
+            match out.read(&mut buf).unwrap() {
+                0 => break,
+                k => n += k as u64,
+            }
+        }
+        child.wait().unwrap();
+        assert_eq!(n, BYTES);
+        t.elapsed()
+    };
+    let api = {
+        let t = Instant::now();
+        let mut n = 0u64;
+        let req = RunRequest {
+            argv: Some(producer.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        };
+        client
+            .run_streaming(req, |_, b| n += b.len() as u64)
+            .unwrap();
+        assert_eq!(n, BYTES);
+        t.elapsed()
+    };
+    let gib = |d: Duration| BYTES as f64 / (1u64 << 30) as f64 / d.as_secs_f64();
+    println!("\noutput throughput, 4 GiB from `dd if=/dev/zero bs=1M`");
+    println!(
+        "{:<42} {:>10.2} GiB/s",
+        "raw pipe, read by the bench",
+        gib(raw)
+    );
+    println!(
+        "{:<42} {:>10.2} GiB/s  ({:.0}% of the raw pipe)",
+        "warden API stream",
+        gib(api),
+        100.0 * gib(api) / gib(raw)
+    );
+
+    // Warden's own footprint.
+    let pid = m.warden_pid();
+    std::thread::sleep(Duration::from_millis(200));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .unwrap_or("VmRSS: ?");
+    let hwm = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .unwrap_or("VmHWM: ?");
+    let size = std::fs::metadata(warden).unwrap().len();
+    println!(
+        "\nwarden after the runs above: {}, peak {}",
+        rss.split_whitespace().skip(1).collect::<Vec<_>>().join(" "),
+        hwm.split_whitespace().skip(1).collect::<Vec<_>>().join(" ")
+    );
+    println!(
+        "warden binary: {:.2} MiB ({warden})",
+        size as f64 / (1 << 20) as f64
+    );
+}
