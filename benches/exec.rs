@@ -3,7 +3,7 @@
 //! side in one run; plus output throughput against a raw pipe, warden's
 //! idle memory and its binary's size.
 //!
-//! Run as root: `cargo bench --bench exec` (see docs/benchmarks.md).
+//! Run as root: `scripts/bench` (see docs/benchmarks.md).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -109,6 +109,8 @@ fn main() {
     }
     let m = Machine::boot(Options::default());
     let warden = common::warden_bin();
+    std::thread::sleep(Duration::from_millis(200));
+    let idle_rss = vm_field(m.warden_pid(), "VmRSS:");
     let socket = m.socket.clone();
     let true_req = || RunRequest {
         argv: Some(vec!["true".into()]),
@@ -228,23 +230,22 @@ fn main() {
     // Warden's own footprint.
     let pid = m.warden_pid();
     std::thread::sleep(Duration::from_millis(200));
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let rss = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .unwrap_or("VmRSS: ?");
-    let hwm = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .unwrap_or("VmHWM: ?");
     let size = std::fs::metadata(warden).unwrap().len();
+    println!("\nwarden idle after boot: {idle_rss} resident");
     println!(
-        "\nwarden after the runs above: {}, peak {}",
-        rss.split_whitespace().skip(1).collect::<Vec<_>>().join(" "),
-        hwm.split_whitespace().skip(1).collect::<Vec<_>>().join(" ")
+        "warden after the runs above: {} resident, peak {}",
+        vm_field(pid, "VmRSS:"),
+        vm_field(pid, "VmHWM:")
     );
     println!(
         "warden binary: {:.2} MiB ({warden})",
         size as f64 / (1 << 20) as f64
     );
+}
+
+/// A field of /proc/PID/status, e.g. "3368 kB".
+fn vm_field(pid: i32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or("");
+    line[field.len().min(line.len())..].trim().to_string()
 }

@@ -100,7 +100,7 @@ pub struct RunRequest {
     /// A folder under the workspace, made if missing; absent: shell's home.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub folder: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "StdinMode::is_null")]
     pub stdin: StdinMode,
     /// Variables added to the clean environment, each named explicitly.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -109,7 +109,7 @@ pub struct RunRequest {
     pub timeout_ms: Option<u64>,
     /// Leave processes the command started in its group running after it
     /// exits (they are still killed at shutdown).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_background: bool,
 }
 
@@ -121,6 +121,12 @@ pub enum StdinMode {
     Null,
     /// stdin is fed by Stdin frames with this command's id.
     Pipe,
+}
+
+impl StdinMode {
+    fn is_null(&self) -> bool {
+        *self == StdinMode::Null
+    }
 }
 
 /// Warden to client.
@@ -316,6 +322,33 @@ mod tests {
             len: 12345,
         };
         assert_eq!(Header::decode(&h.encode()), Ok(h));
+    }
+
+    #[test]
+    fn the_examples_in_docs_protocol_md_are_what_the_code_sends() {
+        let doc = include_str!("../docs/protocol.md");
+        let hello = Request::Hello {
+            versions: vec![1],
+            client: None,
+        };
+        let run = Request::Run(RunRequest {
+            argv: Some(vec!["echo".into(), "hi".into()]),
+            ..Default::default()
+        });
+        let answer = Event::Hello {
+            version: 1,
+            server: "warden 0.1.0".into(),
+        };
+        let started = Event::Started { command: 1, pid: 9 };
+        for json in [
+            serde_json::to_string(&hello).unwrap(),
+            serde_json::to_string(&run).unwrap(),
+            serde_json::to_string(&answer).unwrap(),
+            serde_json::to_string(&started).unwrap(),
+        ] {
+            let framed = format!("{:08x}  {json}", json.len());
+            assert!(doc.contains(&framed), "docs/protocol.md lacks {framed}");
+        }
     }
 
     #[test]
