@@ -23,7 +23,15 @@ pub fn privileged(test: &str) -> bool {
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("{test}: needs root, and CI=true forbids skipping");
     }
-    eprintln!("SKIPPED {test}: needs root (namespaces, bind mounts, setuid)");
+    let reason = format!("{test}: needs root (namespaces, bind mounts, setuid)");
+    eprintln!("SKIPPED {reason}");
+    // cargo hides a passing test's output: scripts/test reads this file.
+    if let Ok(path) = std::env::var("WARDEN_TEST_SKIPS") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(path) {
+            let _ = writeln!(f, "{reason}");
+        }
+    }
     false
 }
 
