@@ -165,17 +165,23 @@ fn start_signal_loop(sup: Arc<Supervisor>, set: SigSet) -> mpsc::UnboundedReceiv
     let spawned = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || loop {
-            match set.wait() {
-                Ok(Signal::SIGCHLD) => {
-                    sup.reaper.reap();
-                }
-                Ok(sig) => {
-                    let _ = tx.send(sig);
-                }
-                Err(e) => {
-                    eprintln!("warden: sigwait: {e}");
-                    std::thread::sleep(Duration::from_millis(10));
-                }
+            // A bug here must not end signal handling for good: PID 1
+            // without it would leak zombies and ignore shutdown.
+            let step =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match set.wait() {
+                    Ok(Signal::SIGCHLD) => {
+                        sup.reaper.reap();
+                    }
+                    Ok(sig) => {
+                        let _ = tx.send(sig);
+                    }
+                    Err(e) => {
+                        eprintln!("warden: sigwait: {e}");
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }));
+            if step.is_err() {
+                eprintln!("warden: internal error in the signal loop; carrying on");
             }
         });
     if let Err(e) = spawned {
