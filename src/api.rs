@@ -5,7 +5,7 @@
 //! bounded queue, so a slow client slows its commands instead of growing
 //! warden's memory), and one task per command.
 
-use crate::output::{pump, write_frames, Out};
+use crate::output::{pump, write_frames, Budget, Out};
 use crate::protocol::{
     ErrorCode, Event, ExitReport, Header, Kind, Request, StdinMode, HEADER_LEN, SUPPORTED_VERSIONS,
 };
@@ -205,7 +205,11 @@ impl Conn {
         };
         let reply = match request {
             Request::Hello { .. } => Some(error(ErrorCode::BadRequest, "hello was already said")),
-            Request::Status => Some(Event::Status(Box::new(self.sup.status()))),
+            Request::Status => {
+                // Status proves the layers again, by behaviour.
+                self.sup.probe();
+                Some(Event::Status(Box::new(self.sup.status())))
+            }
             Request::Signal { target, signal } => Some(self.signal(target, &signal)),
             Request::Run(run) => self.start(id, run),
         };
@@ -244,6 +248,16 @@ impl Conn {
         }
         if self.sup.shutting_down() {
             return Some(error(ErrorCode::ShuttingDown, "warden is shutting down"));
+        }
+        if let Some(reason) = self.sup.confinement.refusal() {
+            self.sup.audit.record(
+                "command_refused",
+                json!({"requester_uid": self.uid, "reason": reason}),
+            );
+            return Some(error(
+                ErrorCode::NotConfined,
+                format!("commands are refused: {reason}"),
+            ));
         }
         let run = match request::validate(run) {
             Ok(run) => run,
@@ -338,6 +352,7 @@ impl Conn {
                 ..Default::default()
             }
         };
+        let limits = sup.limits_for(&run);
         let launch = match sup.shell_launch(&run) {
             Ok(launch) => launch,
             Err(e) => return failed(125, e.to_string()),
@@ -367,8 +382,7 @@ impl Conn {
             "command_start",
             json!({"command": command, "pid": pid.as_raw(), "requester_uid": self.uid,
                    "argv": run.argv, "folder": run.folder_text(),
-                   "timeout_ms": run.timeout.map(|t| t.as_millis() as u64),
-                   "keep_background": run.keep_background}),
+                   "limits": limits, "keep_background": run.keep_background}),
         );
         self.send(
             id,
@@ -380,35 +394,43 @@ impl Conn {
         .await;
 
         let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
-        let mut out = tokio::spawn(pump(
-            pipes.stdout,
-            Kind::Stdout,
-            id,
-            self.tx.clone(),
-            counts[0].clone(),
-        ));
-        let mut err = tokio::spawn(pump(
-            pipes.stderr,
-            Kind::Stderr,
-            id,
-            self.tx.clone(),
-            counts[1].clone(),
-        ));
+        let budget = Budget::new(limits.output_bytes);
+        let stream = |pipe, kind, count: &Arc<AtomicU64>| {
+            tokio::spawn(pump(
+                pipe,
+                kind,
+                id,
+                self.tx.clone(),
+                count.clone(),
+                budget.clone(),
+            ))
+        };
+        let mut out = stream(pipes.stdout, Kind::Stdout, &counts[0]);
+        let mut err = stream(pipes.stderr, Kind::Stderr, &counts[1]);
         let feeder = match (pipes.stdin, stdin_rx) {
             (Some(pipe), Some(rx)) => Some(tokio::spawn(feed(pipe, rx))),
             _ => None,
         };
 
         let mut exit_rx = spawned.exit;
-        let (exit, limit) = match run.timeout {
-            None => ((&mut exit_rx).await, None),
-            Some(limit) => tokio::select! {
-                exit = &mut exit_rx => (exit, None),
-                _ = tokio::time::sleep(limit) => {
-                    sup.reaper.signal(pid, Signal::SIGKILL, true);
-                    ((&mut exit_rx).await, Some("timeout".to_string()))
-                }
-            },
+        let deadline = async {
+            match limits.timeout_ms {
+                Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                None => std::future::pending().await,
+            }
+        };
+        // A limit warden watches kills the whole group at once.
+        let hit = tokio::select! {
+            exit = &mut exit_rx => Err(exit),
+            _ = deadline => Ok("timeout"),
+            _ = budget.exceeded.notified() => Ok("output"),
+        };
+        let (exit, limit) = match hit {
+            Err(exit) => (exit, None),
+            Ok(limit) => {
+                sup.reaper.signal(pid, Signal::SIGKILL, true);
+                ((&mut exit_rx).await, Some(limit.to_string()))
+            }
         };
         let drained = tokio::time::timeout(sup.drain_period(), async {
             let _ = (&mut out).await;
@@ -424,6 +446,12 @@ impl Conn {
         sup.command_ended(command);
 
         let exit = exit.unwrap_or(Exit::Code(125));
+        // Limits the kernel enforces announce themselves by signal.
+        let limit = limit.or_else(|| match exit {
+            Exit::Signal(libc::SIGXCPU) => Some("cpu".to_string()),
+            Exit::Signal(libc::SIGXFSZ) => Some("file_size".to_string()),
+            _ => None,
+        });
         let (code, signal) = match exit {
             Exit::Code(c) => (Some(c), None),
             Exit::Signal(n) => (None, Some(signal_name(n))),

@@ -17,6 +17,9 @@ pub struct MachineConfig {
     pub socket: PathBuf,
     /// Where the audit log is written; default `<runtime home>/data/audit`.
     pub audit_dir: Option<PathBuf>,
+    /// The confinement policy's folder (landlock.json, seccomp.json,
+    /// limits.json); a missing file means the built-in default.
+    pub policy_dir: PathBuf,
     /// The machine's main process, run as `runtime` (the command line's
     /// `-- ARGV` takes precedence).
     pub main: Vec<String>,
@@ -56,6 +59,7 @@ impl Default for MachineConfig {
             },
             socket: "/run/warden/api.sock".into(),
             audit_dir: None,
+            policy_dir: crate::policy::DEFAULT_DIR.into(),
             main: Vec::new(),
             grace_period_ms: 10_000,
             drain_ms: 2_000,
@@ -166,6 +170,9 @@ impl MachineConfig {
         }
         if !self.socket.is_absolute() {
             return Err(invalid("socket", "must be an absolute path"));
+        }
+        if !self.policy_dir.is_absolute() {
+            return Err(invalid("policy_dir", "must be an absolute path"));
         }
         if self.audit_dir.as_ref().is_some_and(|d| !d.is_absolute()) {
             return Err(invalid("audit_dir", "must be an absolute path"));

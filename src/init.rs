@@ -4,7 +4,9 @@
 use crate::api;
 use crate::audit::Audit;
 use crate::config::{self, MachineConfig};
+use crate::confine::{self, Confinement};
 use crate::layout;
+use crate::policy::Policy;
 use crate::protocol::MainState;
 use crate::reaper::Exit;
 use crate::spawn::{self, SpawnError, Stdio};
@@ -65,6 +67,10 @@ pub fn run(args: InitArgs) -> i32 {
     if !args.main.is_empty() {
         config.main = args.main;
     }
+    let policy = match Policy::load(&config.policy_dir) {
+        Ok(p) => p,
+        Err(e) => return refuse(e.to_string()),
+    };
     // 3. The two users.
     let accounts = match users::ensure(Path::new("/etc"), [&config.runtime, &config.shell]) {
         Ok(a) => a,
@@ -81,8 +87,15 @@ pub fn run(args: InitArgs) -> i32 {
         Ok(a) => a,
         Err(e) => return refuse(format!("audit log in {}: {e}", paths.audit_dir.display())),
     };
-    let sup = Arc::new(Supervisor::new(config, accounts, audit, pid1));
-    // 6. The async runtime, the signal loop and the API.
+    // 6. The confinement of commands, prepared once.
+    let proc_hidden = if pid1 {
+        confine::hide_processes()
+    } else {
+        Err("not PID 1: /proc belongs to the host; shell can list other processes".to_string())
+    };
+    let confinement = Confinement::new(policy, &paths.routines, &paths.shell_home, proc_hidden);
+    let sup = Arc::new(Supervisor::new(config, accounts, audit, confinement, pid1));
+    // 7. The async runtime, the signal loop and the API.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -96,6 +109,8 @@ pub fn run(args: InitArgs) -> i32 {
         Ok(l) => l,
         Err(e) => return refuse(format!("api socket {}: {e}", sup.config.socket.display())),
     };
+    // 8. Prove the confinement by behaviour, before serving anything.
+    let layers = sup.probe();
     runtime.spawn(api::serve(sup.clone(), listener));
     sup.audit.record(
         "boot",
@@ -103,19 +118,35 @@ pub fn run(args: InitArgs) -> i32 {
                "pid": nix::unistd::getpid().as_raw(), "config": config_path,
                "users": [user_line(&sup.runtime), user_line(&sup.shell)],
                "layout_changes": changes, "socket": sup.config.socket,
+               "policy": {"dir": sup.config.policy_dir, "digest": sup.confinement.policy.digest},
+               "layers": layers,
                "boot_ms": boot.elapsed().as_secs_f64() * 1e3}),
     );
+    for layer in layers.iter().filter(|l| !l.holds) {
+        let what = if layer.required {
+            "required"
+        } else {
+            "best effort"
+        };
+        eprintln!(
+            "warden: {} ({what}) does not hold: {}",
+            layer.layer, layer.detail
+        );
+    }
+    if let Some(reason) = sup.confinement.refusal() {
+        eprintln!("warden: commands will be refused: {reason}");
+    }
     eprintln!(
         "warden: ready in {:.1} ms: api on {}, audit log {}",
         boot.elapsed().as_secs_f64() * 1e3,
         sup.config.socket.display(),
         sup.audit.path().display()
     );
-    // 7. The main process, as runtime.
+    // 9. The main process, as runtime.
     let main = start_main(&sup);
-    // 8. Supervise until the end.
+    // 10. Supervise until the end.
     let status = runtime.block_on(supervise(sup.clone(), signals, main));
-    // 9. Leave the books in order.
+    // 11. Leave the books in order.
     let _ = std::fs::remove_file(&sup.config.socket);
     sup.audit.record("shutdown", json!({"status": status}));
     sup.audit.sync();
@@ -412,6 +443,11 @@ async fn stop_everything(sup: &Supervisor, mut main: Option<&mut Main>) {
         for pid in own_children() {
             let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
         }
+    }
+    // Let every command's task write its end to the audit log.
+    let deadline = Instant::now() + sup.drain_period() + Duration::from_secs(1);
+    while sup.running_count() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     sup.audit.record(
         "stopped",

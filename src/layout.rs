@@ -236,6 +236,52 @@ fn fix(spec: &Spec, fd: &OwnedFd, changes: &mut Vec<String>) -> Result<(), Layou
     Ok(())
 }
 
+/// Opens (making what is missing) the folder `parts` under `base`, one
+/// component at a time, never following a link: whatever `shell` planted
+/// in the workspace, the folder returned is really beneath it. New folders
+/// are `owner`'s, mode 0755.
+pub fn make_folder(base: &Path, parts: &[String], owner: (u32, u32)) -> Result<OwnedFd, String> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let open_at = |dir: Option<&OwnedFd>, name: &Path| -> nix::Result<OwnedFd> {
+        let raw = match dir {
+            None => nix::fcntl::open(name, flags, Mode::empty())?,
+            Some(d) => nix::fcntl::openat(Some(d.as_raw_fd()), name, flags, Mode::empty())?,
+        };
+        // SAFETY: `raw` was just returned by open(2) and is ours alone.
+        Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
+    };
+    let mut dir = open_at(None, base).map_err(|e| format!("{}: {e}", base.display()))?;
+    for part in parts {
+        let name = Path::new(part);
+        let made = match nix::sys::stat::mkdirat(
+            Some(dir.as_raw_fd()),
+            name,
+            Mode::from_bits_truncate(0o755),
+        ) {
+            Ok(()) => true,
+            Err(nix::errno::Errno::EEXIST) => false,
+            Err(e) => return Err(format!("cannot make {part}: {e}")),
+        };
+        let next = open_at(Some(&dir), name).map_err(|e| match e {
+            nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR => {
+                format!("{part} is a link or not a folder")
+            }
+            e => format!("cannot open {part}: {e}"),
+        })?;
+        if made {
+            fchown(
+                next.as_raw_fd(),
+                Some(Uid::from_raw(owner.0)),
+                Some(Gid::from_raw(owner.1)),
+            )
+            .and_then(|()| fchmod(next.as_raw_fd(), Mode::from_bits_truncate(0o755)))
+            .map_err(|e| format!("cannot give {part} to shell: {e}"))?;
+        }
+        dir = next;
+    }
+    Ok(dir)
+}
+
 /// Measures each path as it is now, without changing anything.
 pub fn measure(specs: &[Spec]) -> Vec<PathState> {
     specs

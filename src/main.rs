@@ -98,6 +98,7 @@ fn main() {
                 },
                 timeout_ms: timeout.map(|s| (s * 1000.0).ceil() as u64),
                 keep_background,
+                limits: None,
             };
             run(&socket, request).unwrap_or_else(|e| fail(&e))
         }
@@ -238,6 +239,18 @@ fn describe(s: &Status) -> String {
             r.folder.as_deref().unwrap_or("~shell"),
             r.running_ms
         );
+    }
+    for l in &s.layers {
+        let mark = if l.holds { "holds" } else { "DOES NOT HOLD" };
+        let need = if l.required {
+            "required"
+        } else {
+            "best effort"
+        };
+        out += &format!("layer {:<13} {mark} ({need}): {}\n", l.layer, l.detail);
+    }
+    if let Some(reason) = &s.refusing {
+        out += &format!("REFUSING COMMANDS: {reason}\n");
     }
     out += &format!("audit log: {}\n", s.audit_log);
     out

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncWriteExt, BufWriter, Interest};
 use tokio::net::unix::{pipe, OwnedWriteHalf};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 /// The most output one frame carries.
 pub const CHUNK: usize = 256 * 1024;
@@ -118,13 +118,45 @@ async fn splice_frame(
     Ok(())
 }
 
-/// Streams one output pipe to the client until end of file, counting bytes.
+/// The output a command may still send (stdout and stderr together).
+pub struct Budget {
+    used: AtomicU64,
+    limit: u64,
+    /// Fires when the command tried to send more than its limit.
+    pub exceeded: Notify,
+}
+
+impl Budget {
+    pub fn new(limit: Option<u64>) -> Arc<Budget> {
+        Arc::new(Budget {
+            used: AtomicU64::new(0),
+            limit: limit.unwrap_or(u64::MAX),
+            exceeded: Notify::new(),
+        })
+    }
+
+    /// Grants up to `want` bytes: fewer once the limit is reached, and
+    /// then `exceeded` fires.
+    fn grant(&self, want: usize) -> usize {
+        let before = self.used.fetch_add(want as u64, Ordering::SeqCst);
+        let left = self.limit.saturating_sub(before);
+        let granted = want.min(usize::try_from(left).unwrap_or(usize::MAX));
+        if granted < want {
+            self.exceeded.notify_one();
+        }
+        granted
+    }
+}
+
+/// Streams one output pipe to the client until end of file (or the end of
+/// its budget), counting bytes.
 pub async fn pump(
     rx: pipe::Receiver,
     kind: Kind,
     id: u32,
     tx: mpsc::Sender<Out>,
     count: Arc<AtomicU64>,
+    budget: Arc<Budget>,
 ) {
     let rx = Arc::new(rx);
     loop {
@@ -133,7 +165,11 @@ pub async fn pump(
         }
         let waiting = pending_bytes(&rx);
         if waiting > 0 && SPLICE_WORKS.load(Ordering::Relaxed) {
-            let len = waiting.min(CHUNK);
+            let wanted = waiting.min(CHUNK);
+            let len = budget.grant(wanted);
+            if len == 0 {
+                return;
+            }
             let (done, moved) = oneshot::channel();
             let frame = Out::Splice {
                 kind,
@@ -146,6 +182,9 @@ pub async fn pump(
                 return;
             }
             count.fetch_add(len as u64, Ordering::Relaxed);
+            if len < wanted {
+                return;
+            }
             continue;
         }
         // Nothing waiting means end of file (or a spurious wake-up).
@@ -153,9 +192,13 @@ pub async fn pump(
         match rx.try_read(&mut buf) {
             Ok(0) => return,
             Ok(n) => {
-                buf.truncate(n);
-                count.fetch_add(n as u64, Ordering::Relaxed);
-                if tx.send(Out::Data(kind, id, buf)).await.is_err() {
+                let granted = budget.grant(n);
+                buf.truncate(granted);
+                count.fetch_add(granted as u64, Ordering::Relaxed);
+                if granted > 0 && tx.send(Out::Data(kind, id, buf)).await.is_err() {
+                    return;
+                }
+                if granted < n {
                     return;
                 }
             }

@@ -111,6 +111,9 @@ pub struct RunRequest {
     /// exits (they are still killed at shutdown).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_background: bool,
+    /// Limits for this command; each only lowers the policy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::policy::Limits>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -191,6 +194,8 @@ pub enum ErrorCode {
     DuplicateId,
     UnknownId,
     ShuttingDown,
+    /// A layer the policy requires does not hold: no command runs.
+    NotConfined,
     Internal,
 }
 
@@ -222,6 +227,20 @@ pub struct Status {
     pub running: Vec<RunningCommand>,
     pub commands_started: u64,
     pub audit_log: String,
+    /// Each confinement layer of shell commands, as the last probe found it.
+    pub layers: Vec<LayerState>,
+    /// Why commands are refused, when a required layer does not hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusing: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerState {
+    pub layer: String,
+    /// Required by the policy: commands are refused while it does not hold.
+    pub required: bool,
+    pub holds: bool,
+    pub detail: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,5 +1,6 @@
 //! Pure checks of what a `run` request asks for, before anything runs.
 
+use crate::policy::Limits;
 use crate::protocol::{RunRequest, StdinMode};
 use std::time::Duration;
 
@@ -13,6 +14,8 @@ pub struct ValidRun {
     pub stdin: StdinMode,
     pub timeout: Option<Duration>,
     pub keep_background: bool,
+    /// The limits the request asks for (only ever tighten the policy's).
+    pub limits: Limits,
 }
 
 impl ValidRun {
@@ -65,6 +68,11 @@ pub fn validate(req: RunRequest) -> Result<ValidRun, String> {
         Some(ms) => Some(Duration::from_millis(ms)),
         None => None,
     };
+    let mut limits = req.limits.unwrap_or_default();
+    limits.timeout_ms = match (limits.timeout_ms, req.timeout_ms) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     Ok(ValidRun {
         argv,
         folder,
@@ -72,6 +80,7 @@ pub fn validate(req: RunRequest) -> Result<ValidRun, String> {
         stdin: req.stdin,
         timeout,
         keep_background: req.keep_background,
+        limits,
     })
 }
 

@@ -10,8 +10,10 @@ use crate::reaper::{Exit, Reaper};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::unistd::Pid;
+use seccompiler::BpfProgram;
 use std::ffi::{CString, NulError};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// Who the child becomes.
@@ -32,14 +34,25 @@ pub enum Grouping {
 }
 
 /// Where the child starts.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Workdir {
     At(CString),
-    /// chdir to `base`, then make (as the child's user) and enter each part.
-    Made {
-        base: CString,
-        parts: Vec<CString>,
-    },
+    /// A folder warden opened (and made) without following links.
+    Fd(OwnedFd),
+}
+
+/// The layers a command gets between fork and exec, prepared by warden.
+pub struct Confine {
+    /// The command's Landlock ruleset (None: no Landlock in this kernel).
+    pub landlock: Option<OwnedFd>,
+    /// seccomp filters, installed last, in order.
+    pub seccomp: Arc<Vec<BpfProgram>>,
+    /// (resource, soft, hard) for setrlimit.
+    pub rlimits: Vec<(u32, u64, u64)>,
+    /// The highest capability number of this kernel.
+    pub last_cap: u32,
+    /// Instead of exec, test every layer and report (see `Probe`).
+    pub probe: bool,
 }
 
 /// A fully prepared program launch.
@@ -51,8 +64,8 @@ pub struct Launch {
     identity: Identity,
     grouping: Grouping,
     workdir: Workdir,
-    /// Set no_new_privs before exec.
-    no_new_privs: bool,
+    /// The layers of a `shell` command; None for the (trusted) main process.
+    confine: Option<Confine>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +85,7 @@ impl Launch {
         identity: Identity,
         grouping: Grouping,
         workdir: Workdir,
-        no_new_privs: bool,
+        confine: Option<Confine>,
     ) -> Result<Launch, LaunchError> {
         let program = argv.first().ok_or(LaunchError::EmptyArgv)?;
         if program.is_empty() {
@@ -95,7 +108,7 @@ impl Launch {
             identity,
             grouping,
             workdir,
-            no_new_privs,
+            confine,
         })
     }
 }
@@ -121,6 +134,12 @@ pub enum Stage {
     NoNewPrivs = 4,
     Workdir = 5,
     Exec = 6,
+    Limits = 7,
+    Capabilities = 8,
+    Landlock = 9,
+    Seccomp = 10,
+    /// Not a failure: a probe's report.
+    Probe = 11,
 }
 
 impl Stage {
@@ -132,6 +151,11 @@ impl Stage {
             4 => Stage::NoNewPrivs,
             5 => Stage::Workdir,
             6 => Stage::Exec,
+            7 => Stage::Limits,
+            8 => Stage::Capabilities,
+            9 => Stage::Landlock,
+            10 => Stage::Seccomp,
+            11 => Stage::Probe,
             _ => return None,
         })
     }
@@ -144,6 +168,11 @@ impl Stage {
             Stage::NoNewPrivs => "cannot set no_new_privs",
             Stage::Workdir => "cannot make or enter the working folder",
             Stage::Exec => "cannot execute",
+            Stage::Limits => "cannot set resource limits",
+            Stage::Capabilities => "cannot empty the capability sets",
+            Stage::Landlock => "cannot enforce Landlock",
+            Stage::Seccomp => "cannot install the seccomp filter",
+            Stage::Probe => "probe",
         }
     }
 }
@@ -186,6 +215,31 @@ pub enum SpawnError {
 pub struct Spawned {
     pub pid: Pid,
     pub exit: oneshot::Receiver<Exit>,
+    /// A probe's findings (only when the launch was a probe).
+    pub probe: Option<Probe>,
+}
+
+/// What a probe child found, having applied every layer as a command would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe(pub u32);
+
+impl Probe {
+    /// Every capability set is empty (effective, permitted, inheritable,
+    /// bounding; ambient cleared).
+    pub const NO_CAPABILITIES: u32 = 1;
+    pub const NO_NEW_PRIVS: u32 = 1 << 1;
+    /// Opening "/" (granted to nobody) was refused with EACCES.
+    pub const LANDLOCK_FILESYSTEM: u32 = 1 << 2;
+    /// personality(2), harmless and denied, failed with EPERM.
+    pub const SECCOMP: u32 = 1 << 3;
+    /// A TCP connect to a port not granted was refused with EACCES.
+    pub const LANDLOCK_TCP: u32 = 1 << 4;
+    /// The uid is the command's.
+    pub const IDENTITY: u32 = 1 << 5;
+
+    pub fn has(self, bit: u32) -> bool {
+        self.0 & bit != 0
+    }
 }
 
 /// The three descriptors the child gets as 0, 1 and 2.
@@ -207,11 +261,21 @@ pub fn spawn(
     let argv = pointers(&launch.argv);
     let envp = pointers(&launch.env);
     let groups: Vec<libc::gid_t> = launch.identity.groups.clone();
+    let filters: Vec<libc::sock_fprog> = launch
+        .confine
+        .iter()
+        .flat_map(|c| c.seccomp.iter())
+        .map(|program| libc::sock_fprog {
+            len: program.len() as libc::c_ushort,
+            filter: program.as_ptr() as *mut libc::sock_filter,
+        })
+        .collect();
     let plan = ChildPlan {
         launch,
         argv: &argv,
         envp: &envp,
         groups: &groups,
+        filters: &filters,
         stdio: [
             stdio.stdin.as_raw_fd(),
             stdio.stdout.as_raw_fd(),
@@ -234,10 +298,19 @@ pub fn spawn(
     drop(err_write);
     drop(stdio);
     match read_failure(&err_read) {
-        None => Ok(Spawned { pid, exit }),
+        None => Ok(Spawned {
+            pid,
+            exit,
+            probe: None,
+        }),
+        Some((Stage::Probe, bits)) => Ok(Spawned {
+            pid,
+            exit,
+            probe: Some(Probe(bits as u32)),
+        }),
         Some((stage, errno)) => Err(SpawnError::Child(ChildFailure {
             stage,
-            errno,
+            errno: Errno::from_raw(errno),
             program: launch.argv[0].to_string_lossy().into_owned(),
         })),
     }
@@ -251,7 +324,8 @@ fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
         .collect()
 }
 
-fn read_failure(fd: &OwnedFd) -> Option<(Stage, Errno)> {
+/// The child's report: (stage, errno) of a failure, or (Probe, bits).
+fn read_failure(fd: &OwnedFd) -> Option<(Stage, i32)> {
     let mut buf = [0u8; 5];
     let mut got = 0;
     while got < buf.len() {
@@ -265,8 +339,73 @@ fn read_failure(fd: &OwnedFd) -> Option<(Stage, Errno)> {
     if got < buf.len() {
         return None;
     }
-    let errno = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
-    Some((Stage::from_u8(buf[0])?, Errno::from_raw(errno)))
+    let value = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
+    Some((Stage::from_u8(buf[0])?, value))
+}
+
+/// Empties the effective, permitted and inheritable sets (capset) and the
+/// ambient set, then reads them back with the bounding set: true only if
+/// nothing at all is left.
+///
+/// # Safety
+/// Only for a forked child: raw syscalls on stack memory.
+unsafe fn empty_capabilities(last_cap: u32) -> bool {
+    const VERSION_3: u32 = 0x2008_0522;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let zero = Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    };
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [zero; 2];
+    libc::prctl(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL,
+        0,
+        0,
+        0,
+    );
+    if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) < 0 {
+        return false;
+    }
+    data = [Data {
+        effective: 1,
+        permitted: 1,
+        inheritable: 1,
+    }; 2];
+    if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) < 0 {
+        return false;
+    }
+    let sets_empty = data
+        .iter()
+        .all(|d| d.effective == 0 && d.permitted == 0 && d.inheritable == 0);
+    let bounding_empty = (0..=last_cap)
+        .all(|cap| libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) == 0);
+    let ambient_empty = (0..=last_cap).all(|cap| {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_IS_SET,
+            cap as libc::c_ulong,
+            0,
+            0,
+        ) == 0
+    });
+    sets_empty && bounding_empty && ambient_empty
 }
 
 /// The kernel's struct sigaction on x86_64 (not glibc's, which differs).
@@ -284,6 +423,7 @@ struct ChildPlan<'a> {
     argv: &'a [*const libc::c_char],
     envp: &'a [*const libc::c_char],
     groups: &'a [libc::gid_t],
+    filters: &'a [libc::sock_fprog],
     stdio: [RawFd; 3],
     err_fd: RawFd,
 }
@@ -343,6 +483,33 @@ impl ChildPlan<'_> {
                 failed(Stage::Session);
             }
 
+            let confine = self.launch.confine.as_ref();
+            if let Some(c) = confine {
+                // Limits first, while still root (a hard limit can only be
+                // lowered), and the bounding set (dropping needs CAP_SETPCAP).
+                for &(resource, soft, hard) in &c.rlimits {
+                    let limit = libc::rlimit {
+                        rlim_cur: soft,
+                        rlim_max: hard,
+                    };
+                    if libc::syscall(
+                        libc::SYS_prlimit64,
+                        0,
+                        resource,
+                        &limit,
+                        std::ptr::null::<u8>(),
+                    ) < 0
+                    {
+                        failed(Stage::Limits);
+                    }
+                }
+                for cap in 0..=c.last_cap {
+                    if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0 {
+                        failed(Stage::Capabilities);
+                    }
+                }
+            }
+
             // Raw syscalls, not glibc's wrappers: those broadcast to threads
             // that do not exist in this child.
             let id = &self.launch.identity;
@@ -352,29 +519,46 @@ impl ChildPlan<'_> {
             {
                 failed(Stage::Credentials);
             }
-            if self.launch.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-                failed(Stage::NoNewPrivs);
+            if let Some(c) = confine {
+                if !empty_capabilities(c.last_cap) {
+                    self.fail(Stage::Capabilities, Errno::EPERM);
+                }
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+                    failed(Stage::NoNewPrivs);
+                }
             }
 
             libc::umask(0o022);
-            match &self.launch.workdir {
-                Workdir::At(dir) => {
-                    if libc::chdir(dir.as_ptr()) < 0 {
-                        failed(Stage::Workdir);
+            let entered = match &self.launch.workdir {
+                Workdir::At(dir) => libc::chdir(dir.as_ptr()),
+                Workdir::Fd(fd) => libc::fchdir(fd.as_raw_fd()),
+            };
+            if entered < 0 {
+                failed(Stage::Workdir);
+            }
+
+            if let Some(c) = confine {
+                if let Some(ruleset) = &c.landlock {
+                    if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32)
+                        < 0
+                    {
+                        failed(Stage::Landlock);
                     }
                 }
-                Workdir::Made { base, parts } => {
-                    if libc::chdir(base.as_ptr()) < 0 {
-                        failed(Stage::Workdir);
+                // Last: from here on, the command's own syscalls are filtered.
+                for filter in self.filters {
+                    let installed = libc::syscall(
+                        libc::SYS_seccomp,
+                        libc::SECCOMP_SET_MODE_FILTER,
+                        0u32,
+                        filter as *const libc::sock_fprog,
+                    );
+                    if installed < 0 {
+                        failed(Stage::Seccomp);
                     }
-                    for part in parts {
-                        if libc::mkdir(part.as_ptr(), 0o755) < 0 && Errno::last() != Errno::EEXIST {
-                            failed(Stage::Workdir);
-                        }
-                        if libc::chdir(part.as_ptr()) < 0 {
-                            failed(Stage::Workdir);
-                        }
-                    }
+                }
+                if c.probe {
+                    self.report_probe(c.last_cap);
                 }
             }
 
@@ -401,9 +585,59 @@ impl ChildPlan<'_> {
         }
     }
 
+    /// Tests, from inside, every layer just applied, and reports.
+    ///
+    /// # Safety
+    /// Only for the child, after the layers are applied; never returns.
+    unsafe fn report_probe(&self, last_cap: u32) -> ! {
+        let mut bits = 0u32;
+        if empty_capabilities(last_cap) {
+            bits |= Probe::NO_CAPABILITIES;
+        }
+        if libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1 {
+            bits |= Probe::NO_NEW_PRIVS;
+        }
+        let root = c"/";
+        let fd = libc::open(
+            root.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if fd < 0 && Errno::last() == Errno::EACCES {
+            bits |= Probe::LANDLOCK_FILESYSTEM;
+        }
+        if libc::syscall(libc::SYS_personality, 0xffff_ffffu32) < 0 && Errno::last() == Errno::EPERM
+        {
+            bits |= Probe::SECCOMP;
+        }
+        let sock = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if sock >= 0 {
+            let addr = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: 1u16.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let rc = libc::connect(sock, (&addr as *const libc::sockaddr_in).cast(), len);
+            if rc < 0 && Errno::last() == Errno::EACCES {
+                bits |= Probe::LANDLOCK_TCP;
+            }
+        }
+        if libc::getuid() == self.launch.identity.uid && libc::geteuid() == self.launch.identity.uid
+        {
+            bits |= Probe::IDENTITY;
+        }
+        self.report(Stage::Probe, bits as i32, 0)
+    }
+
     fn fail(&self, stage: Stage, errno: Errno) -> ! {
-        let status = failure_status(stage, errno);
-        let e = (errno as i32).to_ne_bytes();
+        self.report(stage, errno as i32, failure_status(stage, errno))
+    }
+
+    fn report(&self, stage: Stage, value: i32, status: i32) -> ! {
+        let e = value.to_ne_bytes();
         let msg = [stage as u8, e[0], e[1], e[2], e[3]];
         // SAFETY: write(2) and _exit(2) are async-signal-safe; `msg` is on
         // the child's stack.

@@ -3,16 +3,20 @@
 
 use crate::audit::Audit;
 use crate::config::MachineConfig;
+use crate::confine::Confinement;
 use crate::layout::{self, Paths, Spec};
+use crate::policy::Limits;
+use crate::protocol::LayerState;
 use crate::protocol::{MainState, RunningCommand, Status, UserState, SUPPORTED_VERSIONS};
 use crate::reaper::Reaper;
 use crate::request::ValidRun;
-use crate::spawn::{Grouping, Identity, Launch, LaunchError, Workdir};
+use crate::spawn::{self, Grouping, Identity, Launch, LaunchError, Probe, Stdio, Workdir};
 use crate::users::Account;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,6 +31,7 @@ pub struct Supervisor {
     pub specs: Vec<Spec>,
     pub reaper: Reaper,
     pub audit: Audit,
+    pub confinement: Confinement,
     pub pid1: bool,
     started: Instant,
     shutting_down: AtomicBool,
@@ -48,6 +53,7 @@ impl Supervisor {
         config: MachineConfig,
         [runtime, shell]: [Account; 2],
         audit: Audit,
+        confinement: Confinement,
         pid1: bool,
     ) -> Supervisor {
         let paths = Paths::new(&runtime, &shell, config.audit_dir());
@@ -60,6 +66,7 @@ impl Supervisor {
             specs,
             reaper: Reaper::default(),
             audit,
+            confinement,
             pid1,
             started: Instant::now(),
             shutting_down: AtomicBool::new(false),
@@ -105,32 +112,91 @@ impl Supervisor {
         env.into_iter().collect()
     }
 
-    pub fn shell_launch(&self, run: &ValidRun) -> Result<Launch, LaunchError> {
+    /// Everything to run `run` as shell: its folder opened (made if
+    /// missing), its environment, and every confinement layer.
+    pub fn shell_launch(&self, run: &ValidRun) -> Result<Launch, String> {
         let env = self.shell_env(&run.env);
         let path = env
             .iter()
             .find(|(k, _)| k == "PATH")
-            .map(|(_, v)| v.as_str())
-            .unwrap_or("");
-        let workdir = match &run.folder {
-            None => Workdir::At(c_path(&self.shell.home)?),
-            Some(parts) => Workdir::Made {
-                base: c_path(&self.paths.workspace)?,
-                parts: parts
-                    .iter()
-                    .map(|p| CString::new(p.as_str()))
-                    .collect::<Result<_, _>>()?,
-            },
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        let folder = match &run.folder {
+            None => None,
+            Some(parts) => Some(
+                layout::make_folder(
+                    &self.paths.workspace,
+                    parts,
+                    (self.shell.uid, self.shell.gid),
+                )
+                .map_err(|e| format!("cannot make or enter the working folder: {e}"))?,
+            ),
+        };
+        let limits = self.limits_for(run);
+        let confine = self
+            .confinement
+            .for_command(folder.as_ref(), &limits, false)?;
+        let workdir = match folder {
+            None => Workdir::At(c_path(&self.shell.home).map_err(|e| e.to_string())?),
+            Some(fd) => Workdir::Fd(fd),
         };
         Launch::new(
             &run.argv,
             &env,
-            path,
+            &path,
             identity(&self.shell),
             Grouping::Session,
             workdir,
-            true,
+            Some(confine),
         )
+        .map_err(|e| e.to_string())
+    }
+
+    /// The policy's limits, tightened by what the request asks.
+    pub fn limits_for(&self, run: &ValidRun) -> Limits {
+        self.confinement.policy.limits.tightened_by(&run.limits)
+    }
+
+    /// Applies every layer in a child as shell and has it test each from
+    /// inside; records and returns what holds.
+    pub fn probe(&self) -> Vec<LayerState> {
+        let found = self.run_probe();
+        self.confinement.record(found)
+    }
+
+    fn run_probe(&self) -> Result<Probe, String> {
+        let confine = self
+            .confinement
+            .for_command(None, &self.confinement.policy.limits, true)?;
+        let home = c_path(&self.shell.home).map_err(|e| e.to_string())?;
+        let launch = Launch::new(
+            &["warden-probe".to_string()],
+            &[],
+            "",
+            identity(&self.shell),
+            Grouping::Session,
+            Workdir::At(home),
+            Some(confine),
+        )
+        .map_err(|e| e.to_string())?;
+        let null = || {
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+                .map(OwnedFd::from)
+        };
+        let stdio = Stdio {
+            stdin: null().map_err(|e| e.to_string())?,
+            stdout: null().map_err(|e| e.to_string())?,
+            stderr: null().map_err(|e| e.to_string())?,
+        };
+        match spawn::spawn(&launch, stdio, &self.reaper, true) {
+            Ok(spawned) => spawned
+                .probe
+                .ok_or_else(|| "the probe ran past its checks".to_string()),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// The main process: warden's own environment (the machine's, as a
@@ -155,7 +221,7 @@ impl Supervisor {
             identity(&self.runtime),
             Grouping::ProcessGroup,
             Workdir::At(c_path(&self.runtime.home)?),
-            false,
+            None,
         )
     }
 
@@ -226,6 +292,8 @@ impl Supervisor {
             running,
             commands_started: self.next_command.load(Ordering::SeqCst) - 1,
             audit_log: self.audit.path().display().to_string(),
+            layers: self.confinement.layers(),
+            refusing: self.confinement.refusal(),
         }
     }
 }

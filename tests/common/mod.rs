@@ -286,6 +286,25 @@ impl Drop for Machine {
     }
 }
 
+/// How many processes of `uid` on the host run exactly `argv` (the test
+/// machines' processes are all visible from the host's PID namespace).
+pub fn processes_of(uid: u32, argv: &[&str]) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
+        .count()
+}
+
 pub fn sh(line: &str) -> Vec<String> {
     vec!["/bin/sh".into(), "-c".into(), line.into()]
 }

@@ -1,0 +1,268 @@
+//! The confinement of `shell` commands as a whole: prepared at boot from
+//! the policy, handed to each command, and verified by behaviour with a
+//! probe (a child that applies every layer, then tests each from inside).
+
+use crate::policy::{Limits, Policy, Requirement};
+use crate::protocol::LayerState;
+use crate::sandbox::{self, Coverage, StaticRules};
+use crate::spawn::{Confine, Probe};
+use seccompiler::BpfProgram;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+pub struct Confinement {
+    pub policy: Policy,
+    seccomp: Result<Arc<Vec<BpfProgram>>, String>,
+    rules: StaticRules,
+    pub coverage: Coverage,
+    last_cap: u32,
+    proc_hidden: Result<(), String>,
+    /// The layers as the last probe found them.
+    layers: Mutex<Vec<LayerState>>,
+}
+
+impl Confinement {
+    pub fn new(
+        policy: Policy,
+        routines: &Path,
+        shell_home: &Path,
+        proc_hidden: Result<(), String>,
+    ) -> Confinement {
+        let seccomp = crate::syscalls::build(&policy.seccomp).map(Arc::new);
+        let rules = StaticRules::open(&policy.landlock, routines, shell_home);
+        let coverage = sandbox::coverage(sandbox::kernel_abi(), &policy.landlock);
+        Confinement {
+            seccomp,
+            rules,
+            coverage,
+            last_cap: last_capability(),
+            proc_hidden,
+            policy,
+            layers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Everything one command gets; `folder` is its workspace folder.
+    pub fn for_command(
+        &self,
+        folder: Option<&OwnedFd>,
+        limits: &Limits,
+        probe: bool,
+    ) -> Result<Confine, String> {
+        let landlock = self
+            .rules
+            .ruleset(folder)
+            .map_err(|e| format!("landlock ruleset: {e}"))?;
+        let seccomp = match &self.seccomp {
+            Ok(programs) => programs.clone(),
+            Err(_) => Arc::new(Vec::new()),
+        };
+        Ok(Confine {
+            landlock,
+            seccomp,
+            rlimits: rlimits(limits),
+            last_cap: self.last_cap,
+            probe,
+        })
+    }
+
+    /// Turns a probe's findings into the layer report, and keeps it.
+    pub fn record(&self, probe: Result<Probe, String>) -> Vec<LayerState> {
+        let layers = self.judge(probe);
+        *self.layers.lock().unwrap_or_else(|e| e.into_inner()) = layers.clone();
+        layers
+    }
+
+    pub fn layers(&self) -> Vec<LayerState> {
+        self.layers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Why commands must be refused: a required layer that did not hold.
+    pub fn refusal(&self) -> Option<String> {
+        let layers = self.layers();
+        let down: Vec<String> = layers
+            .iter()
+            .filter(|l| l.required && !l.holds)
+            .map(|l| format!("{} did not hold ({})", l.layer, l.detail))
+            .collect();
+        (!down.is_empty()).then(|| down.join("; "))
+    }
+
+    fn judge(&self, probe: Result<Probe, String>) -> Vec<LayerState> {
+        let probe = match probe {
+            Ok(p) => p,
+            Err(e) => {
+                // The probe could not even start: nothing is proven.
+                return [
+                    "identity",
+                    "capabilities",
+                    "no_new_privs",
+                    "landlock",
+                    "seccomp",
+                ]
+                .iter()
+                .map(|layer| state(layer, true, false, format!("the probe failed: {e}")))
+                .collect();
+            }
+        };
+        let c = &self.coverage;
+        let landlock_required = self.policy.landlock.require == Requirement::Required;
+        let seccomp_required = self.policy.seccomp.require == Requirement::Required;
+        let fs_ok = !c.filesystem || probe.has(Probe::LANDLOCK_FILESYSTEM);
+        let tcp_ok = !c.tcp || probe.has(Probe::LANDLOCK_TCP);
+        let landlock_holds = c.missing.is_empty() && fs_ok && tcp_ok;
+        let mut enforced = Vec::new();
+        if c.filesystem && fs_ok {
+            enforced.push("filesystem");
+        }
+        if c.tcp && tcp_ok {
+            enforced.push("tcp");
+        }
+        if c.scopes {
+            enforced.push("scopes");
+        }
+        let mut landlock_detail = format!("ABI {}: enforced [{}]", c.abi, enforced.join(", "));
+        if !c.missing.is_empty() {
+            landlock_detail += &format!("; missing: {}", c.missing.join("; "));
+        }
+        if !fs_ok || !tcp_ok {
+            landlock_detail += "; the probe got through a rule the kernel claims to enforce";
+        }
+        if !self.rules.skipped.is_empty() {
+            let skipped: Vec<String> = self
+                .rules
+                .skipped
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            landlock_detail += &format!("; absent paths skipped: {}", skipped.join(" "));
+        }
+        let seccomp_detail = match (&self.seccomp, probe.has(Probe::SECCOMP)) {
+            (Err(e), _) => format!("cannot compile the filter: {e}"),
+            (Ok(p), true) => format!("{} filters; a denied syscall got EPERM", p.len()),
+            (Ok(_), false) => "a denied syscall was not refused".to_string(),
+        };
+        let proc_detail = match &self.proc_hidden {
+            Ok(()) => "/proc mounted with hidepid=invisible".to_string(),
+            Err(e) => e.clone(),
+        };
+        vec![
+            state(
+                "identity",
+                true,
+                probe.has(Probe::IDENTITY),
+                "uid, gid and groups of shell".into(),
+            ),
+            state(
+                "capabilities",
+                true,
+                probe.has(Probe::NO_CAPABILITIES),
+                "all five sets empty, read back".into(),
+            ),
+            state(
+                "no_new_privs",
+                true,
+                probe.has(Probe::NO_NEW_PRIVS),
+                "setuid binaries gain nothing".into(),
+            ),
+            state(
+                "landlock",
+                landlock_required,
+                landlock_holds,
+                landlock_detail,
+            ),
+            state(
+                "seccomp",
+                seccomp_required,
+                probe.has(Probe::SECCOMP) && self.seccomp.is_ok(),
+                seccomp_detail,
+            ),
+            state("rlimits", true, true, describe_limits(&self.policy.limits)),
+            state("proc_hidden", false, self.proc_hidden.is_ok(), proc_detail),
+            state(
+                "cgroups",
+                false,
+                false,
+                "not used by this build: per-command memory and pids limits rest on rlimits".into(),
+            ),
+        ]
+    }
+}
+
+fn state(layer: &str, required: bool, holds: bool, detail: String) -> LayerState {
+    LayerState {
+        layer: layer.to_string(),
+        required,
+        holds,
+        detail,
+    }
+}
+
+fn describe_limits(l: &Limits) -> String {
+    let show = |v: Option<u64>| v.map_or("unlimited".to_string(), |v| v.to_string());
+    format!(
+        "cpu_seconds {}, address_space_bytes {}, processes {}, file_size_bytes {}, open_files {}, output_bytes {}, timeout_ms {}",
+        show(l.cpu_seconds),
+        show(l.address_space_bytes),
+        show(l.processes),
+        show(l.file_size_bytes),
+        show(l.open_files),
+        show(l.output_bytes),
+        show(l.timeout_ms)
+    )
+}
+
+/// The rlimits for `limits`: (resource, soft, hard).
+pub fn rlimits(l: &Limits) -> Vec<(u32, u64, u64)> {
+    let mut out = vec![(libc::RLIMIT_CORE, 0, 0)];
+    if let Some(s) = l.cpu_seconds {
+        // SIGXCPU at the soft limit names the limit; SIGKILL a second later.
+        out.push((libc::RLIMIT_CPU, s, s + 1));
+    }
+    let same = [
+        (libc::RLIMIT_AS, l.address_space_bytes),
+        (libc::RLIMIT_NPROC, l.processes),
+        (libc::RLIMIT_FSIZE, l.file_size_bytes),
+        (libc::RLIMIT_NOFILE, l.open_files),
+    ];
+    out.extend(same.iter().filter_map(|(r, v)| v.map(|v| (*r, v, v))));
+    out
+}
+
+fn last_capability() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63)
+}
+
+/// Remounts /proc so that a user sees only its own processes.
+pub fn hide_processes() -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
+    let flags = MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount(Some("proc"), "/proc", Some("proc"), flags, Some("hidepid=invisible"))
+        .map_err(|e| format!("cannot remount /proc with hidepid=invisible: {e}; shell can list the runtime's processes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rlimits_table() {
+        let l = Limits {
+            cpu_seconds: Some(5),
+            processes: Some(10),
+            ..Default::default()
+        };
+        let got = rlimits(&l);
+        assert!(got.contains(&(libc::RLIMIT_CPU, 5, 6)));
+        assert!(got.contains(&(libc::RLIMIT_NPROC, 10, 10)));
+        assert!(got.contains(&(libc::RLIMIT_CORE, 0, 0)));
+        assert_eq!(got.len(), 3);
+    }
+}

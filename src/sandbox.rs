@@ -1,0 +1,213 @@
+//! Landlock: what a command may reach in the filesystem and over TCP, and
+//! whom it may signal. The paths the policy names are opened once at boot;
+//! each command gets a fresh ruleset (with its own workspace folder), built
+//! in warden and enforced by the child just before exec.
+
+use crate::policy::LandlockPolicy;
+use enumflags2::BitFlags;
+use landlock::{
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, Scope, ABI,
+};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// The newest Landlock ABI warden asks for (and is tested with).
+const WANTED: ABI = ABI::V7;
+
+/// The Landlock ABI the running kernel offers (0: none).
+pub fn kernel_abi() -> i32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute and the VERSION flag the syscall only
+    // returns a number.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    abi.max(0) as i32
+}
+
+/// What the kernel will enforce of the policy, measured from its ABI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Coverage {
+    pub abi: i32,
+    pub filesystem: bool,
+    pub tcp: bool,
+    pub scopes: bool,
+    /// What the policy asks for and the kernel cannot do, in words.
+    pub missing: Vec<String>,
+}
+
+pub fn coverage(abi: i32, policy: &LandlockPolicy) -> Coverage {
+    let mut missing = Vec::new();
+    if abi < 1 {
+        missing.push("filesystem rules (no Landlock in this kernel)".to_string());
+    }
+    let wants_tcp = true; // TCP is always handled: no port unless listed.
+    if wants_tcp && abi < 4 {
+        missing.push(format!(
+            "TCP connect/bind rules (need ABI 4, kernel has {abi})"
+        ));
+    }
+    if policy.scopes && abi < 6 {
+        missing.push(format!(
+            "signal and abstract-socket scopes (need ABI 6, kernel has {abi})"
+        ));
+    }
+    Coverage {
+        abi,
+        filesystem: abi >= 1,
+        tcp: abi >= 4,
+        scopes: policy.scopes && abi >= 6,
+        missing,
+    }
+}
+
+/// One path opened at boot, with the rights it grants.
+struct Grant {
+    fd: PathFd,
+    access: BitFlags<AccessFs>,
+}
+
+/// The policy's paths, opened once.
+pub struct StaticRules {
+    grants: Vec<Grant>,
+    tcp_connect: Vec<u16>,
+    tcp_bind: Vec<u16>,
+    scopes: bool,
+    /// Paths the policy names that do not exist here (skipped).
+    pub skipped: Vec<PathBuf>,
+}
+
+fn read_exec() -> BitFlags<AccessFs> {
+    AccessFs::from_read(WANTED)
+}
+
+fn read_only() -> BitFlags<AccessFs> {
+    AccessFs::from_read(WANTED) & !AccessFs::Execute
+}
+
+fn read_write() -> BitFlags<AccessFs> {
+    AccessFs::from_all(WANTED)
+}
+
+impl StaticRules {
+    /// Opens the policy's paths plus warden's own grants: `routines` read
+    /// only, shell's home read-write.
+    pub fn open(policy: &LandlockPolicy, routines: &Path, shell_home: &Path) -> StaticRules {
+        let mut grants = Vec::new();
+        let mut skipped = Vec::new();
+        let lists = [
+            (&policy.read_exec, read_exec()),
+            (&policy.read_only, read_only()),
+            (&policy.read_write, read_write()),
+        ];
+        let own = [
+            (routines.to_path_buf(), read_only()),
+            (shell_home.to_path_buf(), read_write()),
+        ];
+        let all = lists
+            .iter()
+            .flat_map(|(paths, access)| paths.iter().map(move |p| (p.clone(), *access)))
+            .chain(own);
+        for (path, access) in all {
+            match grant(&path, access) {
+                Some(g) => grants.push(g),
+                None => skipped.push(path),
+            }
+        }
+        StaticRules {
+            grants,
+            tcp_connect: policy.tcp_connect.clone(),
+            tcp_bind: policy.tcp_bind.clone(),
+            scopes: policy.scopes,
+            skipped,
+        }
+    }
+
+    /// A fresh ruleset for one command, with read-write on `folder`.
+    /// None when the kernel has no Landlock at all.
+    pub fn ruleset(&self, folder: Option<&OwnedFd>) -> Result<Option<OwnedFd>, String> {
+        let e = |e: landlock::RulesetError| e.to_string();
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(WANTED))
+            .map_err(e)?
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .map_err(e)?;
+        if self.scopes {
+            ruleset = ruleset.scope(Scope::from_all(WANTED)).map_err(e)?;
+        }
+        let mut created = ruleset.create().map_err(e)?;
+        for g in &self.grants {
+            created = created
+                .add_rule(PathBeneath::new(g.fd.as_fd(), g.access))
+                .map_err(e)?;
+        }
+        if let Some(folder) = folder {
+            created = created
+                .add_rule(PathBeneath::new(folder.as_fd(), read_write()))
+                .map_err(e)?;
+        }
+        for port in &self.tcp_connect {
+            created = created
+                .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+                .map_err(e)?;
+        }
+        for port in &self.tcp_bind {
+            created = created
+                .add_rule(NetPort::new(*port, AccessNet::BindTcp))
+                .map_err(e)?;
+        }
+        Ok(created.into())
+    }
+}
+
+fn grant(path: &Path, access: BitFlags<AccessFs>) -> Option<Grant> {
+    let meta = std::fs::metadata(path).ok()?;
+    // A file can only carry file rights.
+    let access = if meta.is_dir() {
+        access
+    } else {
+        access & AccessFs::from_file(WANTED)
+    };
+    Some(Grant {
+        fd: PathFd::new(path).ok()?,
+        access,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Policy;
+
+    #[test]
+    fn coverage_table() {
+        let policy = Policy::built_in().landlock;
+        let no_scopes = LandlockPolicy {
+            scopes: false,
+            ..policy.clone()
+        };
+        let cases = [
+            (0, &policy, (false, false, false), 3),
+            (3, &policy, (true, false, false), 2),
+            (4, &policy, (true, true, false), 1),
+            (6, &policy, (true, true, true), 0),
+            (7, &policy, (true, true, true), 0),
+            (5, &no_scopes, (true, true, false), 0),
+        ];
+        for (abi, p, (fs, tcp, scopes), missing) in cases {
+            let c = coverage(abi, p);
+            assert_eq!(
+                (c.filesystem, c.tcp, c.scopes, c.missing.len()),
+                (fs, tcp, scopes, missing),
+                "abi {abi}"
+            );
+        }
+    }
+}
