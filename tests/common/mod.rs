@@ -79,9 +79,11 @@ impl Machine {
 
     /// A fresh machine folder, with its own /etc/passwd and /etc/group.
     pub fn folder(passwd_extra: &str) -> tempfile::TempDir {
+        // Not under /tmp, which commands may write: the machine's files must
+        // be out of Landlock's grants, as they are in a real machine.
         let dir = tempfile::Builder::new()
             .prefix("warden-test-")
-            .tempdir()
+            .tempdir_in("/var/tmp")
             .unwrap();
         // Other users (runtime, shell) must be able to pass through.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -1,0 +1,243 @@
+/* Attacks a hostile command would try, one per name, run as `shell` through
+ * warden's API by tests/attacks.rs. Each prints one line saying what the
+ * kernel answered and exits 0 when the attempt was stopped, 1 when it got
+ * through, 2 on a usage error. A few modes serve the test instead of
+ * attacking (serve-abstract, for the runtime's side). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <linux/keyctl.h>
+#include <linux/netlink.h>
+#include <linux/perf_event.h>
+#include <linux/reboot.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/personality.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <termios.h>
+#include <unistd.h>
+
+static int blocked(const char *what, long rc) {
+    if (rc < 0) {
+        printf("blocked: %s: %s\n", what, strerror(errno));
+        return 0;
+    }
+    printf("GOT THROUGH: %s returned %ld\n", what, rc);
+    return 1;
+}
+
+/* The attempt must fail with exactly this errno (others may mean the
+ * attempt was malformed rather than stopped). */
+static int blocked_with(const char *what, long rc, int want) {
+    if (rc < 0 && errno == want) {
+        printf("blocked: %s: %s\n", what, strerror(errno));
+        return 0;
+    }
+    if (rc < 0)
+        printf("WRONG ERROR: %s: %s (wanted %s)\n", what, strerror(errno), strerror(want));
+    else
+        printf("GOT THROUGH: %s returned %ld\n", what, rc);
+    return 1;
+}
+
+/* Runs f in a child; stopped when the child dies of SIGSYS (seccomp kill). */
+static int killed_by_seccomp(const char *what, void (*f)(void)) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        f();
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS) {
+        printf("blocked: %s: killed by SIGSYS\n", what);
+        return 0;
+    }
+    printf("GOT THROUGH: %s (status %d)\n", what, status);
+    return 1;
+}
+
+static void x32_getpid(void) { syscall(0x40000000 | SYS_getpid); }
+
+static void ia32_getpid(void) {
+    long ret;
+    __asm__ volatile("int $0x80" : "=a"(ret) : "a"(20) : "memory");
+    (void)ret;
+}
+
+static int connect_unix(const char *path, int abstract) {
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (s < 0) return -1;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    size_t n = strlen(path);
+    if (n > sizeof(a.sun_path) - 2) n = sizeof(a.sun_path) - 2;
+    memcpy(a.sun_path + (abstract ? 1 : 0), path, n);
+    socklen_t len = offsetof(struct sockaddr_un, sun_path) + n + (abstract ? 1 : 0);
+    return connect(s, (struct sockaddr *)&a, len);
+}
+
+static int serve_abstract(const char *name) {
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    size_t n = strlen(name);
+    memcpy(a.sun_path + 1, name, n);
+    if (bind(s, (struct sockaddr *)&a, offsetof(struct sockaddr_un, sun_path) + n + 1) < 0 || listen(s, 8) < 0) {
+        perror("serve-abstract");
+        return 2;
+    }
+    for (;;) {
+        int c = accept(s, NULL, NULL);
+        if (c >= 0) {
+            write(c, "runtime-secret\n", 15);
+            close(c);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
+    const char *a = argv[1];
+    const char *arg = argc > 2 ? argv[2] : "";
+    pid_t target = argc > 2 ? atoi(argv[2]) : 1;
+
+    if (!strcmp(a, "serve-abstract")) return serve_abstract(arg);
+    if (!strcmp(a, "ptrace-attach")) return blocked("ptrace(PTRACE_ATTACH)", ptrace(PTRACE_ATTACH, target, 0, 0));
+    if (!strcmp(a, "ptrace-traceme")) return blocked_with("ptrace(PTRACE_TRACEME)", ptrace(PTRACE_TRACEME, 0, 0, 0), EPERM);
+    if (!strcmp(a, "process-vm-readv") || !strcmp(a, "process-vm-writev")) {
+        char buf[64] = {0};
+        struct iovec local = {buf, sizeof buf}, remote = {(void *)0x400000, sizeof buf};
+        long rc = a[11] == 'r' ? process_vm_readv(target, &local, 1, &remote, 1, 0)
+                               : process_vm_writev(target, &local, 1, &remote, 1, 0);
+        return blocked(a, rc);
+    }
+    if (!strcmp(a, "proc-mem")) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/mem", target);
+        return blocked("open /proc/PID/mem", open(path, O_RDWR));
+    }
+    if (!strcmp(a, "io-uring")) {
+        char params[120] = {0};
+        return blocked_with("io_uring_setup", syscall(SYS_io_uring_setup, 8, params), EPERM);
+    }
+    if (!strcmp(a, "bpf")) {
+        union bpf_attr attr;
+        memset(&attr, 0, sizeof attr);
+        attr.map_type = BPF_MAP_TYPE_ARRAY;
+        attr.key_size = 4;
+        attr.value_size = 4;
+        attr.max_entries = 1;
+        return blocked_with("bpf(BPF_MAP_CREATE)", syscall(SYS_bpf, BPF_MAP_CREATE, &attr, sizeof attr), EPERM);
+    }
+    if (!strcmp(a, "perf-event-open")) {
+        struct perf_event_attr attr;
+        memset(&attr, 0, sizeof attr);
+        attr.size = sizeof attr;
+        attr.type = PERF_TYPE_SOFTWARE;
+        attr.config = PERF_COUNT_SW_CPU_CLOCK;
+        attr.exclude_kernel = 1;
+        return blocked_with("perf_event_open", syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0), EPERM);
+    }
+    if (!strcmp(a, "userfaultfd")) return blocked_with("userfaultfd", syscall(SYS_userfaultfd, O_CLOEXEC | 1), EPERM);
+    if (!strcmp(a, "keyctl"))
+        return blocked_with("keyctl(GET_KEYRING_ID)", syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0), EPERM);
+    if (!strcmp(a, "add-key"))
+        return blocked_with("add_key", syscall(SYS_add_key, "user", "x", "v", 1, KEY_SPEC_PROCESS_KEYRING), EPERM);
+    if (!strcmp(a, "mount")) return blocked_with("mount tmpfs", mount("none", "/tmp", "tmpfs", 0, NULL), EPERM);
+    if (!strcmp(a, "umount")) return blocked_with("umount2 /proc", umount2("/proc", MNT_DETACH), EPERM);
+    if (!strcmp(a, "unshare-user")) return blocked_with("unshare(CLONE_NEWUSER)", unshare(CLONE_NEWUSER), EPERM);
+    if (!strcmp(a, "unshare-net")) return blocked_with("unshare(CLONE_NEWNET)", unshare(CLONE_NEWNET), EPERM);
+    if (!strcmp(a, "clone-newuser"))
+        return blocked_with("clone(CLONE_NEWUSER)", syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0), EPERM);
+    if (!strcmp(a, "clone3")) {
+        unsigned long long args[11] = {0};
+        args[0] = CLONE_NEWUSER;
+        args[4] = SIGCHLD;
+        return blocked_with("clone3(CLONE_NEWUSER)", syscall(SYS_clone3, args, sizeof args), ENOSYS);
+    }
+    if (!strcmp(a, "setns")) {
+        int fd = open("/proc/self/ns/uts", O_RDONLY);
+        return blocked_with("setns", syscall(SYS_setns, fd, 0), EPERM);
+    }
+    if (!strcmp(a, "init-module")) return blocked_with("init_module", syscall(SYS_init_module, "", 0, ""), EPERM);
+    if (!strcmp(a, "finit-module")) {
+        int fd = open("/dev/null", O_RDONLY);
+        return blocked_with("finit_module", syscall(SYS_finit_module, fd, "", 0), EPERM);
+    }
+    if (!strcmp(a, "reboot"))
+        return blocked_with("reboot(POWER_OFF)", syscall(SYS_reboot, LINUX_REBOOT_MAGIC1, LINUX_REBOOT_MAGIC2, LINUX_REBOOT_CMD_POWER_OFF, 0), EPERM);
+    if (!strcmp(a, "kexec")) return blocked_with("kexec_load", syscall(SYS_kexec_load, 0, 0, 0, 0), EPERM);
+    if (!strcmp(a, "swapon")) return blocked_with("swapon", syscall(SYS_swapon, "/tmp/swap", 0), EPERM);
+    if (!strcmp(a, "syslog")) return blocked_with("syslog(READ_ALL)", syscall(SYS_syslog, 3, (char[16]){0}, 16), EPERM);
+    if (!strcmp(a, "open-by-handle")) {
+        char handle[136] = {0};
+        ((unsigned int *)handle)[0] = 8;
+        return blocked_with("open_by_handle_at", syscall(SYS_open_by_handle_at, AT_FDCWD, handle, O_RDONLY), EPERM);
+    }
+    if (!strcmp(a, "chroot")) return blocked_with("chroot", chroot("/tmp"), EPERM);
+    if (!strcmp(a, "personality")) return blocked_with("personality(ADDR_NO_RANDOMIZE)", personality(ADDR_NO_RANDOMIZE), EPERM);
+    if (!strcmp(a, "tiocsti")) {
+        char c = 'x';
+        return blocked_with("ioctl(TIOCSTI)", ioctl(0, TIOCSTI, &c), EPERM);
+    }
+    if (!strcmp(a, "af-packet")) return blocked_with("socket(AF_PACKET)", socket(AF_PACKET, SOCK_RAW, 0), EPERM);
+    if (!strcmp(a, "raw-socket")) return blocked_with("socket(AF_INET, SOCK_RAW)", socket(AF_INET, SOCK_RAW, IPPROTO_ICMP), EPERM);
+    if (!strcmp(a, "netlink-audit")) return blocked_with("socket(AF_NETLINK, NETLINK_AUDIT)", socket(AF_NETLINK, SOCK_RAW, NETLINK_AUDIT), EPERM);
+    if (!strcmp(a, "x32")) return killed_by_seccomp("x32 getpid", x32_getpid);
+    if (!strcmp(a, "ia32")) return killed_by_seccomp("ia32 int 0x80 getpid", ia32_getpid);
+    if (!strcmp(a, "kill")) return blocked("kill(SIGKILL)", kill(target, SIGKILL));
+    if (!strcmp(a, "unix-connect")) return blocked("connect to a unix socket", connect_unix(arg, 0));
+    if (!strcmp(a, "abstract-connect")) return blocked_with("connect to an abstract socket", connect_unix(arg, 1), EPERM);
+    if (!strcmp(a, "tcp-connect")) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(atoi(arg))};
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+        return blocked_with("tcp connect to loopback", connect(s, (struct sockaddr *)&sa, sizeof sa), EACCES);
+    }
+    if (!strcmp(a, "tcp-bind")) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(atoi(arg))};
+        return blocked_with("tcp bind", bind(s, (struct sockaddr *)&sa, sizeof sa), EACCES);
+    }
+    if (!strcmp(a, "memory-bomb")) {
+        /* Touch memory until something stops us. */
+        size_t total = 0;
+        for (;;) {
+            char *p = malloc(64 << 20);
+            if (!p) break;
+            memset(p, 1, 64 << 20);
+            total += 64 << 20;
+            if (total > (size_t)64 << 30) break;
+        }
+        printf("%s: stopped after %zu MiB\n", total > (size_t)8 << 30 ? "GOT THROUGH" : "blocked", total >> 20);
+        return total > (size_t)8 << 30;
+    }
+    if (!strcmp(a, "capabilities")) {
+        FILE *f = fopen("/proc/self/status", "r");
+        char line[256];
+        int bad = 0;
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "Cap", 3) && !strstr(line, "0000000000000000")) {
+                printf("GOT THROUGH: %s", line);
+                bad = 1;
+            }
+        if (!bad) printf("blocked: every capability set is empty\n");
+        return bad;
+    }
+    fprintf(stderr, "unknown attack %s\n", a);
+    return 2;
+}
