@@ -1,0 +1,526 @@
+//! The attack suite: what a hostile command would try, each run as `shell`
+//! through warden's API on a real warden (PID 1 of its own namespaces, real
+//! users, real Landlock, seccomp and rlimits), each asserting it fails.
+//! The syscall-level attempts are `tests/attacks/attack.c`, compiled here.
+
+mod common;
+
+use common::{privileged, Machine, Options, RUNTIME_UID, SHELL_UID};
+use serde_json::json;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use warden::client::Output;
+use warden::policy::Limits;
+use warden::protocol::RunRequest;
+
+const ENV_CANARY: &str = "CANARY-ENV-5e2b9c";
+const DATA_CANARY: &str = "CANARY-DATA-81f0aa";
+const ROUTINE_CANARY: &str = "CANARY-ROUTINE-3c77";
+
+/// The attack program, built with the machine's C compiler into a folder
+/// commands may execute from.
+fn build_attack_program() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("warden-attack-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("attack");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/attacks/attack.c");
+    let out = Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("cc");
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A setuid-root copy of id: it must gain nothing.
+    let suid = dir.path().join("id-suid");
+    std::fs::copy("/usr/bin/id", &suid).unwrap();
+    std::fs::set_permissions(&suid, PermissionsExt::from_mode(0o4755)).unwrap();
+    (dir, bin)
+}
+
+struct Scene {
+    m: Machine,
+    bin: PathBuf,
+    _bin_dir: tempfile::TempDir,
+    main_pid: i32,
+    abstract_name: String,
+    listener: std::net::TcpListener,
+}
+
+impl Scene {
+    fn new() -> Scene {
+        let (bin_dir, bin) = build_attack_program();
+        // Unique per scene: abstract names are shared by the whole host.
+        let abstract_name =
+            format!("warden-test-runtime-{}", bin_dir.path().display()).replace('/', "-");
+        let m = Machine::boot(Options {
+            main: vec![
+                bin.display().to_string(),
+                "serve-abstract".into(),
+                abstract_name.clone(),
+            ],
+            ..Default::default()
+        });
+        // The runtime's secrets, memory, routines, and a folder of its own in
+        // the workspace: all things a command must not reach.
+        let h = &m.home;
+        std::fs::write(h.join(".env"), format!("API_KEY={ENV_CANARY}\n")).unwrap();
+        let as_runtime =
+            |p: &Path| std::os::unix::fs::chown(p, Some(RUNTIME_UID), Some(RUNTIME_UID)).unwrap();
+        for (path, text) in [
+            (h.join("data/memory.txt"), DATA_CANARY),
+            (h.join("workspace/routines/agent.md"), ROUTINE_CANARY),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            as_runtime(&path);
+        }
+        std::fs::set_permissions(
+            h.join("workspace/routines/agent.md"),
+            PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
+        let notes = h.join("workspace/runtime-notes");
+        std::fs::create_dir(&notes).unwrap();
+        std::fs::write(notes.join("n.txt"), "notes").unwrap();
+        as_runtime(&notes);
+        as_runtime(&notes.join("n.txt"));
+        std::os::unix::fs::symlink(h.join("data"), h.join("workspace/evil")).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let main_pid = loop {
+            if let Some(main) = m.client().status().unwrap().main {
+                break main.pid;
+            }
+            assert!(Instant::now() < deadline, "no main process");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Scene {
+            m,
+            bin,
+            _bin_dir: bin_dir,
+            main_pid,
+            abstract_name,
+            listener,
+        }
+    }
+
+    fn run(&self, mut req: RunRequest) -> Output {
+        if req.folder.is_none() {
+            req.folder = Some("attacks".into());
+        }
+        self.m.client().run(req).unwrap()
+    }
+
+    fn attack(&self, args: &[&str]) -> Output {
+        let mut argv = vec![self.bin.display().to_string()];
+        argv.extend(args.iter().map(|s| s.to_string()));
+        self.run(RunRequest {
+            argv: Some(argv),
+            ..Default::default()
+        })
+    }
+}
+
+fn sh(line: &str) -> RunRequest {
+    RunRequest {
+        shell: Some(line.into()),
+        ..Default::default()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// No canary may ever appear in a command's output.
+fn assert_no_secret(name: &str, o: &Output) {
+    let t = text(o);
+    for canary in [ENV_CANARY, DATA_CANARY] {
+        assert!(!t.contains(canary), "{name}: a secret leaked: {t}");
+    }
+}
+
+#[test]
+fn every_attack_fails() {
+    if !privileged("every_attack_fails") {
+        return;
+    }
+    let s = Scene::new();
+    let h = s.m.home.display().to_string();
+    let main = s.main_pid.to_string();
+    let audit = s.m.audit_path().display().to_string();
+    let config = s.m.root().join("machine.json").display().to_string();
+    let socket = s.m.socket.display().to_string();
+    let port = s.listener.local_addr().unwrap().port().to_string();
+
+    // Shell lines that must fail (non-zero exit), leaking nothing.
+    let lines: Vec<(&str, String)> = vec![
+        ("read .env", format!("cat {h}/.env")),
+        ("list data/", format!("ls {h}/data")),
+        ("read a memory file", format!("cat {h}/data/memory.txt")),
+        ("read the audit log", format!("cat {audit}")),
+        (
+            "write into routines",
+            format!("echo x > {h}/workspace/routines/planted"),
+        ),
+        (
+            "change a routine",
+            format!("echo evil >> {h}/workspace/routines/agent.md"),
+        ),
+        (
+            "delete a routine",
+            format!("rm -f {h}/workspace/routines/agent.md"),
+        ),
+        (
+            "rename routines",
+            format!("mv {h}/workspace/routines {h}/workspace/r2"),
+        ),
+        (
+            "delete the runtime's workspace folder",
+            format!("rm -rf {h}/workspace/runtime-notes"),
+        ),
+        (
+            "symlink to .env, then read",
+            format!("ln -s {h}/.env l && cat l"),
+        ),
+        ("hardlink to .env", format!("ln {h}/.env hard")),
+        (
+            "symlink to data/, then list",
+            format!("ln -s {h}/data d && ls d/"),
+        ),
+        (
+            "list the workspace's other folders",
+            format!("ls {h}/workspace"),
+        ),
+        ("list /", "ls /".into()),
+        ("write in /etc", "touch /etc/planted".into()),
+        (
+            "write in /var/tmp",
+            "touch /var/tmp/planted-by-shell".into(),
+        ),
+        (
+            "read warden's config (world-readable, not granted)",
+            format!("cat {config}"),
+        ),
+        (
+            "read /proc/1/environ (warden)",
+            "cat /proc/1/environ".into(),
+        ),
+        (
+            "read the runtime's environ",
+            format!("cat /proc/{main}/environ"),
+        ),
+        (
+            "read the runtime's cmdline",
+            format!("cat /proc/{main}/cmdline"),
+        ),
+        ("see the runtime's process", format!("test -e /proc/{main}")),
+        ("sudo", "sudo -n true".into()),
+        ("su to root", "su -c id root </dev/null".into()),
+        ("read /etc/shadow", "cat /etc/shadow".into()),
+    ];
+    let mut tried = 0;
+    for (name, line) in &lines {
+        let o = s.run(sh(line));
+        assert_ne!(o.exit.status, 0, "{name} succeeded: {}", text(&o));
+        assert_no_secret(name, &o);
+        tried += 1;
+    }
+    // And nothing those lines tried changed anything.
+    let routine = std::fs::read_to_string(s.m.home.join("workspace/routines/agent.md")).unwrap();
+    assert_eq!(routine, ROUTINE_CANARY, "a routine was changed");
+    assert!(s.m.home.join("workspace/runtime-notes/n.txt").exists());
+    assert!(!s.m.home.join("workspace/routines/planted").exists());
+    assert!(!Path::new("/var/tmp/planted-by-shell").exists());
+
+    // Syscall-level attempts: the program says what the kernel answered.
+    let programs: Vec<(&str, Vec<&str>)> = vec![
+        ("ptrace the runtime", vec!["ptrace-attach", &main]),
+        ("ptrace warden", vec!["ptrace-attach", "1"]),
+        ("ptrace traceme", vec!["ptrace-traceme"]),
+        (
+            "process_vm_readv the runtime",
+            vec!["process-vm-readv", &main],
+        ),
+        (
+            "process_vm_writev the runtime",
+            vec!["process-vm-writev", &main],
+        ),
+        ("open the runtime's /proc/PID/mem", vec!["proc-mem", &main]),
+        ("io_uring", vec!["io-uring"]),
+        ("bpf", vec!["bpf"]),
+        ("perf_event_open", vec!["perf-event-open"]),
+        ("userfaultfd", vec!["userfaultfd"]),
+        ("keyctl", vec!["keyctl"]),
+        ("add_key", vec!["add-key"]),
+        ("mount", vec!["mount"]),
+        ("umount", vec!["umount"]),
+        ("unshare a user namespace", vec!["unshare-user"]),
+        ("unshare a network namespace", vec!["unshare-net"]),
+        ("clone with CLONE_NEWUSER", vec!["clone-newuser"]),
+        ("clone3", vec!["clone3"]),
+        ("setns", vec!["setns"]),
+        ("init_module", vec!["init-module"]),
+        ("finit_module", vec!["finit-module"]),
+        ("reboot", vec!["reboot"]),
+        ("kexec_load", vec!["kexec"]),
+        ("swapon", vec!["swapon"]),
+        ("syslog", vec!["syslog"]),
+        ("open_by_handle_at", vec!["open-by-handle"]),
+        ("chroot", vec!["chroot"]),
+        ("personality", vec!["personality"]),
+        ("TIOCSTI", vec!["tiocsti"]),
+        ("AF_PACKET socket", vec!["af-packet"]),
+        ("raw socket", vec!["raw-socket"]),
+        ("netlink audit socket", vec!["netlink-audit"]),
+        ("x32 syscall", vec!["x32"]),
+        ("ia32 syscall", vec!["ia32"]),
+        ("kill the runtime", vec!["kill", &main]),
+        ("kill warden", vec!["kill", "1"]),
+        ("connect to warden's socket", vec!["unix-connect", &socket]),
+        (
+            "connect to the runtime's abstract socket",
+            vec!["abstract-connect", &s.abstract_name],
+        ),
+        ("TCP connect to a loopback port", vec!["tcp-connect", &port]),
+        ("TCP bind", vec!["tcp-bind", "8080"]),
+        ("keep a capability", vec!["capabilities"]),
+    ];
+    for (name, args) in &programs {
+        let o = s.attack(args);
+        assert_eq!(o.exit.status, 0, "{name}: {}", text(&o));
+        assert!(text(&o).starts_with("blocked: "), "{name}: {}", text(&o));
+        assert_no_secret(name, &o);
+        tried += 1;
+    }
+    // The abstract socket really is there: root, outside the sandbox,
+    // reaches it, so the refusal above was the scope, not a typo.
+    use std::os::linux::net::SocketAddrExt;
+    let addr =
+        std::os::unix::net::SocketAddr::from_abstract_name(s.abstract_name.as_bytes()).unwrap();
+    let reached = std::os::unix::net::UnixStream::connect_addr(&addr);
+    assert!(
+        reached.is_ok(),
+        "the runtime's abstract socket is not listening"
+    );
+
+    // A setuid-root binary runs, but as shell.
+    let o = s.run(RunRequest {
+        argv: Some(vec![
+            s.bin.with_file_name("id-suid").display().to_string(),
+            "-u".into(),
+        ]),
+        ..Default::default()
+    });
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        SHELL_UID.to_string(),
+        "{}",
+        text(&o)
+    );
+    tried += 1;
+
+    // A folder that leads out of the workspace through a planted link.
+    let o = s.run(RunRequest {
+        folder: Some("evil/x".into()),
+        ..sh("true")
+    });
+    assert_eq!(o.exit.status, 125, "{:?}", o.exit);
+    assert!(!s.m.home.join("data/x").exists());
+    tried += 1;
+
+    eprintln!("{tried} attacks tried, all stopped");
+    assert!(tried >= 40);
+
+    // What the suite found is what warden says.
+    let status = s.m.client().status().unwrap();
+    for layer in [
+        "identity",
+        "capabilities",
+        "no_new_privs",
+        "landlock",
+        "seccomp",
+        "proc_hidden",
+    ] {
+        let l = status.layers.iter().find(|l| l.layer == layer).unwrap();
+        assert!(
+            l.holds,
+            "status says {layer} does not hold, yet the attacks failed: {l:?}"
+        );
+    }
+    assert_eq!(status.refusing, None);
+}
+
+fn limited(req: RunRequest, limits: Limits) -> RunRequest {
+    RunRequest {
+        limits: Some(limits),
+        ..req
+    }
+}
+
+#[test]
+fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
+    if !privileged("bombs_and_floods_hit_their_limits_and_the_machine_carries_on") {
+        return;
+    }
+    let s = Scene::new();
+    let alive = || {
+        let t = Instant::now();
+        let o = s.run(sh("echo alive"));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            "alive\n",
+            "{:?}",
+            o.exit
+        );
+        assert!(t.elapsed() < Duration::from_secs(10));
+    };
+    // A fork bomb: stopped by the process limit and the timeout.
+    let bomb = limited(
+        sh("bomb() { bomb | bomb & }; bomb; sleep 2"),
+        Limits {
+            processes: Some(64),
+            timeout_ms: Some(5000),
+            ..Default::default()
+        },
+    );
+    let o = s.run(bomb);
+    assert!(
+        text(&o).to_lowercase().contains("fork"),
+        "the bomb never hit the process limit: {}",
+        text(&o)
+    );
+    alive();
+    assert_eq!(
+        common::processes_of(
+            SHELL_UID,
+            &["/bin/sh", "-c", "bomb() { bomb | bomb & }; bomb; sleep 2"]
+        ),
+        0
+    );
+
+    // A memory bomb: stopped by the address-space limit.
+    let mut argv = vec![s.bin.display().to_string(), "memory-bomb".into()];
+    let o = s.run(limited(
+        RunRequest {
+            argv: Some(std::mem::take(&mut argv)),
+            ..Default::default()
+        },
+        Limits {
+            address_space_bytes: Some(512 << 20),
+            ..Default::default()
+        },
+    ));
+    assert!(text(&o).starts_with("blocked: "), "{}", text(&o));
+    alive();
+
+    // Output, file size, CPU time: each named in the exit event.
+    let cases = [
+        (
+            "output",
+            sh("yes"),
+            Limits {
+                output_bytes: Some(1 << 20),
+                ..Default::default()
+            },
+        ),
+        (
+            "file_size",
+            RunRequest {
+                argv: Some(
+                    ["dd", "if=/dev/zero", "of=big", "bs=1M", "count=4"]
+                        .map(String::from)
+                        .to_vec(),
+                ),
+                ..Default::default()
+            },
+            Limits {
+                file_size_bytes: Some(1 << 20),
+                ..Default::default()
+            },
+        ),
+        (
+            "cpu",
+            sh("while :; do :; done"),
+            Limits {
+                cpu_seconds: Some(1),
+                ..Default::default()
+            },
+        ),
+        (
+            "timeout",
+            sh("sleep 30"),
+            Limits {
+                timeout_ms: Some(300),
+                ..Default::default()
+            },
+        ),
+    ];
+    for (limit, req, limits) in cases {
+        let o = s.run(limited(req, limits));
+        assert_eq!(
+            o.exit.limit.as_deref(),
+            Some(limit),
+            "{limit}: {:?}",
+            o.exit
+        );
+        if limit == "output" {
+            assert_eq!(
+                o.exit.stdout_bytes,
+                1 << 20,
+                "exactly the limit is delivered"
+            );
+        }
+        alive();
+    }
+    let ends = s.m.audit_kinds("command_end");
+    for limit in ["output", "file_size", "cpu", "timeout"] {
+        assert!(
+            ends.iter().any(|e| e["limit"] == json!(limit)),
+            "no audit line names {limit}"
+        );
+    }
+}
+
+#[test]
+fn a_build_still_works_inside_the_confinement() {
+    if !privileged("a_build_still_works_inside_the_confinement") {
+        return;
+    }
+    let s = Scene::new();
+    let steps = [
+        "git init -q . && git config user.email a@example.invalid && git config user.name n && echo x > f && git add f && git commit -qm first && git log --oneline | wc -l",
+        "python3 -m venv venv && venv/bin/python -c 'print(6*7)'",
+        "printf '#include <stdio.h>\\nint main(void){puts(\"built\");return 0;}\\n' > hello.c && cc hello.c -o hello && ./hello",
+        "tar czf src.tgz hello.c && rm hello.c && tar xzf src.tgz && test -f hello.c && echo untarred",
+        "printf 'all:\\n\\t@echo made\\n' > Makefile && make",
+        "mkdir -p /tmp/scratch-$$ && echo tmp > /tmp/scratch-$$/f && cat /tmp/scratch-$$/f && rm -r /tmp/scratch-$$",
+    ];
+    let want = ["1", "42", "built", "untarred", "made", "tmp"];
+    for (step, want) in steps.iter().zip(want) {
+        let o = s.run(RunRequest {
+            folder: Some("build".into()),
+            ..sh(step)
+        });
+        assert_eq!(o.exit.status, 0, "{step}: {}", text(&o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim().lines().last(),
+            Some(want),
+            "{step}: {}",
+            text(&o)
+        );
+    }
+}
