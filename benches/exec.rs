@@ -107,7 +107,24 @@ fn main() {
             panic!("{tool} is missing: run bench/run, which installs it");
         }
     }
-    let m = Machine::boot(Options::default());
+    // Output is not limited here: the throughput run moves 4 GiB.
+    let unlimited = scratch.path().join("policy-unlimited");
+    std::fs::create_dir(&unlimited).unwrap();
+    std::fs::write(unlimited.join("limits.json"), r#"{"output_bytes": null}"#).unwrap();
+    let m = Machine::boot(Options {
+        config: serde_json::json!({"policy_dir": unlimited}),
+        ..Default::default()
+    });
+    // The same machine with Landlock and seccomp off, to price them.
+    let policy = scratch.path().join("policy-off");
+    std::fs::create_dir(&policy).unwrap();
+    std::fs::write(policy.join("landlock.json"), r#"{"require": "off"}"#).unwrap();
+    std::fs::write(policy.join("seccomp.json"), r#"{"require": "off"}"#).unwrap();
+    let bare = Machine::boot(Options {
+        config: serde_json::json!({"policy_dir": policy}),
+        ..Default::default()
+    });
+    let mut bare_client = bare.client();
     let warden = common::warden_bin();
     std::thread::sleep(Duration::from_millis(200));
     let idle_rss = vm_field(m.warden_pid(), "VmRSS:");
@@ -129,6 +146,9 @@ fn main() {
             measure("API round trip: true (one connection)", 2000, || {
                 assert_eq!(client.run(true_req()).unwrap().exit.status, 0)
             }),
+            measure("  the same, Landlock and seccomp off", 2000, || {
+                assert_eq!(bare_client.run(true_req()).unwrap().exit.status, 0)
+            }),
             measure("API: connect + hello + true", 1000, || {
                 assert_eq!(m.client().run(true_req()).unwrap().exit.status, 0)
             }),
@@ -147,7 +167,7 @@ fn main() {
         ]
     };
     if !rows.is_empty() {
-        let sudo = rows[4].p50;
+        let sudo = rows[5].p50;
         let floor = rows[0].p50;
         println!("\nstarting `true` as shell (p50 ratios: against the floor, and how many times faster than sudo)");
         println!(
@@ -166,6 +186,12 @@ fn main() {
                 sudo.as_secs_f64() / r.p50.as_secs_f64()
             );
         }
+        let (confined, bare) = (rows[1].p50, rows[2].p50);
+        println!(
+            "Landlock and seccomp add {:.0} µs at p50 to a command's round trip ({:.2}x)",
+            us(confined) - us(bare),
+            confined.as_secs_f64() / bare.as_secs_f64()
+        );
     }
     // Output throughput: warden's API against a raw pipe from the same
     // producer, each moving the same bytes.

@@ -50,13 +50,16 @@ impl Confinement {
         limits: &Limits,
         probe: bool,
     ) -> Result<Confine, String> {
-        let landlock = self
-            .rules
-            .ruleset(folder)
-            .map_err(|e| format!("landlock ruleset: {e}"))?;
-        let seccomp = match &self.seccomp {
-            Ok(programs) => programs.clone(),
-            Err(_) => Arc::new(Vec::new()),
+        let landlock = match self.policy.landlock.require {
+            Requirement::Off => None,
+            _ => self
+                .rules
+                .ruleset(folder)
+                .map_err(|e| format!("landlock ruleset: {e}"))?,
+        };
+        let seccomp = match (&self.seccomp, self.policy.seccomp.require) {
+            (Ok(programs), Requirement::Required | Requirement::BestEffort) => programs.clone(),
+            _ => Arc::new(Vec::new()),
         };
         Ok(Confine {
             landlock,
@@ -149,6 +152,13 @@ impl Confinement {
         let proc_detail = match &self.proc_hidden {
             Ok(()) => "/proc mounted with hidepid=invisible".to_string(),
             Err(e) => e.clone(),
+        };
+        if self.policy.landlock.require == Requirement::Off {
+            landlock_detail = "off by policy (landlock.json)".into();
+        }
+        let seccomp_detail = match self.policy.seccomp.require {
+            Requirement::Off => "off by policy (seccomp.json)".into(),
+            _ => seccomp_detail,
         };
         vec![
             state(

@@ -17,6 +17,9 @@ pub enum Requirement {
     Required,
     /// Run them, and keep saying what is missing.
     BestEffort,
+    /// Do not apply the layer at all (to measure its cost, or to debug);
+    /// status and every boot say so.
+    Off,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
