@@ -128,11 +128,9 @@ fn connect(socket: &Path) -> Result<Client, String> {
 
 fn run(socket: &Path, request: RunRequest) -> Result<i32, String> {
     const ID: u32 = 1;
-    let mut client = connect(socket)?;
     let pipe_stdin = request.stdin == StdinMode::Pipe;
-    client
-        .send(ID, &Request::Run(request))
-        .map_err(|e| e.to_string())?;
+    let mut client = Client::connect_with(socket, Some((ID, &Request::Run(request))))
+        .map_err(|e| format!("{}: {e}", socket.display()))?;
     if pipe_stdin {
         let sender = client.sender();
         std::thread::spawn(move || {
