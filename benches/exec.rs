@@ -23,25 +23,41 @@ struct Stats {
 }
 
 fn measure(name: &str, runs: usize, mut once: impl FnMut()) -> Stats {
-    for _ in 0..runs / 10 {
-        once(); // warm up
+    let [stats] = measure_interleaved([name], runs, [&mut once as &mut dyn FnMut()]);
+    stats
+}
+
+/// Runs the contenders in turn (A, B, A, B, ...) so that the machine's
+/// drifts hit them alike; a fair comparison on a noisy machine.
+fn measure_interleaved<const N: usize>(
+    names: [&str; N],
+    runs: usize,
+    mut each: [&mut dyn FnMut(); N],
+) -> [Stats; N] {
+    for f in each.iter_mut() {
+        for _ in 0..runs / 10 {
+            f(); // warm up
+        }
     }
-    let mut times: Vec<Duration> = (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            once();
-            t.elapsed()
-        })
-        .collect();
-    times.sort();
-    let mean = times.iter().sum::<Duration>() / runs as u32;
-    Stats {
-        name: name.to_string(),
-        runs,
-        p50: times[runs / 2],
-        p99: times[runs * 99 / 100],
-        mean,
+    let mut times: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
+    for _ in 0..runs {
+        for (f, t) in each.iter_mut().zip(times.iter_mut()) {
+            let start = Instant::now();
+            f();
+            t.push(start.elapsed());
+        }
     }
+    std::array::from_fn(|i| {
+        let t = &mut times[i];
+        t.sort();
+        Stats {
+            name: names[i].to_string(),
+            runs,
+            p50: t[runs / 2],
+            p99: t[runs * 99 / 100],
+            mean: t.iter().sum::<Duration>() / runs as u32,
+        }
+    })
 }
 
 fn us(d: Duration) -> f64 {
@@ -136,6 +152,17 @@ fn main() {
 
     let mut client = m.client();
     let only_throughput = std::env::args().any(|a| a == "throughput");
+    let [confined, bare] = measure_interleaved(
+        [
+            "API round trip: true (one connection)",
+            "  the same, Landlock and seccomp off",
+        ],
+        if only_throughput { 1 } else { 2000 },
+        [
+            &mut || assert_eq!(client.run(true_req()).unwrap().exit.status, 0),
+            &mut || assert_eq!(bare_client.run(true_req()).unwrap().exit.status, 0),
+        ],
+    );
     let rows = if only_throughput {
         Vec::new()
     } else {
@@ -143,12 +170,8 @@ fn main() {
             measure("fork+exec+wait /bin/true (floor)", 2000, || {
                 ok(&mut Command::new("/bin/true"))
             }),
-            measure("API round trip: true (one connection)", 2000, || {
-                assert_eq!(client.run(true_req()).unwrap().exit.status, 0)
-            }),
-            measure("  the same, Landlock and seccomp off", 2000, || {
-                assert_eq!(bare_client.run(true_req()).unwrap().exit.status, 0)
-            }),
+            confined,
+            bare,
             measure("API: connect + hello + true", 1000, || {
                 assert_eq!(m.client().run(true_req()).unwrap().exit.status, 0)
             }),
