@@ -51,6 +51,9 @@ pub fn run(args: InitArgs) -> i32 {
         Ok(set) => set,
         Err(e) => return refuse(format!("cannot block signals: {e}")),
     };
+    // Dispositions inherited from whoever started warden (an ignored
+    // signal survives exec) are reset once, for every child to come.
+    spawn::default_signal_dispositions();
     let pid1 = nix::unistd::getpid().as_raw() == 1;
     if !pid1 {
         become_subreaper();

@@ -396,6 +396,8 @@ unsafe fn empty_capabilities(last_cap: u32) -> bool {
         .all(|d| d.effective == 0 && d.permitted == 0 && d.inheritable == 0);
     let bounding_empty = (0..=last_cap)
         .all(|cap| libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) == 0);
+    // The ambient set is always within permitted and inheritable, both
+    // read back empty above; asking each bit once more costs little.
     let ambient_empty = (0..=last_cap).all(|cap| {
         libc::prctl(
             libc::PR_CAP_AMBIENT,
@@ -406,6 +408,40 @@ unsafe fn empty_capabilities(last_cap: u32) -> bool {
         ) == 0
     });
     sets_empty && bounding_empty && ambient_empty
+}
+
+/// Sets every signal but SIGPIPE (which warden itself ignores) to its
+/// default action, so a child only has SIGPIPE left to reset. Called once,
+/// at boot, before any thread exists.
+pub fn default_signal_dispositions() {
+    for sig in 1..=64 {
+        if ![libc::SIGKILL, libc::SIGSTOP, libc::SIGPIPE].contains(&sig) {
+            // SAFETY: rt_sigaction with a valid struct; no handler is set.
+            unsafe { set_default(sig) };
+        }
+    }
+}
+
+/// The raw syscall: glibc's wrappers refuse the signals it reserves
+/// (32, 33), which an inherited disposition may still ignore.
+///
+/// # Safety
+/// A plain syscall on stack memory; async-signal-safe.
+unsafe fn set_default(sig: i32) {
+    let default = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    let act: *const KernelSigaction = &default;
+    libc::syscall(
+        libc::SYS_rt_sigaction,
+        sig,
+        act,
+        std::ptr::null::<u8>(),
+        8usize,
+    );
 }
 
 /// The kernel's struct sigaction on x86_64 (not glibc's, which differs).
@@ -438,26 +474,9 @@ impl ChildPlan<'_> {
         unsafe {
             // Signals: warden blocks them all and ignores SIGPIPE; a child
             // starts clean.
-            // The raw syscall: glibc's wrappers refuse the signals it
-            // reserves (32, 33), which may still be ignored.
-            let default = KernelSigaction {
-                handler: libc::SIG_DFL,
-                flags: 0,
-                restorer: 0,
-                mask: 0,
-            };
-            for sig in 1..=64 {
-                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                    let act: *const KernelSigaction = &default;
-                    libc::syscall(
-                        libc::SYS_rt_sigaction,
-                        sig,
-                        act,
-                        std::ptr::null::<u8>(),
-                        8usize,
-                    );
-                }
-            }
+            // warden reset every other disposition at boot
+            // (`default_signal_dispositions`); SIGPIPE it ignores itself.
+            set_default(libc::SIGPIPE);
             let empty: libc::sigset_t = std::mem::zeroed();
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
 
