@@ -11,7 +11,7 @@ use crate::protocol::{
 };
 use crate::reaper::Exit;
 use crate::request::{self, ValidRun};
-use crate::spawn::{self, SpawnError, Stdio};
+use crate::spawn::{SpawnError, Stdio};
 use crate::supervisor::Supervisor;
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
@@ -361,7 +361,11 @@ impl Conn {
             Ok(p) => p,
             Err(e) => return failed(125, format!("pipe: {e}")),
         };
-        let spawned = match spawn::spawn(&launch, pipes.child, &sup.reaper, !run.keep_background) {
+        let spawned = match sup
+            .spawner
+            .spawn(launch, pipes.child, !run.keep_background)
+            .await
+        {
             Ok(s) => s,
             Err(SpawnError::Child(f)) => return failed(f.status(), f.to_string()),
             Err(e) => return failed(125, e.to_string()),

@@ -43,6 +43,15 @@ impl Confinement {
         }
     }
 
+    /// The seccomp filters the spawner thread carries (and so every command
+    /// it forks): none when the policy turns seccomp off.
+    pub fn spawner_filters(&self) -> Vec<BpfProgram> {
+        match (&self.seccomp, self.policy.seccomp.require) {
+            (Ok(programs), Requirement::Required | Requirement::BestEffort) => programs.to_vec(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Everything one command gets; `folder` is its workspace folder.
     pub fn for_command(
         &self,
@@ -57,13 +66,8 @@ impl Confinement {
                 .ruleset(folder)
                 .map_err(|e| format!("landlock ruleset: {e}"))?,
         };
-        let seccomp = match (&self.seccomp, self.policy.seccomp.require) {
-            (Ok(programs), Requirement::Required | Requirement::BestEffort) => programs.clone(),
-            _ => Arc::new(Vec::new()),
-        };
         Ok(Confine {
             landlock,
-            seccomp,
             rlimits: rlimits(limits),
             last_cap: self.last_cap,
             probe,

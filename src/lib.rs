@@ -16,6 +16,7 @@ pub mod reaper;
 pub mod request;
 pub mod sandbox;
 pub mod spawn;
+pub mod spawner;
 pub mod supervisor;
 pub mod syscalls;
 pub mod users;

@@ -10,10 +10,8 @@ use crate::reaper::{Exit, Reaper};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::unistd::Pid;
-use seccompiler::BpfProgram;
 use std::ffi::{CString, NulError};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// Who the child becomes.
@@ -45,8 +43,6 @@ pub enum Workdir {
 pub struct Confine {
     /// The command's Landlock ruleset (None: no Landlock in this kernel).
     pub landlock: Option<OwnedFd>,
-    /// seccomp filters, installed last, in order.
-    pub seccomp: Arc<Vec<BpfProgram>>,
     /// (resource, soft, hard) for setrlimit.
     pub rlimits: Vec<(u32, u64, u64)>,
     /// The highest capability number of this kernel.
@@ -137,7 +133,6 @@ pub enum Stage {
     Limits = 7,
     Capabilities = 8,
     Landlock = 9,
-    Seccomp = 10,
     /// Not a failure: a probe's report.
     Probe = 11,
 }
@@ -154,7 +149,6 @@ impl Stage {
             7 => Stage::Limits,
             8 => Stage::Capabilities,
             9 => Stage::Landlock,
-            10 => Stage::Seccomp,
             11 => Stage::Probe,
             _ => return None,
         })
@@ -171,7 +165,6 @@ impl Stage {
             Stage::Limits => "cannot set resource limits",
             Stage::Capabilities => "cannot empty the capability sets",
             Stage::Landlock => "cannot enforce Landlock",
-            Stage::Seccomp => "cannot install the seccomp filter",
             Stage::Probe => "probe",
         }
     }
@@ -210,6 +203,8 @@ pub enum SpawnError {
     Pipe(Errno),
     #[error(transparent)]
     Child(ChildFailure),
+    #[error("the spawner thread is gone")]
+    SpawnerGone,
 }
 
 pub struct Spawned {
@@ -261,21 +256,11 @@ pub fn spawn(
     let argv = pointers(&launch.argv);
     let envp = pointers(&launch.env);
     let groups: Vec<libc::gid_t> = launch.identity.groups.clone();
-    let filters: Vec<libc::sock_fprog> = launch
-        .confine
-        .iter()
-        .flat_map(|c| c.seccomp.iter())
-        .map(|program| libc::sock_fprog {
-            len: program.len() as libc::c_ushort,
-            filter: program.as_ptr() as *mut libc::sock_filter,
-        })
-        .collect();
     let plan = ChildPlan {
         launch,
         argv: &argv,
         envp: &envp,
         groups: &groups,
-        filters: &filters,
         stdio: [
             stdio.stdin.as_raw_fd(),
             stdio.stdout.as_raw_fd(),
@@ -459,7 +444,6 @@ struct ChildPlan<'a> {
     argv: &'a [*const libc::c_char],
     envp: &'a [*const libc::c_char],
     groups: &'a [libc::gid_t],
-    filters: &'a [libc::sock_fprog],
     stdio: [RawFd; 3],
     err_fd: RawFd,
 }
@@ -564,18 +548,8 @@ impl ChildPlan<'_> {
                         failed(Stage::Landlock);
                     }
                 }
-                // Last: from here on, the command's own syscalls are filtered.
-                for filter in self.filters {
-                    let installed = libc::syscall(
-                        libc::SYS_seccomp,
-                        libc::SECCOMP_SET_MODE_FILTER,
-                        0u32,
-                        filter as *const libc::sock_fprog,
-                    );
-                    if installed < 0 {
-                        failed(Stage::Seccomp);
-                    }
-                }
+                // The seccomp filter needs no installing: this child was
+                // forked by the spawner thread, which carries it (spawner.rs).
                 if c.probe {
                     self.report_probe(c.last_cap);
                 }

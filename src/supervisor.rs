@@ -10,7 +10,8 @@ use crate::protocol::LayerState;
 use crate::protocol::{MainState, RunningCommand, Status, UserState, SUPPORTED_VERSIONS};
 use crate::reaper::Reaper;
 use crate::request::ValidRun;
-use crate::spawn::{self, Grouping, Identity, Launch, LaunchError, Probe, Stdio, Workdir};
+use crate::spawn::{Grouping, Identity, Launch, LaunchError, Probe, Stdio, Workdir};
+use crate::spawner::Spawner;
 use crate::users::Account;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -20,7 +21,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub struct Supervisor {
@@ -29,7 +30,9 @@ pub struct Supervisor {
     pub shell: Account,
     pub paths: Paths,
     pub specs: Vec<Spec>,
-    pub reaper: Reaper,
+    pub reaper: Arc<Reaper>,
+    /// Forks every shell command (and the probe), under the seccomp filter.
+    pub spawner: Spawner,
     pub audit: Audit,
     pub confinement: Confinement,
     pub pid1: bool,
@@ -58,13 +61,20 @@ impl Supervisor {
     ) -> Supervisor {
         let paths = Paths::new(&runtime, &shell, config.audit_dir());
         let specs = layout::specs(&paths, &runtime, &shell);
+        let reaper = Arc::new(Reaper::default());
+        let (spawner, filtered) = Spawner::start(reaper.clone(), confinement.spawner_filters());
+        if let Err(e) = filtered {
+            // The probe will find seccomp not holding and say so.
+            eprintln!("warden: {e}");
+        }
         Supervisor {
             config,
             runtime,
             shell,
             paths,
             specs,
-            reaper: Reaper::default(),
+            reaper,
+            spawner,
             audit,
             confinement,
             pid1,
@@ -191,7 +201,7 @@ impl Supervisor {
             stdout: null().map_err(|e| e.to_string())?,
             stderr: null().map_err(|e| e.to_string())?,
         };
-        match spawn::spawn(&launch, stdio, &self.reaper, true) {
+        match self.spawner.spawn_blocking(launch, stdio, true) {
             Ok(spawned) => spawned
                 .probe
                 .ok_or_else(|| "the probe ran past its checks".to_string()),
