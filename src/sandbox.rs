@@ -81,6 +81,10 @@ pub struct StaticRules {
     scopes: bool,
     /// Paths the policy names that do not exist here (skipped).
     pub skipped: Vec<PathBuf>,
+    /// The ruleset of a command without a folder, built once: a ruleset
+    /// is never changed after it is built, so every such command can be
+    /// restricted by the same one.
+    without_folder: Result<Option<OwnedFd>, String>,
 }
 
 fn read_exec() -> BitFlags<AccessFs> {
@@ -120,18 +124,32 @@ impl StaticRules {
                 None => skipped.push(path),
             }
         }
-        StaticRules {
+        let mut rules = StaticRules {
             grants,
             tcp_connect: policy.tcp_connect.clone(),
             tcp_bind: policy.tcp_bind.clone(),
             scopes: policy.scopes,
             skipped,
+            without_folder: Ok(None),
+        };
+        rules.without_folder = rules.build(None);
+        rules
+    }
+
+    /// The ruleset for one command: read-write on `folder` if it has one.
+    /// None when the kernel has no Landlock at all.
+    pub fn ruleset(&self, folder: Option<&OwnedFd>) -> Result<Option<OwnedFd>, String> {
+        match (folder, &self.without_folder) {
+            (Some(_), _) => self.build(folder),
+            (None, Ok(shared)) => shared
+                .as_ref()
+                .map(|fd| fd.try_clone().map_err(|e| e.to_string()))
+                .transpose(),
+            (None, Err(e)) => Err(e.clone()),
         }
     }
 
-    /// A fresh ruleset for one command, with read-write on `folder`.
-    /// None when the kernel has no Landlock at all.
-    pub fn ruleset(&self, folder: Option<&OwnedFd>) -> Result<Option<OwnedFd>, String> {
+    fn build(&self, folder: Option<&OwnedFd>) -> Result<Option<OwnedFd>, String> {
         let e = |e: landlock::RulesetError| e.to_string();
         let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::BestEffort)
