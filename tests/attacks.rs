@@ -508,8 +508,18 @@ fn a_build_still_works_inside_the_confinement() {
         "tar czf src.tgz hello.c && rm hello.c && tar xzf src.tgz && test -f hello.c && echo untarred",
         "printf 'all:\\n\\t@echo made\\n' > Makefile && make",
         "mkdir -p /tmp/scratch-$$ && echo tmp > /tmp/scratch-$$/f && cat /tmp/scratch-$$/f && rm -r /tmp/scratch-$$",
+        // Debian's cargo (/usr/bin): the shell's PATH has no other.
+        "cargo new --offline --vcs none -q hello-rs && cd hello-rs && cargo build --offline -q && ./target/debug/hello-rs",
     ];
-    let want = ["1", "42", "built", "untarred", "made", "tmp"];
+    let want = [
+        "1",
+        "42",
+        "built",
+        "untarred",
+        "made",
+        "tmp",
+        "Hello, world!",
+    ];
     for (step, want) in steps.iter().zip(want) {
         let o = s.run(RunRequest {
             folder: Some("build".into()),
