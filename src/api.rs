@@ -126,7 +126,19 @@ impl Conn {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Sends an event; error texts have the machine's secrets hidden.
     async fn send(&self, id: u32, event: Event) {
+        let event = match event {
+            Event::Error { code, message } => Event::Error {
+                code,
+                message: self.sup.audit.redact(&message).into_owned(),
+            },
+            Event::Exit(mut report) => {
+                report.error = report.error.map(|e| self.sup.audit.redact(&e).into_owned());
+                Event::Exit(report)
+            }
+            other => other,
+        };
         let _ = self.tx.send(Out::Event(id, event)).await;
     }
 

@@ -6,6 +6,7 @@
 //! SHA-256 of the line as it was before the splice. Lines are written with
 //! one write(2) each on an O_APPEND file, so a line is whole or absent.
 
+use crate::redact::Redactor;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -20,6 +21,8 @@ const GENESIS: &str = "000000000000000000000000000000000000000000000000000000000
 pub struct Audit {
     path: PathBuf,
     state: Mutex<Chain>,
+    /// Hides the machine's secrets in every line (none in unit tests).
+    redactor: Option<Redactor>,
 }
 
 struct Chain {
@@ -32,7 +35,11 @@ impl Audit {
     /// Opens (or makes) the log in `dir`, continuing the chain of what is
     /// already there. `group`, when given, is the group that may read it
     /// (the runtime's); the file is then root's.
-    pub fn open(dir: &Path, group: Option<u32>) -> std::io::Result<Audit> {
+    pub fn open(
+        dir: &Path,
+        group: Option<u32>,
+        redactor: Option<Redactor>,
+    ) -> std::io::Result<Audit> {
         let path = dir.join(FILE_NAME);
         let mut file = std::fs::OpenOptions::new()
             .create(true)
@@ -52,7 +59,16 @@ impl Audit {
         Ok(Audit {
             path,
             state: Mutex::new(Chain { file, seq, prev }),
+            redactor,
         })
+    }
+
+    /// `text` with the machine's secrets hidden (for errors sent out).
+    pub fn redact<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        match &self.redactor {
+            Some(r) => r.text(text),
+            None => std::borrow::Cow::Borrowed(text),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -64,6 +80,10 @@ impl Audit {
     pub fn record(&self, kind: &str, fields: Value) {
         let mut chain = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let seq = chain.seq + 1;
+        let fields = match &self.redactor {
+            Some(r) => r.value(fields),
+            None => fields,
+        };
         let line = seal(seq, &now(), kind, fields, &chain.prev);
         match chain.file.write_all(line.text.as_bytes()) {
             Ok(()) => {
@@ -204,11 +224,11 @@ mod tests {
     #[test]
     fn reopened_log_continues_the_chain() {
         let dir = tempfile::tempdir().unwrap();
-        let audit = Audit::open(dir.path(), None).unwrap();
+        let audit = Audit::open(dir.path(), None, None).unwrap();
         audit.record("boot", json!({}));
         audit.record("shutdown", json!({}));
         drop(audit);
-        let audit = Audit::open(dir.path(), None).unwrap();
+        let audit = Audit::open(dir.path(), None, None).unwrap();
         audit.record("boot", json!({}));
         let text = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
         let mut prev = GENESIS.to_string();

@@ -9,6 +9,7 @@ use crate::layout;
 use crate::policy::Policy;
 use crate::protocol::MainState;
 use crate::reaper::Exit;
+use crate::redact::Redactor;
 use crate::spawn::{self, SpawnError, Stdio};
 use crate::supervisor::Supervisor;
 use crate::users;
@@ -86,7 +87,8 @@ pub fn run(args: InitArgs) -> i32 {
         Err(e) => return refuse(e.to_string()),
     };
     // 5. The audit log.
-    let audit = match Audit::open(&paths.audit_dir, Some(accounts[0].gid)) {
+    let redactor = Redactor::new(paths.env_file.clone());
+    let audit = match Audit::open(&paths.audit_dir, Some(accounts[0].gid), Some(redactor)) {
         Ok(a) => a,
         Err(e) => return refuse(format!("audit log in {}: {e}", paths.audit_dir.display())),
     };

@@ -13,6 +13,7 @@ pub mod output;
 pub mod policy;
 pub mod protocol;
 pub mod reaper;
+pub mod redact;
 pub mod request;
 pub mod sandbox;
 pub mod spawn;
