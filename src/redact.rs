@@ -98,11 +98,14 @@ pub fn hide<'a>(text: &'a str, patterns: &[String]) -> Cow<'a, str> {
     Cow::Owned(out)
 }
 
+/// When `.env` was read (its mtime and size), and the patterns it gave.
+type Loaded = (Option<(SystemTime, u64)>, Vec<String>);
+
 /// The redactor of a machine: `.env` is read again whenever it changes.
 pub struct Redactor {
     env_file: PathBuf,
     from_environment: Vec<String>,
-    state: Mutex<(Option<(SystemTime, u64)>, Vec<String>)>,
+    state: Mutex<Loaded>,
 }
 
 impl Redactor {
