@@ -155,6 +155,116 @@ pub fn check_line(line: &str, prev: &str) -> Result<String, String> {
     }
 }
 
+/// Where a chain breaks: the 1-based line and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Break {
+    pub line: usize,
+    pub reason: String,
+}
+
+/// Pure: checks every line of one file. `prev` is the hash its first line
+/// must name (the previous file's last); None accepts the first line's own
+/// `prev`, except that a log starting at seq 1 must start from genesis.
+/// Returns how many lines were checked and the last hash.
+pub fn verify_text(text: &str, prev: Option<&str>) -> Result<(usize, String), Break> {
+    let mut expected_prev = prev.map(String::from);
+    let mut expected_seq: Option<u64> = None;
+    let mut count = 0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let line_no = count + 1;
+        let broke = |reason: String| Break {
+            line: line_no,
+            reason,
+        };
+        let Some((line, after)) = rest.split_once('\n') else {
+            return Err(broke(
+                "the last line is incomplete (torn by a crash, or cut)".into(),
+            ));
+        };
+        rest = after;
+        let value: Value =
+            serde_json::from_str(line).map_err(|e| broke(format!("not JSON: {e}")))?;
+        let seq = value
+            .get("seq")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| broke("no seq".into()))?;
+        if let Some(want) = expected_seq {
+            if seq != want {
+                return Err(broke(format!(
+                    "seq {seq} where {want} was due: a line is missing or moved"
+                )));
+            }
+        }
+        let named = value
+            .get("prev")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let want_prev = match &expected_prev {
+            Some(p) => p.clone(),
+            None if seq == 1 => GENESIS.to_string(),
+            None => named,
+        };
+        let hash = check_line(line, &want_prev).map_err(broke)?;
+        expected_prev = Some(hash);
+        expected_seq = Some(seq + 1);
+        count += 1;
+    }
+    let last = expected_prev
+        .or(prev.map(String::from))
+        .unwrap_or_else(|| GENESIS.to_string());
+    Ok((count, last))
+}
+
+/// Checks files in order, as one chain (each continues the one before).
+/// Returns the number of lines and the last hash, or the first break.
+pub fn verify_files(paths: &[PathBuf]) -> Result<(usize, String), (PathBuf, Break)> {
+    let mut prev: Option<String> = None;
+    let mut total = 0;
+    for path in paths {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            (
+                path.clone(),
+                Break {
+                    line: 0,
+                    reason: format!("cannot read: {e}"),
+                },
+            )
+        })?;
+        let (count, last) = verify_text(&text, prev.as_deref()).map_err(|b| (path.clone(), b))?;
+        total += count;
+        prev = Some(last);
+    }
+    Ok((total, prev.unwrap_or_else(|| GENESIS.to_string())))
+}
+
+/// Pure: one line for people: `#seq time kind key=value ...`, without the
+/// chain's fields; None for a line that is not an audit event.
+pub fn describe(line: &str) -> Option<(String, String)> {
+    let Value::Object(mut fields) = serde_json::from_str(line).ok()? else {
+        return None;
+    };
+    let seq = fields.remove("seq")?;
+    let time = fields.remove("time")?;
+    let kind = fields.remove("kind")?.as_str()?.to_string();
+    fields.remove("prev");
+    fields.remove("hash");
+    let rest: Vec<String> = fields
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| match v {
+            Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect();
+    let time = time.as_str().unwrap_or_default().to_string();
+    Some((
+        kind.clone(),
+        format!("#{seq} {time} {kind} {}", rest.join(" ")),
+    ))
+}
+
 /// Reads the sequence number and hash of the last line, to continue the
 /// chain across restarts. A torn last line (no newline) is ignored.
 fn last_link(file: &mut File) -> std::io::Result<(u64, String)> {
@@ -204,6 +314,42 @@ mod tests {
         ] {
             assert!(check_line(junk, GENESIS).is_err(), "{junk}");
         }
+    }
+
+    #[test]
+    fn verification_table() {
+        let a = seal(1, "t", "boot", json!({}), GENESIS);
+        let b = seal(2, "t", "command_start", json!({"argv": ["id"]}), &a.hash);
+        let c = seal(3, "t", "shutdown", json!({}), &b.hash);
+        let whole = format!("{}{}{}", a.text, b.text, c.text);
+        assert_eq!(verify_text(&whole, None), Ok((3, c.hash.clone())));
+        assert_eq!(verify_text("", None), Ok((0, GENESIS.to_string())));
+        let cases: Vec<(String, usize, &str)> = vec![
+            (format!("{}{}", a.text, c.text), 2, "seq 3 where 2 was due"),
+            (format!("{}{}", b.text, c.text), 1, ""),
+            (
+                format!("{}{}{}", a.text, b.text.replace("\"id\"", "\"ls\""), c.text),
+                2,
+                "does not match",
+            ),
+            (format!("{}{}", a.text, c.text.trim_end()), 2, "incomplete"),
+            (format!("{}garbage\n", a.text), 2, "not JSON"),
+            (format!("{}{}", b.text, a.text), 2, "seq 1 where 3 was due"),
+        ];
+        for (text, line, reason) in cases {
+            match verify_text(&text, None) {
+                Err(e) => assert!(
+                    e.line == line && e.reason.contains(reason),
+                    "{e:?}, wanted line {line} {reason}"
+                ),
+                // A file starting at seq 2 cannot be checked against its
+                // predecessor without it: accepted from its own first prev.
+                Ok(_) => assert_eq!(reason, "", "accepted: {text}"),
+            }
+        }
+        // Continuing from a known hash: a file cut at the front is caught.
+        let e = verify_text(&format!("{}{}", b.text, c.text), Some(GENESIS)).unwrap_err();
+        assert_eq!(e.line, 1);
     }
 
     #[test]

@@ -57,6 +57,11 @@ enum Command {
         #[arg(last = true)]
         argv: Vec<String>,
     },
+    /// Check or read an audit log (works on a copy, anywhere).
+    Audit {
+        #[command(subcommand)]
+        action: AuditAction,
+    },
     /// Show warden's status.
     Status {
         #[arg(long, env = "WARDEN_SOCKET", default_value = DEFAULT_SOCKET)]
@@ -66,6 +71,32 @@ enum Command {
         json: bool,
     },
 }
+
+#[derive(Subcommand)]
+enum AuditAction {
+    /// Check the hash chain; report the first break precisely. Several
+    /// files are checked as one chain, in the order given.
+    Verify {
+        #[arg(default_value = DEFAULT_AUDIT)]
+        files: Vec<PathBuf>,
+    },
+    /// Print the log for people.
+    Tail {
+        #[arg(default_value = DEFAULT_AUDIT)]
+        file: PathBuf,
+        /// Keep printing lines as they are written.
+        #[arg(short, long)]
+        follow: bool,
+        /// Only events of this kind (e.g. command_start).
+        #[arg(long)]
+        kind: Option<String>,
+        /// How many of the last lines to print first.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: usize,
+    },
+}
+
+const DEFAULT_AUDIT: &str = "/home/runtime/data/audit/warden.jsonl";
 
 fn main() {
     let cli = Cli::parse();
@@ -103,6 +134,18 @@ fn main() {
             run(&socket, request).unwrap_or_else(|e| fail(&e))
         }
         Command::Status { socket, json } => status(&socket, json).unwrap_or_else(|e| fail(&e)),
+        Command::Audit {
+            action: AuditAction::Verify { files },
+        } => verify(&files),
+        Command::Audit {
+            action:
+                AuditAction::Tail {
+                    file,
+                    follow,
+                    kind,
+                    lines,
+                },
+        } => tail(&file, follow, kind.as_deref(), lines).unwrap_or_else(|e| fail(&e)),
     };
     std::process::exit(status);
 }
@@ -191,6 +234,55 @@ fn status(socket: &Path, json: bool) -> Result<i32, String> {
         print!("{}", describe(&status));
     }
     Ok(0)
+}
+
+fn verify(files: &[PathBuf]) -> i32 {
+    match warden::audit::verify_files(files) {
+        Ok((lines, last)) => {
+            println!("ok: {lines} lines, chain intact; last hash {last}");
+            0
+        }
+        Err((file, b)) => {
+            println!("BROKEN: {}:{}: {}", file.display(), b.line, b.reason);
+            1
+        }
+    }
+}
+
+fn tail(file: &Path, follow: bool, kind: Option<&str>, lines: usize) -> Result<i32, String> {
+    use std::io::{BufRead, Seek};
+    let show = |line: &str| {
+        if let Some((k, text)) = warden::audit::describe(line) {
+            if kind.is_none_or(|want| want == k) {
+                println!("{text}");
+            }
+        }
+    };
+    let mut f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut text = String::new();
+    f.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+    let all: Vec<&str> = complete.lines().collect();
+    for line in &all[all.len().saturating_sub(lines)..] {
+        show(line);
+    }
+    if !follow {
+        return Ok(0);
+    }
+    let mut offset = complete.len() as u64;
+    loop {
+        let _ = std::io::stdout().flush();
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        f.seek(std::io::SeekFrom::Start(offset))
+            .map_err(|e| e.to_string())?;
+        let mut reader = std::io::BufReader::new(&f);
+        let mut line = String::new();
+        while reader.read_line(&mut line).map_err(|e| e.to_string())? > 0 && line.ends_with('\n') {
+            offset += line.len() as u64;
+            show(line.trim_end());
+            line.clear();
+        }
+    }
 }
 
 fn describe(s: &Status) -> String {

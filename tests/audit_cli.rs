@@ -1,0 +1,106 @@
+//! `warden audit verify` and `warden audit tail` on a real log file, as an
+//! owner would run them on a copy fetched from a machine.
+
+use serde_json::json;
+use std::path::Path;
+use std::process::Command;
+use warden::audit::Audit;
+
+fn warden(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn write_log(dir: &Path) -> String {
+    let audit = Audit::open(dir, None, None).unwrap();
+    audit.record("boot", json!({"version": "test"}));
+    for i in 0..5 {
+        audit.record(
+            "command_start",
+            json!({"command": i, "argv": ["echo", format!("n{i}")]}),
+        );
+        audit.record("command_end", json!({"command": i, "status": 0}));
+    }
+    audit.record("shutdown", json!({"status": 0}));
+    audit.path().display().to_string()
+}
+
+#[test]
+fn verify_accepts_an_intact_log_and_pinpoints_edits_cuts_and_tears() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = write_log(dir.path());
+    let (code, out) = warden(&["audit", "verify", &log]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("ok: 12 lines, chain intact"), "{out}");
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let copy = dir.path().join("copy.jsonl");
+    let check = |content: String| {
+        std::fs::write(&copy, content).unwrap();
+        warden(&["audit", "verify", copy.to_str().unwrap()])
+    };
+    // An edited line.
+    let edited = text.replacen("\"n3\"", "\"n9\"", 1);
+    let (code, out) = check(edited);
+    assert_eq!(code, 1);
+    assert!(out.contains("copy.jsonl:8: hash does not match"), "{out}");
+    // A removed line.
+    let mut cut = lines.clone();
+    cut.remove(4);
+    let (code, out) = check(cut.join("\n") + "\n");
+    assert_eq!(code, 1);
+    assert!(out.contains("copy.jsonl:5: seq 6 where 5 was due"), "{out}");
+    // A torn last line.
+    let (code, out) = check(text[..text.len() - 10].to_string());
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("copy.jsonl:12: the last line is incomplete"),
+        "{out}"
+    );
+    // The front cut off: caught when the two files are checked as a chain.
+    let head = lines[..6].join("\n") + "\n";
+    let tail = lines[6..].join("\n") + "\n";
+    let (first, second) = (dir.path().join("1.jsonl"), dir.path().join("2.jsonl"));
+    std::fs::write(&first, &head).unwrap();
+    std::fs::write(&second, &tail).unwrap();
+    let (code, out) = warden(&[
+        "audit",
+        "verify",
+        first.to_str().unwrap(),
+        second.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = warden(&[
+        "audit",
+        "verify",
+        second.to_str().unwrap(),
+        first.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}");
+}
+
+#[test]
+fn tail_prints_for_people_and_filters_by_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = write_log(dir.path());
+    let (code, out) = warden(&["audit", "tail", "--kind", "command_start", &log]);
+    assert_eq!(code, 0, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    assert!(
+        lines[0].starts_with("#2 ")
+            && lines[0].contains(" command_start ")
+            && lines[0].contains("argv=[\"echo\",\"n0\"]"),
+        "{out}"
+    );
+    assert!(!out.contains("hash="), "{out}");
+    let (_, out) = warden(&["audit", "tail", "-n", "2", &log]);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(out.contains("shutdown"), "{out}");
+}
