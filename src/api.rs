@@ -261,6 +261,9 @@ impl Conn {
         if self.sup.shutting_down() {
             return Some(error(ErrorCode::ShuttingDown, "warden is shutting down"));
         }
+        if let Some(reason) = self.sup.audit_refusal() {
+            return Some(error(ErrorCode::AuditFailing, reason));
+        }
         if let Some(reason) = self.sup.confinement.refusal() {
             self.sup.audit.record(
                 "command_refused",

@@ -19,14 +19,38 @@ pub const FILE_NAME: &str = "warden.jsonl";
 const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 pub struct Audit {
+    dir: PathBuf,
     path: PathBuf,
     state: Mutex<Chain>,
     /// Hides the machine's secrets in every line (none in unit tests).
     redactor: Option<Redactor>,
+    rotation: Rotation,
+    group: Option<u32>,
+    /// The last write failed (a full disk): why.
+    failing: Mutex<Option<String>>,
+}
+
+/// When the current file is set aside, and how many files are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    pub max_bytes: u64,
+    /// All files together, the current one included (at least 2).
+    pub max_files: usize,
+}
+
+impl Default for Rotation {
+    fn default() -> Self {
+        Rotation {
+            max_bytes: 16 << 20,
+            max_files: 8,
+        }
+    }
 }
 
 struct Chain {
     file: File,
+    /// Bytes in the current file (every line in it is whole).
+    len: u64,
     seq: u64,
     prev: String,
 }
@@ -34,32 +58,47 @@ struct Chain {
 impl Audit {
     /// Opens (or makes) the log in `dir`, continuing the chain of what is
     /// already there. `group`, when given, is the group that may read it
-    /// (the runtime's); the file is then root's.
+    /// (the runtime's); the files are then root's.
     pub fn open(
         dir: &Path,
         group: Option<u32>,
         redactor: Option<Redactor>,
     ) -> std::io::Result<Audit> {
+        Audit::open_with(dir, group, redactor, Rotation::default())
+    }
+
+    pub fn open_with(
+        dir: &Path,
+        group: Option<u32>,
+        redactor: Option<Redactor>,
+        rotation: Rotation,
+    ) -> std::io::Result<Audit> {
         let path = dir.join(FILE_NAME);
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .mode(0o640)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
-        if let Some(gid) = group {
-            nix::unistd::fchown(
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                Some(nix::unistd::Uid::from_raw(0)),
-                Some(nix::unistd::Gid::from_raw(gid)),
-            )?;
-        }
-        let (seq, prev) = last_link(&mut file)?;
+        let mut file = open_log(&path, group)?;
+        let len = drop_torn_tail(&mut file)?;
+        // An empty current file continues the newest rotated one.
+        let (seq, prev) = match last_link(&mut file)? {
+            Some(link) => link,
+            None => match rotated_files(dir)?.last() {
+                Some(older) => {
+                    last_link(&mut File::open(older)?)?.unwrap_or((0, GENESIS.to_string()))
+                }
+                None => (0, GENESIS.to_string()),
+            },
+        };
         Ok(Audit {
+            dir: dir.to_path_buf(),
             path,
-            state: Mutex::new(Chain { file, seq, prev }),
+            state: Mutex::new(Chain {
+                file,
+                len,
+                seq,
+                prev,
+            }),
             redactor,
+            rotation,
+            group,
+            failing: Mutex::new(None),
         })
     }
 
@@ -75,8 +114,24 @@ impl Audit {
         &self.path
     }
 
-    /// Appends one event. A failure to write is reported on stderr, never
-    /// turned into a crash; the caller decides nothing on it (first cut).
+    /// Why the log cannot be written now (a full disk), if it cannot.
+    pub fn failing(&self) -> Option<String> {
+        self.failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// When writing failed, tries again (recording that it recovered);
+    /// returns why it still cannot, if it cannot.
+    pub fn retry(&self) -> Option<String> {
+        let before = self.failing()?;
+        self.record("audit_recovered", serde_json::json!({"after": before}));
+        self.failing()
+    }
+
+    /// Appends one event, whole or not at all. A failure never crashes
+    /// warden: it is said on stderr and kept for `failing`.
     pub fn record(&self, kind: &str, fields: Value) {
         let mut chain = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let seq = chain.seq + 1;
@@ -85,13 +140,45 @@ impl Audit {
             None => fields,
         };
         let line = seal(seq, &now(), kind, fields, &chain.prev);
-        match chain.file.write_all(line.text.as_bytes()) {
+        let written = self
+            .rotate_if_full(&mut chain, line.text.len() as u64)
+            .and_then(|()| append_whole(&mut chain, line.text.as_bytes()));
+        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        match written {
             Ok(()) => {
                 chain.seq = seq;
                 chain.prev = line.hash;
+                *failing = None;
             }
-            Err(e) => eprintln!("warden: audit: cannot write {}: {e}", self.path.display()),
+            Err(e) => {
+                let why = format!("cannot write {}: {e}", self.path.display());
+                if failing.is_none() {
+                    eprintln!("warden: audit: {why}");
+                }
+                *failing = Some(why);
+            }
         }
+    }
+
+    /// Sets the current file aside when the next line would pass the size
+    /// limit, starting a new one that continues the chain; drops the
+    /// oldest files past the cap.
+    fn rotate_if_full(&self, chain: &mut Chain, next: u64) -> std::io::Result<()> {
+        if chain.len == 0 || chain.len + next <= self.rotation.max_bytes {
+            return Ok(());
+        }
+        chain.file.sync_all()?;
+        let first_seq = chain.seq + 1 - count_lines(&self.path)? as u64;
+        let aside = self.dir.join(format!("warden-{first_seq:012}.jsonl"));
+        std::fs::rename(&self.path, &aside)?;
+        chain.file = open_log(&self.path, self.group)?;
+        chain.len = 0;
+        let rotated = rotated_files(&self.dir)?;
+        let keep = self.rotation.max_files.max(2) - 1;
+        for old in &rotated[..rotated.len().saturating_sub(keep)] {
+            std::fs::remove_file(old)?;
+        }
+        Ok(())
     }
 
     /// Makes every line written so far durable.
@@ -101,6 +188,98 @@ impl Audit {
             eprintln!("warden: audit: cannot sync {}: {e}", self.path.display());
         }
     }
+}
+
+fn open_log(path: &Path, group: Option<u32>) -> std::io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .read(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    if let Some(gid) = group {
+        nix::unistd::fchown(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            Some(nix::unistd::Uid::from_raw(0)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+        )?;
+    }
+    Ok(file)
+}
+
+/// Writes `bytes` at the end; if only part of it got there (a full disk),
+/// cuts the file back so no torn line is left for the next to follow.
+fn append_whole(chain: &mut Chain, bytes: &[u8]) -> std::io::Result<()> {
+    match chain.file.write_all(bytes) {
+        Ok(()) => {
+            chain.len += bytes.len() as u64;
+            Ok(())
+        }
+        Err(e) => {
+            let _ = chain.file.set_len(chain.len);
+            Err(e)
+        }
+    }
+}
+
+/// A crash mid-write can only leave a last line without its newline; it was
+/// never acknowledged, so it is cut off. Returns the file's length.
+fn drop_torn_tail(file: &mut File) -> std::io::Result<u64> {
+    let len = file.seek(SeekFrom::End(0))?;
+    if len == 0 {
+        return Ok(0);
+    }
+    let start = len.saturating_sub(64 * 1024);
+    file.seek(SeekFrom::Start(start))?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail)?;
+    if tail.last() == Some(&b'\n') {
+        return Ok(len);
+    }
+    let keep = match tail.iter().rposition(|b| *b == b'\n') {
+        Some(i) => start + i as u64 + 1,
+        None if start == 0 => 0,
+        None => return Ok(len),
+    };
+    eprintln!(
+        "warden: audit: dropping a torn last line ({} bytes) left by a crash",
+        len - keep
+    );
+    file.set_len(keep)?;
+    Ok(keep)
+}
+
+/// The set-aside files of `dir`, oldest first (their names sort by the
+/// sequence number of their first line).
+pub fn rotated_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("warden-") && n.ends_with(".jsonl"))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Every file of the log in `dir`, in chain order: the set-aside ones, then
+/// the current one.
+pub fn log_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = rotated_files(dir)?;
+    let current = dir.join(FILE_NAME);
+    if current.exists() {
+        files.push(current);
+    }
+    Ok(files)
+}
+
+fn count_lines(path: &Path) -> std::io::Result<usize> {
+    let text = std::fs::read(path)?;
+    Ok(text.iter().filter(|b| **b == b'\n').count())
 }
 
 fn now() -> String {
@@ -266,21 +445,22 @@ pub fn describe(line: &str) -> Option<(String, String)> {
 }
 
 /// Reads the sequence number and hash of the last line, to continue the
-/// chain across restarts. A torn last line (no newline) is ignored.
-fn last_link(file: &mut File) -> std::io::Result<(u64, String)> {
+/// chain across restarts; None for an empty file.
+fn last_link(file: &mut File) -> std::io::Result<Option<(u64, String)>> {
     let len = file.seek(SeekFrom::End(0))?;
     let start = len.saturating_sub(64 * 1024);
     file.seek(SeekFrom::Start(start))?;
-    let mut tail = String::new();
-    file.read_to_string(&mut tail)?;
-    let last = tail.lines().rev().find_map(|line| {
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    // The window may start inside a character: lossy is fine for a search.
+    let tail = String::from_utf8_lossy(&bytes);
+    Ok(tail.lines().rev().find_map(|line| {
         let v: Value = serde_json::from_str(line).ok()?;
         Some((
             v.get("seq")?.as_u64()?,
             v.get("hash")?.as_str()?.to_string(),
         ))
-    });
-    Ok(last.unwrap_or((0, GENESIS.to_string())))
+    }))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -350,6 +530,56 @@ mod tests {
         // Continuing from a known hash: a file cut at the front is caught.
         let e = verify_text(&format!("{}{}", b.text, c.text), Some(GENESIS)).unwrap_err();
         assert_eq!(e.line, 1);
+    }
+
+    #[test]
+    fn rotation_keeps_the_chain_and_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let rotation = Rotation {
+            max_bytes: 4096,
+            max_files: 3,
+        };
+        let audit = Audit::open_with(dir.path(), None, None, rotation).unwrap();
+        for i in 0..200 {
+            audit.record(
+                "command_start",
+                json!({"command": i, "argv": ["echo", "x".repeat(40)]}),
+            );
+        }
+        drop(audit);
+        let files = log_files(dir.path()).unwrap();
+        assert_eq!(files.len(), 3, "{files:?}");
+        for f in &files {
+            assert!(std::fs::metadata(f).unwrap().len() <= 4096, "{f:?}");
+        }
+        // The kept files verify as one chain, and end at line 200.
+        let (lines, _) = verify_files(&files).unwrap();
+        assert!(lines > 20 && lines < 200, "{lines}");
+        let last = std::fs::read_to_string(&files[2]).unwrap();
+        assert!(last.lines().last().unwrap().contains("\"seq\":200"));
+        // Reopened after a rotation, the chain continues.
+        let audit = Audit::open_with(dir.path(), None, None, rotation).unwrap();
+        audit.record("boot", json!({}));
+        drop(audit);
+        verify_files(&log_files(dir.path()).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_torn_last_line_is_dropped_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let audit = Audit::open(dir.path(), None, None).unwrap();
+        audit.record("boot", json!({}));
+        audit.record("shutdown", json!({}));
+        drop(audit);
+        let path = dir.path().join(FILE_NAME);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{\"seq\":3,\"ki");
+        std::fs::write(&path, &text).unwrap();
+        let audit = Audit::open(dir.path(), None, None).unwrap();
+        audit.record("boot", json!({}));
+        drop(audit);
+        let (lines, _) = verify_files(&[path]).unwrap();
+        assert_eq!(lines, 3);
     }
 
     #[test]

@@ -17,6 +17,12 @@ pub struct MachineConfig {
     pub socket: PathBuf,
     /// Where the audit log is written; default `<runtime home>/data/audit`.
     pub audit_dir: Option<PathBuf>,
+    /// The audit log's current file is set aside past this size...
+    pub audit_max_bytes: u64,
+    /// ...and at most this many files are kept (the oldest go).
+    pub audit_max_files: usize,
+    /// What follows when the audit log cannot be written (a full disk).
+    pub audit_when_full: WhenFull,
     /// The confinement policy's folder (landlock.json, seccomp.json,
     /// limits.json); a missing file means the built-in default.
     pub policy_dir: PathBuf,
@@ -31,6 +37,16 @@ pub struct MachineConfig {
     pub path: String,
     /// LANG in a command's environment.
     pub lang: String,
+}
+
+/// Commands when the audit log cannot be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WhenFull {
+    /// Refuse to run commands while nothing they do can be recorded.
+    Refuse,
+    /// Run them anyway, and say so in every status.
+    Run,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -60,6 +76,9 @@ impl Default for MachineConfig {
             socket: "/run/warden/api.sock".into(),
             audit_dir: None,
             policy_dir: crate::policy::DEFAULT_DIR.into(),
+            audit_max_bytes: 16 << 20,
+            audit_max_files: 8,
+            audit_when_full: WhenFull::Refuse,
             main: Vec::new(),
             grace_period_ms: 10_000,
             drain_ms: 2_000,
@@ -170,6 +189,12 @@ impl MachineConfig {
         }
         if !self.socket.is_absolute() {
             return Err(invalid("socket", "must be an absolute path"));
+        }
+        if self.audit_max_bytes < 4096 || self.audit_max_files < 2 {
+            return Err(invalid(
+                "audit_max_bytes",
+                "files of at least 4096 bytes, at least 2 of them",
+            ));
         }
         if !self.policy_dir.is_absolute() {
             return Err(invalid("policy_dir", "must be an absolute path"));

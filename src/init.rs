@@ -2,7 +2,7 @@
 //! supervise until the main process ends or a shutdown signal arrives.
 
 use crate::api;
-use crate::audit::Audit;
+use crate::audit::{Audit, Rotation};
 use crate::config::{self, MachineConfig};
 use crate::confine::{self, Confinement};
 use crate::layout;
@@ -88,7 +88,16 @@ pub fn run(args: InitArgs) -> i32 {
     };
     // 5. The audit log.
     let redactor = Redactor::new(paths.env_file.clone());
-    let audit = match Audit::open(&paths.audit_dir, Some(accounts[0].gid), Some(redactor)) {
+    let rotation = Rotation {
+        max_bytes: config.audit_max_bytes,
+        max_files: config.audit_max_files,
+    };
+    let audit = match Audit::open_with(
+        &paths.audit_dir,
+        Some(accounts[0].gid),
+        Some(redactor),
+        rotation,
+    ) {
         Ok(a) => a,
         Err(e) => return refuse(format!("audit log in {}: {e}", paths.audit_dir.display())),
     };

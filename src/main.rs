@@ -75,9 +75,10 @@ enum Command {
 #[derive(Subcommand)]
 enum AuditAction {
     /// Check the hash chain; report the first break precisely. Several
-    /// files are checked as one chain, in the order given.
+    /// files are checked as one chain, in the order given; a folder means
+    /// all its log files (set-aside ones, then the current one).
     Verify {
-        #[arg(default_value = DEFAULT_AUDIT)]
+        #[arg(default_value = DEFAULT_AUDIT_DIR)]
         files: Vec<PathBuf>,
     },
     /// Print the log for people.
@@ -97,6 +98,7 @@ enum AuditAction {
 }
 
 const DEFAULT_AUDIT: &str = "/home/runtime/data/audit/warden.jsonl";
+const DEFAULT_AUDIT_DIR: &str = "/home/runtime/data/audit";
 
 fn main() {
     let cli = Cli::parse();
@@ -236,8 +238,19 @@ fn status(socket: &Path, json: bool) -> Result<i32, String> {
     Ok(0)
 }
 
-fn verify(files: &[PathBuf]) -> i32 {
-    match warden::audit::verify_files(files) {
+fn verify(given: &[PathBuf]) -> i32 {
+    // A folder stands for all its log files, in chain order.
+    let mut files = Vec::new();
+    for path in given {
+        match path.is_dir() {
+            true => match warden::audit::log_files(path) {
+                Ok(found) => files.extend(found),
+                Err(e) => fail(&format!("{}: {e}", path.display())),
+            },
+            false => files.push(path.clone()),
+        }
+    }
+    match warden::audit::verify_files(&files) {
         Ok((lines, last)) => {
             println!("ok: {lines} lines, chain intact; last hash {last}");
             0
@@ -341,6 +354,9 @@ fn describe(s: &Status) -> String {
     }
     if let Some(reason) = &s.refusing {
         out += &format!("REFUSING COMMANDS: {reason}\n");
+    }
+    if let Some(why) = &s.audit_failing {
+        out += &format!("AUDIT LOG FAILING: {why}\n");
     }
     out += &format!("audit log: {}\n", s.audit_log);
     out

@@ -196,6 +196,8 @@ pub enum ErrorCode {
     ShuttingDown,
     /// A layer the policy requires does not hold: no command runs.
     NotConfined,
+    /// The audit log cannot be written and the config says to refuse.
+    AuditFailing,
     Internal,
 }
 
@@ -232,6 +234,9 @@ pub struct Status {
     /// Why commands are refused, when a required layer does not hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusing: Option<String>,
+    /// Why the audit log cannot be written now, when it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_failing: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -86,6 +86,18 @@ impl Supervisor {
         }
     }
 
+    /// Why commands are refused because of the audit log, if they are.
+    pub fn audit_refusal(&self) -> Option<String> {
+        match self.config.audit_when_full {
+            crate::config::WhenFull::Refuse => self.audit.retry().map(|why| {
+                format!(
+                    "the audit log cannot be written ({why}); commands are refused until it can"
+                )
+            }),
+            crate::config::WhenFull::Run => None,
+        }
+    }
+
     /// Only root and the runtime may use the API.
     pub fn may_connect(&self, uid: u32) -> bool {
         uid == 0 || uid == self.runtime.uid
@@ -302,6 +314,7 @@ impl Supervisor {
             running,
             commands_started: self.next_command.load(Ordering::SeqCst) - 1,
             audit_log: self.audit.path().display().to_string(),
+            audit_failing: self.audit.failing(),
             layers: self.confinement.layers(),
             refusing: self.confinement.refusal(),
         }

@@ -314,3 +314,114 @@ fn warden_killed_mid_stream_leaves_a_log_that_still_verifies() {
     let lines = verify(&m);
     assert!(lines > 10, "only {lines} lines were written");
 }
+
+/// A small tmpfs mounted on the host, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &std::path::Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0750"),
+                "warden-test-full",
+            ])
+            .arg(at)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        Tmpfs(at.to_path_buf())
+    }
+
+    fn resize(&self, size: &str) {
+        let ok = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Runs `echo` until the audit log's disk is full; returns the error code
+/// that stopped it, if one did within 2000 commands.
+fn fill(m: &Machine) -> Option<warden::protocol::ErrorCode> {
+    for _ in 0..2000 {
+        match m.client().run(sh("echo filling")) {
+            Ok(_) => {}
+            Err(warden::client::ClientError::Warden { code, .. }) => return Some(code),
+            Err(e) => panic!("{e}"),
+        }
+        if m.client().status().unwrap().audit_failing.is_some() {
+            return None;
+        }
+    }
+    panic!("the audit disk never filled");
+}
+
+#[test]
+fn a_full_audit_disk_refuses_commands_until_there_is_room_and_never_tears_a_line() {
+    if !privileged("a_full_audit_disk_refuses_commands_until_there_is_room_and_never_tears_a_line")
+    {
+        return;
+    }
+    let dir = Machine::folder("");
+    let disk = Tmpfs::mount(&dir.path().join("home/runtime/data/audit"), "64k");
+    let m = Machine::start_in(dir, Options::default());
+    m.wait_ready();
+    let stopped_by = fill(&m);
+    // Full: the next command is refused, saying why.
+    let refused = m.client().run(sh("echo refused"));
+    match refused {
+        Err(warden::client::ClientError::Warden { code, message }) => {
+            assert_eq!(code, warden::protocol::ErrorCode::AuditFailing, "{message}");
+            assert!(message.contains("audit log cannot be written"), "{message}");
+        }
+        other => {
+            panic!("a command ran with a full audit disk: {other:?} (stopped by {stopped_by:?})")
+        }
+    }
+    assert!(m.client().status().unwrap().audit_failing.is_some());
+    // Room again: commands run, and the log says it recovered.
+    disk.resize("1m");
+    assert_eq!(m.client().run(sh("echo back")).unwrap().stdout, b"back\n");
+    assert_eq!(m.audit_kinds("audit_recovered").len(), 1);
+    verify(&m);
+}
+
+#[test]
+fn with_audit_when_full_run_commands_go_on_and_status_says_so() {
+    if !privileged("with_audit_when_full_run_commands_go_on_and_status_says_so") {
+        return;
+    }
+    let dir = Machine::folder("");
+    let _disk = Tmpfs::mount(&dir.path().join("home/runtime/data/audit"), "64k");
+    let m = Machine::start_in(
+        dir,
+        Options {
+            config: json!({"audit_when_full": "run"}),
+            ..Default::default()
+        },
+    );
+    m.wait_ready();
+    assert_eq!(fill(&m), None);
+    assert_eq!(m.client().run(sh("echo still")).unwrap().stdout, b"still\n");
+    let status = m.client().status().unwrap();
+    assert!(
+        status.audit_failing.unwrap().contains("No space left"),
+        "the reason is the disk"
+    );
+    verify(&m);
+}
