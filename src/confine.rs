@@ -252,7 +252,7 @@ pub fn rlimits(l: &Limits) -> Vec<(u32, u64, u64)> {
     let mut out = vec![(libc::RLIMIT_CORE, 0, 0)];
     if let Some(s) = l.cpu_seconds {
         // SIGXCPU at the soft limit names the limit; SIGKILL a second later.
-        out.push((libc::RLIMIT_CPU, s, s + 1));
+        out.push((libc::RLIMIT_CPU, s, s.saturating_add(1)));
     }
     let same = [
         (libc::RLIMIT_AS, l.address_space_bytes),
@@ -295,5 +295,11 @@ mod tests {
         assert!(got.contains(&(libc::RLIMIT_NPROC, 10, 10)));
         assert!(got.contains(&(libc::RLIMIT_CORE, 0, 0)));
         assert_eq!(got.len(), 3);
+        // Huge values from a request never overflow.
+        let huge = Limits {
+            cpu_seconds: Some(u64::MAX),
+            ..Default::default()
+        };
+        assert!(rlimits(&huge).contains(&(libc::RLIMIT_CPU, u64::MAX, u64::MAX)));
     }
 }

@@ -733,3 +733,29 @@ fn output_streams_in_bulk() {
     assert_eq!(total, 256 << 20);
     assert_eq!(out.stdout_bytes, 256 << 20);
 }
+
+#[test]
+fn huge_values_are_taken_as_they_are_without_overflow() {
+    if !privileged("huge_values_are_taken_as_they_are_without_overflow") {
+        return;
+    }
+    let m = boot();
+    let mut req = argv(&["echo", "fine"]);
+    req.timeout_ms = Some(u64::MAX);
+    req.limits = Some(warden::policy::Limits {
+        cpu_seconds: Some(u64::MAX),
+        address_space_bytes: Some(u64::MAX),
+        processes: Some(u64::MAX),
+        output_bytes: Some(u64::MAX),
+        file_size_bytes: Some(u64::MAX),
+        open_files: Some(u64::MAX),
+        timeout_ms: Some(u64::MAX),
+    });
+    let out = run(&m, req);
+    assert_eq!(
+        (out.exit.status, text(&out.stdout)),
+        (0, "fine\n".to_string()),
+        "{:?}",
+        out.exit
+    );
+}
