@@ -31,6 +31,8 @@ use tokio::sync::mpsc;
 
 /// Frames waiting for the writer, per connection.
 const OUT_QUEUE: usize = 32;
+/// A frame, once begun, must arrive whole within this time.
+const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 /// A new connection must say hello within this time.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The send buffer of every API socket.
@@ -107,7 +109,7 @@ async fn connection(sup: Arc<Supervisor>, stream: UnixStream) {
             slots: Mutex::default(),
         });
         if let Err((code, message)) = conn.read_frames(rd).await {
-            let _ = conn.tx.send(Out::Event(0, error(code, message))).await;
+            conn.send(0, error(code, message)).await;
         }
         conn.abandon();
     }
@@ -129,10 +131,14 @@ impl Conn {
     /// Sends an event; error texts have the machine's secrets hidden.
     async fn send(&self, id: u32, event: Event) {
         let event = match event {
-            Event::Error { code, message } => Event::Error {
-                code,
-                message: self.sup.audit.redact(&message).into_owned(),
-            },
+            Event::Error { code, message } => {
+                let message = self.sup.audit.redact(&message).into_owned();
+                self.sup.audit.record(
+                    "request_refused",
+                    json!({"requester_uid": self.uid, "id": id, "code": code, "message": message}),
+                );
+                Event::Error { code, message }
+            }
             Event::Exit(mut report) => {
                 report.error = report.error.map(|e| self.sup.audit.redact(&e).into_owned());
                 Event::Exit(report)
@@ -223,12 +229,30 @@ impl Conn {
                 Some(Event::Status(Box::new(self.sup.status())))
             }
             Request::Signal { target, signal } => Some(self.signal(target, &signal)),
+            Request::Audit { kind, fields } => Some(self.runtime_event(&kind, fields)),
             Request::Run(run) => self.start(id, run),
         };
         if let Some(event) = reply {
             self.send(id, event).await;
         }
         Ok(())
+    }
+
+    /// An event of the runtime's own, marked as such in the log.
+    fn runtime_event(&self, kind: &str, fields: serde_json::Value) -> Event {
+        let name_ok = !kind.is_empty()
+            && kind.len() <= 64
+            && kind
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !name_ok {
+            return error(ErrorCode::BadRequest, "an audit kind is [a-z0-9_]{1,64}");
+        }
+        let line = json!({"from_uid": self.uid, "event": kind, "fields": fields});
+        match self.sup.audit.record_seq("runtime", line) {
+            Some(seq) => Event::Recorded { seq },
+            None => error(ErrorCode::AuditFailing, "the audit log cannot be written"),
+        }
     }
 
     fn signal(&self, target: u32, name: &str) -> Event {
@@ -501,8 +525,20 @@ async fn read_frame(
     rd: &mut BufReader<OwnedReadHalf>,
 ) -> Result<Option<(Header, Vec<u8>)>, Failure> {
     let mut raw = [0u8; HEADER_LEN];
-    if rd.read_exact(&mut raw).await.is_err() {
+    // A client may be idle between frames as long as it likes; once a
+    // frame has begun, it must arrive whole in time (no slow-loris).
+    if rd.read_exact(&mut raw[..1]).await.is_err() {
         return Ok(None);
+    }
+    match tokio::time::timeout(FRAME_TIMEOUT, rd.read_exact(&mut raw[1..])).await {
+        Err(_) => {
+            return Err((
+                ErrorCode::BadFrame,
+                "a frame header took too long to arrive".into(),
+            ))
+        }
+        Ok(Err(_)) => return Ok(None),
+        Ok(Ok(_)) => {}
     }
     let header = Header::decode(&raw).map_err(|e| {
         let code = match e {
@@ -512,10 +548,14 @@ async fn read_frame(
         (code, e.to_string())
     })?;
     let mut payload = vec![0u8; header.len as usize];
-    if rd.read_exact(&mut payload).await.is_err() {
-        return Ok(None);
+    match tokio::time::timeout(FRAME_TIMEOUT, rd.read_exact(&mut payload)).await {
+        Err(_) => Err((
+            ErrorCode::BadFrame,
+            "a frame took too long to arrive".into(),
+        )),
+        Ok(Err(_)) => Ok(None),
+        Ok(Ok(_)) => Ok(Some((header, payload))),
     }
-    Ok(Some((header, payload)))
 }
 
 pub fn signal_name(n: i32) -> String {

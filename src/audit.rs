@@ -133,6 +133,11 @@ impl Audit {
     /// Appends one event, whole or not at all. A failure never crashes
     /// warden: it is said on stderr and kept for `failing`.
     pub fn record(&self, kind: &str, fields: Value) {
+        self.record_seq(kind, fields);
+    }
+
+    /// The same, returning the line's sequence number if it was written.
+    pub fn record_seq(&self, kind: &str, fields: Value) -> Option<u64> {
         let mut chain = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let seq = chain.seq + 1;
         let fields = match &self.redactor {
@@ -149,6 +154,7 @@ impl Audit {
                 chain.seq = seq;
                 chain.prev = line.hash;
                 *failing = None;
+                Some(seq)
             }
             Err(e) => {
                 let why = format!("cannot write {}: {e}", self.path.display());
@@ -156,6 +162,7 @@ impl Audit {
                     eprintln!("warden: audit: {why}");
                 }
                 *failing = Some(why);
+                None
             }
         }
     }

@@ -86,6 +86,13 @@ pub enum Request {
         signal: String,
     },
     Status,
+    /// Appends an event of the runtime's own to the audit log (marked
+    /// `runtime`, with the requester's uid).
+    Audit {
+        kind: String,
+        #[serde(default)]
+        fields: serde_json::Value,
+    },
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -152,6 +159,10 @@ pub enum Event {
         signal: String,
     },
     Status(Box<Status>),
+    /// An audit request was written, as line `seq`.
+    Recorded {
+        seq: u64,
+    },
     Error {
         code: ErrorCode,
         message: String,

@@ -759,3 +759,52 @@ fn huge_values_are_taken_as_they_are_without_overflow() {
         out.exit
     );
 }
+
+#[test]
+fn the_runtime_appends_its_own_events_and_refusals_are_logged() {
+    if !privileged("the_runtime_appends_its_own_events_and_refusals_are_logged") {
+        return;
+    }
+    let m = boot();
+    let mut c = m.client();
+    let event = Request::Audit {
+        kind: "served_memory".into(),
+        fields: json!({"file": "notes.md", "to": "agent"}),
+    };
+    c.send(0, &event).unwrap();
+    let seq = match c.receive().unwrap() {
+        Message::Event(0, Event::Recorded { seq }) => seq,
+        other => panic!("{other:?}"),
+    };
+    let line = m.audit().into_iter().find(|l| l["seq"] == seq).unwrap();
+    assert_eq!(
+        (line["kind"].as_str(), line["event"].as_str()),
+        (Some("runtime"), Some("served_memory"))
+    );
+    assert_eq!(
+        (line["from_uid"].as_u64(), line["fields"]["file"].as_str()),
+        (Some(0), Some("notes.md"))
+    );
+    // A bad kind is refused, and the refusal is itself in the log.
+    c.send(
+        0,
+        &Request::Audit {
+            kind: "Bad Kind".into(),
+            fields: json!(null),
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        c.receive().unwrap(),
+        Message::Event(
+            0,
+            Event::Error {
+                code: ErrorCode::BadRequest,
+                ..
+            }
+        )
+    ));
+    let refused = m.audit_kinds("request_refused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["code"], "bad_request");
+}
