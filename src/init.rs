@@ -125,7 +125,6 @@ pub fn run(args: InitArgs) -> i32 {
     };
     // 8. Prove the confinement by behaviour, before serving anything.
     let layers = sup.probe();
-    runtime.spawn(api::serve(sup.clone(), listener));
     sup.audit.record(
         "boot",
         json!({"version": env!("CARGO_PKG_VERSION"), "pid1": pid1,
@@ -136,6 +135,8 @@ pub fn run(args: InitArgs) -> i32 {
                "layers": layers,
                "boot_ms": boot.elapsed().as_secs_f64() * 1e3}),
     );
+    // Served only now: a client never sees warden before its boot line.
+    runtime.spawn(api::serve(sup.clone(), listener));
     for layer in layers.iter().filter(|l| !l.holds) {
         let what = if layer.required {
             "required"
