@@ -54,6 +54,7 @@ enum Command {
         /// Leave the command's background processes running after it exits.
         #[arg(long)]
         keep_background: bool,
+        /// The program and its arguments (found in PATH when it has no '/').
         #[arg(last = true)]
         argv: Vec<String>,
     },
