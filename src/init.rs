@@ -317,7 +317,8 @@ fn start_main(sup: &Supervisor) -> Option<Result<Main, i32>> {
             }))
         }
         Err(SpawnError::Child(f)) => {
-            eprintln!("warden: main process: {f}");
+            // The program's name may carry a secret: redacted like the log.
+            eprintln!("warden: main process: {}", sup.audit.redact(&f.to_string()));
             sup.audit
                 .record("main_failed", json!({"argv": argv, "error": f.to_string()}));
             Some(Err(f.status()))
