@@ -130,11 +130,7 @@ fn sigterm_with_a_hundred_commands_running_stops_all_and_the_log_verifies() {
         };
         client.send(id, &Request::Run(sh(line))).unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while m.client().status().unwrap().running.len() < 100 {
-        assert!(Instant::now() < deadline, "not all started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    m.wait_running(100);
     let t = Instant::now();
     m.kill(Signal::SIGTERM);
     assert_eq!(m.wait(Duration::from_secs(30)), 143);

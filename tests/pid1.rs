@@ -225,11 +225,7 @@ fn shutdown_stops_commands_within_the_grace_period() {
         .unwrap();
         clients.push(c);
     }
-    let deadline = Instant::now() + LIMIT;
-    while m.client().status().unwrap().running.len() < 2 {
-        assert!(Instant::now() < deadline, "{}", m.log());
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    m.wait_running(2);
     let t0 = Instant::now();
     m.kill(Signal::SIGTERM);
     assert_eq!(m.wait(LIMIT), 143, "{}", m.log());

@@ -179,6 +179,19 @@ impl Machine {
         }
     }
 
+    /// Waits until status lists at least `n` running commands.
+    pub fn wait_running(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.client().status().unwrap().running.len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {n} commands started\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     pub fn client(&self) -> Client {
         Client::connect(&self.socket)
             .unwrap_or_else(|e| panic!("connect: {e}\nlog:\n{}", self.log()))
