@@ -421,3 +421,32 @@ fn with_audit_when_full_run_commands_go_on_and_status_says_so() {
     );
     verify(&m);
 }
+
+#[test]
+fn a_frame_begun_and_not_finished_is_cut_off() {
+    if !privileged("a_frame_begun_and_not_finished_is_cut_off") {
+        return;
+    }
+    let m = Machine::boot(Options::default());
+    let mut s = std::os::unix::net::UnixStream::connect(&m.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let hello = br#"{"type":"hello","versions":[1]}"#;
+    let mut frame = warden::protocol::Header {
+        kind: Kind::Control,
+        id: 0,
+        len: hello.len() as u32,
+    }
+    .encode()
+    .to_vec();
+    frame.extend_from_slice(hello);
+    // The hello, then half a header of the next frame, then nothing.
+    frame.extend_from_slice(&[1, 0, 0]);
+    s.write_all(&frame).unwrap();
+    let t = Instant::now();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).unwrap();
+    let text = String::from_utf8_lossy(&buf);
+    assert!(text.contains("took too long"), "{text}");
+    // Not before the 30 s a frame is given (how long after, is the machine's).
+    assert!(t.elapsed() >= Duration::from_secs(29), "{:?}", t.elapsed());
+}
