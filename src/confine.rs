@@ -150,7 +150,11 @@ impl Confinement {
         }
         let seccomp_detail = match (&self.seccomp, probe.has(Probe::SECCOMP)) {
             (Err(e), _) => format!("cannot compile the filter: {e}"),
-            (Ok(p), true) => format!("{} filters; a denied syscall got EPERM", p.len()),
+            (Ok(p), true) => format!(
+                "{} program{} carried by the spawner thread, inherited by every command; a denied syscall got EPERM",
+                p.len(),
+                if p.len() == 1 { "" } else { "s" }
+            )),
             (Ok(_), false) => "a denied syscall was not refused".to_string(),
         };
         let proc_detail = match &self.proc_hidden {
