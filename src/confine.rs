@@ -154,7 +154,7 @@ impl Confinement {
                 "{} program{} carried by the spawner thread, inherited by every command; a denied syscall got EPERM",
                 p.len(),
                 if p.len() == 1 { "" } else { "s" }
-            )),
+            ),
             (Ok(_), false) => "a denied syscall was not refused".to_string(),
         };
         let proc_detail = match &self.proc_hidden {
