@@ -392,7 +392,7 @@ impl Conn {
             }
         };
         let limits = sup.limits_for(&run);
-        let launch = match sup.shell_launch(&run) {
+        let launch = match sup.shell_launch(&run, &limits) {
             Ok(launch) => launch,
             Err(e) => return failed(125, e.to_string()),
         };

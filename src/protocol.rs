@@ -212,21 +212,6 @@ pub enum ErrorCode {
     Internal,
 }
 
-impl ErrorCode {
-    /// Errors after which warden closes the connection: the byte stream can
-    /// no longer be trusted to be in step.
-    pub fn is_fatal(self) -> bool {
-        matches!(
-            self,
-            ErrorCode::Refused
-                | ErrorCode::HelloRequired
-                | ErrorCode::UnsupportedVersion
-                | ErrorCode::BadFrame
-                | ErrorCode::FrameTooLarge
-        )
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
     pub version: String,

@@ -133,9 +133,4 @@ impl Reaper {
         }
         true
     }
-
-    /// How many spawned children are still unreaped.
-    pub fn tracked(&self) -> usize {
-        self.lock().len()
-    }
 }

@@ -136,7 +136,7 @@ impl Supervisor {
 
     /// Everything to run `run` as shell: its folder opened (made if
     /// missing), its environment, and every confinement layer.
-    pub fn shell_launch(&self, run: &ValidRun) -> Result<Launch, String> {
+    pub fn shell_launch(&self, run: &ValidRun, limits: &Limits) -> Result<Launch, String> {
         let env = self.shell_env(&run.env);
         let path = env
             .iter()
@@ -154,10 +154,9 @@ impl Supervisor {
                 .map_err(|e| format!("cannot make or enter the working folder: {e}"))?,
             ),
         };
-        let limits = self.limits_for(run);
         let confine = self
             .confinement
-            .for_command(folder.as_ref(), &limits, false)?;
+            .for_command(folder.as_ref(), limits, false)?;
         let workdir = match folder {
             None => Workdir::At(c_path(&self.shell.home).map_err(|e| e.to_string())?),
             Some(fd) => Workdir::Fd(fd),

@@ -364,11 +364,6 @@ pub fn build(policy: &SeccompPolicy) -> Result<Vec<BpfProgram>, String> {
     Ok(programs)
 }
 
-/// The names of the unconditionally denied syscalls, for status.
-pub fn denied_names() -> Vec<&'static str> {
-    DENIED.iter().map(|(_, name, _)| *name).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
