@@ -215,8 +215,8 @@ fn append(path: &Path, line: &str) -> Result<(), UsersError> {
         .open(path)
         .map_err(io)?;
     // A file that does not end in a newline would glue our line to its last.
-    let len = file.metadata().map_err(io)?.len();
-    let text = if len > 0 && !ends_with_newline(path)? {
+    let current = read(path)?;
+    let text = if !current.is_empty() && !current.ends_with('\n') {
         format!("\n{line}")
     } else {
         line.to_string()
@@ -230,11 +230,6 @@ fn append_if_exists(path: &Path, line: &str) -> Result<(), UsersError> {
         append(path, line)?;
     }
     Ok(())
-}
-
-fn ends_with_newline(path: &Path) -> Result<bool, UsersError> {
-    let text = read(path)?;
-    Ok(text.ends_with('\n'))
 }
 
 #[cfg(test)]

@@ -808,3 +808,30 @@ fn the_runtime_appends_its_own_events_and_refusals_are_logged() {
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0]["code"], "bad_request");
 }
+
+#[test]
+fn rlimits_reach_the_command() {
+    if !privileged("rlimits_reach_the_command") {
+        return;
+    }
+    let m = boot();
+    let mut req = argv(&["cat", "/proc/self/limits"]);
+    req.limits = Some(warden::policy::Limits {
+        open_files: Some(64),
+        processes: Some(77),
+        file_size_bytes: Some(1 << 20),
+        ..Default::default()
+    });
+    let limits = text(&run(&m, req).stdout);
+    // (soft, hard) as the kernel holds them; cores are always off.
+    for (name, want) in [
+        ("Max open files", "64"),
+        ("Max processes", "77"),
+        ("Max file size", "1048576"),
+        ("Max core file size", "0"),
+    ] {
+        let line = limits.lines().find(|l| l.starts_with(name)).expect(name);
+        let values: Vec<&str> = line[name.len()..].split_whitespace().take(2).collect();
+        assert_eq!(values, [want, want], "{line}");
+    }
+}
