@@ -9,6 +9,7 @@ pub mod config;
 pub mod confine;
 pub mod init;
 pub mod layout;
+pub mod net;
 pub mod output;
 pub mod policy;
 pub mod protocol;

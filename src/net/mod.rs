@@ -1,0 +1,9 @@
+//! The network layer: the firewall that leaves `shell` only the egress
+//! proxy, and the proxy itself, which reaches only listed hosts.
+
+pub mod addr;
+pub mod firewall;
+pub mod hosts;
+pub mod proxy;
+pub mod registries;
+pub mod target;
