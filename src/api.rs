@@ -228,6 +228,13 @@ impl Conn {
                 self.sup.probe();
                 Some(Event::Status(Box::new(self.sup.status())))
             }
+            Request::Reload => Some(match self.sup.network.reload() {
+                Ok(state) => Event::Reloaded(state),
+                Err(e) => error(
+                    ErrorCode::BadRequest,
+                    format!("reload: {e}; the last good network policy holds"),
+                ),
+            }),
             Request::Signal { target, signal } => Some(self.signal(target, &signal)),
             Request::Audit { kind, fields } => Some(self.runtime_event(&kind, fields)),
             Request::Run(run) => self.start(id, run),

@@ -164,6 +164,18 @@ impl Client {
         }
     }
 
+    /// Has warden read its network policy again; returns what holds.
+    pub fn reload(&mut self) -> Result<crate::protocol::ProxyState, ClientError> {
+        self.send(0, &Request::Reload)?;
+        match self.receive()? {
+            Message::Event(_, Event::Reloaded(state)) => Ok(state),
+            Message::Event(_, Event::Error { code, message }) => {
+                Err(ClientError::Warden { code, message })
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
     pub fn status(&mut self) -> Result<Status, ClientError> {
         self.send(0, &Request::Status)?;
         match self.receive()? {

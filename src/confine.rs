@@ -5,7 +5,7 @@
 use crate::policy::{Limits, Policy, Requirement};
 use crate::protocol::LayerState;
 use crate::sandbox::{self, Coverage, StaticRules};
-use crate::spawn::{Confine, Probe};
+use crate::spawn::{Confine, NetProbe, Probe};
 use seccompiler::BpfProgram;
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -29,6 +29,14 @@ impl Confinement {
         shell_home: &Path,
         proc_hidden: Result<(), String>,
     ) -> Confinement {
+        let mut policy = policy;
+        // Commands reach the network through the proxy: Landlock must let
+        // them connect to its port (of any address: Landlock knows ports
+        // only; the firewall narrows it to loopback).
+        let port = policy.network.proxy_port;
+        if !policy.landlock.tcp_connect.contains(&port) {
+            policy.landlock.tcp_connect.push(port);
+        }
         let seccomp = crate::syscalls::build(&policy.seccomp).map(Arc::new);
         let rules = StaticRules::open(&policy.landlock, routines, shell_home);
         let coverage = sandbox::coverage(sandbox::kernel_abi(), &policy.landlock);
@@ -71,12 +79,27 @@ impl Confinement {
             rlimits: rlimits(limits),
             last_cap: self.last_cap,
             probe,
+            net_probe: None,
         })
     }
 
-    /// Turns a probe's findings into the layer report, and keeps it.
-    pub fn record(&self, probe: Result<Probe, String>) -> Vec<LayerState> {
-        let layers = self.judge(probe);
+    /// The firewall probe's layers: those of a command but Landlock, whose
+    /// TCP rule would hide whether the firewall holds.
+    pub fn for_network_probe(&self, probe: NetProbe) -> Confine {
+        Confine {
+            landlock: None,
+            rlimits: rlimits(&self.policy.limits),
+            last_cap: self.last_cap,
+            probe: false,
+            net_probe: Some(probe),
+        }
+    }
+
+    /// Turns a probe's findings, and the firewall's state, into the layer
+    /// report, and keeps it.
+    pub fn record(&self, probe: Result<Probe, String>, firewall: LayerState) -> Vec<LayerState> {
+        let mut layers = self.judge(probe);
+        layers.push(firewall);
         *self.layers.lock().unwrap_or_else(|e| e.into_inner()) = layers.clone();
         layers
     }
@@ -228,7 +251,7 @@ fn cgroup_detail() -> String {
     format!("per-command cgroups are not used by this build; memory and process limits rest on rlimits ({here})")
 }
 
-fn state(layer: &str, required: bool, holds: bool, detail: String) -> LayerState {
+pub fn state(layer: &str, required: bool, holds: bool, detail: String) -> LayerState {
     LayerState {
         layer: layer.to_string(),
         required,

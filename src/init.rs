@@ -6,6 +6,8 @@ use crate::audit::{Audit, Rotation};
 use crate::config::{self, MachineConfig};
 use crate::confine::{self, Confinement};
 use crate::layout;
+use crate::net::proxy::{self, Proxy};
+use crate::network::Network;
 use crate::policy::Policy;
 use crate::protocol::MainState;
 use crate::reaper::Exit;
@@ -107,9 +109,41 @@ pub fn run(args: InitArgs) -> i32 {
     } else {
         Err("not PID 1: /proc belongs to the host; shell can list other processes".to_string())
     };
+    let mut network = Network::new(policy.network.clone(), accounts[1].uid);
     let confinement = Confinement::new(policy, &paths.routines, &paths.shell_home, proc_hidden);
-    let sup = Arc::new(Supervisor::new(config, accounts, audit, confinement, pid1));
-    // 7. The async runtime, the signal loop and the API.
+    // 7. Loopback, and the egress proxy's listening sockets.
+    match crate::network::loopback_up() {
+        Ok(true) => eprintln!("warden: brought the loopback interface up"),
+        Ok(false) => {}
+        Err(e) => eprintln!("warden: {e}"),
+    }
+    let proxy_listeners = match proxy::bind(network.policy.proxy_port) {
+        Ok((listeners, missing)) => {
+            if let Some(m) = missing {
+                eprintln!("warden: {m}; the proxy listens on IPv4 only");
+            }
+            network.listening = listeners
+                .iter()
+                .filter_map(|l| l.local_addr().ok())
+                .map(|a| a.to_string())
+                .collect();
+            listeners
+        }
+        Err(e) => {
+            // The firewall probe will find the proxy unreachable and say so.
+            eprintln!("warden: {e}: shell has no way out");
+            Vec::new()
+        }
+    };
+    let sup = Arc::new(Supervisor::new(
+        config,
+        accounts,
+        audit,
+        confinement,
+        network,
+        pid1,
+    ));
+    // 8. The async runtime, the signal loop and the API.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -123,7 +157,9 @@ pub fn run(args: InitArgs) -> i32 {
         Ok(l) => l,
         Err(e) => return refuse(format!("api socket {}: {e}", sup.config.socket.display())),
     };
-    // 8. Prove the confinement by behaviour, before serving anything.
+    // 9. The firewall, and the proxy that is shell's one way out.
+    start_network(&sup, &runtime, proxy_listeners);
+    // 10. Prove the confinement by behaviour, before serving anything.
     let layers = sup.probe();
     sup.audit.record(
         "boot",
@@ -157,16 +193,96 @@ pub fn run(args: InitArgs) -> i32 {
         sup.config.socket.display(),
         sup.audit.path().display()
     );
-    // 9. The main process, as runtime.
+    // 11. The main process, as runtime.
     let main = start_main(&sup);
-    // 10. Supervise until the end.
+    // 12. Supervise until the end.
     let status = runtime.block_on(supervise(sup.clone(), signals, main));
-    // 11. Leave the books in order.
+    // 13. Leave the books in order.
     let _ = std::fs::remove_file(&sup.config.socket);
     sup.audit.record("shutdown", json!({"status": status}));
     sup.audit.sync();
     eprintln!("warden: exiting with status {status}");
     status
+}
+
+/// Applies the firewall, works out the default host list, and starts the
+/// proxy on the listeners bound earlier.
+fn start_network(
+    sup: &Arc<Supervisor>,
+    runtime: &tokio::runtime::Runtime,
+    listeners: Vec<std::net::TcpListener>,
+) {
+    let applied = sup.network.apply(&sup.reaper);
+    let path = sup.config.path.clone();
+    let home = sup.shell.home.display().to_string();
+    let shell = crate::spawn::Identity {
+        uid: sup.shell.uid,
+        gid: sup.shell.gid,
+        groups: sup.shell.groups.clone(),
+    };
+    // The default list is worked out beside the rest of the boot (asking
+    // the tools takes a second or two); a connection that needs it before
+    // it is known waits for it.
+    let defaults: proxy::Defaults = Default::default();
+    if sup.network.policy.hosts.is_none() {
+        let (sup2, filled) = (sup.clone(), defaults.clone());
+        let worked_out = std::thread::Builder::new()
+            .name("default-hosts".into())
+            .spawn(move || {
+                let (hosts, sources) =
+                    crate::network::default_hosts(&sup2.reaper, shell, &home, &path);
+                sup2.audit.record(
+                    "default_hosts",
+                    json!({"hosts": hosts, "registries_found": sources}),
+                );
+                let _ = filled.set(hosts);
+            });
+        if let Err(e) = worked_out {
+            eprintln!("warden: cannot work out the default host list ({e}): GitHub's hosts only");
+            let _ = defaults.set(crate::net::registries::GITHUB.map(String::from).to_vec());
+        }
+    }
+    let weak = Arc::downgrade(sup);
+    let record: proxy::Recorder = Arc::new(move |kind, fields| {
+        if let Some(sup) = weak.upgrade() {
+            sup.audit.record(kind, fields);
+        }
+    });
+    let policy = &sup.network.policy;
+    let settings = proxy::Settings {
+        policy_dir: sup.config.policy_dir.clone(),
+        max_tunnels: policy.max_tunnels,
+        idle: Duration::from_millis(policy.idle_timeout_ms),
+        connect_timeout: Duration::from_millis(policy.connect_timeout_ms),
+    };
+    let started = Proxy::new(settings, policy, defaults.clone(), record).and_then(|p| {
+        let p = Arc::new(p);
+        let tokio_listeners = runtime.block_on(async {
+            listeners
+                .into_iter()
+                .map(tokio::net::TcpListener::from_std)
+                .collect::<std::io::Result<Vec<_>>>()
+        });
+        let tokio_listeners = tokio_listeners.map_err(|e| format!("proxy: {e}"))?;
+        runtime.spawn(p.clone().serve(tokio_listeners));
+        Ok(p)
+    });
+    let proxy_error = match started {
+        Ok(p) => {
+            sup.network.set_proxy(p);
+            None
+        }
+        Err(e) => {
+            eprintln!("warden: the egress proxy did not start: {e}");
+            Some(e)
+        }
+    };
+    sup.audit.record(
+        "network",
+        json!({"firewall": match &applied { Ok(()) => json!("applied"), Err(e) => json!({"error": e}) },
+               "firewall_policy": policy.firewall, "proxy": sup.network.listening,
+               "proxy_error": proxy_error, "hosts_from": if policy.hosts.is_some() { "network.json" } else { "default" }}),
+    );
 }
 
 fn refuse(reason: String) -> i32 {

@@ -63,6 +63,25 @@ enum Command {
         #[command(subcommand)]
         action: AuditAction,
     },
+    /// Have warden read its network policy (network.json) again now; the
+    /// proxy also notices a changed file by itself, at its next connection.
+    Reload {
+        #[arg(long, env = "WARDEN_SOCKET", default_value = DEFAULT_SOCKET)]
+        socket: PathBuf,
+    },
+    /// Run only the egress proxy, in the foreground (to measure or debug
+    /// it; inside a machine, `init` runs it).
+    Proxy {
+        /// A loopback address to listen on (repeatable).
+        #[arg(long, default_value = "127.0.0.1:3128")]
+        listen: Vec<std::net::SocketAddr>,
+        /// The folder holding network.json.
+        #[arg(long, default_value = warden::policy::DEFAULT_DIR)]
+        policy_dir: PathBuf,
+        /// Write decisions to an audit log in this folder, not stdout.
+        #[arg(long)]
+        audit_dir: Option<PathBuf>,
+    },
     /// Show warden's status.
     Status {
         #[arg(long, env = "WARDEN_SOCKET", default_value = DEFAULT_SOCKET)]
@@ -137,6 +156,12 @@ fn main() {
             run(&socket, request).unwrap_or_else(|e| fail(&e))
         }
         Command::Status { socket, json } => status(&socket, json).unwrap_or_else(|e| fail(&e)),
+        Command::Reload { socket } => reload(&socket).unwrap_or_else(|e| fail(&e)),
+        Command::Proxy {
+            listen,
+            policy_dir,
+            audit_dir,
+        } => warden::network::standalone(&listen, &policy_dir, audit_dir.as_deref()),
         Command::Audit {
             action: AuditAction::Verify { files },
         } => verify(&files),
@@ -223,6 +248,13 @@ fn run(socket: &Path, request: RunRequest) -> Result<i32, String> {
             Message::Event(..) => {}
         }
     }
+}
+
+fn reload(socket: &Path) -> Result<i32, String> {
+    let mut client = connect(socket)?;
+    let state = client.reload().map_err(|e| e.to_string())?;
+    print!("reloaded: {}", describe_proxy(&state));
+    Ok(0)
 }
 
 fn status(socket: &Path, json: bool) -> Result<i32, String> {
@@ -359,6 +391,24 @@ fn describe(s: &Status) -> String {
     if let Some(why) = &s.audit_failing {
         out += &format!("AUDIT LOG FAILING: {why}\n");
     }
+    if let Some(p) = &s.proxy {
+        out += &describe_proxy(p);
+    }
     out += &format!("audit log: {}\n", s.audit_log);
+    out
+}
+
+fn describe_proxy(p: &warden::protocol::ProxyState) -> String {
+    let mut out = format!(
+        "proxy on {}: {} carried, {} refused; hosts ({}): {}\n",
+        p.listening.join(" "),
+        p.carried,
+        p.refused,
+        p.hosts_from,
+        p.hosts.join(" ")
+    );
+    if !p.allow_addresses.is_empty() {
+        out += &format!("proxy may also reach: {}\n", p.allow_addresses.join(" "));
+    }
     out
 }

@@ -1,5 +1,5 @@
-//! The confinement policy: `landlock.json`, `seccomp.json` and
-//! `limits.json` in the policy folder (default `/etc/warden/policy`). A
+//! The confinement policy: `landlock.json`, `seccomp.json`, `limits.json`
+//! and `network.json` in the policy folder (default `/etc/warden/policy`). A
 //! missing file means the defaults, which are the files shipped in the
 //! repository's `policy/` (built in); a broken file makes warden refuse to
 //! start, naming the file, the field and the problem.
@@ -73,19 +73,86 @@ impl Limits {
     }
 }
 
+/// The network layer: the firewall's requirement, and what the egress
+/// proxy may reach. `hosts`, `ports` and `allow_addresses` are re-read
+/// while warden runs (see `net::proxy`); the rest holds until restart.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkPolicy {
+    pub firewall: Requirement,
+    pub proxy_port: u16,
+    /// The hosts the proxy may reach; None means the default list (GitHub
+    /// and the registries the machine's tools are configured to use). A
+    /// list replaces the default whole.
+    pub hosts: Option<Vec<String>>,
+    /// The ports a listed host may be reached on (an entry "host:port"
+    /// adds its own).
+    pub ports: Vec<u16>,
+    /// Addresses the proxy may connect to although they are private,
+    /// loopback and the like.
+    pub allow_addresses: Vec<crate::net::addr::Cidr>,
+    pub max_tunnels: usize,
+    pub idle_timeout_ms: u64,
+    pub connect_timeout_ms: u64,
+}
+
+impl NetworkPolicy {
+    /// Loads `network.json` alone (to reload the host list while running).
+    pub fn load(dir: &Path) -> Result<NetworkPolicy, PolicyError> {
+        let file = read_or_built_in(dir, BUILT_IN[3])?;
+        NetworkPolicy::parse(&file)
+    }
+
+    /// Pure parser, with the same merging and errors as the other files.
+    pub fn parse(file: &(PathBuf, String)) -> Result<NetworkPolicy, PolicyError> {
+        let policy: NetworkPolicy = parse_file(file, BUILT_IN[3].1)?;
+        let invalid = |problem: String| PolicyError::Invalid {
+            path: file.0.clone(),
+            problem,
+        };
+        if policy.proxy_port == 0 {
+            return Err(invalid("proxy_port: 0 is not a port".into()));
+        }
+        if policy.ports.contains(&0) {
+            return Err(invalid("ports: 0 is not a port".into()));
+        }
+        if policy.max_tunnels == 0 {
+            return Err(invalid("max_tunnels: at least 1".into()));
+        }
+        if policy.idle_timeout_ms == 0 || policy.connect_timeout_ms == 0 {
+            return Err(invalid("timeouts: at least 1 ms".into()));
+        }
+        if let Some(hosts) = &policy.hosts {
+            crate::net::hosts::HostList::parse(hosts, &policy.ports)
+                .map_err(|e| invalid(format!("hosts: {e}")))?;
+        }
+        Ok(policy)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
     pub landlock: LandlockPolicy,
     pub seccomp: SeccompPolicy,
     pub limits: Limits,
-    /// SHA-256 of the three files' texts, for the boot audit line.
+    pub network: NetworkPolicy,
+    /// SHA-256 of the four files' texts, for the boot audit line.
     pub digest: String,
 }
 
-const BUILT_IN: [(&str, &str); 3] = [
+/// The policy files, in the order `Policy::parse` takes them.
+pub const FILES: [&str; 4] = [
+    "landlock.json",
+    "seccomp.json",
+    "limits.json",
+    "network.json",
+];
+
+const BUILT_IN: [(&str, &str); 4] = [
     ("landlock.json", include_str!("../policy/landlock.json")),
     ("seccomp.json", include_str!("../policy/seccomp.json")),
     ("limits.json", include_str!("../policy/limits.json")),
+    ("network.json", include_str!("../policy/network.json")),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -102,31 +169,25 @@ pub enum PolicyError {
 impl Policy {
     /// Loads the policy folder; each missing file is replaced by the built-in.
     pub fn load(dir: &Path) -> Result<Policy, PolicyError> {
-        let mut texts = Vec::new();
-        for (name, built_in) in BUILT_IN {
-            let path = dir.join(name);
-            let text = match std::fs::read_to_string(&path) {
-                Ok(text) => text,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => built_in.to_string(),
-                Err(source) => return Err(PolicyError::Read { path, source }),
-            };
-            texts.push((path, text));
-        }
-        Policy::parse(&texts[0], &texts[1], &texts[2])
+        let [l, s, m, n] = BUILT_IN;
+        Policy::parse(&[
+            read_or_built_in(dir, l)?,
+            read_or_built_in(dir, s)?,
+            read_or_built_in(dir, m)?,
+            read_or_built_in(dir, n)?,
+        ])
     }
 
     /// The policy as shipped.
     pub fn built_in() -> Policy {
-        let t = BUILT_IN.map(|(name, text)| (PathBuf::from(name), text.to_string()));
-        Policy::parse(&t[0], &t[1], &t[2]).unwrap_or_else(unreachable_policy)
+        let files = BUILT_IN.map(|(name, text)| (PathBuf::from(name), text.to_string()));
+        Policy::parse(&files).unwrap_or_else(unreachable_policy)
     }
 
-    /// Pure parser: each (path, text) pair names its file in errors.
-    pub fn parse(
-        landlock: &(PathBuf, String),
-        seccomp: &(PathBuf, String),
-        limits: &(PathBuf, String),
-    ) -> Result<Policy, PolicyError> {
+    /// Pure parser: each (path, text) pair names its file in errors; the
+    /// files come in the order of `FILES`.
+    pub fn parse(files: &[(PathBuf, String); 4]) -> Result<Policy, PolicyError> {
+        let [landlock, seccomp, limits, network] = files;
         let landlock_policy: LandlockPolicy = parse_file(landlock, BUILT_IN[0].1)?;
         for path in landlock_policy
             .read_exec
@@ -153,8 +214,9 @@ impl Policy {
             });
         }
         let limits_policy: Limits = parse_file(limits, BUILT_IN[2].1)?;
+        let network_policy = NetworkPolicy::parse(network)?;
         let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
-        for (_, text) in [landlock, seccomp, limits] {
+        for (_, text) in files {
             sha2::Digest::update(&mut hasher, text.as_bytes());
         }
         let digest = sha2::Digest::finalize(hasher)
@@ -165,8 +227,22 @@ impl Policy {
             landlock: landlock_policy,
             seccomp: seccomp_policy,
             limits: limits_policy,
+            network: network_policy,
             digest,
         })
+    }
+}
+
+/// The file's text, or the built-in one when it does not exist.
+fn read_or_built_in(
+    dir: &Path,
+    (name, built_in): (&str, &str),
+) -> Result<(PathBuf, String), PolicyError> {
+    let path = dir.join(name);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok((path, text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((path, built_in.to_string())),
+        Err(source) => Err(PolicyError::Read { path, source }),
     }
 }
 
@@ -215,6 +291,16 @@ fn unreachable_policy(e: PolicyError) -> Policy {
             extra_deny: Vec::new(),
         },
         limits: Limits::default(),
+        network: NetworkPolicy {
+            firewall: Requirement::Required,
+            proxy_port: 3128,
+            hosts: Some(Vec::new()),
+            ports: vec![443],
+            allow_addresses: Vec::new(),
+            max_tunnels: 64,
+            idle_timeout_ms: 60_000,
+            connect_timeout_ms: 10_000,
+        },
         digest: String::new(),
     }
 }
@@ -224,11 +310,16 @@ mod tests {
     use super::*;
 
     fn files(l: &str, s: &str, m: &str) -> Result<Policy, PolicyError> {
-        Policy::parse(
-            &("landlock.json".into(), l.into()),
-            &("seccomp.json".into(), s.into()),
-            &("limits.json".into(), m.into()),
-        )
+        with_network(l, s, m, BUILT_IN[3].1)
+    }
+
+    fn with_network(l: &str, s: &str, m: &str, n: &str) -> Result<Policy, PolicyError> {
+        Policy::parse(&[
+            ("landlock.json".into(), l.into()),
+            ("seccomp.json".into(), s.into()),
+            ("limits.json".into(), m.into()),
+            ("network.json".into(), n.into()),
+        ])
     }
 
     #[test]
@@ -242,7 +333,7 @@ mod tests {
 
     #[test]
     fn broken_files_name_the_file_and_field() {
-        let [l, s, m] = BUILT_IN.map(|(_, t)| t);
+        let [l, s, m, _] = BUILT_IN.map(|(_, t)| t);
         let cases = [
             (files("{", s, m), "landlock.json", "EOF"),
             (
@@ -293,7 +384,7 @@ mod tests {
 
     #[test]
     fn a_field_left_out_takes_the_shipped_value() {
-        let [l, s, _] = BUILT_IN.map(|(_, t)| t);
+        let [l, s, _, _] = BUILT_IN.map(|(_, t)| t);
         let p = files(l, s, r#"{"processes": 64}"#).unwrap();
         assert_eq!(p.limits.processes, Some(64));
         assert_eq!(p.limits.cpu_seconds, Policy::built_in().limits.cpu_seconds);
@@ -321,5 +412,49 @@ mod tests {
             (got.cpu_seconds, got.processes, got.timeout_ms),
             (Some(10), Some(5), Some(10))
         );
+    }
+
+    #[test]
+    fn network_table() {
+        let [l, s, m, _] = BUILT_IN.map(|(_, t)| t);
+        let p = Policy::built_in().network;
+        assert_eq!(p.firewall, Requirement::Required);
+        assert_eq!(
+            (p.proxy_port, p.hosts.clone(), p.ports.clone()),
+            (3128, None, vec![80, 443])
+        );
+        let cases = [
+            (
+                r#"{"firewall": "sometimes"}"#,
+                Some("unknown variant `sometimes`"),
+            ),
+            (r#"{"proxy_port": 0}"#, Some("proxy_port")),
+            (r#"{"proxy_port": 70000}"#, Some("70000")),
+            (r#"{"hosts": ["example.com", "*.example.org:8443"]}"#, None),
+            (r#"{"hosts": ["exa mple.com"]}"#, Some("hosts: ")),
+            (r#"{"hosts": "example.com"}"#, Some("invalid type")),
+            (r#"{"allow_addresses": ["10.0.0.0/8", "fd00::/8"]}"#, None),
+            (
+                r#"{"allow_addresses": ["10.0.0.1/8"]}"#,
+                Some("allow_addresses"),
+            ),
+            (
+                r#"{"allow_addresses": ["nonsense"]}"#,
+                Some("allow_addresses"),
+            ),
+            (r#"{"max_tunnels": 0}"#, Some("max_tunnels")),
+            (r#"{"idle_timeout_ms": 0}"#, Some("timeouts")),
+            (r#"{"proxy": 1}"#, Some("unknown field `proxy`")),
+        ];
+        for (text, want) in cases {
+            match (with_network(l, s, m, text), want) {
+                (Ok(_), None) => {}
+                (Err(e), Some(w)) => {
+                    let e = e.to_string();
+                    assert!(e.contains("network.json") && e.contains(w), "{text}: {e}");
+                }
+                (got, want) => panic!("{text}: {got:?}, wanted {want:?}"),
+            }
+        }
     }
 }

@@ -86,6 +86,9 @@ pub enum Request {
         signal: String,
     },
     Status,
+    /// Reads the network policy again now (the proxy also notices a
+    /// changed file by itself, at its next connection).
+    Reload,
     /// Appends an event of the runtime's own to the audit log (marked
     /// `runtime`, with the requester's uid).
     Audit {
@@ -159,6 +162,8 @@ pub enum Event {
         signal: String,
     },
     Status(Box<Status>),
+    /// The network policy now in force, after a reload.
+    Reloaded(ProxyState),
     /// An audit request was written, as line `seq`.
     Recorded {
         seq: u64,
@@ -233,6 +238,22 @@ pub struct Status {
     /// Why the audit log cannot be written now, when it cannot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_failing: Option<String>,
+    /// The egress proxy, when it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyState>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProxyState {
+    /// Where it listens (loopback only).
+    pub listening: Vec<String>,
+    /// "network.json" or "default".
+    pub hosts_from: String,
+    pub hosts: Vec<String>,
+    pub allow_addresses: Vec<String>,
+    /// Connections carried and refused since boot.
+    pub carried: u64,
+    pub refused: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

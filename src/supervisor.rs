@@ -35,6 +35,7 @@ pub struct Supervisor {
     pub spawner: Spawner,
     pub audit: Audit,
     pub confinement: Confinement,
+    pub network: crate::network::Network,
     pub pid1: bool,
     started: Instant,
     shutting_down: AtomicBool,
@@ -57,6 +58,7 @@ impl Supervisor {
         [runtime, shell]: [Account; 2],
         audit: Audit,
         confinement: Confinement,
+        network: crate::network::Network,
         pid1: bool,
     ) -> Supervisor {
         let paths = Paths::new(&runtime, &shell, config.audit_dir());
@@ -77,6 +79,7 @@ impl Supervisor {
             spawner,
             audit,
             confinement,
+            network,
             pid1,
             started: Instant::now(),
             shutting_down: AtomicBool::new(false),
@@ -130,6 +133,7 @@ impl Supervisor {
             ("LOGNAME".to_string(), name),
             ("LANG".to_string(), self.config.lang.clone()),
         ]);
+        env.extend(crate::network::proxy_env(self.network.policy.proxy_port));
         env.extend(extra.iter().cloned());
         env.into_iter().collect()
     }
@@ -182,16 +186,32 @@ impl Supervisor {
     /// inside; records and returns what holds.
     pub fn probe(&self) -> Vec<LayerState> {
         let found = self.run_probe();
-        self.confinement.record(found)
+        let landlock_tcp = self.confinement.coverage.tcp
+            && found.as_ref().is_ok_and(|p| p.has(Probe::LANDLOCK_TCP));
+        let firewall = self
+            .network
+            .prove(&self.reaper, landlock_tcp, |plan| self.run_net_probe(plan));
+        self.confinement.record(found, firewall)
+    }
+
+    /// The firewall probe: a child as shell, without Landlock, knocking
+    /// where `plan` says.
+    fn run_net_probe(&self, plan: crate::spawn::NetProbe) -> Result<Probe, String> {
+        let confine = self.confinement.for_network_probe(plan);
+        self.spawn_probe("warden-net-probe", confine)
     }
 
     fn run_probe(&self) -> Result<Probe, String> {
         let confine = self
             .confinement
             .for_command(None, &self.confinement.policy.limits, true)?;
+        self.spawn_probe("warden-probe", confine)
+    }
+
+    fn spawn_probe(&self, name: &str, confine: crate::spawn::Confine) -> Result<Probe, String> {
         let home = c_path(&self.shell.home).map_err(|e| e.to_string())?;
         let launch = Launch::new(
-            &["warden-probe".to_string()],
+            &[name.to_string()],
             &[],
             "",
             identity(&self.shell),
@@ -316,6 +336,7 @@ impl Supervisor {
             audit_failing: self.audit.failing(),
             layers: self.confinement.layers(),
             refusing: self.confinement.refusal(),
+            proxy: self.network.state(),
         }
     }
 }

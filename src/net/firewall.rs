@@ -1,1 +1,475 @@
-//! (being written)
+//! The firewall: one nftables table of warden's own, `inet warden`, whose
+//! output chain lets sockets owned by `shell` reach the egress proxy on
+//! loopback and nothing else. Other users' traffic and other tables are
+//! never touched.
+//!
+//! The rules are built with the `nftables` crate and handed to `nft` as one
+//! atomic JSON batch; they are then read back and compared, and proven by a
+//! probe running as `shell` (see `Verdict`).
+
+use nftables::batch::Batch;
+use nftables::expr::{Expression, Meta, MetaKey, NamedExpression, Payload, PayloadField};
+use nftables::schema::{Chain, NfListObject, Nftables, Rule, Table};
+use nftables::stmt::{Match, Operator, Reject, RejectType, Statement};
+use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook, RejectCode};
+use std::borrow::Cow;
+
+pub const TABLE: &str = "warden";
+pub const CHAIN: &str = "output";
+
+/// What the rules are about: whose sockets, and the one port they may reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scope {
+    pub shell_uid: u32,
+    pub proxy_port: u16,
+}
+
+fn table() -> Table<'static> {
+    Table {
+        family: NfFamily::INet,
+        name: TABLE.into(),
+        handle: None,
+    }
+}
+
+fn chain() -> Chain<'static> {
+    Chain {
+        family: NfFamily::INet,
+        table: TABLE.into(),
+        name: CHAIN.into(),
+        _type: Some(NfChainType::Filter),
+        hook: Some(NfHook::Output),
+        prio: Some(0),
+        policy: Some(NfChainPolicy::Accept),
+        ..Chain::default()
+    }
+}
+
+fn equals(left: Expression<'static>, right: Expression<'static>) -> Statement<'static> {
+    Statement::Match(Match {
+        left,
+        right,
+        op: Operator::EQ,
+    })
+}
+
+fn meta(key: MetaKey) -> Expression<'static> {
+    Expression::Named(NamedExpression::Meta(Meta { key }))
+}
+
+fn field(protocol: &'static str, name: &'static str) -> Expression<'static> {
+    Expression::Named(NamedExpression::Payload(Payload::PayloadField(
+        PayloadField {
+            protocol: protocol.into(),
+            field: name.into(),
+        },
+    )))
+}
+
+/// The chain's rules, in order: the proxy on 127.0.0.1 and ::1 is
+/// accepted; any other TCP from `shell` gets a reset, and everything else
+/// (UDP, ICMP, other protocols) an ICMP "administratively prohibited", so
+/// tools fail at once instead of waiting for a timeout.
+pub fn rules(scope: Scope) -> Vec<Vec<Statement<'static>>> {
+    let owner = || equals(meta(MetaKey::Skuid), Expression::Number(scope.shell_uid));
+    let proxy = |protocol: &'static str, address: &'static str| {
+        vec![
+            owner(),
+            equals(field(protocol, "daddr"), Expression::String(address.into())),
+            equals(
+                field("tcp", "dport"),
+                Expression::Number(u32::from(scope.proxy_port)),
+            ),
+            Statement::Accept(None),
+        ]
+    };
+    vec![
+        proxy("ip", "127.0.0.1"),
+        proxy("ip6", "::1"),
+        vec![
+            owner(),
+            equals(meta(MetaKey::L4proto), Expression::String("tcp".into())),
+            Statement::Reject(Some(Reject::new(Some(RejectType::TCPReset), None))),
+        ],
+        vec![
+            owner(),
+            Statement::Reject(Some(Reject::new(
+                Some(RejectType::ICMPX),
+                Some(RejectCode::AdminProhibited),
+            ))),
+        ],
+    ]
+}
+
+/// One atomic batch that replaces warden's table whole: adding it first
+/// makes the delete safe when it does not exist yet, so applying twice
+/// leaves exactly one copy.
+pub fn batch(scope: Scope) -> Nftables<'static> {
+    let mut batch = Batch::new();
+    batch.add(NfListObject::Table(table()));
+    batch.delete(NfListObject::Table(table()));
+    batch.add(NfListObject::Table(table()));
+    batch.add(NfListObject::Chain(chain()));
+    for expr in rules(scope) {
+        batch.add(NfListObject::Rule(Rule {
+            family: NfFamily::INet,
+            table: TABLE.into(),
+            chain: CHAIN.into(),
+            expr: Cow::Owned(expr),
+            handle: None,
+            index: None,
+            comment: None,
+        }));
+    }
+    batch.to_nftables()
+}
+
+/// Compares `nft -j list table inet warden` with what warden applied: the
+/// one chain, hooked as it should be, holding exactly the rules in order.
+pub fn compare(listing: &str, scope: Scope) -> Result<(), String> {
+    let listed: Nftables =
+        serde_json::from_str(listing).map_err(|e| format!("cannot read nft's listing: {e}"))?;
+    let mut chains = Vec::new();
+    let mut found = Vec::new();
+    for object in listed.objects.iter() {
+        match object {
+            nftables::schema::NfObject::ListObject(NfListObject::Chain(c)) => chains.push(c),
+            nftables::schema::NfObject::ListObject(NfListObject::Rule(r)) => found.push(r),
+            _ => {}
+        }
+    }
+    let want = chain();
+    match chains.as_slice() {
+        [c] if c.name == want.name
+            && c._type == want._type
+            && c.hook == want.hook
+            && c.prio == want.prio
+            && c.policy == want.policy => {}
+        [] => return Err(format!("table inet {TABLE} has no chain")),
+        [c] => {
+            return Err(format!(
+            "chain {} is not hooked as applied (type {:?}, hook {:?}, priority {:?}, policy {:?})",
+            c.name, c._type, c.hook, c.prio, c.policy
+        ))
+        }
+        more => {
+            return Err(format!(
+                "table inet {TABLE} has {} chains, not 1",
+                more.len()
+            ))
+        }
+    }
+    let expected = rules(scope);
+    if found.len() != expected.len() {
+        return Err(format!(
+            "{} rules found, {} applied",
+            found.len(),
+            expected.len()
+        ));
+    }
+    for (i, (rule, want)) in found.iter().zip(&expected).enumerate() {
+        if rule.chain != CHAIN || rule.expr.as_ref() != want.as_slice() {
+            return Err(format!("rule {} differs from what was applied", i + 1));
+        }
+    }
+    Ok(())
+}
+
+/// What the probe, running as `shell` without Landlock (so that only the
+/// firewall stands in its way), found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Findings {
+    /// A TCP connect to a loopback port that is not the proxy failed
+    /// (IPv4; and IPv6 when `v6` is set).
+    pub tcp_refused: bool,
+    /// It failed at once (a reset or an ICMP error, not a timeout).
+    pub refused_fast: bool,
+    /// A UDP datagram to a loopback port did not arrive.
+    pub udp_blocked: bool,
+    /// The proxy answered a TCP connect.
+    pub proxy_reached: bool,
+    /// The IPv6 loopback exists, and was tested too.
+    pub v6: bool,
+}
+
+/// The firewall as warden last found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Holds(String),
+    DidNotHold(String),
+}
+
+/// Judges the layer from the three pieces of evidence: applying, reading
+/// back, and the probe.
+pub fn judge(
+    scope: Scope,
+    applied: &Result<(), String>,
+    readback: &Result<(), String>,
+    probe: &Result<Findings, String>,
+) -> Verdict {
+    let Scope {
+        shell_uid,
+        proxy_port,
+    } = scope;
+    if let Err(e) = applied {
+        return Verdict::DidNotHold(format!("cannot apply the rules: {e}"));
+    }
+    let findings = match probe {
+        Ok(f) => f,
+        Err(e) => return Verdict::DidNotHold(format!("the network probe failed: {e}")),
+    };
+    let mut problems = Vec::new();
+    if let Err(e) = readback {
+        problems.push(format!("table inet {TABLE} read back: {e}"));
+    }
+    if !findings.tcp_refused {
+        problems.push("shell connected over TCP to a loopback port that is not the proxy".into());
+    } else if !findings.refused_fast {
+        problems.push("a TCP connect from shell was not refused at once".into());
+    }
+    if !findings.udp_blocked {
+        problems.push("a UDP datagram from shell arrived".into());
+    }
+    if !findings.proxy_reached {
+        problems.push(format!("shell cannot reach the proxy on port {proxy_port}"));
+    }
+    if problems.is_empty() {
+        let v6 = if findings.v6 {
+            " and [::1]"
+        } else {
+            " (no IPv6 loopback here)"
+        };
+        Verdict::Holds(format!(
+            "table inet {TABLE}: sockets of uid {shell_uid} reach only the proxy on 127.0.0.1{v6}:{proxy_port}; a probe as shell was refused at once over TCP, its UDP datagram did not arrive, and it reached the proxy"
+        ))
+    } else {
+        Verdict::DidNotHold(problems.join("; "))
+    }
+}
+
+/// What still limits `shell` when the firewall does not hold, and what no
+/// longer does: said with every report of a firewall that did not hold.
+pub fn without_firewall(proxy_port: u16, landlock_tcp: bool) -> String {
+    let tcp = if landlock_tcp {
+        format!(
+            "Landlock lets shell open TCP connections only to port {proxy_port} (of any address)"
+        )
+    } else {
+        "nothing limits shell's TCP connections (Landlock's TCP rules are not enforced here)"
+            .to_string()
+    };
+    format!(
+        "still holding: {tcp}; seccomp denies raw, packet and netlink sockets. Not limited: UDP (DNS to any resolver included) and ICMP echo"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCOPE: Scope = Scope {
+        shell_uid: 2001,
+        proxy_port: 3128,
+    };
+
+    /// What nft 1.0.6 prints for the table after applying `batch(SCOPE)`.
+    fn listing() -> serde_json::Value {
+        let owner = serde_json::json!({"match": {"op": "==", "left": {"meta": {"key": "skuid"}}, "right": 2001}});
+        let proxy = |proto: &str, addr: &str, handle: u32| {
+            serde_json::json!({"rule": {"family": "inet", "table": "warden", "chain": "output", "handle": handle, "expr": [
+                owner,
+                {"match": {"op": "==", "left": {"payload": {"protocol": proto, "field": "daddr"}}, "right": addr}},
+                {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 3128}},
+                {"accept": null}]}})
+        };
+        serde_json::json!({"nftables": [
+            {"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}},
+            {"table": {"family": "inet", "name": "warden", "handle": 1}},
+            {"chain": {"family": "inet", "table": "warden", "name": "output", "handle": 1, "type": "filter", "hook": "output", "prio": 0, "policy": "accept"}},
+            proxy("ip", "127.0.0.1", 2),
+            proxy("ip6", "::1", 3),
+            {"rule": {"family": "inet", "table": "warden", "chain": "output", "handle": 4, "expr": [
+                owner, {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}, {"reject": {"type": "tcp reset"}}]}},
+            {"rule": {"family": "inet", "table": "warden", "chain": "output", "handle": 5, "expr": [
+                owner, {"reject": {"type": "icmpx", "expr": "admin-prohibited"}}]}}
+        ]})
+    }
+
+    fn edited(edit: impl FnOnce(&mut Vec<serde_json::Value>)) -> String {
+        let mut l = listing();
+        edit(l["nftables"].as_array_mut().unwrap());
+        l.to_string()
+    }
+
+    #[test]
+    fn the_listing_compares_with_what_was_applied() {
+        type Edit = Box<dyn FnOnce(&mut Vec<serde_json::Value>)>;
+        let cases: Vec<(&str, Edit, Option<&str>)> = vec![
+            ("as applied", Box::new(|_| {}), None),
+            (
+                "a rule removed",
+                Box::new(|o| {
+                    o.remove(6);
+                }),
+                Some("3 rules found, 4 applied"),
+            ),
+            (
+                "an accept-all rule put first",
+                Box::new(|o| {
+                    o.insert(3, serde_json::json!({"rule": {"family": "inet", "table": "warden", "chain": "output", "handle": 9, "expr": [{"accept": null}]}}));
+                    o.remove(7);
+                }),
+                Some("rule 1 differs"),
+            ),
+            (
+                "another uid",
+                Box::new(|o| {
+                    o[6]["rule"]["expr"][0]["match"]["right"] = 2002.into();
+                }),
+                Some("rule 4 differs"),
+            ),
+            (
+                "another port",
+                Box::new(|o| {
+                    o[3]["rule"]["expr"][2]["match"]["right"] = 3129.into();
+                }),
+                Some("rule 1 differs"),
+            ),
+            (
+                "the chain unhooked to input",
+                Box::new(|o| {
+                    o[2]["chain"]["hook"] = "input".into();
+                }),
+                Some("not hooked as applied"),
+            ),
+            (
+                "the chain's policy",
+                Box::new(|o| {
+                    o[2]["chain"]["policy"] = "drop".into();
+                }),
+                Some("not hooked as applied"),
+            ),
+            (
+                "no chain",
+                Box::new(|o| {
+                    o.truncate(2);
+                }),
+                Some("has no chain"),
+            ),
+        ];
+        for (name, edit, want) in cases {
+            let got = compare(&edited(edit), SCOPE);
+            match want {
+                None => assert_eq!(got, Ok(()), "{name}"),
+                Some(w) => {
+                    let e = got.expect_err(name);
+                    assert!(e.contains(w), "{name}: {e}");
+                }
+            }
+        }
+        assert!(compare("not json", SCOPE)
+            .unwrap_err()
+            .contains("cannot read"));
+    }
+
+    #[test]
+    fn the_batch_replaces_the_table_whole() {
+        let text = serde_json::to_value(batch(SCOPE)).unwrap();
+        let cmds: Vec<String> = text["nftables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_object().unwrap().keys().next().unwrap().clone())
+            .collect();
+        assert_eq!(
+            cmds,
+            ["add", "delete", "add", "add", "add", "add", "add", "add"]
+        );
+        assert_eq!(text["nftables"][1]["delete"]["table"]["name"], "warden");
+        // Only uid 2001's traffic is ever matched.
+        for rule in &text["nftables"].as_array().unwrap()[4..] {
+            assert_eq!(rule["add"]["rule"]["expr"][0]["match"]["right"], 2001);
+        }
+    }
+
+    #[test]
+    fn judge_table() {
+        let good = Findings {
+            tcp_refused: true,
+            refused_fast: true,
+            udp_blocked: true,
+            proxy_reached: true,
+            v6: true,
+        };
+        let ok: Result<(), String> = Ok(());
+        let cases: Vec<(
+            Result<(), String>,
+            Result<(), String>,
+            Result<Findings, String>,
+            Option<&str>,
+        )> = vec![
+            (ok.clone(), ok.clone(), Ok(good), None),
+            (
+                Err("nft: not found".into()),
+                ok.clone(),
+                Ok(good),
+                Some("cannot apply the rules: nft: not found"),
+            ),
+            (
+                ok.clone(),
+                Err("rule 1 differs".into()),
+                Ok(good),
+                Some("rule 1 differs"),
+            ),
+            (
+                ok.clone(),
+                ok.clone(),
+                Ok(Findings {
+                    tcp_refused: false,
+                    ..good
+                }),
+                Some("connected over TCP"),
+            ),
+            (
+                ok.clone(),
+                ok.clone(),
+                Ok(Findings {
+                    refused_fast: false,
+                    ..good
+                }),
+                Some("not refused at once"),
+            ),
+            (
+                ok.clone(),
+                ok.clone(),
+                Ok(Findings {
+                    udp_blocked: false,
+                    ..good
+                }),
+                Some("UDP datagram"),
+            ),
+            (
+                ok.clone(),
+                ok.clone(),
+                Ok(Findings {
+                    proxy_reached: false,
+                    ..good
+                }),
+                Some("cannot reach the proxy"),
+            ),
+            (
+                ok.clone(),
+                ok.clone(),
+                Err("fork: EAGAIN".into()),
+                Some("probe failed"),
+            ),
+        ];
+        for (applied, readback, probe, want) in cases {
+            match (judge(SCOPE, &applied, &readback, &probe), want) {
+                (Verdict::Holds(d), None) => assert!(d.contains("[::1]"), "{d}"),
+                (Verdict::DidNotHold(d), Some(w)) => assert!(d.contains(w), "{d}"),
+                (v, w) => panic!("{v:?} but wanted {w:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The network layer as a whole: the firewall applied at boot and proven
+//! by behaviour (at boot and on every status), and the egress proxy that
+//! is the one way out for `shell`.
+
+use crate::net::firewall::{self, Findings, Scope, Verdict};
+use crate::net::proxy::{Proxy, Rules};
+use crate::net::registries;
+use crate::policy::{NetworkPolicy, Requirement};
+use crate::protocol::{LayerState, ProxyState};
+use crate::reaper::Reaper;
+use crate::spawn::Identity;
+use std::net::{TcpListener, UdpSocket};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const NFT_DEADLINE: Duration = Duration::from_secs(10);
+
+pub struct Network {
+    pub policy: NetworkPolicy,
+    pub scope: Scope,
+    /// How applying the rules went (Err: why they are not there).
+    applied: Mutex<Result<(), String>>,
+    proxy: Mutex<Option<Arc<Proxy>>>,
+    /// Where the proxy listens, and what it could not bind.
+    pub listening: Vec<String>,
+}
+
+impl Network {
+    pub fn new(policy: NetworkPolicy, shell_uid: u32) -> Network {
+        let scope = Scope {
+            shell_uid,
+            proxy_port: policy.proxy_port,
+        };
+        let applied = match policy.firewall {
+            Requirement::Off => Err("off by policy (network.json)".into()),
+            _ => Err("not applied yet".into()),
+        };
+        Network {
+            policy,
+            scope,
+            applied: Mutex::new(applied),
+            proxy: Mutex::new(None),
+            listening: Vec::new(),
+        }
+    }
+
+    /// Applies warden's table (unless the policy turns the firewall off).
+    pub fn apply(&self, reaper: &Reaper) -> Result<(), String> {
+        if self.policy.firewall == Requirement::Off {
+            return Ok(());
+        }
+        let batch = serde_json::to_string(&firewall::batch(self.scope))
+            .map_err(|e| format!("cannot write the ruleset: {e}"));
+        let result = batch.and_then(|b| nft(reaper, &["-j", "-f", "-"], b.as_bytes()).map(drop));
+        *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = result.clone();
+        result
+    }
+
+    pub fn set_proxy(&self, proxy: Arc<Proxy>) {
+        *self.proxy.lock().unwrap_or_else(|e| e.into_inner()) = Some(proxy);
+    }
+
+    pub fn proxy(&self) -> Option<Arc<Proxy>> {
+        self.proxy.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The firewall layer, proven now: the table read back and compared,
+    /// and the probe's findings. `probe` runs the probe child as shell
+    /// with the knocking ports it is given.
+    pub fn prove(
+        &self,
+        reaper: &Reaper,
+        landlock_tcp: bool,
+        probe: impl FnOnce(crate::spawn::NetProbe) -> Result<crate::spawn::Probe, String>,
+    ) -> LayerState {
+        let required = self.policy.firewall == Requirement::Required;
+        let port = self.scope.proxy_port;
+        let without = firewall::without_firewall(port, landlock_tcp);
+        if self.policy.firewall == Requirement::Off {
+            return crate::confine::state(
+                "firewall",
+                false,
+                false,
+                format!("off by policy (network.json); {without}"),
+            );
+        }
+        let applied = self
+            .applied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let readback = nft(
+            reaper,
+            &["-j", "list", "table", "inet", firewall::TABLE],
+            b"",
+        )
+        .and_then(|listing| firewall::compare(&listing, self.scope));
+        let findings = knock(port, probe);
+        match firewall::judge(self.scope, &applied, &readback, &findings) {
+            Verdict::Holds(detail) => crate::confine::state("firewall", required, true, detail),
+            Verdict::DidNotHold(why) => {
+                crate::confine::state("firewall", required, false, format!("{why}; {without}"))
+            }
+        }
+    }
+
+    pub fn state(&self) -> Option<ProxyState> {
+        let proxy = self.proxy()?;
+        let rules = proxy.rules();
+        Some(state_of(&proxy, rules.as_deref(), &self.listening))
+    }
+
+    /// Reloads the network policy for the proxy (the API's `reload`).
+    pub fn reload(&self) -> Result<ProxyState, String> {
+        let proxy = self.proxy().ok_or("the proxy is not running")?;
+        let rules = proxy.reload()?;
+        Ok(state_of(&proxy, rules.as_deref(), &self.listening))
+    }
+}
+
+fn state_of(proxy: &Proxy, rules: Option<&Rules>, listening: &[String]) -> ProxyState {
+    ProxyState {
+        listening: listening.to_vec(),
+        hosts_from: rules
+            .map_or("default (being worked out)", |r| r.from)
+            .to_string(),
+        hosts: rules.map(|r| r.hosts.entries()).unwrap_or_default(),
+        allow_addresses: rules
+            .map(|r| r.allow.iter().map(|c| c.to_string()).collect())
+            .unwrap_or_default(),
+        carried: proxy.carried.load(Ordering::Relaxed),
+        refused: proxy.refused.load(Ordering::Relaxed),
+    }
+}
+
+/// Holds loopback ports open (none of them the proxy's), has the probe
+/// knock on them as shell, and sees what arrived.
+fn knock(
+    proxy_port: u16,
+    probe: impl FnOnce(crate::spawn::NetProbe) -> Result<crate::spawn::Probe, String>,
+) -> Result<Findings, String> {
+    let bound = |e: std::io::Error| format!("cannot open a loopback port to knock on: {e}");
+    let tcp4 = TcpListener::bind("127.0.0.1:0").map_err(bound)?;
+    let udp4 = UdpSocket::bind("127.0.0.1:0").map_err(bound)?;
+    // IPv6 is tested where the machine has a loopback for it.
+    let tcp6 = TcpListener::bind("[::1]:0").ok();
+    let udp6 = UdpSocket::bind("[::1]:0").ok();
+    let port = |a: std::io::Result<std::net::SocketAddr>| a.map(|a| a.port()).map_err(bound);
+    let plan = crate::spawn::NetProbe {
+        tcp_v4: port(tcp4.local_addr())?,
+        tcp_v6: tcp6
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.port()),
+        udp_v4: port(udp4.local_addr())?,
+        udp_v6: udp6
+            .as_ref()
+            .and_then(|s| s.local_addr().ok())
+            .map(|a| a.port()),
+        proxy: proxy_port,
+    };
+    let found = probe(plan)?;
+    if !found.has(crate::spawn::Probe::IDENTITY) {
+        return Err("the probe did not run as shell".into());
+    }
+    let arrived = |s: &UdpSocket| {
+        let _ = s.set_nonblocking(true);
+        let mut buf = [0u8; 64];
+        s.recv(&mut buf).is_ok()
+    };
+    let udp_arrived = arrived(&udp4) || udp6.as_ref().is_some_and(arrived);
+    Ok(Findings {
+        tcp_refused: found.has(crate::spawn::Probe::NET_TCP_REFUSED),
+        refused_fast: found.has(crate::spawn::Probe::NET_REFUSED_FAST),
+        udp_blocked: !udp_arrived,
+        proxy_reached: found.has(crate::spawn::Probe::NET_PROXY_REACHED),
+        v6: tcp6.is_some(),
+    })
+}
+
+/// Runs nft as root; its output, or why it failed.
+fn nft(reaper: &Reaper, args: &[&str], stdin: &[u8]) -> Result<String, String> {
+    let mut argv = vec!["nft".to_string()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let env = [(
+        "PATH".to_string(),
+        "/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+    )];
+    let root = Identity {
+        uid: 0,
+        gid: 0,
+        groups: Vec::new(),
+    };
+    let out = crate::tool::run(reaper, &argv, &env, root, stdin, NFT_DEADLINE)
+        .map_err(|e| format!("nft: {e}"))?;
+    if out.status != 0 {
+        let said = out.stderr.lines().next().unwrap_or("").trim().to_string();
+        let said = if said.is_empty() {
+            format!("exit status {}", out.status)
+        } else {
+            said
+        };
+        return Err(format!("nft: {said}"));
+    }
+    Ok(out.stdout)
+}
+
+/// The default host list: GitHub's hosts, then every registry the
+/// machine's tools are configured to use (their files, then the tools
+/// themselves, asked as `shell`). Returns the list and where each came from.
+pub fn default_hosts(
+    reaper: &Reaper,
+    shell: Identity,
+    shell_home: &str,
+    path: &str,
+) -> (Vec<String>, Vec<registries::Found>) {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let mut found = registries::from_configuration(std::path::Path::new("/"), &env);
+    let clean = [
+        ("PATH".to_string(), path.to_string()),
+        ("HOME".to_string(), shell_home.to_string()),
+    ];
+    let mut ask = |argv: &[&str]| -> Option<String> {
+        let exists = path
+            .split(':')
+            .any(|dir| std::path::Path::new(dir).join(argv[0]).is_file());
+        if !exists {
+            return None;
+        }
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let out = crate::tool::run(
+            reaper,
+            &argv,
+            &clean,
+            shell.clone(),
+            b"",
+            Duration::from_secs(5),
+        )
+        .ok()?;
+        (out.status == 0).then_some(out.stdout)
+    };
+    found.extend(registries::from_tools(&mut ask));
+    let mut hosts: Vec<String> = registries::GITHUB.iter().map(|h| h.to_string()).collect();
+    for f in &found {
+        if !hosts.contains(&f.host) {
+            hosts.push(f.host.clone());
+        }
+    }
+    (hosts, found)
+}
+
+/// Brings the loopback interface up: a VM's init must, a container's is
+/// up already. Returns whether it had to.
+pub fn loopback_up() -> Result<bool, String> {
+    use std::os::fd::AsRawFd;
+    let sock = UdpSocket::bind("0.0.0.0:0")
+        .or_else(|_| UdpSocket::bind("[::]:0"))
+        .map_err(|e| format!("no socket to configure lo with: {e}"))?;
+    // SAFETY: ifreq is plain data; all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the named interface's flags into `req`,
+    // which lives for the call.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(format!("lo: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: the union's flags member is what SIOCGIFFLAGS filled in.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    if flags & libc::IFF_UP as libc::c_short != 0 {
+        return Ok(false);
+    }
+    req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+    // SAFETY: SIOCSIFFLAGS reads `req`, which lives for the call.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(format!(
+            "cannot bring lo up: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(true)
+}
+
+/// What points a command's tools at the proxy: the common variables
+/// (curl, git, pip, apt, python, Go, node's fetch with a flag), and the
+/// tools' own names for them. Loopback goes direct.
+pub fn proxy_env(port: u16) -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{port}");
+    let no_proxy = "localhost,127.0.0.1,::1".to_string();
+    let mut env = Vec::new();
+    for name in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "npm_config_proxy",
+        "npm_config_https_proxy",
+        "PIP_PROXY",
+        "CARGO_HTTP_PROXY",
+        "YARN_HTTP_PROXY",
+        "YARN_HTTPS_PROXY",
+    ] {
+        env.push((name.to_string(), url.clone()));
+    }
+    env.push(("NO_PROXY".to_string(), no_proxy.clone()));
+    env.push(("no_proxy".to_string(), no_proxy));
+    env
+}
+
+/// `warden proxy`: the egress proxy alone, in the foreground, with the
+/// policy folder's network.json (its firewall fields do not apply here).
+pub fn standalone(
+    listen: &[std::net::SocketAddr],
+    policy_dir: &std::path::Path,
+    audit_dir: Option<&std::path::Path>,
+) -> i32 {
+    let fail = |e: String| {
+        eprintln!("warden: proxy: {e}");
+        1
+    };
+    if let Some(a) = listen.iter().find(|a| !a.ip().is_loopback()) {
+        return fail(format!("{a} is not a loopback address"));
+    }
+    let policy = match NetworkPolicy::load(policy_dir) {
+        Ok(p) => p,
+        Err(e) => return fail(e.to_string()),
+    };
+    let record: crate::net::proxy::Recorder = match audit_dir {
+        Some(dir) => match crate::audit::Audit::open_with(dir, None, None, Default::default()) {
+            Ok(audit) => Arc::new(move |kind, fields| audit.record(kind, fields)),
+            Err(e) => return fail(format!("audit log in {}: {e}", dir.display())),
+        },
+        None => Arc::new(|kind, mut fields| {
+            fields["kind"] = kind.into();
+            println!("{fields}");
+        }),
+    };
+    let defaults: crate::net::proxy::Defaults = Default::default();
+    if policy.hosts.is_none() {
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        let mut hosts: Vec<String> = registries::GITHUB.map(String::from).to_vec();
+        for f in registries::from_configuration(std::path::Path::new("/"), &env) {
+            if !hosts.contains(&f.host) {
+                hosts.push(f.host);
+            }
+        }
+        let _ = defaults.set(hosts);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(e.to_string()),
+    };
+    let settings = crate::net::proxy::Settings {
+        policy_dir: policy_dir.to_path_buf(),
+        max_tunnels: policy.max_tunnels,
+        idle: Duration::from_millis(policy.idle_timeout_ms),
+        connect_timeout: Duration::from_millis(policy.connect_timeout_ms),
+    };
+    let proxy = match runtime.block_on(async { Proxy::new(settings, &policy, defaults, record) }) {
+        Ok(p) => Arc::new(p),
+        Err(e) => return fail(e),
+    };
+    runtime.block_on(async {
+        let mut listeners = Vec::new();
+        for addr in listen {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => listeners.push(l),
+                Err(e) => return fail(format!("{addr}: {e}")),
+            }
+        }
+        let shown: Vec<String> = listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .map(|a| a.to_string())
+            .collect();
+        eprintln!("warden: proxy listening on {}", shown.join(" "));
+        proxy.serve(listeners).await;
+        0
+    })
+}
