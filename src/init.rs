@@ -199,6 +199,7 @@ pub fn run(args: InitArgs) -> i32 {
     let status = runtime.block_on(supervise(sup.clone(), signals, main));
     // 13. Leave the books in order.
     let _ = std::fs::remove_file(&sup.config.socket);
+    sup.network.remove(&sup.reaper);
     sup.audit.record("shutdown", json!({"status": status}));
     sup.audit.sync();
     eprintln!("warden: exiting with status {status}");

@@ -57,6 +57,23 @@ impl Network {
         result
     }
 
+    /// Removes warden's table at shutdown, once every command is gone: a
+    /// warden that is not PID 1 must not leave rules in a namespace that
+    /// outlives it.
+    pub fn remove(&self, reaper: &Reaper) {
+        if self
+            .applied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_ok()
+            && self.policy.firewall != Requirement::Off
+        {
+            if let Err(e) = nft(reaper, &["delete", "table", "inet", firewall::TABLE], b"") {
+                eprintln!("warden: cannot remove its firewall table: {e}");
+            }
+        }
+    }
+
     pub fn set_proxy(&self, proxy: Arc<Proxy>) {
         *self.proxy.lock().unwrap_or_else(|e| e.into_inner()) = Some(proxy);
     }
@@ -216,10 +233,17 @@ pub fn default_hosts(
     path: &str,
 ) -> (Vec<String>, Vec<registries::Found>) {
     let env: Vec<(String, String)> = std::env::vars().collect();
-    let mut found = registries::from_configuration(std::path::Path::new("/"), &env);
+    // shell may write its own home: nothing there may widen the list.
+    let shells = format!("{}/", shell_home.trim_end_matches('/'));
+    let mut found: Vec<registries::Found> =
+        registries::from_configuration(std::path::Path::new("/"), &env)
+            .into_iter()
+            .filter(|f| !f.source.contains(&shells))
+            .collect();
+    // The tools are asked with no home at all, for the same reason.
     let clean = [
         ("PATH".to_string(), path.to_string()),
-        ("HOME".to_string(), shell_home.to_string()),
+        ("HOME".to_string(), "/nonexistent".to_string()),
     ];
     let mut ask = |argv: &[&str]| -> Option<String> {
         let exists = path

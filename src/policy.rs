@@ -436,12 +436,9 @@ mod tests {
             (r#"{"allow_addresses": ["10.0.0.0/8", "fd00::/8"]}"#, None),
             (
                 r#"{"allow_addresses": ["10.0.0.1/8"]}"#,
-                Some("allow_addresses"),
+                Some("host bits set"),
             ),
-            (
-                r#"{"allow_addresses": ["nonsense"]}"#,
-                Some("allow_addresses"),
-            ),
+            (r#"{"allow_addresses": ["nonsense"]}"#, Some("nonsense")),
             (r#"{"max_tunnels": 0}"#, Some("max_tunnels")),
             (r#"{"idle_timeout_ms": 0}"#, Some("timeouts")),
             (r#"{"proxy": 1}"#, Some("unknown field `proxy`")),

@@ -402,12 +402,13 @@ mod tests {
             v6: true,
         };
         let ok: Result<(), String> = Ok(());
-        let cases: Vec<(
+        type Case = (
             Result<(), String>,
             Result<(), String>,
             Result<Findings, String>,
-            Option<&str>,
-        )> = vec![
+            Option<&'static str>,
+        );
+        let cases: Vec<Case> = vec![
             (ok.clone(), ok.clone(), Ok(good), None),
             (
                 Err("nft: not found".into()),

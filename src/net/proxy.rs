@@ -925,12 +925,15 @@ mod tests {
 
     #[test]
     fn requests_table() {
-        let cases: &[(&str, Result<&str, (u16, &str)>)] = &[
+        type Case<'a> = (&'a str, Result<&'a str, (u16, &'a str)>);
+        let cases: &[Case] = &[
             ("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", Ok("example.com:443")),
             ("CONNECT example.com:443 HTTP/1.1\r\n\r\n", Ok("example.com:443")),
             ("CONNECT EXAMPLE.com.:443 HTTP/1.1\r\n\r\n", Ok("example.com:443")),
             ("CONNECT example.com:443 HTTP/1.1\r\nHost: other.example:443\r\n\r\n", Err((400, "disagrees"))),
-            ("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n", Err((400, "disagrees"))),
+            // A Host without a port agrees with CONNECT's (as clients send it).
+            ("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n", Ok("example.com:443")),
+            ("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:80\r\n\r\n", Err((400, "disagrees"))),
             ("CONNECT example.com HTTP/1.1\r\n\r\n", Err((400, "bad target"))),
             ("CONNECT 2130706433:443 HTTP/1.1\r\n\r\n", Err((400, "bad target"))),
             ("CONNECT user@example.com:443 HTTP/1.1\r\n\r\n", Err((400, "bad target"))),
