@@ -1,0 +1,466 @@
+//! The network layer, end to end: warden as PID 1 in a machine namespace
+//! routed to the tests' own internet (tests/common/internet.rs), and real
+//! clients (curl, git, python) run as `shell` through the API.
+
+mod common;
+
+use common::internet::Internet;
+use common::{privileged, Machine, Options};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use warden::client::Output;
+use warden::protocol::RunRequest;
+
+/// A machine on the internet, with the network policy `network`.
+struct Net {
+    internet: Internet,
+    machine: Machine,
+    policy_dir: PathBuf,
+    ca: PathBuf,
+}
+
+fn policy(internet: &Internet) -> Value {
+    json!({
+        "hosts": ["allowed.test", "*.allowed.test", "rebind.test", "private.test",
+                  "mixed.test", "v6only.test"],
+        // The internet's addresses are private ones: listed, as an owner
+        // would list an internal mirror.
+        "allow_addresses": [format!("{}/32", internet.v4), format!("{}/128", internet.v6)],
+    })
+}
+
+fn boot(network: impl FnOnce(&Internet) -> Value, tweak: impl FnOnce(&mut Options)) -> Net {
+    let internet = Internet::start();
+    let policy_dir = internet.dir.path().join("policy");
+    std::fs::create_dir_all(&policy_dir).unwrap();
+    std::fs::write(policy_dir.join("network.json"), network(&internet).to_string()).unwrap();
+    let mut opts = Options {
+        config: json!({"policy_dir": policy_dir}),
+        netns: Some(internet.machine_ns.clone()),
+        binds: vec![
+            (internet.resolv_conf(), "/etc/resolv.conf".into()),
+            (internet.hosts(), "/etc/hosts".into()),
+        ],
+        ..Options::default()
+    };
+    tweak(&mut opts);
+    let machine = Machine::boot(opts);
+    // Where shell may read it (Landlock grants shell its home).
+    let ca = machine.shell_home.join("ca.pem");
+    std::fs::copy(&internet.ca, &ca).unwrap();
+    std::os::unix::fs::chown(&ca, Some(common::SHELL_UID), Some(common::SHELL_UID)).unwrap();
+    Net {
+        internet,
+        machine,
+        policy_dir,
+        ca,
+    }
+}
+
+impl Net {
+    fn sh(&self, line: &str) -> Output {
+        self.machine
+            .client()
+            .run(RunRequest {
+                shell: Some(line.into()),
+                timeout_ms: Some(60_000),
+                ..Default::default()
+            })
+            .unwrap()
+    }
+
+    /// stdout and stderr of a line run as shell, with its status.
+    fn text(&self, line: &str) -> (i32, String) {
+        let out = self.sh(line);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.exit.status, text)
+    }
+
+    fn ca(&self) -> &Path {
+        &self.ca
+    }
+
+    fn egress(&self) -> Vec<Value> {
+        self.machine.audit_kinds("egress")
+    }
+}
+
+/// Sends raw request heads to the proxy and prints, for each, the status
+/// line and the Warden-Reason header: what a client of any kind would get.
+const RAW: &str = r#"
+import socket, sys
+for head in sys.argv[1:]:
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(head.encode("latin-1").decode("unicode_escape").encode("latin-1"))
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        reply += chunk
+    lines = reply.decode("latin-1").split("\r\n")
+    reason = [l for l in lines if l.lower().startswith("warden-reason:")]
+    print(repr(head), "->", lines[0], "|", reason[0] if reason else "")
+"#;
+
+#[test]
+fn allowed_hosts_work_through_the_proxy() {
+    if !privileged("allowed_hosts_work_through_the_proxy") {
+        return;
+    }
+    let net = boot_listed();
+    let ca = net.ca().display().to_string();
+    // Plain HTTP, absolute URI.
+    let (status, text) = net.text("curl -sS --max-time 20 http://allowed.test/plain");
+    assert_eq!(
+        (status, text.trim()),
+        (0, "hello allowed.test /plain"),
+        "{text}"
+    );
+    // HTTPS through CONNECT, checked against the test CA.
+    let (status, text) = net.text(&format!(
+        "curl -sS --max-time 20 --cacert {ca} https://www.allowed.test/tls"
+    ));
+    assert_eq!(
+        (status, text.trim()),
+        (0, "hello www.allowed.test /tls"),
+        "{text}"
+    );
+    // python's urllib honours https_proxy too.
+    let (status, text) = net.text(&format!(
+        "python3 -c \"import ssl,urllib.request as u; c=ssl.create_default_context(cafile='{ca}'); print(u.urlopen('https://allowed.test/py', context=c).read().decode())\""
+    ));
+    assert_eq!(
+        (status, text.trim()),
+        (0, "hello allowed.test /py"),
+        "{text}"
+    );
+    // git over HTTPS.
+    let (status, text) = net.text(&format!(
+        "cd /tmp && GIT_SSL_CAINFO={ca} git clone -q https://git.allowed.test/repo.git r && cat r/README.md"
+    ));
+    assert_eq!((status, text.trim()), (0, "hello from repo.git"), "{text}");
+    // A name with only an IPv6 address is reached over IPv6.
+    let (status, text) = net.text(&format!(
+        "curl -sS --max-time 20 --cacert {ca} https://v6only.test/six"
+    ));
+    assert_eq!(
+        (status, text.trim()),
+        (0, "hello v6only.test /six"),
+        "{text}"
+    );
+    // mixed.test resolves to loopback and to the internet: only the
+    // address that passes is used.
+    let (status, text) = net.text("curl -sS --max-time 20 http://mixed.test/m");
+    assert_eq!((status, text.trim()), (0, "hello mixed.test /m"), "{text}");
+    // Every decision is one audit line, with what was resolved and moved.
+    let lines = net.egress();
+    let tls = lines
+        .iter()
+        .find(|l| l["host"] == "www.allowed.test")
+        .expect("an egress line for www.allowed.test");
+    assert_eq!(tls["allowed"], true, "{tls}");
+    assert_eq!(tls["method"], "CONNECT");
+    assert_eq!(tls["entry"], "*.allowed.test");
+    assert_eq!(tls["address"], format!("{}:443", net.internet.v4));
+    assert!(tls["bytes_up"].as_u64().unwrap() > 100, "{tls}");
+    assert!(tls["bytes_down"].as_u64().unwrap() > 100, "{tls}");
+    assert!(tls["duration_ms"].as_f64().is_some());
+    let six = lines.iter().find(|l| l["host"] == "v6only.test").unwrap();
+    assert_eq!(six["address"], format!("[{}]:443", net.internet.v6));
+    let mixed = lines.iter().find(|l| l["host"] == "mixed.test").unwrap();
+    assert_eq!(
+        mixed["address"],
+        format!("{}:80", net.internet.v4),
+        "{mixed}"
+    );
+}
+
+fn boot_listed() -> Net {
+    boot(policy, |_| {})
+}
+
+#[test]
+fn refusals_name_their_reason() {
+    if !privileged("refusals_name_their_reason") {
+        return;
+    }
+    let net = boot_listed();
+    let v4 = net.internet.v4;
+    let cases: Vec<(String, &str)> = vec![
+        ("CONNECT denied.test:443 HTTP/1.1\\r\\n\\r\\n".into(), "403 Forbidden | Warden-Reason: denied.test:443 is not on the host list"),
+        ("CONNECT allowed.test:22 HTTP/1.1\\r\\n\\r\\n".into(), "403 Forbidden | Warden-Reason: allowed.test:22 is not on the host list"),
+        (format!("CONNECT {v4}:443 HTTP/1.1\\r\\n\\r\\n"), "403 Forbidden | Warden-Reason: an IP address as the target"),
+        ("CONNECT 2130706433:443 HTTP/1.1\\r\\n\\r\\n".into(), "400 Bad Request | Warden-Reason: bad target"),
+        ("CONNECT 0x7f.1:443 HTTP/1.1\\r\\n\\r\\n".into(), "400 Bad Request | Warden-Reason: bad target"),
+        ("CONNECT 127.1:443 HTTP/1.1\\r\\n\\r\\n".into(), "400 Bad Request | Warden-Reason: bad target"),
+        ("CONNECT 017.0.0.1:443 HTTP/1.1\\r\\n\\r\\n".into(), "400 Bad Request | Warden-Reason: bad target"),
+        ("CONNECT [::ffff:127.0.0.1]:443 HTTP/1.1\\r\\n\\r\\n".into(), "403 Forbidden | Warden-Reason: an IP address as the target"),
+        ("CONNECT [fe80::1%25lo]:443 HTTP/1.1\\r\\n\\r\\n".into(), "400 Bad Request | Warden-Reason: bad target"),
+        ("CONNECT user@allowed.test:443 HTTP/1.1\\r\\n\\r\\n".into(), "400 Bad Request | Warden-Reason: bad target"),
+        ("CONNECT allowed.test%00.evil:443 HTTP/1.1\\r\\n\\r\\n".into(), "400 Bad Request | Warden-Reason: bad target"),
+        ("GET http://allowed.test/ HTTP/1.1\\r\\nHost: denied.test\\r\\n\\r\\n".into(), "400 Bad Request | Warden-Reason: the Host header (denied.test:80) disagrees"),
+        ("GET http://rebind.test/ HTTP/1.1\\r\\n\\r\\n".into(), "403 Forbidden | Warden-Reason: rebind.test resolves to 127.0.0.1, a loopback address"),
+        ("GET http://private.test/ HTTP/1.1\\r\\n\\r\\n".into(), "403 Forbidden | Warden-Reason: private.test resolves to 192.168.77.7, a private address"),
+        ("GET http://nosuch.allowed.test/ HTTP/1.1\\r\\n\\r\\n".into(), "502 Bad Gateway | Warden-Reason: cannot resolve nosuch.allowed.test"),
+        ("GET /relative HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n".into(), "400 Bad Request | Warden-Reason: not a proxy request"),
+    ];
+    let args: Vec<String> = cases.iter().map(|(head, _)| format!("'{head}'")).collect();
+    let line = format!(
+        "python3 -c '{}' {}",
+        RAW.replace('\'', "\""),
+        args.join(" ")
+    );
+    let (status, text) = net.text(&line);
+    assert_eq!(status, 0, "{text}");
+    let got: Vec<&str> = text.lines().collect();
+    assert_eq!(got.len(), cases.len(), "{text}");
+    for ((head, want), line) in cases.iter().zip(got) {
+        assert!(line.contains(want), "{head}: got {line}, wanted {want}");
+    }
+    // Each refusal is an audit line with its reason; nothing reached the
+    // internet's HTTP server.
+    let refused: Vec<Value> = net
+        .egress()
+        .into_iter()
+        .filter(|l| l["allowed"] == false)
+        .collect();
+    assert_eq!(refused.len(), cases.len(), "{refused:?}");
+    assert!(refused.iter().all(|l| l["reason"].is_string()));
+    let rebind = refused.iter().find(|l| l["host"] == "rebind.test").unwrap();
+    assert_eq!(rebind["resolved"], json!(["127.0.0.1"]));
+    assert!(!net.internet.http_requests().contains("denied.test"));
+}
+
+#[test]
+fn direct_connections_fail_fast() {
+    if !privileged("direct_connections_fail_fast") {
+        return;
+    }
+    let net = boot_listed();
+    let v4 = net.internet.v4;
+    let v6 = net.internet.v6;
+    // curl told to ignore the proxy: refused, not timed out (exit 7, not 28).
+    for url in [
+        format!("http://{v4}/"),
+        format!("http://[{v6}]/"),
+        // The proxy's port elsewhere: Landlock allows the port, the
+        // firewall alone stops it.
+        format!("http://{v4}:3128/"),
+    ] {
+        let (status, text) = net.text(&format!("curl -sS --max-time 10 --noproxy '*' {url}"));
+        assert_eq!(status, 7, "{url}: {text}");
+    }
+    // bash's /dev/tcp, python's sockets (TCP and UDP), ping.
+    let (status, text) = net.text(&format!("bash -c 'echo > /dev/tcp/{v4}/22'"));
+    assert_ne!(status, 0, "{text}");
+    let probe = format!(
+        r#"python3 -c '
+import socket
+for port in (22, 8080, 3128):
+    try:
+        socket.create_connection(("{v4}", port), timeout=5); print("tcp", port, "CONNECTED")
+    except OSError as e:
+        print("tcp", port, "refused" if not isinstance(e, socket.timeout) else "TIMEOUT", e)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2)
+try:
+    u.sendto(b"hi", ("{v4}", 9999)); print("udp", u.recv(100))
+except OSError as e:
+    print("udp blocked", e)
+'"#
+    );
+    let (_, text) = net.text(&probe);
+    assert!(
+        !text.contains("CONNECTED") && !text.contains("TIMEOUT"),
+        "{text}"
+    );
+    assert!(text.contains("udp blocked"), "{text}");
+    let (status, text) = net.text(&format!("ping -c 1 -W 2 {v4}"));
+    assert_ne!(status, 0, "{text}");
+    // Nothing of it reached the internet.
+    let seen = net.internet.connections();
+    assert!(seen.trim().is_empty(), "the internet saw: {seen}");
+}
+
+#[test]
+fn dns_is_not_a_way_out() {
+    if !privileged("dns_is_not_a_way_out") {
+        return;
+    }
+    let net = boot_listed();
+    let v4 = net.internet.v4;
+    // The system resolver (resolv.conf names the internet's server) and a
+    // hand-made query to it both fail; the server never hears of them.
+    let (status, text) = net.text("getent hosts leak.allowed.test");
+    assert_ne!(status, 0, "{text}");
+    let query = format!(
+        r#"python3 -c '
+import socket
+q = bytes.fromhex("abcd01000001000000000000") + b"\x04leak\x07allowed\x04test\x00\x00\x01\x00\x01"
+for proto in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+    s = socket.socket(socket.AF_INET, proto); s.settimeout(3)
+    try:
+        s.connect(("{v4}", 53)); s.send(q if proto == socket.SOCK_DGRAM else len(q).to_bytes(2, "big") + q)
+        print("answer", s.recv(512))
+    except OSError as e:
+        print("blocked", e)
+'"#
+    );
+    let (_, text) = net.text(&query);
+    assert_eq!(text.matches("blocked").count(), 2, "{text}");
+    assert!(
+        !net.internet.dns_queries().contains("leak"),
+        "{}",
+        net.internet.dns_queries()
+    );
+    // Names still work for tools, through the proxy (CONNECT by name).
+    let (status, text) = net.text("curl -sS --max-time 20 http://allowed.test/n");
+    assert_eq!(
+        (status, text.trim()),
+        (0, "hello allowed.test /n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_changed_host_list_holds_at_the_next_connection() {
+    if !privileged("a_changed_host_list_holds_at_the_next_connection") {
+        return;
+    }
+    let net = boot_listed();
+    let file = net.policy_dir.join("network.json");
+    let fetch = "curl -sS -o /dev/null -w '%{http_code}' --max-time 20 http://allowed.test/";
+    assert_eq!(net.text(fetch).1, "200");
+    // Removed from the list: refused at once, no restart.
+    let mut p = policy(&net.internet);
+    p["hosts"] = json!(["www.allowed.test"]);
+    std::fs::write(&file, p.to_string()).unwrap();
+    assert_eq!(net.text(fetch).1, "403");
+    // A broken file: the last good list holds, and the log says why.
+    std::fs::write(&file, "{\"hosts\": [\"allowed.test\"").unwrap();
+    assert_eq!(net.text(fetch).1, "403");
+    let failed = net.machine.audit_kinds("policy_reload_failed");
+    assert!(!failed.is_empty(), "{}", net.machine.log());
+    assert!(failed[0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("network.json"));
+    // The API's reload says so too, then takes a good file.
+    let e = net.machine.client().reload().unwrap_err().to_string();
+    assert!(e.contains("last good network policy holds"), "{e}");
+    std::fs::write(&file, policy(&net.internet).to_string()).unwrap();
+    let state = net.machine.client().reload().unwrap();
+    assert!(
+        state.hosts.contains(&"allowed.test".to_string()),
+        "{state:?}"
+    );
+    assert_eq!(net.text(fetch).1, "200");
+    // warden kept running throughout.
+    let status = net.machine.client().status().unwrap();
+    assert!(status.proxy.unwrap().carried >= 2);
+}
+
+fn firewall(status: &warden::protocol::Status) -> warden::protocol::LayerState {
+    status
+        .layers
+        .iter()
+        .find(|l| l.layer == "firewall")
+        .expect("a firewall layer")
+        .clone()
+}
+
+#[test]
+fn the_firewall_self_test_sees_rules_removed_behind_its_back() {
+    if !privileged("the_firewall_self_test_sees_rules_removed_behind_its_back") {
+        return;
+    }
+    let net = boot_listed();
+    let first = firewall(&net.machine.client().status().unwrap());
+    assert!(first.holds && first.required, "{first:?}");
+    let nft = |args: &str| {
+        let out = net
+            .internet
+            .in_machine("nft")
+            .args(args.split(' '))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "nft {args}: {out:?}");
+    };
+    // An accept-all rule slipped in first: the probe gets through.
+    nft("insert rule inet warden output accept");
+    let s = net.machine.client().status().unwrap();
+    let fw = firewall(&s);
+    assert!(!fw.holds, "{fw:?}");
+    assert!(fw.detail.contains("5 rules found, 4 applied"), "{}", fw.detail);
+    assert!(fw.detail.contains("connected over TCP"), "{}", fw.detail);
+    assert!(
+        fw.detail.contains("still holding: Landlock"),
+        "{}",
+        fw.detail
+    );
+    assert!(s.refusing.unwrap().contains("firewall did not hold"));
+    // Commands are refused, naming the firewall.
+    let e = net
+        .machine
+        .client()
+        .run(RunRequest {
+            argv: Some(vec!["true".into()]),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("firewall"), "{e}");
+    // The table deleted whole.
+    nft("delete table inet warden");
+    let fw = firewall(&net.machine.client().status().unwrap());
+    assert!(!fw.holds);
+    assert!(fw.detail.contains("No such file"), "{}", fw.detail);
+}
+
+#[test]
+fn without_cap_net_admin_the_firewall_does_not_hold() {
+    if !privileged("without_cap_net_admin_the_firewall_does_not_hold") {
+        return;
+    }
+    let mut p = json!({"hosts": ["allowed.test"], "firewall": "best-effort"});
+    let first = p.clone();
+    let net = boot(move |_| first, |o| o.drop_caps = vec!["net_admin".into()]);
+    let fw = firewall(&net.machine.client().status().unwrap());
+    assert!(!fw.holds && !fw.required, "{fw:?}");
+    assert!(
+        fw.detail.contains("cannot apply the rules"),
+        "{}",
+        fw.detail
+    );
+    assert!(fw.detail.contains("Not limited: UDP"), "{}", fw.detail);
+    // Said at boot, in one line on stderr and in the audit log.
+    assert!(
+        net.machine
+            .log()
+            .contains("firewall (best effort) does not hold"),
+        "{}",
+        net.machine.log()
+    );
+    let boot_line = &net.machine.audit_kinds("boot")[0];
+    let layers = boot_line["layers"].as_array().unwrap();
+    assert!(layers
+        .iter()
+        .any(|l| l["layer"] == "firewall" && l["holds"] == false));
+    // best-effort: commands still run.
+    assert_eq!(net.text("echo ran").1.trim(), "ran");
+    drop(net);
+    // required (the default): commands are refused, with the reason.
+    p["firewall"] = "required".into();
+    let net = boot(move |_| p, |o| o.drop_caps = vec!["net_admin".into()]);
+    let e = net
+        .machine
+        .client()
+        .run(RunRequest {
+            argv: Some(vec!["true".into()]),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("firewall did not hold"), "{e}");
+}
