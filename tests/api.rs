@@ -83,7 +83,19 @@ fn the_environment_is_built_from_nothing() {
     let mut req = argv(&["env"]);
     req.env.insert("EXTRA".into(), "given".into());
     let env = text(&run(&m, req).stdout);
-    let mut names: Vec<&str> = env.lines().map(|l| l.split('=').next().unwrap()).collect();
+    // The proxy's variables, exactly as warden sets them, and nothing else.
+    let proxy: Vec<String> = warden::network::proxy_env(3128)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for line in &proxy {
+        assert!(env.lines().any(|l| l == line), "{line} missing: {env}");
+    }
+    let mut names: Vec<&str> = env
+        .lines()
+        .filter(|l| !proxy.iter().any(|p| p == l))
+        .map(|l| l.split('=').next().unwrap())
+        .collect();
     names.sort();
     assert_eq!(
         names,

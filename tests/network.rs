@@ -33,7 +33,11 @@ fn boot(network: impl FnOnce(&Internet) -> Value, tweak: impl FnOnce(&mut Option
     let internet = Internet::start();
     let policy_dir = internet.dir.path().join("policy");
     std::fs::create_dir_all(&policy_dir).unwrap();
-    std::fs::write(policy_dir.join("network.json"), network(&internet).to_string()).unwrap();
+    std::fs::write(
+        policy_dir.join("network.json"),
+        network(&internet).to_string(),
+    )
+    .unwrap();
     let mut opts = Options {
         config: json!({"policy_dir": policy_dir}),
         netns: Some(internet.machine_ns.clone()),
@@ -138,7 +142,7 @@ fn allowed_hosts_work_through_the_proxy() {
     );
     // git over HTTPS.
     let (status, text) = net.text(&format!(
-        "cd /tmp && GIT_SSL_CAINFO={ca} git clone -q https://git.allowed.test/repo.git r && cat r/README.md"
+        "cd $(mktemp -d) && GIT_SSL_CAINFO={ca} git clone -q https://git.allowed.test/repo.git r && cat r/README.md"
     ));
     assert_eq!((status, text.trim()), (0, "hello from repo.git"), "{text}");
     // A name with only an IPv6 address is reached over IPv6.
@@ -392,7 +396,11 @@ fn the_firewall_self_test_sees_rules_removed_behind_its_back() {
     let s = net.machine.client().status().unwrap();
     let fw = firewall(&s);
     assert!(!fw.holds, "{fw:?}");
-    assert!(fw.detail.contains("5 rules found, 4 applied"), "{}", fw.detail);
+    assert!(
+        fw.detail.contains("5 rules found, 4 applied"),
+        "{}",
+        fw.detail
+    );
     assert!(fw.detail.contains("connected over TCP"), "{}", fw.detail);
     assert!(
         fw.detail.contains("still holding: Landlock"),

@@ -1,7 +1,10 @@
-//! A test machine: warden as PID 1 of a fresh PID and mount namespace, with
-//! its own copies of /etc/passwd and /etc/group bind-mounted over the real
-//! ones (so the host's are never touched) and its layout in a temp folder.
+//! A test machine: warden as PID 1 of a fresh PID, mount and network
+//! namespace, with its own copies of /etc/passwd and /etc/group bind-mounted
+//! over the real ones (so the host's are never touched) and its layout in a
+//! temp folder. `internet` builds a network for it to reach.
 #![allow(dead_code)]
+
+pub mod internet;
 
 use serde_json::{json, Value};
 use std::io::Read;
@@ -49,6 +52,15 @@ pub struct Options {
     pub passwd_extra: String,
     /// Extra environment for warden itself.
     pub env: Vec<(String, String)>,
+    /// A network namespace to run in (`ip netns exec`), e.g. an
+    /// `Internet`'s `machine_ns`. None: a fresh, empty one of its own, so
+    /// that warden's firewall can never touch the host's.
+    pub netns: Option<String>,
+    /// Extra `mount --bind SOURCE TARGET`, done before warden starts (e.g.
+    /// an `Internet`'s `resolv_conf()` over /etc/resolv.conf).
+    pub binds: Vec<(PathBuf, PathBuf)>,
+    /// Capabilities (like "net_admin") removed from warden's bounding set.
+    pub drop_caps: Vec<String>,
 }
 
 impl Default for Options {
@@ -59,8 +71,46 @@ impl Default for Options {
             pid_namespace: true,
             passwd_extra: String::new(),
             env: Vec::new(),
+            netns: None,
+            binds: Vec::new(),
+            drop_caps: Vec::new(),
         }
     }
+}
+
+/// `text` as one sh word.
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The sh script that prepares the mount namespace, then execs warden
+/// (through setpriv when capabilities are dropped: it execs too, so warden
+/// stays PID 1).
+fn boot_script(etc: &Path, opts: &Options) -> String {
+    let etc = etc.to_str().unwrap();
+    let mut binds = vec![
+        (format!("{etc}/passwd"), "/etc/passwd".to_string()),
+        (format!("{etc}/group"), "/etc/group".to_string()),
+    ];
+    binds.extend(
+        opts.binds
+            .iter()
+            .map(|(src, dst)| (src.display().to_string(), dst.display().to_string())),
+    );
+    let mut script: Vec<String> = binds
+        .iter()
+        .map(|(src, dst)| format!("mount --bind {} {}", quote(src), quote(dst)))
+        .collect();
+    if opts.drop_caps.is_empty() {
+        script.push("exec \"$@\"".into());
+    } else {
+        let caps: Vec<String> = opts.drop_caps.iter().map(|c| format!("-{c}")).collect();
+        script.push(format!(
+            "exec setpriv --bounding-set {} \"$@\"",
+            quote(&caps.join(","))
+        ));
+    }
+    script.join(" && ")
 }
 
 pub struct Machine {
@@ -115,17 +165,26 @@ impl Machine {
             "grace_period_ms": 2000,
             "drain_ms": 500,
         });
-        if let (Value::Object(base), Value::Object(extra)) = (&mut config, opts.config) {
-            base.extend(extra);
+        if let (Value::Object(base), Value::Object(extra)) = (&mut config, &opts.config) {
+            base.extend(extra.clone());
         }
         let config_path = root.join("machine.json");
         std::fs::write(&config_path, config.to_string()).unwrap();
         let log = root.join("warden.log");
-        let script = format!(
-            "mount --bind {e}/passwd /etc/passwd && mount --bind {e}/group /etc/group && exec \"$@\"",
-            e = etc.display()
-        );
-        let mut cmd = Command::new("unshare");
+        let script = boot_script(&etc, &opts);
+        // `ip netns exec` execs unshare: the child's pid stays unshare's.
+        let mut cmd = match &opts.netns {
+            Some(ns) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", ns, "unshare"]);
+                cmd
+            }
+            None => {
+                let mut cmd = Command::new("unshare");
+                cmd.arg("--net");
+                cmd
+            }
+        };
         if opts.pid_namespace {
             cmd.args(["--pid", "--fork", "--mount-proc"]);
         }
@@ -221,6 +280,22 @@ impl Machine {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// Runs `f` on a thread moved into warden's network namespace. What
+    /// belongs to a network namespace (IP, and abstract unix sockets too)
+    /// is out of reach of the test's own thread.
+    pub fn in_netns<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let ns = std::fs::File::open(format!("/proc/{}/ns/net", self.warden_pid())).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Only this short-lived thread changes namespace.
+                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+                f()
+            })
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e))
+        })
     }
 
     pub fn kill(&self, sig: nix::sys::signal::Signal) {

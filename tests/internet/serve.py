@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""The tests' own small internet: every service a test may reach (or must
+fail to reach), run inside the "internet" network namespace that
+tests/common/internet.rs builds. Standard library only, so the test machine
+needs nothing but python3.
+
+Services, on both the IPv4 and the IPv6 address given:
+  DNS  UDP+TCP 53  A/AAAA answers from a JSON zone; other names NXDOMAIN
+  HTTP TCP 80      GET -> "hello <Host> <path>"; /bytes/<n> -> n bytes;
+                   /repo.git/... -> static files (a dumb-HTTP git repository)
+  HTTPS TCP 443    the same handler, behind TLS
+  TCP 22, 8080     write one line and close
+  UDP 9999         echo
+Every query, request and connection is appended to a log file in --dir, so a
+test can prove whether something reached the internet or not.
+"""
+
+import argparse
+import http.server
+import json
+import os
+import signal
+import socket
+import socketserver
+import ssl
+import struct
+import sys
+import threading
+import time
+
+LOCK = threading.Lock()
+ARGS = None
+ZONE = {}
+
+# A stalled client must not hold a thread for ever.
+CLIENT_TIMEOUT = 30
+
+
+def log(name, line):
+    # Opened per line (under a lock) so the Rust side may truncate the file.
+    with LOCK:
+        with open(os.path.join(ARGS.dir, name), "a") as f:
+            f.write(line + "\n")
+
+
+# ---------------------------------------------------------------- DNS
+
+TYPES = {1: "A", 28: "AAAA"}
+FAMILY = {"A": socket.AF_INET, "AAAA": socket.AF_INET6}
+NOERROR, FORMERR, NXDOMAIN = 0, 1, 3
+RCODES = {NOERROR: "NOERROR", FORMERR: "FORMERR", NXDOMAIN: "NXDOMAIN"}
+TTL = 5
+
+
+def parse_question(msg):
+    """(id, flags, qname, qtype, qclass, end of question) or None."""
+    if len(msg) < 12:
+        return None
+    qid, flags, qdcount = struct.unpack("!HHH", msg[:6])
+    if qdcount != 1 or flags & 0x8000:
+        return None
+    labels, pos = [], 12
+    # A name has at most 127 labels; the bound keeps a hostile packet short.
+    for _ in range(128):
+        if pos >= len(msg):
+            return None
+        n = msg[pos]
+        pos += 1
+        if n == 0:
+            break
+        if n & 0xC0:
+            return None  # no compression in a question we send
+        labels.append(msg[pos : pos + n].decode("ascii", "replace"))
+        pos += n
+    else:
+        return None
+    if pos + 4 > len(msg):
+        return None
+    qtype, qclass = struct.unpack("!HH", msg[pos : pos + 4])
+    return qid, flags, ".".join(labels).lower(), qtype, qclass, pos + 4
+
+
+def answer(msg, client):
+    q = parse_question(msg)
+    if q is None:
+        return None
+    qid, flags, qname, qtype, qclass, end = q
+    records = ZONE.get(qname.rstrip("."))
+    rcode = NXDOMAIN if records is None else NOERROR
+    tname = TYPES.get(qtype, str(qtype))
+    rdatas = []
+    if records is not None and qtype in TYPES:
+        rdatas = [socket.inet_pton(FAMILY[tname], a) for a in records.get(tname, [])]
+    # QR, same opcode and RD, AA and RA set.
+    rflags = 0x8000 | (flags & 0x7900) | 0x0400 | 0x0080 | rcode
+    out = struct.pack("!HHHHHH", qid, rflags, 1, len(rdatas), 0, 0) + msg[12:end]
+    for rdata in rdatas:
+        # 0xC00C: the name of the question, at offset 12.
+        out += struct.pack("!HHHIH", 0xC00C, qtype, qclass, TTL, len(rdata)) + rdata
+    log("dns.log", f"{qname} {tname} {RCODES[rcode]} {len(rdatas)} from {client[0]}")
+    return out
+
+
+class DnsUdp(socketserver.BaseRequestHandler):
+    def handle(self):
+        data, sock = self.request
+        reply = answer(data, self.client_address)
+        if reply is not None:
+            sock.sendto(reply, self.client_address)
+
+
+class DnsTcp(socketserver.BaseRequestHandler):
+    def handle(self):
+        self.request.settimeout(CLIENT_TIMEOUT)
+        f = self.request.makefile("rb")
+        # Bounded: a client may pipeline a few queries on one connection.
+        for _ in range(100):
+            head = f.read(2)
+            if len(head) < 2:
+                return
+            (n,) = struct.unpack("!H", head)
+            reply = answer(f.read(n), self.client_address)
+            if reply is None:
+                return
+            self.request.sendall(struct.pack("!H", len(reply)) + reply)
+
+
+# ---------------------------------------------------------------- HTTP(S)
+
+CHUNK = 64 * 1024
+
+
+class Web(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    scheme = "http"
+
+    def log_message(self, format, *args):
+        pass  # requests are logged in handle_any, in a fixed form
+
+    def send_body(self, body, ctype="text/plain"):
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def handle_any(self):
+        host = self.headers.get("Host", "")
+        log("http.log", f"{self.scheme} {self.command} {host} {self.path} from {self.client_address[0]}")
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        path = self.path.split("?", 1)[0]
+        if path.startswith("/bytes/"):
+            return self.send_bytes(path[len("/bytes/") :])
+        if path == "/repo.git" or path.startswith("/repo.git/"):
+            return self.send_static(path)
+        self.send_body(f"hello {host} {self.path}".encode())
+
+    def send_bytes(self, count):
+        try:
+            n = int(count)
+        except ValueError:
+            return self.send_error(400, "bad count")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(n))
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        chunk = b"x" * CHUNK
+        while n > 0:
+            self.wfile.write(chunk[: min(n, CHUNK)])
+            n -= CHUNK
+
+    def send_static(self, path):
+        root = os.path.realpath(ARGS.www)
+        full = os.path.realpath(os.path.join(root, path.lstrip("/")))
+        if not full.startswith(root + "/") or not os.path.isfile(full):
+            return self.send_error(404)
+        with open(full, "rb") as f:
+            self.send_body(f.read(), "application/octet-stream")
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = handle_any
+
+
+class WebServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def server_bind(self):
+        # HTTPServer's own would look up the address's name (getfqdn): no
+        # lookup may leave the internet namespace.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = "internet.test", self.server_address[1]
+
+    def finish_request(self, request, client_address):
+        request.settimeout(CLIENT_TIMEOUT)
+        super().finish_request(request, client_address)
+
+
+class TlsServer(WebServer):
+    context = None
+
+    def finish_request(self, request, client_address):
+        # The handshake is done here, in the connection's own thread, so a
+        # slow client does not stall the accept loop.
+        request.settimeout(CLIENT_TIMEOUT)
+        try:
+            request = self.context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            log("http.log", f"https TLS-FAILED {e.__class__.__name__} from {client_address[0]}")
+            return
+        self.RequestHandlerClass(request, client_address, self)
+
+
+class Secure(Web):
+    scheme = "https"
+
+
+# ---------------------------------------------------------------- TCP, UDP
+
+
+def line_handler(port, text):
+    class Line(socketserver.BaseRequestHandler):
+        def handle(self):
+            log("connections.log", f"tcp {port} from {self.client_address[0]}")
+            self.request.sendall(text)
+
+    return Line
+
+
+class Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        data, sock = self.request
+        log("connections.log", f"udp 9999 from {self.client_address[0]}")
+        sock.sendto(data, self.client_address)
+
+
+# ---------------------------------------------------------------- main
+
+
+def server(base, family, addr, port, handler):
+    class S(base):
+        address_family = family
+        allow_reuse_address = True
+        daemon_threads = True
+
+    s = S((addr, port), handler)
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+    return s
+
+
+def serve_all():
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(ARGS.cert, ARGS.key)
+    TlsServer.context = ctx
+    udp, tcp = socketserver.ThreadingUDPServer, socketserver.ThreadingTCPServer
+    for family, addr in ((socket.AF_INET, ARGS.v4), (socket.AF_INET6, ARGS.v6)):
+        server(udp, family, addr, 53, DnsUdp)
+        server(tcp, family, addr, 53, DnsTcp)
+        server(WebServer, family, addr, 80, Web)
+        server(TlsServer, family, addr, 443, Secure)
+        server(tcp, family, addr, 22, line_handler(22, b"SSH-2.0-internet.test\r\n"))
+        server(tcp, family, addr, 8080, line_handler(8080, b"hello from 8080\n"))
+        server(udp, family, addr, 9999, Echo)
+
+
+def main():
+    global ARGS, ZONE
+    p = argparse.ArgumentParser()
+    for flag in ("--v4", "--v6", "--dir", "--cert", "--key", "--www", "--zone"):
+        p.add_argument(flag, required=True)
+    p.add_argument("--parent", type=int, required=True)
+    ARGS = p.parse_args()
+    with open(ARGS.zone) as f:
+        ZONE = {name.lower(): recs for name, recs in json.load(f).items()}
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    serve_all()
+    # Every socket is bound and listening: the Rust side may probe.
+    open(os.path.join(ARGS.dir, "ready"), "w").close()
+    # Outlive no test: if the test process dies without dropping the
+    # Internet, this process is re-parented and ends itself.
+    while os.getppid() == ARGS.parent:
+        time.sleep(0.5)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
