@@ -48,7 +48,7 @@ pub async fn serve(sup: Arc<Supervisor>, listener: UnixListener) {
             }
             Err(e) => {
                 // Out of descriptors or memory: wait and go on, never exit.
-                eprintln!("warden: api: accept: {e}");
+                crate::say!("api: accept: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

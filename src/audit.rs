@@ -159,7 +159,7 @@ impl Audit {
             Err(e) => {
                 let why = format!("cannot write {}: {e}", self.path.display());
                 if failing.is_none() {
-                    eprintln!("warden: audit: {why}");
+                    crate::say!("audit: {why}");
                 }
                 *failing = Some(why);
                 None
@@ -192,7 +192,7 @@ impl Audit {
     pub fn sync(&self) {
         let chain = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = chain.file.sync_all() {
-            eprintln!("warden: audit: cannot sync {}: {e}", self.path.display());
+            crate::say!("audit: cannot sync {}: {e}", self.path.display());
         }
     }
 }
@@ -249,8 +249,8 @@ fn drop_torn_tail(file: &mut File) -> std::io::Result<u64> {
         None if start == 0 => 0,
         None => return Ok(len),
     };
-    eprintln!(
-        "warden: audit: dropping a torn last line ({} bytes) left by a crash",
+    crate::say!(
+        "audit: dropping a torn last line ({} bytes) left by a crash",
         len - keep
     );
     file.set_len(keep)?;

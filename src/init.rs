@@ -113,14 +113,14 @@ pub fn run(args: InitArgs) -> i32 {
     let confinement = Confinement::new(policy, &paths.routines, &paths.shell_home, proc_hidden);
     // 7. Loopback, and the egress proxy's listening sockets.
     match crate::network::loopback_up() {
-        Ok(true) => eprintln!("warden: brought the loopback interface up"),
+        Ok(true) => crate::say!("brought the loopback interface up"),
         Ok(false) => {}
-        Err(e) => eprintln!("warden: {e}"),
+        Err(e) => crate::say!("{e}"),
     }
     let proxy_listeners = match proxy::bind(network.policy.proxy_port) {
         Ok((listeners, missing)) => {
             if let Some(m) = missing {
-                eprintln!("warden: {m}; the proxy listens on IPv4 only");
+                crate::say!("{m}; the proxy listens on IPv4 only");
             }
             network.listening = listeners
                 .iter()
@@ -131,7 +131,7 @@ pub fn run(args: InitArgs) -> i32 {
         }
         Err(e) => {
             // The firewall probe will find the proxy unreachable and say so.
-            eprintln!("warden: {e}: shell has no way out");
+            crate::say!("{e}: shell has no way out");
             Vec::new()
         }
     };
@@ -143,6 +143,12 @@ pub fn run(args: InitArgs) -> i32 {
         network,
         pid1,
     ));
+    // From here on, every diagnostic line is redacted like the audit log.
+    let weak = Arc::downgrade(&sup);
+    crate::diag::set_redaction(Box::new(move |text| match weak.upgrade() {
+        Some(sup) => sup.audit.redact(text).into_owned(),
+        None => text.to_string(),
+    }));
     // 8. The async runtime, the signal loop and the API.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -179,16 +185,13 @@ pub fn run(args: InitArgs) -> i32 {
         } else {
             "best effort"
         };
-        eprintln!(
-            "warden: {} ({what}) does not hold: {}",
-            layer.layer, layer.detail
-        );
+        crate::say!("{} ({what}) does not hold: {}", layer.layer, layer.detail);
     }
     if let Some(reason) = sup.confinement.refusal() {
-        eprintln!("warden: commands will be refused: {reason}");
+        crate::say!("commands will be refused: {reason}");
     }
-    eprintln!(
-        "warden: ready in {:.1} ms: api on {}, audit log {}",
+    crate::say!(
+        "ready in {:.1} ms: api on {}, audit log {}",
         boot.elapsed().as_secs_f64() * 1e3,
         sup.config.socket.display(),
         sup.audit.path().display()
@@ -202,7 +205,7 @@ pub fn run(args: InitArgs) -> i32 {
     sup.network.remove(&sup.reaper);
     sup.audit.record("shutdown", json!({"status": status}));
     sup.audit.sync();
-    eprintln!("warden: exiting with status {status}");
+    crate::say!("exiting with status {status}");
     status
 }
 
@@ -239,7 +242,7 @@ fn start_network(
                 let _ = filled.set(hosts);
             });
         if let Err(e) = worked_out {
-            eprintln!("warden: cannot work out the default host list ({e}): GitHub's hosts only");
+            crate::say!("cannot work out the default host list ({e}): GitHub's hosts only");
             let _ = defaults.set(crate::net::registries::GITHUB.map(String::from).to_vec());
         }
     }
@@ -274,7 +277,7 @@ fn start_network(
             None
         }
         Err(e) => {
-            eprintln!("warden: the egress proxy did not start: {e}");
+            crate::say!("the egress proxy did not start: {e}");
             Some(e)
         }
     };
@@ -287,7 +290,7 @@ fn start_network(
 }
 
 fn refuse(reason: String) -> i32 {
-    eprintln!("warden: refusing to start: {reason}");
+    crate::say!("refusing to start: {reason}");
     1
 }
 
@@ -312,10 +315,10 @@ fn become_subreaper() {
     let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let pid = nix::unistd::getpid();
     if rc == 0 {
-        eprintln!("warden: not PID 1 (pid {pid}): acting as a subreaper for what it starts");
+        crate::say!("not PID 1 (pid {pid}): acting as a subreaper for what it starts");
     } else {
-        eprintln!(
-            "warden: not PID 1 (pid {pid}) and cannot become a subreaper ({}): orphans will not be reaped by warden",
+        crate::say!(
+            "not PID 1 (pid {pid}) and cannot become a subreaper ({}): orphans will not be reaped by warden",
             std::io::Error::last_os_error()
         );
     }
@@ -339,16 +342,16 @@ fn start_signal_loop(sup: Arc<Supervisor>, set: SigSet) -> mpsc::UnboundedReceiv
                         let _ = tx.send(sig);
                     }
                     Err(e) => {
-                        eprintln!("warden: sigwait: {e}");
+                        crate::say!("sigwait: {e}");
                         std::thread::sleep(Duration::from_millis(10));
                     }
                 }));
             if step.is_err() {
-                eprintln!("warden: internal error in the signal loop; carrying on");
+                crate::say!("internal error in the signal loop; carrying on");
             }
         });
     if let Err(e) = spawned {
-        eprintln!("warden: cannot start the signal thread: {e}; signals will not be handled");
+        crate::say!("cannot start the signal thread: {e}; signals will not be handled");
     }
     rx
 }
@@ -406,14 +409,14 @@ fn start_main(sup: &Supervisor) -> Option<Result<Main, i32>> {
     let launch = match sup.main_launch(&argv) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("warden: main process: {e}");
+            crate::say!("main process: {e}");
             return Some(Err(125));
         }
     };
     let stdio = match inherited_stdio() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("warden: main process: stdio: {e}");
+            crate::say!("main process: stdio: {e}");
             return Some(Err(125));
         }
     };
@@ -435,13 +438,13 @@ fn start_main(sup: &Supervisor) -> Option<Result<Main, i32>> {
         }
         Err(SpawnError::Child(f)) => {
             // The program's name may carry a secret: redacted like the log.
-            eprintln!("warden: main process: {}", sup.audit.redact(&f.to_string()));
+            crate::say!("main process: {}", sup.audit.redact(&f.to_string()));
             sup.audit
                 .record("main_failed", json!({"argv": argv, "error": f.to_string()}));
             Some(Err(f.status()))
         }
         Err(e) => {
-            eprintln!("warden: main process: {e}");
+            crate::say!("main process: {e}");
             Some(Err(125))
         }
     }
@@ -493,7 +496,7 @@ async fn supervise(
                 let Some(sig) = sig else { continue };
                 if is_shutdown(sig) {
                     sup.audit.record("signal", json!({"signal": sig.as_str(), "action": "shutdown"}));
-                    eprintln!("warden: {sig}: shutting down");
+                    crate::say!("{sig}: shutting down");
                     return shutdown(&sup, sig, main).await;
                 }
                 let forwarded = main.as_ref().is_some_and(|m| sup.reaper.signal(m.pid, sig, false));
@@ -503,7 +506,7 @@ async fn supervise(
             exit = main_exit => {
                 let status = exit.map(Exit::status).unwrap_or(125);
                 sup.audit.record("main_exit", json!({"status": status}));
-                eprintln!("warden: main process exited with status {status}; stopping");
+                crate::say!("main process exited with status {status}; stopping");
                 sup.set_main(None);
                 stop_everything(&sup, None).await;
                 return status;

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod client;
 pub mod config;
 pub mod confine;
+pub mod diag;
 pub mod init;
 pub mod layout;
 pub mod net;

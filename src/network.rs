@@ -69,7 +69,7 @@ impl Network {
             && self.policy.firewall != Requirement::Off
         {
             if let Err(e) = nft(reaper, &["delete", "table", "inet", firewall::TABLE], b"") {
-                eprintln!("warden: cannot remove its firewall table: {e}");
+                crate::say!("cannot remove its firewall table: {e}");
             }
         }
     }
@@ -343,7 +343,7 @@ pub fn standalone(
     audit_dir: Option<&std::path::Path>,
 ) -> i32 {
     let fail = |e: String| {
-        eprintln!("warden: proxy: {e}");
+        crate::say!("proxy: {e}");
         1
     };
     if let Some(a) = listen.iter().find(|a| !a.ip().is_loopback()) {
@@ -405,7 +405,7 @@ pub fn standalone(
             .filter_map(|l| l.local_addr().ok())
             .map(|a| a.to_string())
             .collect();
-        eprintln!("warden: proxy listening on {}", shown.join(" "));
+        crate::say!("proxy listening on {}", shown.join(" "));
         proxy.serve(listeners).await;
         0
     })

@@ -269,7 +269,7 @@ fn parse_file<T: serde::de::DeserializeOwned>(
 /// The built-in files are checked by a unit test; this cannot happen in a
 /// tested build, and PID 1 must not panic, so fall back to the strictest.
 fn unreachable_policy(e: PolicyError) -> Policy {
-    eprintln!("warden: the built-in policy does not parse ({e}); using the strictest");
+    crate::say!("the built-in policy does not parse ({e}); using the strictest");
     Policy {
         landlock: LandlockPolicy {
             require: Requirement::Required,

@@ -83,7 +83,7 @@ impl Reaper {
                 Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
                 Err(Errno::EINTR) => continue,
                 Err(e) => {
-                    eprintln!("warden: reaper: waitid: {e}");
+                    crate::say!("reaper: waitid: {e}");
                     break;
                 }
                 Ok(status) => match status.pid() {
@@ -97,7 +97,7 @@ impl Reaper {
             let exit = match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
                 Ok(status) => Exit::from_wait(status),
                 Err(e) => {
-                    eprintln!("warden: reaper: waitpid({pid}): {e}");
+                    crate::say!("reaper: waitpid({pid}): {e}");
                     None
                 }
             };
@@ -128,7 +128,7 @@ impl Reaper {
         };
         if let Err(e) = result {
             if e != Errno::ESRCH {
-                eprintln!("warden: cannot send {sig} to {pid}: {e}");
+                crate::say!("cannot send {sig} to {pid}: {e}");
             }
         }
         true

@@ -67,7 +67,7 @@ impl Supervisor {
         let (spawner, filtered) = Spawner::start(reaper.clone(), confinement.spawner_filters());
         if let Err(e) = filtered {
             // The probe will find seccomp not holding and say so.
-            eprintln!("warden: {e}");
+            crate::say!("{e}");
         }
         Supervisor {
             config,

@@ -23,10 +23,18 @@ fn secrets_are_redacted_from_every_audit_line_and_error() {
     if !privileged("secrets_are_redacted_from_every_audit_line_and_error") {
         return;
     }
-    let m = Machine::boot(Options {
-        env: vec![("GITHUB_TOKEN".into(), TOKEN_CANARY.into())],
-        ..Default::default()
-    });
+    let dir = Machine::folder("");
+    let policy = dir.path().join("policy");
+    std::fs::create_dir(&policy).unwrap();
+    let m = Machine::start_in(
+        dir,
+        Options {
+            env: vec![("GITHUB_TOKEN".into(), TOKEN_CANARY.into())],
+            config: serde_json::json!({"policy_dir": policy}),
+            ..Default::default()
+        },
+    );
+    m.wait_ready();
     let env = m.home.join(".env");
     std::fs::write(&env, format!("# keys\nAPI_KEY={ENV_CANARY}\n")).unwrap();
     std::os::unix::fs::chown(&env, Some(RUNTIME_UID), Some(RUNTIME_UID)).unwrap();
@@ -54,6 +62,49 @@ fn secrets_are_redacted_from_every_audit_line_and_error() {
     assert!(
         !error.contains(ENV_CANARY) && error.contains(warden::redact::MARK),
         "{error}"
+    );
+
+    // A broken host list quoting the secret: the reload error, the audit
+    // line and warden's own diagnostic line all carry the mark instead.
+    std::fs::write(
+        policy.join("network.json"),
+        format!("{{\"hosts\": [\"bad!{ENV_CANARY}.example\"]}}"),
+    )
+    .unwrap();
+    let e = m.client().reload().unwrap_err().to_string();
+    assert!(
+        !e.contains(ENV_CANARY) && e.contains(warden::redact::MARK),
+        "{e}"
+    );
+    // The proxy notices the file by itself too, and says so on stderr.
+    let probe = std::process::Command::new("nsenter")
+        .args(["-t", &m.warden_pid().to_string(), "-n", "python3", "-c"])
+        .arg("import socket; socket.create_connection(('127.0.0.1', 3128)).sendall(b'CONNECT x.example:443 HTTP/1.1\\r\\n\\r\\n')")
+        .output()
+        .unwrap();
+    assert!(probe.status.success(), "{probe:?}");
+    std::fs::write(policy.join("network.json"), "{\"hosts\": [\"ok.example\"]}").unwrap();
+    let _ = m.client().reload();
+    std::fs::write(
+        policy.join("network.json"),
+        format!("{{\"hosts\": [\"again!{ENV_CANARY}.example\"]}}"),
+    )
+    .unwrap();
+    let probe = std::process::Command::new("nsenter")
+        .args(["-t", &m.warden_pid().to_string(), "-n", "python3", "-c"])
+        .arg("import socket; s = socket.create_connection(('127.0.0.1', 3128)); s.sendall(b'CONNECT x.example:443 HTTP/1.1\\r\\n\\r\\n'); s.recv(100)")
+        .output()
+        .unwrap();
+    assert!(probe.status.success(), "{probe:?}");
+    let log = m.log();
+    assert!(log.contains("network policy not reloaded"), "{log}");
+    assert!(
+        log.contains(&format!("again!{}", warden::redact::MARK)),
+        "{log}"
+    );
+    assert!(
+        !log.contains(ENV_CANARY) && !log.contains(TOKEN_CANARY),
+        "{log}"
     );
 
     let audit = std::fs::read_to_string(m.audit_path()).unwrap();

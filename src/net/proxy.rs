@@ -162,7 +162,7 @@ impl Proxy {
         if key != loaded.key {
             loaded.key = key;
             if let Err(e) = self.load(&mut loaded) {
-                eprintln!("warden: network policy not reloaded, the last good one holds: {e}");
+                crate::say!("network policy not reloaded, the last good one holds: {e}");
             }
         }
         if loaded.rules.is_none() {
@@ -244,7 +244,7 @@ impl Proxy {
                 }
                 Err(e) => {
                     // Out of descriptors, most likely: wait rather than spin.
-                    eprintln!("warden: proxy: accept: {e}");
+                    crate::say!("proxy: accept: {e}");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
