@@ -425,6 +425,70 @@ pub fn verify_files(paths: &[PathBuf]) -> Result<(usize, String), (PathBuf, Brea
     Ok((total, prev.unwrap_or_else(|| GENESIS.to_string())))
 }
 
+/// The last line an owner verified, kept on the host: a later copy of the
+/// log must still hold that line, with the same hash. The chain alone shows
+/// an edit; only an anchor kept elsewhere shows that the end was cut off,
+/// or the whole log replaced by another valid chain.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Anchor {
+    pub seq: u64,
+    pub hash: String,
+}
+
+/// How a log stands against an anchor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnchorCheck {
+    /// The anchored line is there, unchanged.
+    Holds,
+    /// Rotation dropped the file that held it: the oldest line kept is
+    /// `oldest`. Nothing can be said about the lines before.
+    RotatedAway { oldest: u64 },
+    /// The log ends before the anchored line: it was cut.
+    Cut { last: u64 },
+    /// A line with the anchored number has another hash: the log was
+    /// rewritten from there (or replaced).
+    Rewritten,
+}
+
+/// Pure: the (seq, hash) of every line of `text` that has them.
+fn sequence(text: &str) -> impl Iterator<Item = (u64, String)> + '_ {
+    text.lines().filter_map(|line| {
+        let v: Value = serde_json::from_str(line).ok()?;
+        Some((
+            v.get("seq")?.as_u64()?,
+            v.get("hash")?.as_str()?.to_string(),
+        ))
+    })
+}
+
+/// Pure: checks the texts of a log's files, in chain order, against an
+/// anchor, and returns the check and the new anchor (the last line).
+pub fn check_anchor(texts: &[String], anchor: Option<&Anchor>) -> (AnchorCheck, Option<Anchor>) {
+    let mut oldest = None;
+    let mut last = None;
+    let mut found = None;
+    for text in texts {
+        for (seq, hash) in sequence(text) {
+            oldest.get_or_insert(seq);
+            if anchor.is_some_and(|a| a.seq == seq) {
+                found = Some(hash.clone());
+            }
+            last = Some(Anchor { seq, hash });
+        }
+    }
+    let check = match (anchor, found) {
+        (None, _) => AnchorCheck::Holds,
+        (Some(a), Some(hash)) if hash == a.hash => AnchorCheck::Holds,
+        (Some(_), Some(_)) => AnchorCheck::Rewritten,
+        (Some(a), None) => match (oldest, &last) {
+            (Some(oldest), _) if a.seq < oldest => AnchorCheck::RotatedAway { oldest },
+            (_, Some(l)) => AnchorCheck::Cut { last: l.seq },
+            (_, None) => AnchorCheck::Cut { last: 0 },
+        },
+    };
+    (check, last)
+}
+
 /// Pure: one line for people: `#seq time kind key=value ...`, without the
 /// chain's fields; None for a line that is not an audit event.
 pub fn describe(line: &str) -> Option<(String, String)> {
@@ -477,6 +541,59 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn anchors_table() {
+        let line = |seq: u64, hash: &str| {
+            format!("{{\"seq\":{seq},\"kind\":\"x\",\"hash\":\"{hash}\"}}\n")
+        };
+        let log =
+            |lines: &[(u64, &str)]| lines.iter().map(|(s, h)| line(*s, h)).collect::<String>();
+        let anchor = |seq: u64, hash: &str| Anchor {
+            seq,
+            hash: hash.into(),
+        };
+        let cases: Vec<(Vec<String>, Option<Anchor>, AnchorCheck)> = vec![
+            (vec![log(&[(1, "a"), (2, "b")])], None, AnchorCheck::Holds),
+            (
+                vec![log(&[(1, "a"), (2, "b")])],
+                Some(anchor(2, "b")),
+                AnchorCheck::Holds,
+            ),
+            (
+                vec![log(&[(1, "a")]), log(&[(2, "b"), (3, "c")])],
+                Some(anchor(2, "b")),
+                AnchorCheck::Holds,
+            ),
+            (
+                vec![log(&[(1, "a"), (2, "b")])],
+                Some(anchor(3, "c")),
+                AnchorCheck::Cut { last: 2 },
+            ),
+            (
+                vec![String::new()],
+                Some(anchor(3, "c")),
+                AnchorCheck::Cut { last: 0 },
+            ),
+            (
+                vec![log(&[(1, "a"), (2, "x")])],
+                Some(anchor(2, "b")),
+                AnchorCheck::Rewritten,
+            ),
+            (
+                vec![log(&[(7, "g"), (8, "h")])],
+                Some(anchor(2, "b")),
+                AnchorCheck::RotatedAway { oldest: 7 },
+            ),
+        ];
+        for (texts, kept, want) in cases {
+            let (got, last) = check_anchor(&texts, kept.as_ref());
+            assert_eq!(got, want, "{texts:?} against {kept:?}");
+            if !texts[0].is_empty() {
+                assert!(last.is_some());
+            }
+        }
+    }
     use serde_json::json;
 
     #[test]

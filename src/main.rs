@@ -100,6 +100,11 @@ enum AuditAction {
     Verify {
         #[arg(default_value = DEFAULT_AUDIT_DIR)]
         files: Vec<PathBuf>,
+        /// A file on the host keeping the last line verified: the log must
+        /// still hold it (else it was cut or replaced); rewritten after a
+        /// good check.
+        #[arg(long)]
+        anchor: Option<PathBuf>,
     },
     /// Print the log for people.
     Tail {
@@ -163,8 +168,8 @@ fn main() {
             audit_dir,
         } => warden::network::standalone(&listen, &policy_dir, audit_dir.as_deref()),
         Command::Audit {
-            action: AuditAction::Verify { files },
-        } => verify(&files),
+            action: AuditAction::Verify { files, anchor },
+        } => verify(&files, anchor.as_deref()),
         Command::Audit {
             action:
                 AuditAction::Tail {
@@ -271,7 +276,7 @@ fn status(socket: &Path, json: bool) -> Result<i32, String> {
     Ok(0)
 }
 
-fn verify(given: &[PathBuf]) -> i32 {
+fn verify(given: &[PathBuf], anchor: Option<&Path>) -> i32 {
     // A folder stands for all its log files, in chain order.
     let mut files = Vec::new();
     for path in given {
@@ -286,13 +291,97 @@ fn verify(given: &[PathBuf]) -> i32 {
     match warden::audit::verify_files(&files) {
         Ok((lines, last)) => {
             println!("ok: {lines} lines, chain intact; last hash {last}");
-            0
+            match anchor {
+                Some(path) => check_anchor(&files, path),
+                None => 0,
+            }
         }
         Err((file, b)) => {
             println!("BROKEN: {}:{}: {}", file.display(), b.line, b.reason);
             1
         }
     }
+}
+
+/// Checks the log against the anchor kept on the host, then moves the
+/// anchor to the log's last line.
+fn check_anchor(files: &[PathBuf], path: &Path) -> i32 {
+    use warden::audit::{Anchor, AnchorCheck};
+    let kept: Option<Anchor> = match std::fs::read_to_string(path) {
+        Ok(text) => match serde_json::from_str(&text) {
+            Ok(a) => Some(a),
+            Err(e) => fail(&format!("anchor {}: {e}", path.display())),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => fail(&format!("anchor {}: {e}", path.display())),
+    };
+    let texts: Vec<String> = files
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .collect();
+    let (check, last) = warden::audit::check_anchor(&texts, kept.as_ref());
+    let status = match (&check, &kept) {
+        (AnchorCheck::Holds, Some(a)) => {
+            println!(
+                "ok: line {} verified before is still there, unchanged",
+                a.seq
+            );
+            0
+        }
+        (AnchorCheck::Holds, None) => {
+            println!("no anchor yet: this check starts one");
+            0
+        }
+        (AnchorCheck::RotatedAway { oldest }, Some(a)) => {
+            println!(
+                "ok, with a gap: line {} verified before was rotated away (the oldest line kept is {oldest})",
+                a.seq
+            );
+            0
+        }
+        (AnchorCheck::Cut { last }, Some(a)) => {
+            println!(
+                "CUT: line {} was verified before, but the log now ends at line {last}",
+                a.seq
+            );
+            1
+        }
+        (AnchorCheck::Rewritten, Some(a)) => {
+            println!(
+                "REWRITTEN: line {} has another hash than when it was verified",
+                a.seq
+            );
+            1
+        }
+        (_, None) => 0,
+    };
+    if status == 0 {
+        if let Some(last) = last {
+            if let Err(e) = write_anchor(path, &last) {
+                fail(&format!("anchor {}: {e}", path.display()));
+            }
+        }
+    }
+    status
+}
+
+fn write_anchor(path: &Path, anchor: &warden::audit::Anchor) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(
+        serde_json::to_string(anchor)
+            .map_err(std::io::Error::other)?
+            .as_bytes(),
+    )?;
+    f.sync_all()?;
+    std::fs::rename(tmp, path)
 }
 
 fn tail(file: &Path, follow: bool, kind: Option<&str>, lines: usize) -> Result<i32, String> {

@@ -104,3 +104,50 @@ fn tail_prints_for_people_and_filters_by_kind() {
     assert_eq!(out.lines().count(), 2, "{out}");
     assert!(out.contains("shutdown"), "{out}");
 }
+
+#[test]
+fn an_anchor_kept_on_the_host_shows_a_cut_or_a_replaced_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = write_log(dir.path());
+    let anchor = dir.path().join("anchor.json");
+    let a = anchor.to_str().unwrap();
+    let (code, out) = warden(&["audit", "verify", "--anchor", a, &log]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("no anchor yet"), "{out}");
+    let kept: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&anchor).unwrap()).unwrap();
+    assert_eq!(kept["seq"], 12);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&anchor).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // More lines later: the anchored line is still there.
+    let audit = Audit::open(dir.path(), None, None).unwrap();
+    audit.record("boot", json!({"version": "again"}));
+    drop(audit);
+    let (code, out) = warden(&["audit", "verify", "--anchor", a, &log]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("line 12 verified before is still there"),
+        "{out}"
+    );
+    // The end cut off: the chain of what is left verifies, the anchor does not.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let kept: Vec<&str> = text.lines().take(10).collect();
+    let cut = dir.path().join("cut.jsonl");
+    std::fs::write(&cut, kept.join("\n") + "\n").unwrap();
+    let (code, out) = warden(&["audit", "verify", "--anchor", a, cut.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("chain intact") && out.contains("CUT: line 13"),
+        "{out}"
+    );
+    // A whole other log, valid on its own.
+    let other = tempfile::tempdir().unwrap();
+    let other_log = write_log(other.path());
+    let audit = Audit::open(other.path(), None, None).unwrap();
+    audit.record("boot", json!({"version": "forged"}));
+    drop(audit);
+    let (code, out) = warden(&["audit", "verify", "--anchor", a, &other_log]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("REWRITTEN: line 13"), "{out}");
+}
