@@ -164,7 +164,7 @@ pub fn run(args: InitArgs) -> i32 {
         Err(e) => return refuse(format!("api socket {}: {e}", sup.config.socket.display())),
     };
     // 9. The firewall, and the proxy that is shell's one way out.
-    start_network(&sup, &runtime, proxy_listeners);
+    let defaults = start_network(&sup, &runtime, proxy_listeners);
     // 10. Prove the confinement by behaviour, before serving anything.
     let layers = sup.probe();
     sup.audit.record(
@@ -196,6 +196,7 @@ pub fn run(args: InitArgs) -> i32 {
         sup.config.socket.display(),
         sup.audit.path().display()
     );
+    work_out_default_hosts(&sup, defaults);
     // 11. The main process, as runtime.
     let main = start_main(&sup);
     // 12. Supervise until the end.
@@ -215,37 +216,9 @@ fn start_network(
     sup: &Arc<Supervisor>,
     runtime: &tokio::runtime::Runtime,
     listeners: Vec<std::net::TcpListener>,
-) {
+) -> proxy::Defaults {
     let applied = sup.network.apply(&sup.reaper);
-    let path = sup.config.path.clone();
-    let home = sup.shell.home.display().to_string();
-    let shell = crate::spawn::Identity {
-        uid: sup.shell.uid,
-        gid: sup.shell.gid,
-        groups: sup.shell.groups.clone(),
-    };
-    // The default list is worked out beside the rest of the boot (asking
-    // the tools takes a second or two); a connection that needs it before
-    // it is known waits for it.
     let defaults: proxy::Defaults = Default::default();
-    if sup.network.policy.hosts.is_none() {
-        let (sup2, filled) = (sup.clone(), defaults.clone());
-        let worked_out = std::thread::Builder::new()
-            .name("default-hosts".into())
-            .spawn(move || {
-                let (hosts, sources) =
-                    crate::network::default_hosts(&sup2.reaper, shell, &home, &path);
-                sup2.audit.record(
-                    "default_hosts",
-                    json!({"hosts": hosts, "registries_found": sources}),
-                );
-                let _ = filled.set(hosts);
-            });
-        if let Err(e) = worked_out {
-            crate::say!("cannot work out the default host list ({e}): GitHub's hosts only");
-            let _ = defaults.set(crate::net::registries::GITHUB.map(String::from).to_vec());
-        }
-    }
     let weak = Arc::downgrade(sup);
     let record: proxy::Recorder = Arc::new(move |kind, fields| {
         if let Some(sup) = weak.upgrade() {
@@ -287,6 +260,38 @@ fn start_network(
                "firewall_policy": policy.firewall, "proxy": sup.network.listening,
                "proxy_error": proxy_error, "hosts_from": if policy.hosts.is_some() { "network.json" } else { "default" }}),
     );
+    defaults
+}
+
+/// Works out the default host list, once the machine is ready: asking the
+/// tools takes a second or two of CPU that the boot should not share. A
+/// connection that needs the list before it is known waits for it.
+fn work_out_default_hosts(sup: &Arc<Supervisor>, defaults: proxy::Defaults) {
+    if sup.network.policy.hosts.is_some() {
+        return;
+    }
+    let path = sup.config.path.clone();
+    let home = sup.shell.home.display().to_string();
+    let shell = crate::spawn::Identity {
+        uid: sup.shell.uid,
+        gid: sup.shell.gid,
+        groups: sup.shell.groups.clone(),
+    };
+    let (sup2, filled) = (sup.clone(), defaults.clone());
+    let worked_out = std::thread::Builder::new()
+        .name("default-hosts".into())
+        .spawn(move || {
+            let (hosts, sources) = crate::network::default_hosts(&sup2.reaper, shell, &home, &path);
+            sup2.audit.record(
+                "default_hosts",
+                json!({"hosts": hosts, "registries_found": sources}),
+            );
+            let _ = filled.set(hosts);
+        });
+    if let Err(e) = worked_out {
+        crate::say!("cannot work out the default host list ({e}): GitHub's hosts only");
+        let _ = defaults.set(crate::net::registries::GITHUB.map(String::from).to_vec());
+    }
 }
 
 fn refuse(reason: String) -> i32 {

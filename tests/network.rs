@@ -472,3 +472,62 @@ fn without_cap_net_admin_the_firewall_does_not_hold() {
         .to_string();
     assert!(e.contains("firewall did not hold"), "{e}");
 }
+
+#[test]
+fn applying_the_rules_twice_leaves_one_copy() {
+    if !privileged("applying_the_rules_twice_leaves_one_copy") {
+        return;
+    }
+    use std::io::Write;
+    use warden::net::firewall::{self, Scope};
+    let ns = format!("wdn-fw-{:x}", std::process::id());
+    let ip = |args: &[&str]| {
+        let out = std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ip {args:?}: {out:?}");
+    };
+    ip(&["netns", "add", &ns]);
+    let scope = Scope {
+        shell_uid: 2001,
+        proxy_port: 3128,
+    };
+    let batch = serde_json::to_string(&firewall::batch(scope)).unwrap();
+    let nft = |args: &[&str], input: &str| {
+        let mut child = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "nft"])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "nft {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for _ in 0..2 {
+        nft(&["-j", "-f", "-"], &batch);
+    }
+    let listing = nft(&["-j", "list", "table", "inet", "warden"], "");
+    let result = firewall::compare(&listing, scope);
+    // A rule added by someone else is flushed by the next apply.
+    nft(
+        &["insert", "rule", "inet", "warden", "output", "accept"],
+        "",
+    );
+    assert!(
+        firewall::compare(&nft(&["-j", "list", "table", "inet", "warden"], ""), scope).is_err()
+    );
+    nft(&["-j", "-f", "-"], &batch);
+    let again = firewall::compare(&nft(&["-j", "list", "table", "inet", "warden"], ""), scope);
+    ip(&["netns", "del", &ns]);
+    assert_eq!(result, Ok(()));
+    assert_eq!(again, Ok(()));
+}

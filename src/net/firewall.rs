@@ -9,7 +9,7 @@
 
 use nftables::batch::Batch;
 use nftables::expr::{Expression, Meta, MetaKey, NamedExpression, Payload, PayloadField};
-use nftables::schema::{Chain, NfListObject, Nftables, Rule, Table};
+use nftables::schema::{Chain, FlushObject, NfCmd, NfListObject, Nftables, Rule, Table};
 use nftables::stmt::{Match, Operator, Reject, RejectType, Statement};
 use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook, RejectCode};
 use std::borrow::Cow;
@@ -101,14 +101,15 @@ pub fn rules(scope: Scope) -> Vec<Vec<Statement<'static>>> {
     ]
 }
 
-/// One atomic batch that replaces warden's table whole: adding it first
-/// makes the delete safe when it does not exist yet, so applying twice
-/// leaves exactly one copy.
+/// One atomic batch that makes warden's table what it must be: adding the
+/// table and chain is a no-op when they exist, and the flush empties them
+/// first, so applying twice leaves exactly one copy of each rule. (Flushing
+/// rather than deleting the table keeps the hook registered: deleting it
+/// made the kernel wait for a grace period at every boot.)
 pub fn batch(scope: Scope) -> Nftables<'static> {
     let mut batch = Batch::new();
     batch.add(NfListObject::Table(table()));
-    batch.delete(NfListObject::Table(table()));
-    batch.add(NfListObject::Table(table()));
+    batch.add_cmd(NfCmd::Flush(FlushObject::Table(table())));
     batch.add(NfListObject::Chain(chain()));
     for expr in rules(scope) {
         batch.add(NfListObject::Rule(Rule {
@@ -381,13 +382,10 @@ mod tests {
             .iter()
             .map(|o| o.as_object().unwrap().keys().next().unwrap().clone())
             .collect();
-        assert_eq!(
-            cmds,
-            ["add", "delete", "add", "add", "add", "add", "add", "add"]
-        );
-        assert_eq!(text["nftables"][1]["delete"]["table"]["name"], "warden");
+        assert_eq!(cmds, ["add", "flush", "add", "add", "add", "add", "add"]);
+        assert_eq!(text["nftables"][1]["flush"]["table"]["name"], "warden");
         // Only uid 2001's traffic is ever matched.
-        for rule in &text["nftables"].as_array().unwrap()[4..] {
+        for rule in &text["nftables"].as_array().unwrap()[3..] {
             assert_eq!(rule["add"]["rule"]["expr"][0]["match"]["right"], 2001);
         }
     }
