@@ -40,11 +40,21 @@ const SOCKET_BUFFER: usize = 4 << 20;
 /// Pipes are widened to this size, where the kernel allows, for throughput.
 const PIPE_SIZE: libc::c_int = 1 << 20;
 
-pub async fn serve(sup: Arc<Supervisor>, listener: UnixListener) {
+/// Which socket a connection came through, and so how it is let in.
+#[derive(Clone)]
+pub enum Door {
+    /// The machine's own socket: file mode and SO_PEERCRED (root and the
+    /// runtime only).
+    Local,
+    /// The host's socket: whoever presents the machine's key in the hello.
+    Host(Arc<crate::key::Key>),
+}
+
+pub async fn serve(sup: Arc<Supervisor>, listener: UnixListener, door: Door) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                tokio::spawn(connection(sup.clone(), stream));
+                tokio::spawn(connection(sup.clone(), stream, door.clone()));
             }
             Err(e) => {
                 // Out of descriptors or memory: wait and go on, never exit.
@@ -60,6 +70,7 @@ type Failure = (ErrorCode, String);
 struct Conn {
     sup: Arc<Supervisor>,
     uid: u32,
+    door: Door,
     tx: mpsc::Sender<Out>,
     slots: Mutex<Slots>,
 }
@@ -76,7 +87,7 @@ struct Slot {
     stdin: Option<mpsc::Sender<Vec<u8>>>,
 }
 
-async fn connection(sup: Arc<Supervisor>, stream: UnixStream) {
+async fn connection(sup: Arc<Supervisor>, stream: UnixStream, door: Door) {
     let cred = stream.peer_cred();
     // Spliced output is accounted in the socket's send buffer; the default
     // (about 200 KiB) holds too few pages to keep the pipe moving. Root may
@@ -89,7 +100,13 @@ async fn connection(sup: Arc<Supervisor>, stream: UnixStream) {
         Ok(c) => (c.uid(), c.pid().unwrap_or(0)),
         Err(_) => (u32::MAX, 0),
     };
-    if !sup.may_connect(uid) {
+    // On the host's socket the key decides, in the hello; the peer's uid
+    // there is the host's, which means nothing here.
+    let uid = match door {
+        Door::Local => uid,
+        Door::Host(_) => 0,
+    };
+    if matches!(door, Door::Local) && !sup.may_connect(uid) {
         let reason = format!(
             "uid {uid} may not use this socket: only root and {} may",
             sup.runtime.name
@@ -105,6 +122,7 @@ async fn connection(sup: Arc<Supervisor>, stream: UnixStream) {
         let conn = Arc::new(Conn {
             sup,
             uid,
+            door,
             tx,
             slots: Mutex::default(),
         });
@@ -179,12 +197,29 @@ impl Conn {
             Kind::Control => serde_json::from_slice::<Request>(payload).ok(),
             _ => None,
         };
-        let Some(Request::Hello { versions, .. }) = request else {
+        let Some(Request::Hello { versions, key, .. }) = request else {
             return Err((
                 ErrorCode::HelloRequired,
                 "the first frame must be a hello".into(),
             ));
         };
+        if let Door::Host(machine_key) = &self.door {
+            let reason = match key.as_deref() {
+                None => Some("no key: the host socket needs the machine's key"),
+                Some(k) if !machine_key.matches(k) => Some("wrong key"),
+                Some(_) => None,
+            };
+            if let Some(reason) = reason {
+                self.sup.audit.record(
+                    "connection_refused",
+                    json!({"door": "host", "reason": reason}),
+                );
+                return Err((ErrorCode::Refused, reason.into()));
+            }
+            self.sup
+                .audit
+                .record("connection", json!({"door": "host", "key": "accepted"}));
+        }
         let Some(version) = SUPPORTED_VERSIONS
             .iter()
             .rev()

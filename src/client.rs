@@ -54,6 +54,15 @@ impl Client {
         path: &Path,
         first: Option<(u32, &Request)>,
     ) -> Result<Client, ClientError> {
+        Client::connect_keyed(path, None, first)
+    }
+
+    /// Connects with the machine's key (needed on the host socket).
+    pub fn connect_keyed(
+        path: &Path,
+        key: Option<&str>,
+        first: Option<(u32, &Request)>,
+    ) -> Result<Client, ClientError> {
         let stream = UnixStream::connect(path)?;
         let writer = Arc::new(Mutex::new(stream.try_clone()?));
         let mut client = Client {
@@ -65,6 +74,7 @@ impl Client {
         let hello = Request::Hello {
             versions: SUPPORTED_VERSIONS.to_vec(),
             client: Some(format!("warden-client {}", env!("CARGO_PKG_VERSION"))),
+            key: key.map(str::to_string),
         };
         let mut frames = frame_bytes(
             Kind::Control,

@@ -15,6 +15,11 @@ pub struct MachineConfig {
     pub shell: UserSpec,
     /// The API's unix socket.
     pub socket: PathBuf,
+    /// A second API socket for the host (in a folder lent to it): no uid
+    /// check there, the machine's key instead.
+    pub host_socket: Option<PathBuf>,
+    /// The machine's key, required on `host_socket`.
+    pub key_file: PathBuf,
     /// Where the audit log is written; default `<runtime home>/data/audit`.
     pub audit_dir: Option<PathBuf>,
     /// The audit log's current file is set aside past this size...
@@ -74,6 +79,8 @@ impl Default for MachineConfig {
                 home: "/home/shell".into(),
             },
             socket: "/run/warden/api.sock".into(),
+            host_socket: None,
+            key_file: "/etc/warden/key".into(),
             audit_dir: None,
             policy_dir: crate::policy::DEFAULT_DIR.into(),
             audit_max_bytes: 16 << 20,

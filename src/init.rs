@@ -159,9 +159,25 @@ pub fn run(args: InitArgs) -> i32 {
         Err(e) => return refuse(format!("cannot start the async runtime: {e}")),
     };
     let signals = start_signal_loop(sup.clone(), waited);
-    let listener = match runtime.block_on(async { bind(&sup) }) {
-        Ok(l) => l,
-        Err(e) => return refuse(format!("api socket {}: {e}", sup.config.socket.display())),
+    let listener =
+        match runtime.block_on(async { bind(&sup.config.socket, sup.runtime.gid, 0o660) }) {
+            Ok(l) => l,
+            Err(e) => return refuse(format!("api socket {}: {e}", sup.config.socket.display())),
+        };
+    // The host's socket, when the machine has one: anyone who can reach
+    // the file may try; only the machine's key lets them in.
+    let host_door = match &sup.config.host_socket {
+        None => None,
+        Some(path) => {
+            let key = match crate::key::Key::load(&sup.config.key_file) {
+                Ok(k) => Arc::new(k),
+                Err(e) => return refuse(format!("host socket {}: {e}", path.display())),
+            };
+            match runtime.block_on(async { bind(path, 0, 0o666) }) {
+                Ok(l) => Some((l, key)),
+                Err(e) => return refuse(format!("host socket {}: {e}", path.display())),
+            }
+        }
     };
     // 9. The firewall, and the proxy that is shell's one way out.
     let defaults = start_network(&sup, &runtime, proxy_listeners);
@@ -178,7 +194,10 @@ pub fn run(args: InitArgs) -> i32 {
                "boot_ms": boot.elapsed().as_secs_f64() * 1e3}),
     );
     // Served only now: a client never sees warden before its boot line.
-    runtime.spawn(api::serve(sup.clone(), listener));
+    runtime.spawn(api::serve(sup.clone(), listener, api::Door::Local));
+    if let Some((host, key)) = host_door {
+        runtime.spawn(api::serve(sup.clone(), host, api::Door::Host(key)));
+    }
     for layer in layers.iter().filter(|l| !l.holds) {
         let what = if layer.required {
             "required"
@@ -203,6 +222,9 @@ pub fn run(args: InitArgs) -> i32 {
     let status = runtime.block_on(supervise(sup.clone(), signals, main));
     // 13. Leave the books in order.
     let _ = std::fs::remove_file(&sup.config.socket);
+    if let Some(host) = &sup.config.host_socket {
+        let _ = std::fs::remove_file(host);
+    }
     sup.network.remove(&sup.reaper);
     sup.audit.record("shutdown", json!({"status": status}));
     sup.audit.sync();
@@ -361,9 +383,9 @@ fn start_signal_loop(sup: Arc<Supervisor>, set: SigSet) -> mpsc::UnboundedReceiv
     rx
 }
 
-/// Binds the API socket: root's, usable by the runtime's group only.
-fn bind(sup: &Supervisor) -> std::io::Result<tokio::net::UnixListener> {
-    let path = &sup.config.socket;
+/// Binds an API socket: root's, group `gid`, mode `mode` (0660 for the
+/// machine's own: the runtime's group only).
+fn bind(path: &Path, gid: u32, mode: u32) -> std::io::Result<tokio::net::UnixListener> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -376,14 +398,14 @@ fn bind(sup: &Supervisor) -> std::io::Result<tokio::net::UnixListener> {
         }
         Err(_) => {}
     }
-    // The socket is made with mode 0660 at once: no moment where anyone
-    // else could connect.
-    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o117));
+    // The socket is made with its final mode at once: no moment where
+    // anyone else could connect.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o777 & !mode));
     let bound = std::os::unix::net::UnixListener::bind(path);
     nix::sys::stat::umask(old);
     let listener = bound?;
-    std::os::unix::fs::chown(path, Some(0), Some(sup.runtime.gid))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    std::os::unix::fs::chown(path, Some(0), Some(gid))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     listener.set_nonblocking(true)?;
     tokio::net::UnixListener::from_std(listener)
 }

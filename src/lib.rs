@@ -9,6 +9,7 @@ pub mod config;
 pub mod confine;
 pub mod diag;
 pub mod init;
+pub mod key;
 pub mod layout;
 pub mod net;
 pub mod network;

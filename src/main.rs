@@ -15,9 +15,15 @@ const DEFAULT_SOCKET: &str = "/run/warden/api.sock";
     about = "In-guest security supervisor for AI coding agents"
 )]
 struct Cli {
+    /// The machine's key, for a host socket (run, status, reload).
+    #[arg(long, global = true, env = "WARDEN_KEY_FILE")]
+    key_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
+
+/// The key read from --key-file, for every connection this process makes.
+static KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 #[derive(Subcommand)]
 enum Command {
@@ -127,6 +133,14 @@ const DEFAULT_AUDIT_DIR: &str = "/home/runtime/data/audit";
 
 fn main() {
     let cli = Cli::parse();
+    if let Some(path) = &cli.key_file {
+        match std::fs::read_to_string(path) {
+            Ok(key) => {
+                let _ = KEY.set(key.trim().to_string());
+            }
+            Err(e) => fail(&format!("key file {}: {e}", path.display())),
+        }
+    }
     let status = match cli.command {
         Command::Init { config, main } => {
             warden::init::run(warden::init::InitArgs { config, main })
@@ -199,13 +213,15 @@ fn parse_env(items: &[String]) -> Result<std::collections::BTreeMap<String, Stri
 }
 
 fn connect(socket: &Path) -> Result<Client, String> {
-    Client::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))
+    Client::connect_keyed(socket, KEY.get().map(String::as_str), None)
+        .map_err(|e| format!("{}: {e}", socket.display()))
 }
 
 fn run(socket: &Path, request: RunRequest) -> Result<i32, String> {
     const ID: u32 = 1;
     let pipe_stdin = request.stdin == StdinMode::Pipe;
-    let mut client = Client::connect_with(socket, Some((ID, &Request::Run(request))))
+    let key = KEY.get().map(String::as_str);
+    let mut client = Client::connect_keyed(socket, key, Some((ID, &Request::Run(request))))
         .map_err(|e| format!("{}: {e}", socket.display()))?;
     if pipe_stdin {
         let sender = client.sender();

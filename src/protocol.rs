@@ -77,6 +77,10 @@ pub enum Request {
         versions: Vec<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         client: Option<String>,
+        /// The machine's key: required on the host socket, ignored on the
+        /// machine's own.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
     },
     Run(RunRequest),
     /// Signal the whole process group of the running command `target`
@@ -371,6 +375,7 @@ mod tests {
         let hello = Request::Hello {
             versions: vec![1],
             client: None,
+            key: None,
         };
         let run = Request::Run(RunRequest {
             argv: Some(vec!["echo".into(), "hi".into()]),
@@ -400,6 +405,7 @@ mod tests {
                 Request::Hello {
                     versions: vec![1],
                     client: None,
+                    key: None,
                 },
             ),
             (r#"{"type":"status"}"#, Request::Status),

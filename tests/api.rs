@@ -11,7 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use warden::client::{ClientError, Message, Output};
+use warden::client::{Client, ClientError, Message, Output};
 use warden::protocol::{ErrorCode, Event, Header, Kind, Request, RunRequest, StdinMode};
 
 fn argv(args: &[&str]) -> RunRequest {
@@ -846,4 +846,75 @@ fn rlimits_reach_the_command() {
         let values: Vec<&str> = line[name.len()..].split_whitespace().take(2).collect();
         assert_eq!(values, [want, want], "{line}");
     }
+}
+
+/// A machine with a host socket and a key file, as the launcher makes one.
+fn keyed_machine(key_mode: u32) -> (Machine, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Machine::folder("");
+    let key = dir.path().join("key");
+    std::fs::write(&key, "test-key-0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(key_mode)).unwrap();
+    let host = dir.path().join("host/api.sock");
+    std::fs::create_dir(dir.path().join("host")).unwrap();
+    let m = Machine::start_in(
+        dir,
+        Options {
+            config: serde_json::json!({"host_socket": host, "key_file": key}),
+            ..Default::default()
+        },
+    );
+    (m, host)
+}
+
+#[test]
+fn the_host_socket_lets_in_only_the_machines_key() {
+    if !privileged("the_host_socket_lets_in_only_the_machines_key") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let (m, host) = keyed_machine(0o600);
+    m.wait_ready();
+    let mode = std::fs::metadata(&host).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o666, "anyone may try; the key decides");
+    let keyed = |key: Option<&str>| {
+        Client::connect_keyed(&host, key, None).map(|mut c| c.run(argv(&["id", "-un"])).unwrap())
+    };
+    let out = keyed(Some("test-key-0123456789abcdef0123456789abcdef")).unwrap();
+    assert_eq!(text(&out.stdout).trim(), "shell");
+    for (key, reason) in [
+        (
+            Some("test-key-0123456789abcdef0123456789abcdeX"),
+            "wrong key",
+        ),
+        (None, "no key"),
+    ] {
+        let e = keyed(key).expect_err("refused").to_string();
+        assert!(e.contains(reason), "{e}");
+    }
+    let refused = m.audit_kinds("connection_refused");
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(refused.iter().all(|l| l["door"] == "host"));
+    assert_eq!(m.audit_kinds("connection")[0]["door"], "host");
+    // shell cannot read the key.
+    let out = run(
+        &m,
+        shell(&format!("cat {}", m.root().join("key").display())),
+    );
+    assert_ne!(out.exit.status, 0);
+    assert!(!text(&out.stdout).contains("test-key"));
+}
+
+#[test]
+fn a_key_file_others_may_read_stops_the_boot() {
+    if !privileged("a_key_file_others_may_read_stops_the_boot") {
+        return;
+    }
+    let (mut m, _) = keyed_machine(0o644);
+    assert_eq!(m.wait(Duration::from_secs(10)), 1);
+    assert!(
+        m.log().contains("must be root's and mode 0600 or 0400"),
+        "{}",
+        m.log()
+    );
 }
