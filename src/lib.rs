@@ -10,6 +10,7 @@ pub mod confine;
 pub mod diag;
 pub mod init;
 pub mod key;
+pub mod launcher;
 pub mod layout;
 pub mod net;
 pub mod network;

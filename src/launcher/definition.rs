@@ -1,0 +1,1139 @@
+//! The machine definition: the JSON file from which `warden machine ...`
+//! makes a container (see `docs/machine-definition.md` and
+//! `machine/definition.schema.json`). The parser is pure: it takes the
+//! file's path (to name it in errors and to resolve relative paths against
+//! its folder) and its text, and never touches the filesystem. A broken
+//! definition is refused with one line naming the file, the field and the
+//! problem, for example `demo.json: lend[1].at: /etc/x shadows a system
+//! path (/etc)`.
+
+use crate::policy::Limits;
+use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+
+/// The largest definition file, in bytes.
+pub const MAX_BYTES: usize = 1 << 20;
+
+/// The most names `keys` may hold.
+pub const MAX_KEYS: usize = 64;
+
+/// A lend may not land on or beneath these (only on `/` itself for `/`):
+/// it would shadow the machine's own files or the users' homes.
+pub const SYSTEM_PATHS: [&str; 17] = [
+    "/", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys",
+    "/dev", "/run", "/var", "/boot", "/home", "/root",
+];
+
+/// The variables warden sets itself; any name ending in `_proxy` (in any
+/// case) is warden's too.
+const RESERVED_NAMES: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
+
+/// The top-level fields, in the order they are checked.
+const FIELDS: [&str; 10] = [
+    "id",
+    "image",
+    "dockerfile",
+    "lend",
+    "env",
+    "keys",
+    "hosts",
+    "setup",
+    "workspace",
+    "limits",
+];
+
+const LEND_FIELDS: [&str; 3] = ["host", "at", "mode"];
+
+/// Each limit's least value (as in `policy/limits.schema.json`).
+const LIMIT_MINIMUMS: [(&str, u64); 7] = [
+    ("timeout_ms", 1),
+    ("cpu_seconds", 1),
+    ("address_space_bytes", 1 << 20),
+    ("processes", 1),
+    ("output_bytes", 1),
+    ("file_size_bytes", 1),
+    ("open_files", 16),
+];
+
+/// One machine, as its definition file describes it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Definition {
+    /// Names the container and its volumes: `[a-z0-9][a-z0-9-]{0,30}`.
+    pub id: String,
+    /// Where the machine's image comes from.
+    pub source: Source,
+    /// Host folders mounted into the machine.
+    pub lend: Vec<Lend>,
+    /// Variables set in the machine's environment.
+    pub env: BTreeMap<String, String>,
+    /// Names of secrets the launcher hands the runtime (values are never
+    /// in the definition).
+    pub keys: Vec<String>,
+    /// The hosts the egress proxy may reach; None means warden's default
+    /// list, a list replaces it whole.
+    pub hosts: Option<Vec<String>>,
+    /// A script run once when the machine is made (absolute).
+    pub setup: Option<PathBuf>,
+    /// Where the agent's workspace lives.
+    pub workspace: Workspace,
+    /// Upper bounds for every command; a field left out is unlimited here.
+    pub limits: Limits,
+}
+
+/// The machine's image: a reference to pull or use, or a Dockerfile to build.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Image(String),
+    /// Absolute; resolved against the definition's folder when written
+    /// relative.
+    Dockerfile(PathBuf),
+}
+
+/// A host folder mounted into the machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Lend {
+    /// The folder on the host (absolute).
+    pub host: PathBuf,
+    /// Where it appears in the machine (absolute, normalized, shadowing
+    /// no system path and no other lend).
+    pub at: PathBuf,
+    pub mode: LendMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LendMode {
+    Read,
+    Write,
+}
+
+/// Where the agent's workspace lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workspace {
+    /// A podman volume of its own (`<prefix>-<id>-work`).
+    Volume,
+    /// A folder of the host (absolute).
+    Folder(PathBuf),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DefinitionError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: larger than {MAX_BYTES} bytes, the most a definition may hold")]
+    TooLarge { path: PathBuf },
+    /// Not JSON, a key given twice, or not an object.
+    #[error("{path}: JSON: {problem}")]
+    Syntax { path: PathBuf, problem: String },
+    #[error("{path}: {field}: {problem}")]
+    Invalid {
+        path: PathBuf,
+        field: String,
+        problem: String,
+    },
+}
+
+impl Definition {
+    /// Pure: `path` names the file in errors; its folder resolves relative
+    /// paths (so relative `dockerfile` and `setup` need an absolute `path`).
+    pub fn parse(path: &Path, text: &str) -> Result<Definition, DefinitionError> {
+        if text.len() > MAX_BYTES {
+            return Err(DefinitionError::TooLarge { path: path.into() });
+        }
+        let syntax = |problem: String| DefinitionError::Syntax {
+            path: path.into(),
+            problem,
+        };
+        let Strict(value) = serde_json::from_str(text).map_err(|e| syntax(e.to_string()))?;
+        let Value::Object(object) = value else {
+            return Err(syntax("must be an object".into()));
+        };
+        Parser { path }.definition(object)
+    }
+
+    /// Reads and parses the file (at most `MAX_BYTES` of it are read); a
+    /// relative `path` is made absolute against the current folder first.
+    pub fn load(path: &Path) -> Result<Definition, DefinitionError> {
+        let read = |source| DefinitionError::Read {
+            path: path.into(),
+            source,
+        };
+        let absolute = std::path::absolute(path).map_err(read)?;
+        let file = std::fs::File::open(&absolute).map_err(read)?;
+        let mut bytes = Vec::new();
+        file.take(MAX_BYTES as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read)?;
+        // The size first: a cut at the limit may split a character.
+        if bytes.len() > MAX_BYTES {
+            return Err(DefinitionError::TooLarge { path: absolute });
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|e| read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+        Definition::parse(&absolute, &text)
+    }
+
+    /// The container's name: `<prefix>-<id>`.
+    pub fn container(&self, prefix: &str) -> String {
+        format!("{prefix}-{}", self.id)
+    }
+
+    /// The volume of the runtime's data: `<prefix>-<id>-data`.
+    pub fn data_volume(&self, prefix: &str) -> String {
+        format!("{prefix}-{}-data", self.id)
+    }
+
+    /// The workspace's volume (when `workspace` is "volume"):
+    /// `<prefix>-<id>-work`.
+    pub fn work_volume(&self, prefix: &str) -> String {
+        format!("{prefix}-{}-work", self.id)
+    }
+}
+
+/// Checks one definition's fields, naming the file in every error.
+struct Parser<'a> {
+    path: &'a Path,
+}
+
+impl Parser<'_> {
+    fn invalid(&self, field: impl Into<String>, problem: impl Into<String>) -> DefinitionError {
+        DefinitionError::Invalid {
+            path: self.path.into(),
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+
+    /// Removes `key` from `object` and converts it; None when absent.
+    fn take<T: DeserializeOwned>(
+        &self,
+        object: &mut Map<String, Value>,
+        key: &str,
+        field: &str,
+    ) -> Result<Option<T>, DefinitionError> {
+        object
+            .remove(key)
+            .map(|v| serde_json::from_value(v).map_err(|e| self.invalid(field, e.to_string())))
+            .transpose()
+    }
+
+    /// Refuses any key of `object` not in `known`; `prefix` names the object.
+    fn known_only(
+        &self,
+        object: &Map<String, Value>,
+        known: &[&str],
+        prefix: &str,
+    ) -> Result<(), DefinitionError> {
+        match object.keys().find(|k| !known.contains(&k.as_str())) {
+            Some(unknown) => Err(self.invalid(
+                format!("{prefix}{unknown:?}"),
+                format!("unknown field; the fields are {}", known.join(", ")),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn definition(&self, mut object: Map<String, Value>) -> Result<Definition, DefinitionError> {
+        self.known_only(&object, &FIELDS, "")?;
+        let id: String = self
+            .take(&mut object, "id", "id")?
+            .ok_or_else(|| self.invalid("id", "missing; every definition needs one"))?;
+        if !valid_id(&id) {
+            return Err(self.invalid(
+                "id",
+                format!(
+                    "{id:?} must match [a-z0-9][a-z0-9-]{{0,30}} (it names containers and volumes)"
+                ),
+            ));
+        }
+        let image: Option<String> = self.take(&mut object, "image", "image")?.flatten();
+        let dockerfile: Option<String> = self
+            .take(&mut object, "dockerfile", "dockerfile")?
+            .flatten();
+        let source = match (image, dockerfile) {
+            (Some(_), Some(_)) => {
+                return Err(self.invalid("image and dockerfile", "give one of them, not both"))
+            }
+            (None, None) => return Err(self.invalid("image", "missing; give image or dockerfile")),
+            (Some(image), None) => Source::Image(self.image(image)?),
+            (None, Some(file)) => Source::Dockerfile(self.resolve("dockerfile", &file)?),
+        };
+        let lends: Vec<Value> = self.take(&mut object, "lend", "lend")?.unwrap_or_default();
+        let lend = self.lends(lends)?;
+        let env: BTreeMap<String, String> =
+            self.take(&mut object, "env", "env")?.unwrap_or_default();
+        for (name, value) in &env {
+            self.name("env", name)?;
+            if value.contains('\0') {
+                return Err(self.invalid(format!("env.{name}"), "the value holds a NUL byte"));
+            }
+        }
+        let keys: Vec<String> = self.take(&mut object, "keys", "keys")?.unwrap_or_default();
+        if keys.len() > MAX_KEYS {
+            return Err(self.invalid("keys", format!("{} names, at most {MAX_KEYS}", keys.len())));
+        }
+        for (i, key) in keys.iter().enumerate() {
+            let field = format!("keys[{i}]");
+            self.name(&field, key)?;
+            if let Some(j) = keys[..i].iter().position(|k| k == key) {
+                return Err(self.invalid(field, format!("{key} is also keys[{j}]")));
+            }
+            if env.contains_key(key) {
+                return Err(self.invalid(field, format!("{key} is also set in env")));
+            }
+        }
+        let hosts: Option<Vec<String>> = self.take(&mut object, "hosts", "hosts")?.flatten();
+        if let Some(hosts) = &hosts {
+            crate::net::hosts::HostList::parse(hosts, &[80, 443])
+                .map_err(|e| self.invalid("hosts", e))?;
+        }
+        let setup: Option<String> = self.take(&mut object, "setup", "setup")?.flatten();
+        let setup = setup.map(|s| self.resolve("setup", &s)).transpose()?;
+        let workspace: Option<String> = self.take(&mut object, "workspace", "workspace")?;
+        let workspace = match workspace.as_deref() {
+            None | Some("volume") => Workspace::Volume,
+            Some(folder) if folder.starts_with('/') => {
+                Workspace::Folder(self.mount_path("workspace", folder)?)
+            }
+            Some(other) => {
+                return Err(self.invalid(
+                    "workspace",
+                    format!("{other:?} is neither \"volume\" nor an absolute folder"),
+                ))
+            }
+        };
+        let limits: Limits = self
+            .take(&mut object, "limits", "limits")?
+            .unwrap_or_default();
+        self.limits(&limits)?;
+        Ok(Definition {
+            id,
+            source,
+            lend,
+            env,
+            keys,
+            hosts,
+            setup,
+            workspace,
+            limits,
+        })
+    }
+
+    fn image(&self, image: String) -> Result<String, DefinitionError> {
+        let problem = if image.is_empty() {
+            "empty"
+        } else if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            "holds whitespace or a control character"
+        } else if image.starts_with('-') {
+            "must not begin with '-'"
+        } else {
+            return Ok(image);
+        };
+        Err(self.invalid("image", format!("{image:?}: {problem}")))
+    }
+
+    /// A file of the host: absolute as written, or relative to the
+    /// definition's folder. `.` and doubled slashes are dropped; `..` is
+    /// kept (the parser does not know the host's links).
+    fn resolve(&self, field: &str, written: &str) -> Result<PathBuf, DefinitionError> {
+        if written.is_empty() {
+            return Err(self.invalid(field, "empty path"));
+        }
+        if written.chars().any(|c| c.is_control()) {
+            return Err(self.invalid(field, format!("{written:?} holds a control character")));
+        }
+        let written = Path::new(written);
+        let joined = if written.is_absolute() {
+            written.to_path_buf()
+        } else {
+            match self.path.parent() {
+                Some(folder) if folder.is_absolute() => folder.join(written),
+                _ => {
+                    return Err(self.invalid(
+                        field,
+                        format!(
+                            "{} is relative, and the definition's own path {} is not absolute to resolve it against",
+                            written.display(),
+                            self.path.display()
+                        ),
+                    ))
+                }
+            }
+        };
+        Ok(joined.components().collect())
+    }
+
+    /// A path that becomes one side of a podman mount: absolute, and free
+    /// of what would split or garble mount options.
+    fn mount_path(&self, field: &str, written: &str) -> Result<PathBuf, DefinitionError> {
+        if !written.starts_with('/') {
+            return Err(self.invalid(field, format!("{written:?} is not an absolute path")));
+        }
+        if written.chars().any(|c| c.is_control()) {
+            return Err(self.invalid(field, format!("{written:?} holds a control character")));
+        }
+        if written.contains([':', ',']) {
+            return Err(self.invalid(
+                field,
+                format!("{written:?} holds ':' or ',', which separate podman's mount options"),
+            ));
+        }
+        Ok(PathBuf::from(written))
+    }
+
+    fn lends(&self, lends: Vec<Value>) -> Result<Vec<Lend>, DefinitionError> {
+        let mut out: Vec<Lend> = Vec::with_capacity(lends.len());
+        let mut seen: BTreeMap<PathBuf, usize> = BTreeMap::new();
+        for (i, lend) in lends.into_iter().enumerate() {
+            let field = format!("lend[{i}]");
+            let Value::Object(mut object) = lend else {
+                return Err(self.invalid(field, "must be an object with host, at and mode"));
+            };
+            self.known_only(&object, &LEND_FIELDS, &format!("{field}."))?;
+            let mut required = |key: &str| -> Result<String, DefinitionError> {
+                let name = format!("{field}.{key}");
+                self.take(&mut object, key, &name)?
+                    .ok_or_else(|| self.invalid(name, "missing"))
+            };
+            let host = required("host")?;
+            let at = required("at")?;
+            let mode_field = format!("{field}.mode");
+            let mode: LendMode = self
+                .take(&mut object, "mode", &mode_field)?
+                .ok_or_else(|| self.invalid(&mode_field, "missing; \"read\" or \"write\""))?;
+            let host = self.mount_path(&format!("{field}.host"), &host)?;
+            let at_field = format!("{field}.at");
+            let text = at.as_str();
+            let at = self.mount_path(&at_field, text)?;
+            if text != "/"
+                && text[1..]
+                    .split('/')
+                    .any(|part| part.is_empty() || part == "." || part == "..")
+            {
+                return Err(self.invalid(
+                    at_field,
+                    format!("{text} is not normalized (no '.', '..', '//' or trailing '/')"),
+                ));
+            }
+            if let Some(system) = shadowed(&at) {
+                return Err(
+                    self.invalid(at_field, format!("{text} shadows a system path ({system})"))
+                );
+            }
+            // No two earlier ones nest, so at most one is `at` or above
+            // it; those below it come right after it in path order.
+            let above = at.ancestors().find_map(|a| seen.get_key_value(a));
+            let below = || {
+                seen.range::<Path, _>((Bound::Excluded(at.as_path()), Bound::Unbounded))
+                    .next()
+                    .filter(|(other, _)| other.starts_with(&at))
+            };
+            if let Some((other, j)) = above.or_else(below) {
+                let problem = if *other == at {
+                    format!("{text} is also lend[{j}].at")
+                } else if at.starts_with(other) {
+                    format!("{text} is under lend[{j}].at {}", other.display())
+                } else {
+                    format!("{text} holds lend[{j}].at {}", other.display())
+                };
+                return Err(self.invalid(at_field, problem));
+            }
+            seen.insert(at.clone(), i);
+            out.push(Lend { host, at, mode });
+        }
+        Ok(out)
+    }
+
+    /// A variable's name, in `env` or `keys`.
+    fn name(&self, field: &str, name: &str) -> Result<(), DefinitionError> {
+        let mut chars = name.chars();
+        let valid = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(self.invalid(
+                field,
+                format!("{name:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"),
+            ));
+        }
+        if RESERVED_NAMES.contains(&name) || name.to_ascii_lowercase().ends_with("_proxy") {
+            return Err(self.invalid(field, format!("{name} is set by warden itself")));
+        }
+        Ok(())
+    }
+
+    fn limits(&self, limits: &Limits) -> Result<(), DefinitionError> {
+        let given = [
+            limits.timeout_ms,
+            limits.cpu_seconds,
+            limits.address_space_bytes,
+            limits.processes,
+            limits.output_bytes,
+            limits.file_size_bytes,
+            limits.open_files,
+        ];
+        for ((name, least), value) in LIMIT_MINIMUMS.iter().zip(given) {
+            if let Some(value) = value.filter(|v| v < least) {
+                return Err(self.invalid(
+                    format!("limits.{name}"),
+                    format!("{value} is less than the least, {least}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn valid_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    let allowed = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    (1..=31).contains(&bytes.len())
+        && allowed(&bytes[0])
+        && bytes.iter().all(|b| allowed(b) || *b == b'-')
+}
+
+/// The system path `at` would shadow, if any.
+fn shadowed(at: &Path) -> Option<&'static str> {
+    SYSTEM_PATHS.into_iter().find(|system| match *system {
+        "/" => at == Path::new("/"),
+        system => at.starts_with(system),
+    })
+}
+
+/// A JSON value in which no object gives a key twice (serde_json keeps
+/// the last silently, and other readers of the file might keep the first).
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Strict, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("a number out of range"))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format!("the key {key:?} is given twice")));
+            }
+            let Strict(v) = map.next_value()?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = "/defs/demo.json";
+
+    const EXAMPLE: &str = r#"{
+  "id": "demo",
+  "image": "localhost/warden-machine:latest",
+  "dockerfile": null,
+  "lend": [{"host": "/home/me/src", "at": "/lent/src", "mode": "read"}],
+  "env": {"EDITOR": "vi"},
+  "keys": ["ANTHROPIC_API_KEY"],
+  "hosts": null,
+  "setup": "setup.sh",
+  "workspace": "volume",
+  "limits": {"timeout_ms": 600000}
+}"#;
+
+    fn parse(text: &str) -> Result<Definition, DefinitionError> {
+        Definition::parse(Path::new(FILE), text)
+    }
+
+    /// The smallest definition with `fields` laid over it.
+    fn with(fields: &str) -> String {
+        let mut base: Map<String, Value> =
+            serde_json::from_str(r#"{"id": "demo", "image": "localhost/m:1"}"#).unwrap();
+        let over: Map<String, Value> = serde_json::from_str(fields).unwrap();
+        base.extend(over);
+        Value::Object(base).to_string()
+    }
+
+    fn lend(at: &str) -> String {
+        format!(r#"{{"host": "/h", "at": "{at}", "mode": "read"}}"#)
+    }
+
+    #[test]
+    fn the_example_parses() {
+        let d = parse(EXAMPLE).unwrap();
+        assert_eq!(
+            d,
+            Definition {
+                id: "demo".into(),
+                source: Source::Image("localhost/warden-machine:latest".into()),
+                lend: vec![Lend {
+                    host: "/home/me/src".into(),
+                    at: "/lent/src".into(),
+                    mode: LendMode::Read,
+                }],
+                env: BTreeMap::from([("EDITOR".into(), "vi".into())]),
+                keys: vec!["ANTHROPIC_API_KEY".into()],
+                hosts: None,
+                setup: Some("/defs/setup.sh".into()),
+                workspace: Workspace::Volume,
+                limits: Limits {
+                    timeout_ms: Some(600_000),
+                    ..Limits::default()
+                },
+            }
+        );
+        assert_eq!(d.container("warden"), "warden-demo");
+        assert_eq!(d.data_volume("warden"), "warden-demo-data");
+        assert_eq!(d.work_volume("warden"), "warden-demo-work");
+    }
+
+    #[test]
+    fn defaults() {
+        let d = parse(r#"{"id": "a", "image": "x"}"#).unwrap();
+        assert_eq!(d.source, Source::Image("x".into()));
+        assert!(d.lend.is_empty() && d.env.is_empty() && d.keys.is_empty());
+        assert_eq!((d.hosts, d.setup), (None, None));
+        assert_eq!(d.workspace, Workspace::Volume);
+        assert_eq!(d.limits, Limits::default());
+    }
+
+    #[test]
+    fn paths_resolve_against_the_definitions_folder() {
+        let cases = [
+            (FILE, "Dockerfile", Ok("/defs/Dockerfile")),
+            (FILE, "./build/Dockerfile", Ok("/defs/build/Dockerfile")),
+            (FILE, "../Dockerfile", Ok("/defs/../Dockerfile")),
+            (FILE, "/srv//x/./Dockerfile", Ok("/srv/x/Dockerfile")),
+            ("/demo.json", "Dockerfile", Ok("/Dockerfile")),
+            ("demo.json", "/abs/Dockerfile", Ok("/abs/Dockerfile")),
+            (
+                "demo.json",
+                "Dockerfile",
+                Err("is not absolute to resolve it"),
+            ),
+            (
+                "sub/demo.json",
+                "Dockerfile",
+                Err("is not absolute to resolve it"),
+            ),
+            ("/", "Dockerfile", Err("is not absolute to resolve it")),
+        ];
+        for (file, written, want) in cases {
+            let text = format!(r#"{{"id": "a", "dockerfile": "{written}", "setup": "{written}"}}"#);
+            match (Definition::parse(Path::new(file), &text), want) {
+                (Ok(d), Ok(want)) => {
+                    assert_eq!(
+                        d.source,
+                        Source::Dockerfile(want.into()),
+                        "{file} {written}"
+                    );
+                    assert_eq!(d.setup, Some(want.into()), "{file} {written}");
+                }
+                (Err(e), Err(want)) => {
+                    let e = e.to_string();
+                    assert!(e.contains("dockerfile: ") && e.contains(want), "{e}");
+                }
+                (got, want) => panic!("{file} {written}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn definitions_table() {
+        let long_keys: Vec<String> = (0..=MAX_KEYS).map(|i| format!("K{i}")).collect();
+        let long_keys = with(&format!(
+            r#"{{"keys": {}}}"#,
+            serde_json::to_string(&long_keys).unwrap()
+        ));
+        // (text, None for accepted or Some("<field>: <problem>") for refused)
+        let cases: Vec<(String, Option<&str>)> = vec![
+            // The file as a whole.
+            ("{".into(), Some("JSON: EOF")),
+            ("[]".into(), Some("JSON: must be an object")),
+            (
+                r#"{"id": "a", "id": "b", "image": "x"}"#.into(),
+                Some(r#"JSON: the key "id" is given twice"#),
+            ),
+            (
+                with(r#"{"env": {}}"#).replace("{}", r#"{"A": "1", "A": "2"}"#),
+                Some(r#"JSON: the key "A" is given twice"#),
+            ),
+            (with(r#"{"name": "x"}"#), Some(r#""name": unknown field"#)),
+            // id
+            (r#"{"image": "x"}"#.into(), Some("id: missing")),
+            (with(r#"{"id": 7}"#), Some("id: invalid type: integer")),
+            (with(r#"{"id": "Demo"}"#), Some("id: \"Demo\" must match")),
+            (with(r#"{"id": "-demo"}"#), Some("id: \"-demo\" must match")),
+            (with(r#"{"id": ""}"#), Some("id: \"\" must match")),
+            (with(&format!(r#"{{"id": "{}"}}"#, "a".repeat(31))), None),
+            (
+                with(&format!(r#"{{"id": "{}"}}"#, "a".repeat(32))),
+                Some("id: \"aaaa"),
+            ),
+            (with(r#"{"id": "0-a-"}"#), None),
+            (with(r#"{"id": "a_b"}"#), Some("id: \"a_b\" must match")),
+            // image and dockerfile
+            (
+                with(r#"{"image": null}"#),
+                Some("image: missing; give image or dockerfile"),
+            ),
+            (
+                with(r#"{"dockerfile": "Dockerfile"}"#),
+                Some("image and dockerfile: give one of them, not both"),
+            ),
+            (with(r#"{"image": null, "dockerfile": "D"}"#), None),
+            (with(r#"{"image": ""}"#), Some("image: \"\": empty")),
+            (
+                with(r#"{"image": "a b"}"#),
+                Some("image: \"a b\": holds whitespace"),
+            ),
+            (
+                with(r#"{"image": "a\nb"}"#),
+                Some("image: \"a\\nb\": holds whitespace or a control character"),
+            ),
+            (
+                with(r#"{"image": "--privileged"}"#),
+                Some("must not begin with '-'"),
+            ),
+            (
+                with(r#"{"image": null, "dockerfile": ""}"#),
+                Some("dockerfile: empty path"),
+            ),
+            // lend
+            (
+                with(&format!(
+                    r#"{{"lend": [{}, {}]}}"#,
+                    lend("/lent/a"),
+                    lend("/opt/b")
+                )),
+                None,
+            ),
+            (
+                with(r#"{"lend": [{"host": "/h", "at": "/srv/x", "mode": "write"}]}"#),
+                None,
+            ),
+            (
+                with(&format!(
+                    r#"{{"lend": [{}, {}]}}"#,
+                    lend("/lent/a"),
+                    lend("/etc/x")
+                )),
+                Some("lend[1].at: /etc/x shadows a system path (/etc)"),
+            ),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("/"))),
+                Some("lend[0].at: / shadows a system path (/)"),
+            ),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("/home"))),
+                Some("lend[0].at: /home shadows a system path (/home)"),
+            ),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("/usr/local/src"))),
+                Some("lend[0].at: /usr/local/src shadows a system path (/usr)"),
+            ),
+            (with(&format!(r#"{{"lend": [{}]}}"#, lend("/usrx"))), None),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("lent/a"))),
+                Some("lend[0].at: \"lent/a\" is not an absolute path"),
+            ),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("/lent/../etc"))),
+                Some("lend[0].at: /lent/../etc is not normalized"),
+            ),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("/lent/./a"))),
+                Some("lend[0].at: /lent/./a is not normalized"),
+            ),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("/lent//a"))),
+                Some("lend[0].at: /lent//a is not normalized"),
+            ),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("/lent/a/"))),
+                Some("lend[0].at: /lent/a/ is not normalized"),
+            ),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("//etc"))),
+                Some("lend[0].at: //etc is not normalized"),
+            ),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("/lent/a:rw"))),
+                Some("lend[0].at: \"/lent/a:rw\" holds ':' or ','"),
+            ),
+            (
+                with(&format!(
+                    r#"{{"lend": [{}, {}]}}"#,
+                    lend("/lent/a"),
+                    lend("/lent/a")
+                )),
+                Some("lend[1].at: /lent/a is also lend[0].at"),
+            ),
+            (
+                with(&format!(
+                    r#"{{"lend": [{}, {}]}}"#,
+                    lend("/lent/a"),
+                    lend("/lent/a/b")
+                )),
+                Some("lend[1].at: /lent/a/b is under lend[0].at /lent/a"),
+            ),
+            (
+                with(&format!(
+                    r#"{{"lend": [{}, {}]}}"#,
+                    lend("/lent/a/b"),
+                    lend("/lent")
+                )),
+                Some("lend[1].at: /lent holds lend[0].at /lent/a/b"),
+            ),
+            (
+                with(&format!(
+                    r#"{{"lend": [{}, {}]}}"#,
+                    lend("/lent/a"),
+                    lend("/lent/ab")
+                )),
+                None,
+            ),
+            (
+                with(&format!(
+                    r#"{{"lend": [{}, {}, {}, {}]}}"#,
+                    lend("/lent/b/c"),
+                    lend("/lent/a0"),
+                    lend("/lent/a/z"),
+                    lend("/lent/a")
+                )),
+                Some("lend[3].at: /lent/a holds lend[2].at /lent/a/z"),
+            ),
+            (
+                with(&format!(
+                    r#"{{"lend": [{}, {}, {}]}}"#,
+                    lend("/lent/b"),
+                    lend("/lent/a"),
+                    lend("/lent/b/c/d")
+                )),
+                Some("lend[2].at: /lent/b/c/d is under lend[0].at /lent/b"),
+            ),
+            (
+                with(r#"{"lend": [{"host": "h", "at": "/lent/a", "mode": "read"}]}"#),
+                Some("lend[0].host: \"h\" is not an absolute path"),
+            ),
+            (
+                with(r#"{"lend": [{"host": "/a,b", "at": "/lent/a", "mode": "read"}]}"#),
+                Some("lend[0].host: \"/a,b\" holds ':' or ','"),
+            ),
+            (
+                with(r#"{"lend": [{"host": "/h", "at": "/lent/a"}]}"#),
+                Some("lend[0].mode: missing"),
+            ),
+            (
+                with(r#"{"lend": [{"host": "/h", "at": "/lent/a", "mode": "rw"}]}"#),
+                Some("lend[0].mode: unknown variant `rw`"),
+            ),
+            (
+                with(r#"{"lend": [{"at": "/lent/a", "mode": "read"}]}"#),
+                Some("lend[0].host: missing"),
+            ),
+            (
+                with(r#"{"lend": [{"host": "/h", "at": "/lent/a", "mode": "read", "ro": true}]}"#),
+                Some(r#"lend[0]."ro": unknown field"#),
+            ),
+            (
+                with(r#"{"lend": ["/h"]}"#),
+                Some("lend[0]: must be an object"),
+            ),
+            (with(r#"{"lend": {}}"#), Some("lend: invalid type: map")),
+            // env
+            (with(r#"{"env": {"_A1": "", "b": "x y"}}"#), None),
+            (
+                with(r#"{"env": {"1A": "x"}}"#),
+                Some("env: \"1A\" is not a variable name"),
+            ),
+            (
+                with(r#"{"env": {"A-B": "x"}}"#),
+                Some("env: \"A-B\" is not a variable name"),
+            ),
+            (
+                with(r#"{"env": {"PATH": "/x"}}"#),
+                Some("env: PATH is set by warden itself"),
+            ),
+            (
+                with(r#"{"env": {"LANG": "C"}}"#),
+                Some("env: LANG is set by warden itself"),
+            ),
+            (
+                with(r#"{"env": {"HTTPS_PROXY": "http://x"}}"#),
+                Some("env: HTTPS_PROXY is set by warden itself"),
+            ),
+            (
+                with(r#"{"env": {"no_proxy": "*"}}"#),
+                Some("env: no_proxy is set by warden itself"),
+            ),
+            (
+                with(r#"{"env": {"Http_Proxy": "http://x"}}"#),
+                Some("env: Http_Proxy is set by warden itself"),
+            ),
+            (
+                with(r#"{"env": {"A": "x\u0000y"}}"#),
+                Some("env.A: the value holds a NUL byte"),
+            ),
+            (
+                with(r#"{"env": {"A": 1}}"#),
+                Some("env: invalid type: integer"),
+            ),
+            // keys
+            (with(r#"{"keys": ["A_KEY", "B"], "env": {"C": "1"}}"#), None),
+            (
+                with(r#"{"keys": ["A", "A"]}"#),
+                Some("keys[1]: A is also keys[0]"),
+            ),
+            (
+                with(r#"{"keys": ["OK", "a b"]}"#),
+                Some("keys[1]: \"a b\" is not a variable name"),
+            ),
+            (
+                with(r#"{"keys": ["HOME"]}"#),
+                Some("keys[0]: HOME is set by warden itself"),
+            ),
+            (
+                with(r#"{"keys": ["A"], "env": {"A": "1"}}"#),
+                Some("keys[0]: A is also set in env"),
+            ),
+            (long_keys, Some("keys: 65 names, at most 64")),
+            // hosts
+            (with(r#"{"hosts": []}"#), None),
+            (
+                with(r#"{"hosts": ["example.com", "*.example.org:8443"]}"#),
+                None,
+            ),
+            (
+                with(r#"{"hosts": ["exa mple.com"]}"#),
+                Some("hosts: host entry \"exa mple.com\""),
+            ),
+            (
+                with(r#"{"hosts": ["10.0.0.1"]}"#),
+                Some("hosts: host entry \"10.0.0.1\""),
+            ),
+            (
+                with(r#"{"hosts": "example.com"}"#),
+                Some("hosts: invalid type"),
+            ),
+            // setup
+            (with(r#"{"setup": null}"#), None),
+            (with(r#"{"setup": 1}"#), Some("setup: invalid type")),
+            (
+                with(r#"{"setup": "a\tb"}"#),
+                Some("setup: \"a\\tb\" holds a control character"),
+            ),
+            // workspace
+            (with(r#"{"workspace": "/home/me/work"}"#), None),
+            (
+                with(r#"{"workspace": "work"}"#),
+                Some("workspace: \"work\" is neither \"volume\" nor an absolute folder"),
+            ),
+            (
+                with(r#"{"workspace": null}"#),
+                Some("workspace: invalid type: null"),
+            ),
+            (
+                with(r#"{"workspace": "/w:/etc"}"#),
+                Some("workspace: \"/w:/etc\" holds ':' or ','"),
+            ),
+            // limits
+            (
+                with(r#"{"limits": {"cpu_seconds": 60, "open_files": 16, "processes": null}}"#),
+                None,
+            ),
+            (
+                with(r#"{"limits": {"timeout": 1}}"#),
+                Some("limits: unknown field `timeout`"),
+            ),
+            (
+                with(r#"{"limits": {"timeout_ms": -1}}"#),
+                Some("limits: invalid value: integer `-1`"),
+            ),
+            (
+                with(r#"{"limits": {"timeout_ms": 0}}"#),
+                Some("limits.timeout_ms: 0 is less than the least, 1"),
+            ),
+            (
+                with(r#"{"limits": {"open_files": 15}}"#),
+                Some("limits.open_files: 15 is less than the least, 16"),
+            ),
+            (
+                with(r#"{"limits": null}"#),
+                Some("limits: invalid type: null"),
+            ),
+        ];
+        assert!(cases.len() >= 25);
+        for (text, want) in &cases {
+            match (parse(text), want) {
+                (Ok(_), None) => {}
+                (Err(e), Some(want)) => {
+                    let e = e.to_string();
+                    assert!(e.starts_with(&format!("{FILE}: ")), "{text}: {e}");
+                    assert!(e.contains(want), "{text}: {e}\nwanted: {want}");
+                }
+                (got, want) => panic!("{text}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_size_is_checked_before_the_text_is_read() {
+        let mut text = with(r#"{"env": {"A": ""}}"#);
+        let pad = MAX_BYTES - text.len();
+        text.insert_str(text.len() - 1, &" ".repeat(pad));
+        assert_eq!(text.len(), MAX_BYTES);
+        assert!(parse(&text).is_ok());
+        text.push(' ');
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(
+            e.starts_with(FILE) && e.contains("larger than 1048576 bytes"),
+            "{e}"
+        );
+        // Too large and not JSON: the size is what is reported.
+        let e = parse(&"[".repeat(MAX_BYTES + 1)).unwrap_err().to_string();
+        assert!(e.contains("larger than"), "{e}");
+    }
+
+    #[test]
+    fn many_lends_are_checked_in_good_time() {
+        let lends: Vec<String> = (0..20_000)
+            .map(|i| lend(&format!("/lent/{}/{i}", i % 97)))
+            .collect();
+        let text = with(&format!(r#"{{"lend": [{}]}}"#, lends.join(",")));
+        assert!(text.len() < MAX_BYTES);
+        let started = std::time::Instant::now();
+        assert_eq!(parse(&text).unwrap().lend.len(), 20_000);
+        let mut nested = lends;
+        nested.push(lend("/lent/5"));
+        let text = with(&format!(r#"{{"lend": [{}]}}"#, nested.join(",")));
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(
+            e.contains("lend[20000].at: /lent/5 holds lend[") && e.contains("].at /lent/5/"),
+            "{e}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let text = with(r#"{"env": {"A": "x"}}"#).replace(r#""x""#, &"[".repeat(10_000));
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("JSON: recursion limit"), "{e}");
+    }
+
+    #[test]
+    fn load_reads_the_file_and_resolves_against_its_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("demo.json");
+        std::fs::write(&path, r#"{"id": "a", "dockerfile": "Dockerfile"}"#).unwrap();
+        let d = Definition::load(&path).unwrap();
+        assert_eq!(d.source, Source::Dockerfile(dir.path().join("Dockerfile")));
+
+        std::fs::write(&path, " ".repeat(MAX_BYTES + 10)).unwrap();
+        let e = Definition::load(&path).unwrap_err().to_string();
+        assert!(e.contains("larger than"), "{e}");
+        // Too large, and the limit falls inside a character.
+        std::fs::write(&path, "é".repeat(MAX_BYTES)).unwrap();
+        let e = Definition::load(&path).unwrap_err().to_string();
+        assert!(e.contains("larger than"), "{e}");
+
+        std::fs::write(&path, b"{\"id\": \"a\xff\"}").unwrap();
+        let e = Definition::load(&path).unwrap_err().to_string();
+        assert!(e.contains("utf-8"), "{e}");
+
+        let missing = dir.path().join("missing.json");
+        let e = Definition::load(&missing).unwrap_err().to_string();
+        assert!(e.starts_with(&missing.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn the_docs_example_parses() {
+        let docs = include_str!("../../docs/machine-definition.md");
+        let example = docs
+            .split("```json\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("a json block in the docs");
+        let d = Definition::parse(Path::new("/home/me/machines/demo.json"), example).unwrap();
+        assert_eq!(d.id, "demo");
+    }
+
+    #[test]
+    fn the_schema_names_the_same_fields() {
+        let schema: Value =
+            serde_json::from_str(include_str!("../../machine/definition.schema.json")).unwrap();
+        let mut names: Vec<&str> = schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut fields = FIELDS.to_vec();
+        names.sort_unstable();
+        fields.sort_unstable();
+        assert_eq!(names, fields);
+        assert_eq!(schema["additionalProperties"], Value::Bool(false));
+        let lend = schema["$defs"]["lend"]["properties"].as_object().unwrap();
+        assert_eq!(lend.len(), LEND_FIELDS.len());
+    }
+}

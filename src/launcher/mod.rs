@@ -1,0 +1,3 @@
+//! The host side: `warden machine ...` makes containers with podman from machine definitions.
+
+pub mod definition;
