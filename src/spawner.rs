@@ -96,9 +96,22 @@ impl Spawner {
     }
 }
 
-/// Installs the filters on the calling thread (root: no no_new_privs
-/// needed, and none set, so warden itself keeps its powers).
+/// Installs the filters on the calling thread. no_new_privs is set on this
+/// thread first (it is per thread: warden's other threads and the main
+/// process keep their powers; every command sets it anyway): without it,
+/// installing a filter needs CAP_SYS_ADMIN, which a container may not have.
 fn install(filters: &[BpfProgram]) -> Result<(), String> {
+    if filters.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) takes plain integers and affects
+    // only the calling thread.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
+        return Err(format!(
+            "cannot set no_new_privs on the spawner thread: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
     for program in filters {
         let prog = libc::sock_fprog {
             len: program.len() as libc::c_ushort,

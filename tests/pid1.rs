@@ -26,12 +26,13 @@ fn a_hundred_orphaned_zombies_are_reaped() {
     // Each inner sh exits at once, leaving its sleep to PID 1; the script
     // counts those orphans while they live, then the zombies after they die.
     let script = r#"
-        for i in $(seq 100); do sh -c 'sleep 2 &'; done
+        # Five seconds: long enough for a loaded machine to start all 100.
+        for i in $(seq 100); do sh -c 'sleep 5 &'; done
         orphans=0
         for f in /proc/[0-9]*/stat; do
             set -- $(cat "$f" 2>/dev/null); [ "$2" = "(sleep)" ] && [ "$4" = 1 ] && orphans=$((orphans+1))
         done
-        sleep 3
+        sleep 6
         zombies=0
         for f in /proc/[0-9]*/stat; do
             set -- $(cat "$f" 2>/dev/null); [ "$3" = Z ] && zombies=$((zombies+1))

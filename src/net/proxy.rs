@@ -125,8 +125,16 @@ impl Proxy {
         record: Recorder,
     ) -> Result<Proxy, String> {
         let rules = Rules::new(policy, default_hosts.get().map(Vec::as_slice))?;
-        let mut builder = TokioResolver::builder_tokio()
-            .map_err(|e| format!("resolver: cannot read /etc/resolv.conf: {e}"))?;
+        // A machine without a nameserver (a container with no network)
+        // still gets its proxy: every name then fails to resolve, with
+        // that reason, instead of every command being refused.
+        let mut builder = TokioResolver::builder_tokio().unwrap_or_else(|e| {
+            crate::say!("proxy: no nameserver from /etc/resolv.conf ({e}); names will not resolve");
+            TokioResolver::builder_with_config(
+                hickory_resolver::config::ResolverConfig::from_name_servers(Vec::new()),
+                hickory_resolver::net::runtime::TokioRuntimeProvider::default(),
+            )
+        });
         let opts = builder.options_mut();
         opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
         opts.use_hosts_file = ResolveHosts::Always;
