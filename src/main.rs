@@ -88,6 +88,11 @@ enum Command {
         #[arg(long)]
         audit_dir: Option<PathBuf>,
     },
+    /// Make, run and remove agent machines with rootful podman.
+    Machine {
+        #[command(subcommand)]
+        action: MachineAction,
+    },
     /// Show warden's status.
     Status {
         #[arg(long, env = "WARDEN_SOCKET", default_value = DEFAULT_SOCKET)]
@@ -126,6 +131,47 @@ enum AuditAction {
         #[arg(short = 'n', long, default_value_t = 20)]
         lines: usize,
     },
+}
+
+#[derive(Subcommand)]
+enum MachineAction {
+    /// Make (or reuse) and start the machine a definition describes.
+    Up {
+        definition: PathBuf,
+        /// The owner's secrets [default: .env next to the definition].
+        #[arg(long)]
+        env_file: Option<PathBuf>,
+    },
+    /// List this user's machines.
+    Ps,
+    /// Run ARGV as the shell user through the machine's warden.
+    Exec {
+        id: String,
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
+    /// Show the machine's warden status.
+    Status {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop the machine (SIGTERM, SIGKILL after 10 s).
+    Stop { id: String },
+    /// Print the machine's container log.
+    Logs { id: String },
+    /// Remove the machine's container (and with --volumes its volumes and
+    /// state folder).
+    Rm {
+        id: String,
+        #[arg(long)]
+        volumes: bool,
+    },
+    /// Remove every machine, volume and state folder of this user.
+    Prune,
+    /// Copy the machine's audit log out, verify it against the host's
+    /// anchor and print its last lines.
+    Audit { id: String },
 }
 
 const DEFAULT_AUDIT: &str = "/home/runtime/data/audit/warden.jsonl";
@@ -176,6 +222,7 @@ fn main() {
         }
         Command::Status { socket, json } => status(&socket, json).unwrap_or_else(|e| fail(&e)),
         Command::Reload { socket } => reload(&socket).unwrap_or_else(|e| fail(&e)),
+        Command::Machine { action } => machine(action).unwrap_or_else(|e| fail(&e)),
         Command::Proxy {
             listen,
             policy_dir,
@@ -267,6 +314,60 @@ fn run(socket: &Path, request: RunRequest) -> Result<i32, String> {
                 return Err(format!("{code:?}: {message}"));
             }
             Message::Event(..) => {}
+        }
+    }
+}
+
+fn machine(action: MachineAction) -> Result<i32, String> {
+    use warden::launcher::machine as m;
+    m::require_root()?;
+    match action {
+        MachineAction::Up {
+            definition,
+            env_file,
+        } => m::up(&definition, env_file.as_deref()).map(|()| 0),
+        MachineAction::Ps => m::ps().map(|()| 0),
+        MachineAction::Exec { id, argv } => {
+            m::check_id(&id)?;
+            let _ = KEY.set(m::key(&id)?);
+            let request = RunRequest {
+                argv: Some(argv),
+                shell: None,
+                folder: None,
+                stdin: StdinMode::Null,
+                env: Default::default(),
+                timeout_ms: None,
+                keep_background: false,
+                limits: None,
+            };
+            run(&m::socket(&id), request)
+        }
+        MachineAction::Status { id, json } => {
+            m::check_id(&id)?;
+            let status = m::status(&id)?;
+            match json {
+                true => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?
+                ),
+                false => print!("{}", describe(&status)),
+            }
+            Ok(0)
+        }
+        MachineAction::Stop { id } => m::check_id(&id).and_then(|()| m::stop(&id)).map(|()| 0),
+        MachineAction::Logs { id } => m::check_id(&id).and_then(|()| m::logs(&id)).map(|()| 0),
+        MachineAction::Rm { id, volumes } => m::check_id(&id)
+            .and_then(|()| m::rm(&id, volumes))
+            .map(|()| 0),
+        MachineAction::Prune => m::prune().map(|()| 0),
+        MachineAction::Audit { id } => {
+            m::check_id(&id)?;
+            let (files, anchor) = m::copy_audit(&id)?;
+            let status = verify(&files, Some(&anchor));
+            for line in m::describe_tail(&files, 20) {
+                println!("{line}");
+            }
+            Ok(status)
         }
     }
 }

@@ -26,7 +26,14 @@ pub fn privileged(test: &str) -> bool {
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("{test}: needs root, and CI=true forbids skipping");
     }
-    let reason = format!("{test}: needs root (namespaces, bind mounts, setuid)");
+    skipped(&format!(
+        "{test}: needs root (namespaces, bind mounts, setuid)"
+    ));
+    false
+}
+
+/// Says a test skipped, and why, where scripts/test counts it.
+pub fn skipped(reason: &str) {
     eprintln!("SKIPPED {reason}");
     // cargo hides a passing test's output: scripts/test reads this file.
     if let Ok(path) = std::env::var("WARDEN_TEST_SKIPS") {
@@ -35,7 +42,6 @@ pub fn privileged(test: &str) -> bool {
             let _ = writeln!(f, "{reason}");
         }
     }
-    false
 }
 
 pub fn warden_bin() -> &'static str {

@@ -1,0 +1,697 @@
+//! `warden machine ...`: makes, starts, stops and removes agent machines
+//! with rootful podman, from machine definitions.
+//!
+//! Each machine is a container `warden-<id>` with two volumes
+//! (`warden-<id>-data`, `warden-<id>-work`) and a state folder on the host,
+//! `/var/lib/warden/machines/<id>/` (mode 0700), holding the machine's key,
+//! the config and policy warden reads inside, and `run/`, the folder where
+//! warden puts its host socket. The host talks to warden only through that
+//! socket, presenting the key; `podman exec` is used only to hand the
+//! runtime its keys and to run the definition's setup script.
+//!
+//! Every podman failure comes back as one line naming the step and the
+//! first line of podman's stderr.
+
+use super::definition::{Definition, LendMode, Source, Workspace};
+use crate::client::Client;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Names the containers and volumes.
+pub const PREFIX: &str = "warden";
+
+/// Where each machine's state folder lives.
+pub const STATE_ROOT: &str = "/var/lib/warden/machines";
+
+/// What the image's users are (see machine/README.md).
+const RUNTIME_IDS: &str = "2000:2000";
+
+/// How long `up` waits for warden's host socket to answer.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Global podman options this host needs: crun refuses its hybrid cgroups,
+/// and systemd is not the cgroup manager (see machine/README.md).
+const PODMAN_GLOBAL: [&str; 4] = ["--runtime", "runc", "--cgroup-manager", "cgroupfs"];
+
+/// Limits at or under this host's hard limits (raising them is refused).
+const ULIMITS: [&str; 4] = [
+    "--ulimit",
+    "nofile=20000:20000",
+    "--ulimit",
+    "nproc=32768:32768",
+];
+
+/// Warden needs these as PID 1: users and layout (CHOWN, DAC_OVERRIDE,
+/// FOWNER, SETUID, SETGID, SETPCAP), signals (KILL), the firewall
+/// (NET_ADMIN) and its mounts (SYS_ADMIN). Nothing else is granted.
+const CAPS: &str = "CHOWN,DAC_OVERRIDE,FOWNER,KILL,SETGID,SETUID,SETPCAP,NET_ADMIN,SYS_ADMIN";
+
+/// Refuses early, with the reason, when not root.
+pub fn require_root() -> Result<(), String> {
+    match nix::unistd::geteuid().is_root() {
+        true => Ok(()),
+        false => Err("warden machine needs root (rootless podman is not supported yet)".into()),
+    }
+}
+
+/// The uid that owns the machines made by this process.
+fn owner() -> u32 {
+    nix::unistd::getuid().as_raw()
+}
+
+/// The machine's state folder.
+pub fn state_dir(id: &str) -> PathBuf {
+    Path::new(STATE_ROOT).join(id)
+}
+
+/// The host socket warden serves for this machine.
+pub fn socket(id: &str) -> PathBuf {
+    state_dir(id).join("run/api.sock")
+}
+
+pub fn container(id: &str) -> String {
+    format!("{PREFIX}-{id}")
+}
+
+/// Reads the machine's key from its state folder.
+pub fn key(id: &str) -> Result<String, String> {
+    let path = state_dir(id).join("key");
+    std::fs::read_to_string(&path)
+        .map(|k| k.trim().to_string())
+        .map_err(|e| format!("machine {id}: key {}: {e}", path.display()))
+}
+
+/// Runs podman; returns its stdout, or one line naming `step` and the
+/// first line of podman's stderr.
+fn podman(step: &str, args: &[&str]) -> Result<String, String> {
+    podman_with_input(step, args, None)
+}
+
+/// As `podman`, feeding `input` on stdin (secrets and scripts go there,
+/// never on a command line).
+fn podman_with_input(step: &str, args: &[&str], input: Option<&[u8]>) -> Result<String, String> {
+    let mut child = Command::new("podman")
+        .args(PODMAN_GLOBAL)
+        .args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{step}: cannot run podman: {e}"))?;
+    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+        // A write error shows as podman's own failure below.
+        let _ = stdin.write_all(bytes);
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("{step}: podman: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        return Ok(stdout);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let first = stderr
+        .lines()
+        .chain(stdout.lines())
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(no output)");
+    Err(format!("{step}: podman failed ({}): {first}", out.status))
+}
+
+/// True when podman answers `exists` with success.
+fn exists(kind: &str, name: &str) -> bool {
+    podman("exists", &[kind, "exists", name]).is_ok()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Prints one step with the seconds since `start`.
+fn step(start: Instant, what: &str) {
+    println!("[{:6.2} s] {what}", start.elapsed().as_secs_f64());
+}
+
+/// Makes (or reuses) and starts the machine `definition` describes.
+pub fn up(definition: &Path, env_file: Option<&Path>) -> Result<(), String> {
+    require_root()?;
+    let start = Instant::now();
+    let def = Definition::load(definition).map_err(|e| e.to_string())?;
+    let text = std::fs::read_to_string(definition)
+        .map_err(|e| format!("{}: {e}", definition.display()))?;
+    // The keys first: a missing one stops `up` before anything is made.
+    let env_file = env_file
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| definition.parent().unwrap_or(Path::new(".")).join(".env"));
+    let keys_text = read_keys(&def, &env_file)?;
+    let state = prepare_state(&def)?;
+    step(start, &format!("state folder {}", state.display()));
+    let image = image(&def, &state, start)?;
+    let image_id = podman(
+        "image id",
+        &["image", "inspect", "--format", "{{.Id}}", &image],
+    )?;
+    let digest = sha256_hex(
+        format!("{text}\0{}\0{}", image_id.trim(), env!("CARGO_PKG_VERSION")).as_bytes(),
+    );
+    let name = def.container(PREFIX);
+    let created = match current_inputs(&name).as_deref() {
+        Some(found) if found == digest => {
+            step(start, &format!("{name}: unchanged, kept"));
+            false
+        }
+        found => {
+            if found.is_some() {
+                podman("remove old container", &["rm", "-f", "-t", "10", &name])?;
+                step(
+                    start,
+                    &format!("{name}: inputs changed, old container removed"),
+                );
+            }
+            create(&def, &state, &image, &digest)?;
+            step(start, &format!("{name}: created"));
+            true
+        }
+    };
+    if !running(&name)? {
+        podman("start", &["start", &name])?;
+        step(start, &format!("{name}: started"));
+    }
+    let key = key(&def.id)?;
+    wait_ready(&def.id, &key)?;
+    step(start, "warden answers on the host socket");
+    write_keys(&name, &keys_text)?;
+    step(start, &format!("keys written: {}", def.keys.len()));
+    if let Some(script) = &def.setup {
+        // Once per container: a failed setup runs again at the next `up`.
+        let done = state.join("setup.done");
+        let ran = !created && std::fs::read_to_string(&done).is_ok_and(|d| d == digest);
+        if !ran {
+            run_setup(&name, script)?;
+            std::fs::write(&done, &digest).map_err(|e| format!("{}: {e}", done.display()))?;
+            step(start, &format!("setup {} ran", script.display()));
+        }
+    }
+    println!(
+        "machine {} up in {:.2} s",
+        def.id,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Makes the state folder and what warden reads from it; the key is made
+/// once and kept.
+fn prepare_state(def: &Definition) -> Result<PathBuf, String> {
+    let state = state_dir(&def.id);
+    let io =
+        |what: &str, e: std::io::Error| format!("state folder {}: {what}: {e}", state.display());
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&state)
+        .map_err(|e| io("create", e))?;
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| io("chmod", e))?;
+    make_key(&state.join("key")).map_err(|e| io("key", e))?;
+    std::fs::create_dir_all(state.join("etc/policy")).map_err(|e| io("etc", e))?;
+    let config = serde_json::json!({
+        "host_socket": "/run/warden-host/api.sock",
+        "key_file": "/etc/warden/key",
+    });
+    std::fs::write(state.join("etc/machine.json"), format!("{config:#}\n"))
+        .map_err(|e| io("machine.json", e))?;
+    write_network(def, &state.join("etc/policy/network.json")).map_err(|e| io("network", e))?;
+    let run = state.join("run");
+    std::fs::create_dir_all(&run).map_err(|e| io("run", e))?;
+    // Warden inside (root, no user namespace) makes the socket here.
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| io("run", e))?;
+    Ok(state)
+}
+
+/// 64 hex characters from /dev/urandom, mode 0600; kept when present.
+fn make_key(path: &Path) -> std::io::Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(hex.as_bytes())
+}
+
+/// The definition's host list, or no file (warden's default list).
+fn write_network(def: &Definition, path: &Path) -> std::io::Result<()> {
+    match &def.hosts {
+        Some(hosts) => std::fs::write(path, format!("{}\n", serde_json::json!({ "hosts": hosts }))),
+        None => match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    }
+}
+
+/// The image to run: as named, or built from the Dockerfile when its text
+/// changed since the last build.
+fn image(def: &Definition, state: &Path, start: Instant) -> Result<String, String> {
+    let dockerfile = match &def.source {
+        Source::Image(name) => return Ok(name.clone()),
+        Source::Dockerfile(path) => path,
+    };
+    let tag = format!("localhost/{PREFIX}-{}:latest", def.id);
+    let text = std::fs::read(dockerfile)
+        .map_err(|e| format!("dockerfile {}: {e}", dockerfile.display()))?;
+    let digest = sha256_hex(&text);
+    let recorded = state.join("dockerfile.sha256");
+    let same = std::fs::read_to_string(&recorded).is_ok_and(|d| d.trim() == digest);
+    if same && exists("image", &tag) {
+        step(start, &format!("image {tag}: Dockerfile unchanged"));
+        return Ok(tag);
+    }
+    let folder = dockerfile.parent().unwrap_or(Path::new("/"));
+    let file = dockerfile.to_string_lossy();
+    let mut args = vec!["build", "--pull=never", "-t", &tag, "-f", &file];
+    args.extend(ULIMITS);
+    let folder = folder.to_string_lossy();
+    args.push(&folder);
+    podman("build image", &args)?;
+    std::fs::write(&recorded, &digest).map_err(|e| format!("{}: {e}", recorded.display()))?;
+    step(start, &format!("image {tag}: built"));
+    Ok(tag)
+}
+
+/// The inputs digest of an existing container, None when there is none.
+fn current_inputs(name: &str) -> Option<String> {
+    if !exists("container", name) {
+        return None;
+    }
+    let format = "{{index .Config.Labels \"warden.inputs\"}}";
+    podman(
+        "inspect",
+        &["container", "inspect", "--format", format, name],
+    )
+    .ok()
+    .map(|s| s.trim().to_string())
+}
+
+fn running(name: &str) -> Result<bool, String> {
+    let out = podman(
+        "inspect",
+        &[
+            "container",
+            "inspect",
+            "--format",
+            "{{.State.Running}}",
+            name,
+        ],
+    )?;
+    Ok(out.trim() == "true")
+}
+
+/// Makes the volumes (labelled with the owner, so `prune` finds them)
+/// when missing; podman would make them unlabelled otherwise.
+fn ensure_volume(name: &str, id: &str) -> Result<(), String> {
+    if exists("volume", name) {
+        return Ok(());
+    }
+    let owner = format!("warden.owner={}", owner());
+    let machine = format!("warden.machine={id}");
+    podman(
+        "create volume",
+        &[
+            "volume", "create", "--label", &owner, "--label", &machine, name,
+        ],
+    )
+    .map(drop)
+}
+
+/// `podman create` with everything the definition asks for.
+fn create(def: &Definition, state: &Path, image: &str, digest: &str) -> Result<(), String> {
+    let data = def.data_volume(PREFIX);
+    ensure_volume(&data, &def.id)?;
+    let work = match &def.workspace {
+        Workspace::Volume => {
+            let v = def.work_volume(PREFIX);
+            ensure_volume(&v, &def.id)?;
+            v
+        }
+        Workspace::Folder(path) => path.to_string_lossy().into_owned(),
+    };
+    let s = state.to_string_lossy();
+    let mut args: Vec<String> = vec![
+        "create".into(),
+        format!("--name={}", def.container(PREFIX)),
+        format!("--label=warden.owner={}", owner()),
+        format!("--label=warden.machine={}", def.id),
+        format!("--label=warden.inputs={digest}"),
+        format!("--hostname={}", def.id),
+        // No network yet: a real one (and the proxy's way out) is for later.
+        "--network=none".into(),
+        "--cap-drop=ALL".into(),
+        format!("--cap-add={CAPS}"),
+        format!("--volume={data}:/home/runtime/data"),
+        format!("--volume={work}:/home/runtime/workspace"),
+        format!("--volume={s}/etc/machine.json:/etc/warden/machine.json:ro"),
+        format!("--volume={s}/key:/etc/warden/key:ro"),
+        format!("--volume={s}/etc/policy:/etc/warden/policy:ro"),
+        format!("--volume={s}/run:/run/warden-host"),
+    ];
+    args.extend(ULIMITS.iter().map(|a| a.to_string()));
+    for lend in &def.lend {
+        let mode = match lend.mode {
+            LendMode::Read => "ro",
+            LendMode::Write => "rw",
+        };
+        args.push(format!(
+            "--volume={}:{}:{mode}",
+            lend.host.display(),
+            lend.at.display()
+        ));
+    }
+    for (name, value) in &def.env {
+        args.push(format!("--env={name}={value}"));
+    }
+    args.extend([image.into(), "sleep".into(), "infinity".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    podman("create container", &args).map(drop)
+}
+
+/// Waits (bounded) until warden answers a keyed hello on the host socket.
+fn wait_ready(id: &str, key: &str) -> Result<(), String> {
+    let socket = socket(id);
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let error = match Client::connect_keyed(&socket, Some(key), None) {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        if Instant::now() > deadline {
+            return Err(format!(
+                "wait for warden: {} did not answer in {} s: {error} (see `warden machine logs {id}`)",
+                socket.display(),
+                READY_TIMEOUT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Parses a `.env` file: `NAME=VALUE` lines (an `export ` prefix, blank
+/// lines and `#` comments allowed).
+pub fn parse_env_file(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.strip_prefix("export ").unwrap_or(l).split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .collect()
+}
+
+/// The `.env` the runtime gets: only the keys the definition names.
+pub fn runtime_env(
+    keys: &[String],
+    owner_env: &BTreeMap<String, String>,
+) -> Result<String, Vec<String>> {
+    let missing: Vec<String> = keys
+        .iter()
+        .filter(|k| !owner_env.contains_key(*k))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        return Err(missing);
+    }
+    Ok(keys
+        .iter()
+        .map(|k| format!("{k}={}\n", owner_env[k]))
+        .collect())
+}
+
+/// The runtime's `.env`: the named keys, from the owner's `.env`.
+fn read_keys(def: &Definition, env_file: &Path) -> Result<String, String> {
+    let owner_env = match std::fs::read_to_string(env_file) {
+        Ok(text) => parse_env_file(&text),
+        Err(e) if def.keys.is_empty() && e.kind() == std::io::ErrorKind::NotFound => {
+            BTreeMap::new()
+        }
+        Err(e) => {
+            return Err(format!(
+                "keys {}: cannot read {}: {e}",
+                def.keys.join(", "),
+                env_file.display()
+            ))
+        }
+    };
+    runtime_env(&def.keys, &owner_env).map_err(|missing| {
+        format!(
+            "keys: {} missing from {}",
+            missing.join(", "),
+            env_file.display()
+        )
+    })
+}
+
+/// Hands the runtime its keys, through podman's stdin (never on a
+/// command line, where `ps` would show them).
+fn write_keys(name: &str, text: &str) -> Result<(), String> {
+    let script = format!(
+        "cat > /home/runtime/.env && chown {RUNTIME_IDS} /home/runtime/.env && chmod 600 /home/runtime/.env"
+    );
+    podman_with_input(
+        "write keys",
+        &["exec", "-i", "-u", "0", name, "sh", "-c", &script],
+        Some(text.as_bytes()),
+    )
+    .map(drop)
+}
+
+/// Runs the setup script once, as runtime, in the workspace.
+fn run_setup(name: &str, script: &Path) -> Result<(), String> {
+    let text = std::fs::read(script).map_err(|e| format!("setup {}: {e}", script.display()))?;
+    let mut child = Command::new("podman")
+        .args(PODMAN_GLOBAL)
+        .args([
+            "exec",
+            "-i",
+            "-u",
+            "2000",
+            "-w",
+            "/home/runtime/workspace",
+            name,
+            "sh",
+            "-s",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("setup: cannot run podman: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(&text);
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("setup: podman: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "setup {} failed ({}):\n{}{}",
+        script.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
+/// Lists this owner's machines.
+pub fn ps() -> Result<(), String> {
+    require_root()?;
+    let filter = format!("label=warden.owner={}", owner());
+    let out = podman(
+        "ps",
+        &[
+            "ps",
+            "-a",
+            "--filter",
+            &filter,
+            "--format",
+            "{{.Names}}\t{{.Status}}",
+        ],
+    )?;
+    print!("{out}");
+    Ok(())
+}
+
+/// Stops the machine (warden gets SIGTERM, then SIGKILL after 10 s).
+pub fn stop(id: &str) -> Result<(), String> {
+    require_root()?;
+    podman("stop", &["stop", "-t", "10", &container(id)]).map(drop)
+}
+
+pub fn logs(id: &str) -> Result<(), String> {
+    require_root()?;
+    let status = Command::new("podman")
+        .args(PODMAN_GLOBAL)
+        .args(["logs", &container(id)])
+        .status()
+        .map_err(|e| format!("logs: cannot run podman: {e}"))?;
+    match status.success() {
+        true => Ok(()),
+        false => Err(format!("logs: podman failed ({status})")),
+    }
+}
+
+/// Removes the container; with `volumes`, its volumes and state folder too.
+pub fn rm(id: &str, volumes: bool) -> Result<(), String> {
+    require_root()?;
+    let name = container(id);
+    if exists("container", &name) {
+        podman("rm", &["rm", "-f", "-t", "10", &name])?;
+        println!("removed {name}");
+    }
+    if volumes {
+        remove_volumes_and_state(id)?;
+    }
+    Ok(())
+}
+
+fn remove_volumes_and_state(id: &str) -> Result<(), String> {
+    for volume in [format!("{PREFIX}-{id}-data"), format!("{PREFIX}-{id}-work")] {
+        if exists("volume", &volume) {
+            podman("remove volume", &["volume", "rm", "-f", &volume])?;
+            println!("removed volume {volume}");
+        }
+    }
+    let state = state_dir(id);
+    match std::fs::remove_dir_all(&state) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("state folder {}: {e}", state.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Removes every container and volume labelled with this owner's uid, and
+/// their state folders; nothing else.
+pub fn prune() -> Result<(), String> {
+    require_root()?;
+    let filter = format!("label=warden.owner={}", owner());
+    let format = "{{index .Labels \"warden.machine\"}}";
+    let ids = podman(
+        "list containers",
+        &["ps", "-a", "--filter", &filter, "--format", format],
+    )?;
+    let volume_ids = podman(
+        "list volumes",
+        &["volume", "ls", "--filter", &filter, "--format", format],
+    )?;
+    let mut all: Vec<&str> = ids.lines().chain(volume_ids.lines()).collect();
+    all.retain(|id| valid_id(id));
+    all.sort_unstable();
+    all.dedup();
+    for id in all {
+        rm(id, true)?;
+    }
+    Ok(())
+}
+
+/// Only ids a definition may have reach podman or the state root.
+fn valid_id(id: &str) -> bool {
+    let mut chars = id.chars();
+    let first = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    first
+        && id.len() <= 31
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// Checks an id given on the command line.
+pub fn check_id(id: &str) -> Result<(), String> {
+    match valid_id(id) {
+        true => Ok(()),
+        false => Err(format!(
+            "{id:?}: not a machine id ([a-z0-9][a-z0-9-]{{0,30}})"
+        )),
+    }
+}
+
+/// Copies the machine's audit log to `<state>/audit-copy`; returns its
+/// files in chain order and the anchor's path.
+pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, PathBuf), String> {
+    require_root()?;
+    let state = state_dir(id);
+    let copy = state.join("audit-copy");
+    // podman cp into an existing folder would nest the copy inside it.
+    match std::fs::remove_dir_all(&copy) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("{}: {e}", copy.display()))
+        }
+        _ => {}
+    }
+    let from = format!("{}:/home/runtime/data/audit", container(id));
+    podman("copy audit log", &["cp", &from, &copy.to_string_lossy()])?;
+    let files = crate::audit::log_files(&copy).map_err(|e| format!("{}: {e}", copy.display()))?;
+    Ok((files, state.join("anchor.json")))
+}
+
+/// The last `n` lines of the log, for people.
+pub fn describe_tail(files: &[PathBuf], n: usize) -> Vec<String> {
+    let texts: Vec<String> = files
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .collect();
+    let lines: Vec<&str> = texts.iter().flat_map(|t| t.lines()).collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .filter_map(|l| crate::audit::describe(l).map(|(_, text)| text))
+        .collect()
+}
+
+/// Warden's status of the machine, through its host socket.
+pub fn status(id: &str) -> Result<crate::protocol::Status, String> {
+    require_root()?;
+    let key = key(id)?;
+    let socket = socket(id);
+    let mut client = Client::connect_keyed(&socket, Some(&key), None)
+        .map_err(|e| format!("{}: {e}", socket.display()))?;
+    client.status().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_file_keeps_only_named_keys() {
+        let env = parse_env_file("# c\nexport A=1\nB=x=y\n\nC=3\n");
+        let keys = vec!["A".to_string(), "B".to_string()];
+        assert_eq!(runtime_env(&keys, &env).unwrap(), "A=1\nB=x=y\n");
+        let missing = vec!["Z".to_string()];
+        assert_eq!(runtime_env(&missing, &env).unwrap_err(), vec!["Z"]);
+    }
+
+    #[test]
+    fn ids() {
+        assert!(valid_id("t123-a"));
+        assert!(!valid_id("../x"));
+        assert!(!valid_id(""));
+        assert!(!valid_id("-a"));
+    }
+}
