@@ -198,8 +198,7 @@ fn a_machine_is_made_keyed_kept_stopped_and_removed() {
         show("stat", &out)
     );
 
-    // The lend is mounted read-only; whether shell may read it is Landlock's
-    // call. Warden promises the lend is there and cannot be written.
+    // The lend is mounted read-only.
     let out = podman(&[
         "exec",
         "-u",
@@ -216,8 +215,17 @@ fn a_machine_is_made_keyed_kept_stopped_and_removed() {
     );
     let out = podman(&["exec", "-u", "0", &fx.container(), "touch", "/lent/src/new"]);
     assert!(!out.status.success(), "the lend is writable");
+    // shell gets the lend as lent: readable (Landlock grants it read-only),
+    // not writable.
     let out = fx.exec(&["cat", "/lent/src/file.txt"]);
-    eprintln!("shell reading the lend: {}", show("cat lend", &out));
+    assert_eq!(
+        text(&out.stdout),
+        "lent-content\n",
+        "{}",
+        show("cat lend", &out)
+    );
+    let out = fx.exec(&["touch", "/lent/src/by-shell"]);
+    assert!(!out.status.success(), "{}", show("write lend", &out));
 
     let out = warden(&["machine", "status", &fx.id]);
     let status = text(&out.stdout);

@@ -232,6 +232,14 @@ fn prepare_state(def: &Definition) -> Result<PathBuf, String> {
     std::fs::write(state.join("etc/machine.json"), format!("{config:#}\n"))
         .map_err(|e| io("machine.json", e))?;
     write_network(def, &state.join("etc/policy/network.json")).map_err(|e| io("network", e))?;
+    write_policy(
+        &state.join("etc/policy/landlock.json"),
+        (!def.lend.is_empty()).then(|| landlock_for(def)),
+    )
+    .map_err(|e| io("landlock", e))?;
+    let limits = (def.limits != Default::default())
+        .then(|| serde_json::to_value(def.limits).unwrap_or_default());
+    write_policy(&state.join("etc/policy/limits.json"), limits).map_err(|e| io("limits", e))?;
     let run = state.join("run");
     std::fs::create_dir_all(&run).map_err(|e| io("run", e))?;
     // Warden inside (root, no user namespace) makes the socket here.
@@ -260,6 +268,32 @@ fn make_key(path: &Path) -> std::io::Result<()> {
 fn write_network(def: &Definition, path: &Path) -> std::io::Result<()> {
     match &def.hosts {
         Some(hosts) => std::fs::write(path, format!("{}\n", serde_json::json!({ "hosts": hosts }))),
+        None => match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    }
+}
+
+/// Lent folders are granted to commands as lent: read-only ones read-only,
+/// writable ones read-write, on top of what the built-in policy grants.
+fn landlock_for(def: &Definition) -> serde_json::Value {
+    let built_in = crate::policy::Policy::built_in().landlock;
+    let mut read_only = built_in.read_only;
+    let mut read_write = built_in.read_write;
+    for lend in &def.lend {
+        match lend.mode {
+            LendMode::Read => read_only.push(lend.at.clone()),
+            LendMode::Write => read_write.push(lend.at.clone()),
+        }
+    }
+    serde_json::json!({"read_only": read_only, "read_write": read_write})
+}
+
+/// Writes a policy file, or removes it (the built-in one then holds).
+fn write_policy(path: &Path, value: Option<serde_json::Value>) -> std::io::Result<()> {
+    match value {
+        Some(v) => std::fs::write(path, format!("{v:#}\n")),
         None => match std::fs::remove_file(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
