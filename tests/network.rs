@@ -115,49 +115,25 @@ fn allowed_hosts_work_through_the_proxy() {
     }
     let net = boot_listed();
     let ca = net.ca().display().to_string();
-    // Plain HTTP, absolute URI.
-    let (status, text) = net.text("curl -sS --max-time 20 http://allowed.test/plain");
-    assert_eq!(
-        (status, text.trim()),
-        (0, "hello allowed.test /plain"),
-        "{text}"
-    );
-    // HTTPS through CONNECT, checked against the test CA.
-    let (status, text) = net.text(&format!(
-        "curl -sS --max-time 20 --cacert {ca} https://www.allowed.test/tls"
-    ));
-    assert_eq!(
-        (status, text.trim()),
-        (0, "hello www.allowed.test /tls"),
-        "{text}"
-    );
-    // python's urllib honours https_proxy too.
-    let (status, text) = net.text(&format!(
-        "python3 -c \"import ssl,urllib.request as u; c=ssl.create_default_context(cafile='{ca}'); print(u.urlopen('https://allowed.test/py', context=c).read().decode())\""
-    ));
-    assert_eq!(
-        (status, text.trim()),
-        (0, "hello allowed.test /py"),
-        "{text}"
-    );
-    // git over HTTPS.
-    let (status, text) = net.text(&format!(
-        "cd $(mktemp -d) && GIT_SSL_CAINFO={ca} git clone -q https://git.allowed.test/repo.git r && cat r/README.md"
-    ));
-    assert_eq!((status, text.trim()), (0, "hello from repo.git"), "{text}");
-    // A name with only an IPv6 address is reached over IPv6.
-    let (status, text) = net.text(&format!(
-        "curl -sS --max-time 20 --cacert {ca} https://v6only.test/six"
-    ));
-    assert_eq!(
-        (status, text.trim()),
-        (0, "hello v6only.test /six"),
-        "{text}"
-    );
-    // mixed.test resolves to loopback and to the internet: only the
-    // address that passes is used.
-    let (status, text) = net.text("curl -sS --max-time 20 http://mixed.test/m");
-    assert_eq!((status, text.trim()), (0, "hello mixed.test /m"), "{text}");
+    let cases = [
+        // Plain HTTP, absolute URI.
+        ("curl -sS --max-time 20 http://allowed.test/plain".to_string(), "hello allowed.test /plain"),
+        // HTTPS through CONNECT, checked against the test CA.
+        (format!("curl -sS --max-time 20 --cacert {ca} https://www.allowed.test/tls"), "hello www.allowed.test /tls"),
+        // python's urllib honours https_proxy too.
+        (format!("python3 -c \"import ssl,urllib.request as u; c=ssl.create_default_context(cafile='{ca}'); print(u.urlopen('https://allowed.test/py', context=c).read().decode())\""), "hello allowed.test /py"),
+        // git over HTTPS.
+        (format!("cd $(mktemp -d) && GIT_SSL_CAINFO={ca} git clone -q https://git.allowed.test/repo.git r && cat r/README.md"), "hello from repo.git"),
+        // A name with only an IPv6 address is reached over IPv6.
+        (format!("curl -sS --max-time 20 --cacert {ca} https://v6only.test/six"), "hello v6only.test /six"),
+        // mixed.test resolves to loopback and to the internet: only the
+        // address that passes is used.
+        ("curl -sS --max-time 20 http://mixed.test/m".to_string(), "hello mixed.test /m"),
+    ];
+    for (line, want) in cases {
+        let (status, text) = net.text(&line);
+        assert_eq!((status, text.trim()), (0, want), "{line}: {text}");
+    }
     // Every decision is one audit line, with what was resolved and moved.
     let lines = net.egress();
     let tls = lines
