@@ -183,6 +183,8 @@ pub fn run(args: InitArgs) -> i32 {
     let defaults = start_network(&sup, &runtime, proxy_listeners);
     // 10. Prove the confinement by behaviour, before serving anything.
     let layers = sup.probe();
+    let boot_ms = boot.elapsed().as_secs_f64() * 1e3;
+    sup.set_boot_ms(boot_ms);
     sup.audit.record(
         "boot",
         json!({"version": env!("CARGO_PKG_VERSION"), "pid1": pid1,
@@ -191,7 +193,7 @@ pub fn run(args: InitArgs) -> i32 {
                "layout_changes": changes, "socket": sup.config.socket,
                "policy": {"dir": sup.config.policy_dir, "digest": sup.confinement.policy.digest},
                "layers": layers,
-               "boot_ms": boot.elapsed().as_secs_f64() * 1e3}),
+               "boot_ms": boot_ms}),
     );
     // Served only now: a client never sees warden before its boot line.
     runtime.spawn(api::serve(sup.clone(), listener, api::Door::Local));

@@ -539,7 +539,7 @@ fn tail(file: &Path, follow: bool, kind: Option<&str>, lines: usize) -> Result<i
 
 fn describe(s: &Status) -> String {
     let mut out = format!(
-        "warden {} (protocol {}), {}, up {:.1} s\n",
+        "warden {} (protocol {}), {}, up {:.1} s, booted in {:.1} ms\n",
         s.version,
         s.protocol,
         if s.pid1 {
@@ -547,7 +547,8 @@ fn describe(s: &Status) -> String {
         } else {
             "subreaper (not PID 1)"
         },
-        s.uptime_ms as f64 / 1000.0
+        s.uptime_ms as f64 / 1000.0,
+        s.boot_ms
     );
     for u in &s.users {
         out += &format!(

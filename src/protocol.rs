@@ -227,6 +227,10 @@ pub struct Status {
     pub protocol: u32,
     pub pid1: bool,
     pub uptime_ms: u64,
+    /// warden's own boot: from its first instruction to the API served,
+    /// with every layer applied and proven.
+    #[serde(default)]
+    pub boot_ms: f64,
     pub users: Vec<UserState>,
     pub layout: Vec<PathState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -42,6 +42,8 @@ pub struct Supervisor {
     next_command: AtomicU64,
     running: Mutex<HashMap<u64, Running>>,
     main: Mutex<Option<MainState>>,
+    /// warden's boot time, in ms, once it is ready (as f64 bits).
+    boot_ms: AtomicU64,
 }
 
 struct Running {
@@ -82,6 +84,7 @@ impl Supervisor {
             network,
             pid1,
             started: Instant::now(),
+            boot_ms: AtomicU64::new(0),
             shutting_down: AtomicBool::new(false),
             next_command: AtomicU64::new(1),
             running: Mutex::new(HashMap::new()),
@@ -307,6 +310,10 @@ impl Supervisor {
         *self.main.lock().unwrap_or_else(|e| e.into_inner()) = main;
     }
 
+    pub fn set_boot_ms(&self, ms: f64) {
+        self.boot_ms.store(ms.to_bits(), Ordering::Relaxed);
+    }
+
     pub fn status(&self) -> Status {
         let now = Instant::now();
         let mut running: Vec<RunningCommand> = self
@@ -327,6 +334,7 @@ impl Supervisor {
             protocol: *SUPPORTED_VERSIONS.last().unwrap_or(&1),
             pid1: self.pid1,
             uptime_ms: self.started.elapsed().as_millis() as u64,
+            boot_ms: f64::from_bits(self.boot_ms.load(Ordering::Relaxed)),
             users: [&self.runtime, &self.shell].map(user_state).to_vec(),
             layout: layout::measure(&self.specs),
             main: self.main.lock().unwrap_or_else(|e| e.into_inner()).clone(),

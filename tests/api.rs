@@ -664,6 +664,10 @@ fn status_reports_users_layout_and_running_commands() {
     ));
     let s = m.client().status().unwrap();
     assert!(s.pid1);
+    // warden's own boot time, the same as its boot line says.
+    let boot_line = &m.audit_kinds("boot")[0];
+    assert!(s.boot_ms > 0.0);
+    assert_eq!(Some(s.boot_ms), boot_line["boot_ms"].as_f64());
     assert_eq!(
         s.users.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
         ["runtime", "shell"]
