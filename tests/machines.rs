@@ -8,7 +8,7 @@ mod common;
 use common::{privileged, warden_bin};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const IMAGE: &str = "localhost/warden-machine:latest";
 const CANARY: &str = "canary-xyz-123";
@@ -325,4 +325,286 @@ fn a_failing_setup_fails_up_with_its_output() {
         "{}",
         show("up", &out)
     );
+}
+
+/// The definition, changed by `edit` and written back.
+fn edit_definition(fx: &Fixture, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = fx.definition();
+    let mut definition: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut definition);
+    std::fs::write(&path, definition.to_string()).unwrap();
+}
+
+/// `podman exec -u USER C sh -c SCRIPT`.
+fn sh_in(fx: &Fixture, user: &str, script: &str) -> Output {
+    podman(&["exec", "-u", user, &fx.container(), "sh", "-c", script])
+}
+
+/// Removes the images a test built (by tag or id), after its machine:
+/// declare it before the machine's `Cleanup` so it drops after it.
+struct Images(Vec<String>);
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for image in &self.0 {
+            let _ = podman(&["rmi", "-f", image]);
+        }
+    }
+}
+
+fn image_id(image: &str) -> String {
+    text(&podman(&["image", "inspect", "--format", "{{.Id}}", image]).stdout)
+        .trim()
+        .to_string()
+}
+
+/// `up`, timed; fails the test when `up` fails.
+fn timed_up(fx: &Fixture, what: &str) -> (String, f64) {
+    let started = Instant::now();
+    let out = fx.up();
+    let seconds = started.elapsed().as_secs_f64();
+    assert!(out.status.success(), "{}", show(what, &out));
+    eprintln!("{what}: {seconds:.2} s");
+    (text(&out.stdout), seconds)
+}
+
+#[test]
+fn a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data() {
+    if !ready("a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data") {
+        return;
+    }
+    let fx = Fixture::new("dfile", &[]);
+    let tag = format!("localhost/warden-{}:latest", fx.id);
+    let mut images = Images(vec![tag.clone()]);
+    let _cleanup = Cleanup(fx.id.clone());
+    let dockerfile = fx.dir.path().join("Dockerfile");
+    let write_dockerfile = |word: &str| {
+        std::fs::write(
+            &dockerfile,
+            // COPY of the whole context: the owner's .env beside the
+            // Dockerfile must not come along.
+            format!("FROM {IMAGE}\nRUN echo {word} > /etc/warden-test-marker\nCOPY . /ctx\n"),
+        )
+        .unwrap()
+    };
+    write_dockerfile("one");
+    edit_definition(&fx, |d| {
+        d.as_object_mut().unwrap().remove("image");
+        d["dockerfile"] = "Dockerfile".into();
+    });
+
+    let (first, first_s) = timed_up(&fx, "first up");
+    assert!(first.contains(&format!("image {tag}: built")), "{first}");
+    assert!(first.contains(": created"), "{first}");
+    let first_container = inspect(&fx.container(), "{{.Id}}");
+    let first_image = image_id(&tag);
+    images.0.push(first_image.clone());
+    let out = sh_in(&fx, "0", "cat /etc/warden-test-marker");
+    assert_eq!(text(&out.stdout), "one\n", "{}", show("marker", &out));
+    let out = sh_in(&fx, "0", "ls -a /ctx");
+    let listed = text(&out.stdout);
+    assert!(
+        listed.contains("Dockerfile") && !listed.contains(".env"),
+        "{listed}"
+    );
+    let out = sh_in(&fx, "2000", "echo keep > /home/runtime/data/kept");
+    assert!(out.status.success(), "{}", show("write kept", &out));
+
+    // Nothing changed: neither rebuilt nor recreated.
+    let (second, second_s) = timed_up(&fx, "second up");
+    assert!(second.contains("Dockerfile unchanged"), "{second}");
+    assert!(!second.contains(": built"), "{second}");
+    assert!(second.contains("unchanged, kept"), "{second}");
+    assert!(!second.contains(": created"), "{second}");
+    assert_eq!(inspect(&fx.container(), "{{.Id}}"), first_container);
+    assert_eq!(image_id(&tag), first_image);
+    eprintln!("up timings: first (build) {first_s:.2} s, second (unchanged) {second_s:.2} s");
+
+    // The Dockerfile changed: rebuilt, recreated, the data volume kept.
+    write_dockerfile("two");
+    let (third, third_s) = timed_up(&fx, "third up");
+    eprintln!("up timings: third (rebuild) {third_s:.2} s");
+    assert!(third.contains(&format!("image {tag}: built")), "{third}");
+    assert!(
+        third.contains("inputs changed, old container removed"),
+        "{third}"
+    );
+    assert!(third.contains(": created"), "{third}");
+    let third_container = inspect(&fx.container(), "{{.Id}}");
+    assert!(!third_container.is_empty());
+    assert_ne!(third_container, first_container);
+    let third_image = image_id(&tag);
+    images.0.push(third_image.clone());
+    assert_ne!(third_image, first_image);
+    let out = sh_in(&fx, "0", "cat /etc/warden-test-marker");
+    assert_eq!(text(&out.stdout), "two\n", "{}", show("marker", &out));
+    let out = sh_in(&fx, "0", "cat /home/runtime/data/kept");
+    assert_eq!(text(&out.stdout), "keep\n", "{}", show("kept", &out));
+}
+
+/// Polls `.State.Running` until false, at most `limit`; true when it ended.
+fn wait_exited(container: &str, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if inspect(container, "{{.State.Running}}") == "false" {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn podman_stop_and_kill_end_the_machine_with_143() {
+    if !ready("podman_stop_and_kill_end_the_machine_with_143") {
+        return;
+    }
+    let fx = Fixture::new("stop", &[]);
+    let _cleanup = Cleanup(fx.id.clone());
+    let out = fx.up();
+    assert!(out.status.success(), "{}", show("up", &out));
+    let c = fx.container();
+    let main = inspect(&c, "{{json .Config.Cmd}}");
+    assert!(
+        main.contains("sleep") && main.contains("infinity"),
+        "{main}"
+    );
+
+    // SIGTERM from podman stop: warden ends within the grace period.
+    let started = Instant::now();
+    let out = podman(&["stop", "-t", "10", &c]);
+    let took = started.elapsed();
+    assert!(out.status.success(), "{}", show("podman stop", &out));
+    eprintln!("podman stop took {:.2} s", took.as_secs_f64());
+    assert!(took < Duration::from_secs(10), "stop took {took:?}");
+    assert_eq!(inspect(&c, "{{.State.Running}}"), "false");
+    assert_eq!(inspect(&c, "{{.State.ExitCode}}"), "143");
+
+    // Started again by up; then SIGTERM from podman kill.
+    let out = fx.up();
+    assert!(out.status.success(), "{}", show("up again", &out));
+    assert!(
+        text(&out.stdout).contains(": started"),
+        "{}",
+        show("up again", &out)
+    );
+    assert_eq!(inspect(&c, "{{.State.Running}}"), "true");
+    let started = Instant::now();
+    let out = podman(&["kill", "-s", "TERM", &c]);
+    assert!(out.status.success(), "{}", show("podman kill", &out));
+    assert!(
+        wait_exited(&c, Duration::from_secs(15)),
+        "still running 15 s after SIGTERM"
+    );
+    eprintln!(
+        "exited {:.2} s after podman kill -s TERM",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(inspect(&c, "{{.State.ExitCode}}"), "143");
+}
+
+/// The container's processes in state Z, as `pid (comm) Z` lines.
+fn zombies(fx: &Fixture) -> Vec<String> {
+    let out = sh_in(
+        fx,
+        "0",
+        "for f in /proc/[0-9]*/stat; do cat $f 2>/dev/null; echo; done",
+    );
+    let stat = text(&out.stdout);
+    // Not vacuous: PID 1 (warden) is listed.
+    assert!(
+        stat.lines().any(|l| l.starts_with("1 (")),
+        "{}",
+        show("stat", &out)
+    );
+    stat.lines()
+        .filter(|line| {
+            // comm may hold spaces and parentheses: the state follows the
+            // last ')'.
+            line.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                == Some("Z")
+        })
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn orphans_of_exec_leave_no_zombies() {
+    if !ready("orphans_of_exec_leave_no_zombies") {
+        return;
+    }
+    let fx = Fixture::new("zomb", &[]);
+    let _cleanup = Cleanup(fx.id.clone());
+    let out = fx.up();
+    assert!(out.status.success(), "{}", show("up", &out));
+
+    let script = "for i in $(seq 50); do (sleep 0.1 &) ; done; sleep 1";
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            let id = fx.id.clone();
+            std::thread::spawn(move || warden(&["machine", "exec", &id, "--", "sh", "-c", script]))
+        })
+        .collect();
+    // While they run, orphans come and go (reaped by warden).
+    std::thread::sleep(Duration::from_millis(500));
+    eprintln!("zombies while running: {}", zombies(&fx).len());
+    for run in runs {
+        let out = run.join().unwrap();
+        assert!(out.status.success(), "{}", show("exec", &out));
+    }
+    // And once more, alone.
+    let out = fx.exec(&["sh", "-c", script]);
+    assert!(out.status.success(), "{}", show("exec", &out));
+
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let left = zombies(&fx);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "zombies 3 s after: {left:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn keys_never_reach_shell() {
+    if !ready("keys_never_reach_shell") {
+        return;
+    }
+    let fx = Fixture::new("keys", &["API_TOKEN"]);
+    let _cleanup = Cleanup(fx.id.clone());
+    let out = fx.up();
+    assert!(out.status.success(), "{}", show("up", &out));
+    // The runtime has it: the test is not vacuous.
+    let out = sh_in(&fx, "0", "cat /home/runtime/.env");
+    assert!(text(&out.stdout).contains(CANARY), "{}", show(".env", &out));
+
+    // The pattern is written so that no command line or log holds the
+    // canary itself; a control file shows the grep reaches what it may.
+    let pattern = format!(
+        "{}[{}]",
+        &CANARY[..CANARY.len() - 1],
+        &CANARY[CANARY.len() - 1..]
+    );
+    let script = format!(
+        "echo control-mark-7 > /tmp/control; \
+         cat /proc/*/environ 2>/dev/null; echo; env; \
+         timeout 60 grep -r -e '{pattern}' -e 'control-mark-[7]' \
+           /home /tmp /etc /run /var 2>/dev/null | head"
+    );
+    let started = Instant::now();
+    let out = fx.exec(&["sh", "-c", &script]);
+    eprintln!("search took {:.2} s", started.elapsed().as_secs_f64());
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{}", show("exec", &out));
+    assert!(all.contains("PATH="), "env printed nothing: {all}");
+    assert!(all.contains("/tmp/control:control-mark-7"), "{all}");
+    assert!(!all.contains(CANARY), "{all}");
+    assert!(!all.contains("API_TOKEN"), "{all}");
+    assert!(!all.contains("[redacted]"), "{all}");
 }

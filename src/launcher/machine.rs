@@ -320,7 +320,18 @@ fn image(def: &Definition, state: &Path, start: Instant) -> Result<String, Strin
     }
     let folder = dockerfile.parent().unwrap_or(Path::new("/"));
     let file = dockerfile.to_string_lossy();
-    let mut args = vec!["build", "--pull=never", "-t", &tag, "-f", &file];
+    let ignore = build_ignore(folder, state)?;
+    let ignore = ignore.to_string_lossy();
+    let mut args = vec![
+        "build",
+        "--pull=never",
+        "-t",
+        &tag,
+        "-f",
+        &file,
+        "--ignorefile",
+        &ignore,
+    ];
     args.extend(ULIMITS);
     let folder = folder.to_string_lossy();
     args.push(&folder);
@@ -328,6 +339,20 @@ fn image(def: &Definition, state: &Path, start: Instant) -> Result<String, Strin
     std::fs::write(&recorded, &digest).map_err(|e| format!("{}: {e}", recorded.display()))?;
     step(start, &format!("image {tag}: built"));
     Ok(tag)
+}
+
+/// The build context's ignore file, kept in the state folder: the
+/// context's own (.containerignore or .dockerignore), plus every `.env`,
+/// so that a `COPY . .` never puts the owner's keys into an image.
+fn build_ignore(context: &Path, state: &Path) -> Result<PathBuf, String> {
+    let own = [".containerignore", ".dockerignore"]
+        .iter()
+        .find_map(|name| std::fs::read_to_string(context.join(name)).ok())
+        .unwrap_or_default();
+    let path = state.join("build.ignore");
+    std::fs::write(&path, format!("{own}\n.env\n**/.env\n"))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
 }
 
 /// The inputs digest of an existing container, None when there is none.
@@ -601,6 +626,12 @@ pub fn rm(id: &str, volumes: bool) -> Result<(), String> {
     }
     if volumes {
         remove_volumes_and_state(id)?;
+    }
+    // An image built from the machine's Dockerfile is the machine's too.
+    let image = format!("localhost/{PREFIX}-{id}:latest");
+    if exists("image", &image) {
+        podman("remove image", &["rmi", "-f", &image])?;
+        println!("removed image {image}");
     }
     Ok(())
 }
