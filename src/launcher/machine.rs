@@ -467,7 +467,8 @@ fn wait_ready(id: &str, key: &str) -> Result<(), String> {
                 READY_TIMEOUT.as_secs()
             ));
         }
-        std::thread::sleep(Duration::from_millis(100));
+        // A short step: warden boots in tens of milliseconds.
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

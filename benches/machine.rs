@@ -1,0 +1,277 @@
+//! A command in a running podman machine: `warden machine exec` (what a
+//! user types) and warden's API in-process (what the launcher library
+//! costs) against `podman exec` (what a user would otherwise use), measured
+//! side by side in one run on one machine; plus `warden machine up` of an
+//! unchanged, stopped machine and warden's own boot time from its audit log.
+//!
+//! Needs root and the image localhost/warden-machine:latest (`machine/build`);
+//! without them it says why and does nothing. `scripts/bench` runs it; by
+//! itself: `sudo cargo bench --bench machine` (see docs/benchmarks.md).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use warden::client::Client;
+use warden::launcher::machine as m;
+use warden::protocol::RunRequest;
+
+const IMAGE: &str = "localhost/warden-machine:latest";
+/// Rounds of the command contenders, in turn; a tenth more to warm up.
+const RUNS: usize = 100;
+/// Stop-then-up runs of the unchanged machine.
+const UP_RUNS: usize = 5;
+/// The global podman options this host needs (see machine/README.md).
+const PODMAN: [&str; 4] = ["--runtime", "runc", "--cgroup-manager", "cgroupfs"];
+const AUDIT_LOG: &str = "/home/runtime/data/audit/warden.jsonl";
+
+struct Stats {
+    p50: Duration,
+    p90: Duration,
+    p99: Duration,
+    mean: Duration,
+}
+
+/// Runs the contenders in turn (A, B, C, A, B, C, ...) so that the
+/// machine's drifts hit them alike.
+fn interleaved<const N: usize>(runs: usize, mut each: [&mut dyn FnMut(); N]) -> [Stats; N] {
+    for f in each.iter_mut() {
+        for _ in 0..runs / 10 {
+            f(); // warm up
+        }
+    }
+    let mut times: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
+    for _ in 0..runs {
+        for (f, t) in each.iter_mut().zip(times.iter_mut()) {
+            let start = Instant::now();
+            f();
+            t.push(start.elapsed());
+        }
+    }
+    std::array::from_fn(|i| {
+        let t = &mut times[i];
+        t.sort();
+        Stats {
+            p50: t[runs / 2],
+            p90: t[runs * 90 / 100],
+            p99: t[runs * 99 / 100],
+            mean: t.iter().sum::<Duration>() / runs as u32,
+        }
+    })
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Runs `cmd` to success, its output discarded (shown if it fails).
+fn ok(cmd: &mut Command) {
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn podman() -> Command {
+    let mut c = Command::new("podman");
+    c.args(PODMAN);
+    c
+}
+
+/// Why the bench cannot run here, if it cannot.
+fn unable() -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("the machine bench needs root (rootful podman)".into());
+    }
+    match podman()
+        .args(["image", "exists", IMAGE])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Err(e) => Some(format!("cannot run podman: {e}")),
+        Ok(s) if !s.success() => Some(format!("no image {IMAGE}: build it with machine/build")),
+        Ok(_) => None,
+    }
+}
+
+/// The machine, removed with its volumes when dropped (also on a panic).
+struct Machine {
+    id: String,
+    definition: PathBuf,
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        let out = Command::new(warden())
+            .args(["machine", "rm", &self.id, "--volumes"])
+            .stdin(Stdio::null())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!(
+                "warden machine rm {} --volumes: {}: {}",
+                self.id,
+                o.status,
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            Err(e) => eprintln!("warden machine rm {} --volumes: {e}", self.id),
+        }
+    }
+}
+
+fn warden() -> &'static str {
+    env!("CARGO_BIN_EXE_warden")
+}
+
+impl Machine {
+    fn up(&self) {
+        ok(Command::new(warden())
+            .args(["machine", "up"])
+            .arg(&self.definition));
+    }
+
+    /// `boot_ms` of the last `boot` line in warden's audit log.
+    fn boot_ms(&self) -> Option<f64> {
+        let out = podman()
+            .args(["exec", &m::container(&self.id), "cat", AUDIT_LOG])
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["kind"] == "boot")?["boot_ms"]
+            .as_f64()
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // cargo bench asks benches to list themselves
+    }
+    if let Some(why) = unable() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let id = format!("bench{}", std::process::id());
+    let definition = dir.path().join("machine.json");
+    std::fs::write(
+        &definition,
+        serde_json::json!({"id": id, "image": IMAGE}).to_string(),
+    )
+    .unwrap();
+    let machine = Machine {
+        id: id.clone(),
+        definition,
+    };
+    let first_up = Instant::now();
+    machine.up();
+    let first_up = first_up.elapsed();
+    let name = m::container(&id);
+    let socket: PathBuf = m::socket(&id);
+    let key = m::key(&id).unwrap();
+
+    let run_true = |socket: &Path| {
+        let mut client = Client::connect_keyed(socket, Some(&key), None).unwrap();
+        let out = client
+            .run(RunRequest {
+                argv: Some(vec!["true".into()]),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(out.exit.status, 0, "API: true failed");
+    };
+    let names = [
+        "warden machine exec ID -- true",
+        "API in-process: connect + run true",
+        "podman exec warden-ID true",
+        "podman exec warden-ID warden run -- true",
+    ];
+    let stats = interleaved(
+        RUNS,
+        [
+            &mut || ok(Command::new(warden()).args(["machine", "exec", &id, "--", "true"])),
+            &mut || run_true(&socket),
+            &mut || ok(podman().args(["exec", &name, "true"])),
+            &mut || ok(podman().args(["exec", &name, "/sbin/warden", "run", "--", "true"])),
+        ],
+    );
+    let podman_p50 = stats[2].p50.as_secs_f64();
+    println!(
+        "\n`true` in a running machine, {RUNS} runs, contenders in turn (podman/x: podman exec's p50 over this one's)"
+    );
+    println!(
+        "{:<42} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "", "p50 µs", "p90 µs", "p99 µs", "mean µs", "podman/x"
+    );
+    for (n, s) in names.iter().zip(&stats) {
+        println!(
+            "{:<42} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.2}",
+            n,
+            us(s.p50),
+            us(s.p90),
+            us(s.p99),
+            us(s.mean),
+            podman_p50 / s.p50.as_secs_f64()
+        );
+    }
+    for (i, what) in [(0, "warden machine exec"), (1, "API in-process")] {
+        println!(
+            "podman exec / {what:<20} p50 {:>6.1}x   mean {:>6.1}x   (target: at least 20x)",
+            podman_p50 / stats[i].p50.as_secs_f64(),
+            stats[2].mean.as_secs_f64() / stats[i].mean.as_secs_f64()
+        );
+    }
+
+    // `up` of the unchanged machine: the start-only path.
+    let mut ups = Vec::with_capacity(UP_RUNS);
+    let mut boots = Vec::with_capacity(UP_RUNS);
+    for _ in 0..UP_RUNS {
+        ok(Command::new(warden()).args(["machine", "stop", &id]));
+        let t = Instant::now();
+        machine.up();
+        ups.push(t.elapsed());
+        boots.extend(machine.boot_ms());
+    }
+    let ms = |d: &Duration| d.as_secs_f64() * 1e3;
+    let list = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.0}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut up_ms: Vec<f64> = ups.iter().map(ms).collect();
+    println!(
+        "\nwarden machine up, first (create + start): {:.0} ms",
+        ms(&first_up)
+    );
+    println!(
+        "warden machine up, unchanged and stopped ({UP_RUNS} runs, ms): {}",
+        list(&up_ms)
+    );
+    up_ms.sort_by(f64::total_cmp);
+    println!(
+        "  median {:.0} ms, min {:.0} ms, max {:.0} ms",
+        up_ms[UP_RUNS / 2],
+        up_ms[0],
+        up_ms[UP_RUNS - 1]
+    );
+    if boots.is_empty() {
+        println!("warden's boot_ms: not found in {AUDIT_LOG}");
+    } else {
+        println!(
+            "warden's own boot (boot_ms of the last boot line after each up, ms): {}",
+            list(&boots)
+        );
+        boots.sort_by(f64::total_cmp);
+        println!("  median {:.1} ms", boots[boots.len() / 2]);
+    }
+    println!("(measured in {:.0} s)", started.elapsed().as_secs_f64());
+}
