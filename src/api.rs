@@ -259,8 +259,16 @@ impl Conn {
         let reply = match request {
             Request::Hello { .. } => Some(error(ErrorCode::BadRequest, "hello was already said")),
             Request::Status => {
-                // Status proves the layers again, by behaviour.
-                self.sup.probe();
+                // Status proves the layers again, by behaviour: probe
+                // children and nft, waited for on a blocking thread, not
+                // on one of the runtime's two workers.
+                let sup = self.sup.clone();
+                if tokio::task::spawn_blocking(move || sup.probe())
+                    .await
+                    .is_err()
+                {
+                    crate::say!("status: the probe thread failed");
+                }
                 Some(Event::Status(Box::new(self.sup.status())))
             }
             Request::Reload => Some(match self.sup.network.reload() {

@@ -534,7 +534,8 @@ fn last_link(file: &mut File) -> std::io::Result<Option<(u64, String)>> {
     }))
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex, as every digest warden writes is spelled.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

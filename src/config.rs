@@ -29,7 +29,7 @@ pub struct MachineConfig {
     /// What follows when the audit log cannot be written (a full disk).
     pub audit_when_full: WhenFull,
     /// The confinement policy's folder (landlock.json, seccomp.json,
-    /// limits.json); a missing file means the built-in default.
+    /// limits.json, network.json); a missing file means the built-in default.
     pub policy_dir: PathBuf,
     /// The machine's main process, run as `runtime` (the command line's
     /// `-- ARGV` takes precedence).

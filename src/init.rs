@@ -250,12 +250,7 @@ fn start_network(
         }
     });
     let policy = &sup.network.policy;
-    let settings = proxy::Settings {
-        policy_dir: sup.config.policy_dir.clone(),
-        max_tunnels: policy.max_tunnels,
-        idle: Duration::from_millis(policy.idle_timeout_ms),
-        connect_timeout: Duration::from_millis(policy.connect_timeout_ms),
-    };
+    let settings = proxy::Settings::from_policy(policy, &sup.config.policy_dir);
     let started = Proxy::new(settings, policy, defaults.clone(), record).and_then(|p| {
         let p = Arc::new(p);
         let tokio_listeners = runtime.block_on(async {

@@ -24,6 +24,8 @@ pub struct Network {
     proxy: Mutex<Option<Arc<Proxy>>>,
     /// Where the proxy listens, and what it could not bind.
     pub listening: Vec<String>,
+    /// The variables that point a command's tools at the proxy, made once.
+    pub env: Vec<(String, String)>,
 }
 
 impl Network {
@@ -32,14 +34,12 @@ impl Network {
             shell_uid,
             proxy_port: policy.proxy_port,
         };
-        let applied = match policy.firewall {
-            Requirement::Off => Err("off by policy (network.json)".into()),
-            _ => Err("not applied yet".into()),
-        };
         Network {
+            env: proxy_env(policy.proxy_port),
             policy,
             scope,
-            applied: Mutex::new(applied),
+            // Set once, by `apply`; with the firewall off it stays so.
+            applied: Mutex::new(Err("not applied".into())),
             proxy: Mutex::new(None),
             listening: Vec::new(),
         }
@@ -66,7 +66,6 @@ impl Network {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_ok()
-            && self.policy.firewall != Requirement::Off
         {
             if let Err(e) = nft(reaper, &["delete", "table", "inet", firewall::TABLE], b"") {
                 crate::say!("cannot remove its firewall table: {e}");
@@ -246,9 +245,9 @@ pub fn default_hosts(
         ("HOME".to_string(), "/nonexistent".to_string()),
     ];
     let mut ask = |argv: &[&str]| -> Option<String> {
-        let exists = path
-            .split(':')
-            .any(|dir| std::path::Path::new(dir).join(argv[0]).is_file());
+        let exists = crate::spawn::candidates(argv[0], path)
+            .iter()
+            .any(|p| std::path::Path::new(p).is_file());
         if !exists {
             return None;
         }
@@ -265,13 +264,18 @@ pub fn default_hosts(
         (out.status == 0).then_some(out.stdout)
     };
     found.extend(registries::from_tools(&mut ask));
-    let mut hosts: Vec<String> = registries::GITHUB.iter().map(|h| h.to_string()).collect();
-    for f in &found {
+    (host_list(&found), found)
+}
+
+/// GitHub's hosts, then each registry found, once.
+fn host_list(found: &[registries::Found]) -> Vec<String> {
+    let mut hosts: Vec<String> = registries::GITHUB.map(String::from).to_vec();
+    for f in found {
         if !hosts.contains(&f.host) {
             hosts.push(f.host.clone());
         }
     }
-    (hosts, found)
+    hosts
 }
 
 /// Brings the loopback interface up: a VM's init must, a container's is
@@ -366,13 +370,8 @@ pub fn standalone(
     let defaults: crate::net::proxy::Defaults = Default::default();
     if policy.hosts.is_none() {
         let env: Vec<(String, String)> = std::env::vars().collect();
-        let mut hosts: Vec<String> = registries::GITHUB.map(String::from).to_vec();
-        for f in registries::from_configuration(std::path::Path::new("/"), &env) {
-            if !hosts.contains(&f.host) {
-                hosts.push(f.host);
-            }
-        }
-        let _ = defaults.set(hosts);
+        let found = registries::from_configuration(std::path::Path::new("/"), &env);
+        let _ = defaults.set(host_list(&found));
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -382,12 +381,7 @@ pub fn standalone(
         Ok(rt) => rt,
         Err(e) => return fail(e.to_string()),
     };
-    let settings = crate::net::proxy::Settings {
-        policy_dir: policy_dir.to_path_buf(),
-        max_tunnels: policy.max_tunnels,
-        idle: Duration::from_millis(policy.idle_timeout_ms),
-        connect_timeout: Duration::from_millis(policy.connect_timeout_ms),
-    };
+    let settings = crate::net::proxy::Settings::from_policy(&policy, policy_dir);
     let proxy = match runtime.block_on(async { Proxy::new(settings, &policy, defaults, record) }) {
         Ok(p) => Arc::new(p),
         Err(e) => return fail(e),

@@ -219,10 +219,7 @@ impl Policy {
         for (_, text) in files {
             sha2::Digest::update(&mut hasher, text.as_bytes());
         }
-        let digest = sha2::Digest::finalize(hasher)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let digest = crate::audit::hex(&sha2::Digest::finalize(hasher));
         Ok(Policy {
             landlock: landlock_policy,
             seccomp: seccomp_policy,
@@ -452,6 +449,26 @@ mod tests {
                 }
                 (got, want) => panic!("{text}: {got:?}, wanted {want:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn every_shipped_file_has_its_schema_and_the_same_fields() {
+        let schemas = [
+            include_str!("../policy/landlock.schema.json"),
+            include_str!("../policy/seccomp.schema.json"),
+            include_str!("../policy/limits.schema.json"),
+            include_str!("../policy/network.schema.json"),
+        ];
+        for ((name, text), schema) in BUILT_IN.iter().zip(schemas) {
+            let file: serde_json::Value = serde_json::from_str(text).unwrap();
+            let schema: serde_json::Value = serde_json::from_str(schema).unwrap();
+            let keys = |v: &serde_json::Value| {
+                let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+                k.sort();
+                k
+            };
+            assert_eq!(keys(&file), keys(&schema["properties"]), "{name}");
         }
     }
 }

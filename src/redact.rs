@@ -14,13 +14,19 @@ pub const MARK: &str = "[redacted]";
 /// Shorter values would redact ordinary words everywhere.
 const MIN_SECRET: usize = 4;
 
-/// Pure: the values of a `.env` file (`KEY=VALUE`, `export KEY=VALUE`,
-/// quoted or not; comments and blank lines skipped).
-pub fn env_values(text: &str) -> Vec<String> {
+/// Pure: the `(name, value)` lines of a `.env` file (`KEY=VALUE` or
+/// `export KEY=VALUE`; comments and blank lines skipped), values as written.
+pub fn env_pairs(text: &str) -> impl Iterator<Item = (&str, &str)> {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .filter_map(|l| l.strip_prefix("export ").unwrap_or(l).split_once('='))
+        .map(|(k, v)| (k.trim(), v))
+}
+
+/// Pure: the values of a `.env` file, quoted or not.
+pub fn env_values(text: &str) -> Vec<String> {
+    env_pairs(text)
         .map(|(_, v)| {
             let v = v.trim();
             let unquoted = ['"', '\'']

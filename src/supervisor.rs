@@ -136,7 +136,7 @@ impl Supervisor {
             ("LOGNAME".to_string(), name),
             ("LANG".to_string(), self.config.lang.clone()),
         ]);
-        env.extend(crate::network::proxy_env(self.network.policy.proxy_port));
+        env.extend(self.network.env.iter().cloned());
         env.extend(extra.iter().cloned());
         env.into_iter().collect()
     }

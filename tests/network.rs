@@ -85,6 +85,18 @@ impl Net {
         &self.ca
     }
 
+    /// The error a command gets when warden refuses to run it.
+    fn refused_run(&self) -> String {
+        self.machine
+            .client()
+            .run(RunRequest {
+                argv: Some(vec!["true".into()]),
+                ..Default::default()
+            })
+            .unwrap_err()
+            .to_string()
+    }
+
     fn egress(&self) -> Vec<Value> {
         self.machine.audit_kinds("egress")
     }
@@ -385,15 +397,7 @@ fn the_firewall_self_test_sees_rules_removed_behind_its_back() {
     );
     assert!(s.refusing.unwrap().contains("firewall did not hold"));
     // Commands are refused, naming the firewall.
-    let e = net
-        .machine
-        .client()
-        .run(RunRequest {
-            argv: Some(vec!["true".into()]),
-            ..Default::default()
-        })
-        .unwrap_err()
-        .to_string();
+    let e = net.refused_run();
     assert!(e.contains("firewall"), "{e}");
     // The table deleted whole.
     nft("delete table inet warden");
@@ -437,15 +441,7 @@ fn without_cap_net_admin_the_firewall_does_not_hold() {
     // required (the default): commands are refused, with the reason.
     p["firewall"] = "required".into();
     let net = boot(move |_| p, |o| o.drop_caps = vec!["net_admin".into()]);
-    let e = net
-        .machine
-        .client()
-        .run(RunRequest {
-            argv: Some(vec!["true".into()]),
-            ..Default::default()
-        })
-        .unwrap_err()
-        .to_string();
+    let e = net.refused_run();
     assert!(e.contains("firewall did not hold"), "{e}");
 }
 

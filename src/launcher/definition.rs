@@ -495,7 +495,8 @@ impl Parser<'_> {
     }
 }
 
-fn valid_id(id: &str) -> bool {
+/// `[a-z0-9][a-z0-9-]{0,30}`: only such ids reach podman or the state root.
+pub fn valid_id(id: &str) -> bool {
     let bytes = id.as_bytes();
     let allowed = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     (1..=31).contains(&bytes.len())

@@ -12,7 +12,7 @@
 //! Every podman failure comes back as one line naming the step and the
 //! first line of podman's stderr.
 
-use super::definition::{Definition, LendMode, Source, Workspace};
+use super::definition::{valid_id, Definition, LendMode, Source, Workspace};
 use crate::client::Client;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -133,8 +133,7 @@ fn exists(kind: &str, name: &str) -> bool {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    crate::audit::hex(&Sha256::digest(bytes))
 }
 
 /// Prints one step with the seconds since `start`.
@@ -255,7 +254,7 @@ fn make_key(path: &Path) -> std::io::Result<()> {
     }
     let mut bytes = [0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::audit::hex(&bytes);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -475,11 +474,8 @@ fn wait_ready(id: &str, key: &str) -> Result<(), String> {
 /// Parses a `.env` file: `NAME=VALUE` lines (an `export ` prefix, blank
 /// lines and `#` comments allowed).
 pub fn parse_env_file(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .filter_map(|l| l.strip_prefix("export ").unwrap_or(l).split_once('='))
-        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+    crate::redact::env_pairs(text)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
 
@@ -675,17 +671,6 @@ pub fn prune() -> Result<(), String> {
         rm(id, true)?;
     }
     Ok(())
-}
-
-/// Only ids a definition may have reach podman or the state root.
-fn valid_id(id: &str) -> bool {
-    let mut chars = id.chars();
-    let first = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    first
-        && id.len() <= 31
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 /// Checks an id given on the command line.

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The most a request head may hold (request line and headers).
 const MAX_HEAD: usize = 16 * 1024;
@@ -101,6 +101,17 @@ pub struct Settings {
     pub max_tunnels: usize,
     pub idle: Duration,
     pub connect_timeout: Duration,
+}
+
+impl Settings {
+    pub fn from_policy(policy: &NetworkPolicy, policy_dir: &std::path::Path) -> Settings {
+        Settings {
+            policy_dir: policy_dir.to_path_buf(),
+            max_tunnels: policy.max_tunnels,
+            idle: Duration::from_millis(policy.idle_timeout_ms),
+            connect_timeout: Duration::from_millis(policy.connect_timeout_ms),
+        }
+    }
 }
 
 pub struct Proxy {
@@ -262,39 +273,12 @@ impl Proxy {
     async fn handle(self: Arc<Self>, mut client: TcpStream, peer: SocketAddr) {
         let started = Instant::now();
         let _ = client.set_nodelay(true);
-        let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
-            Ok(Ok(Some(head))) => head,
-            // Connected and closed without a word: the firewall probe.
-            Ok(Ok(None)) => return,
-            Ok(Err(refusal)) => {
-                self.refuse(&mut client, &Decision::new(peer), refusal, started)
-                    .await;
-                return;
-            }
-            Err(_) => {
-                let r = Refusal::new(408, "no complete request head within 10 s");
-                self.refuse(&mut client, &Decision::new(peer), r, started)
-                    .await;
-                return;
-            }
-        };
         let mut decision = Decision::new(peer);
-        let request = match parse_request(&head.bytes) {
-            Ok(r) => r,
-            Err(refusal) => {
-                self.refuse(&mut client, &decision, refusal, started).await;
-                return;
-            }
-        };
-        decision.method = request.method.clone();
-        decision.target = Some(request.target.clone());
-        let Ok(_permit) = self.tunnels.clone().try_acquire_owned() else {
-            let r = Refusal::new(503, "too many connections through the proxy at once");
-            self.refuse(&mut client, &decision, r, started).await;
-            return;
-        };
-        let upstream = match self.open(&request.target, &mut decision).await {
-            Ok(u) => u,
+        let (head, request, upstream, _permit) = match self.admit(&mut client, &mut decision).await
+        {
+            Ok(Some(admitted)) => admitted,
+            // Connected and closed without a word: the firewall probe.
+            Ok(None) => return,
             Err(refusal) => {
                 self.refuse(&mut client, &decision, refusal, started).await;
                 return;
@@ -311,6 +295,31 @@ impl Proxy {
         decision.status = moved.status;
         decision.end = moved.end;
         (self.record)("egress", decision.line(true, None, started));
+    }
+
+    /// Everything up to an open upstream connection: the request read and
+    /// parsed, a tunnel slot taken, the target decided on and reached.
+    async fn admit(
+        &self,
+        client: &mut TcpStream,
+        decision: &mut Decision,
+    ) -> Result<Option<(Head, Request, TcpStream, OwnedSemaphorePermit)>, Refusal> {
+        let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(client)).await {
+            Ok(Ok(Some(head))) => head,
+            Ok(Ok(None)) => return Ok(None),
+            Ok(Err(refusal)) => return Err(refusal),
+            Err(_) => return Err(Refusal::new(408, "no complete request head within 10 s")),
+        };
+        let request = parse_request(&head.bytes)?;
+        decision.method = request.method.clone();
+        decision.target = Some(request.target.clone());
+        let permit = self
+            .tunnels
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Refusal::new(503, "too many connections through the proxy at once"))?;
+        let upstream = self.open(&request.target, decision).await?;
+        Ok(Some((head, request, upstream, permit)))
     }
 
     /// Decides on the name, resolves it, checks each address, and connects
