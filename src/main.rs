@@ -88,7 +88,12 @@ enum Command {
         #[arg(long)]
         audit_dir: Option<PathBuf>,
     },
-    /// Make, run and remove agent machines with rootful podman.
+    /// Make, run and remove agent machines with podman (rootful or
+    /// rootless) or Docker.
+    ///
+    /// The engine and this host's quirks are found at start; the owner may
+    /// set them: WARDEN_ENGINE (podman, docker), WARDEN_OCI_RUNTIME,
+    /// WARDEN_CGROUP_MANAGER.
     Machine {
         #[command(subcommand)]
         action: MachineAction,
@@ -142,6 +147,9 @@ enum MachineAction {
         #[arg(long)]
         env_file: Option<PathBuf>,
     },
+    /// Say what this host offers machines (engine, rootless or not,
+    /// cgroups, runtime, limits, state folder), or why it cannot run one.
+    Check,
     /// List this user's machines.
     Ps,
     /// Run ARGV as the shell user through the machine's warden.
@@ -320,8 +328,15 @@ fn run(socket: &Path, request: RunRequest) -> Result<i32, String> {
 
 fn machine(action: MachineAction) -> Result<i32, String> {
     use warden::launcher::machine as m;
-    m::require_root()?;
+    let host = m::host()?;
     match action {
+        MachineAction::Check => {
+            for fact in &host.facts {
+                println!("{fact}");
+            }
+            println!("this host can run machines");
+            Ok(0)
+        }
         MachineAction::Up {
             definition,
             env_file,

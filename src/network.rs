@@ -30,8 +30,16 @@ pub struct Network {
 
 impl Network {
     pub fn new(policy: NetworkPolicy, shell_uid: u32) -> Network {
+        // Where the network's namespace counts uids otherwise, the rules
+        // must name shell by that count; when it cannot be found the probe
+        // will show the rules missing shell, and say so.
+        let network_uid = crate::net::userns::seen_by_network(shell_uid).unwrap_or_else(|e| {
+            crate::say!("shell's uid as this network counts it: {e}; the rules name {shell_uid}");
+            shell_uid
+        });
         let scope = Scope {
             shell_uid,
+            network_uid,
             proxy_port: policy.proxy_port,
         };
         Network {

@@ -463,6 +463,7 @@ fn applying_the_rules_twice_leaves_one_copy() {
     ip(&["netns", "add", &ns]);
     let scope = Scope {
         shell_uid: 2001,
+        network_uid: 2001,
         proxy_port: 3128,
     };
     let batch = serde_json::to_string(&firewall::batch(scope)).unwrap();

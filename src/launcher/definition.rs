@@ -7,12 +7,13 @@
 //! problem, for example `demo.json: lend[1].at: /etc/x shadows a system
 //! path (/etc)`.
 
-use crate::policy::Limits;
+use crate::policy::{Limits, Requirement};
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::net::IpAddr;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
@@ -21,6 +22,9 @@ pub const MAX_BYTES: usize = 1 << 20;
 
 /// The most names `keys` may hold.
 pub const MAX_KEYS: usize = 64;
+
+/// resolv.conf holds at most three name servers.
+pub const MAX_DNS: usize = 3;
 
 /// A lend may not land on or beneath these (only on `/` itself for `/`):
 /// it would shadow the machine's own files or the users' homes.
@@ -34,7 +38,7 @@ pub const SYSTEM_PATHS: [&str; 17] = [
 const RESERVED_NAMES: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
 
 /// The top-level fields, in the order they are checked.
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 14] = [
     "id",
     "image",
     "dockerfile",
@@ -45,6 +49,10 @@ const FIELDS: [&str; 10] = [
     "setup",
     "workspace",
     "limits",
+    "network",
+    "keep_id",
+    "firewall",
+    "dns",
 ];
 
 const LEND_FIELDS: [&str; 3] = ["host", "at", "mode"];
@@ -83,6 +91,34 @@ pub struct Definition {
     pub workspace: Workspace,
     /// Upper bounds for every command; a field left out is unlimited here.
     pub limits: Limits,
+    /// The network the machine is on.
+    pub network: Network,
+    /// Rootless only: the owner's host uid is shell's uid inside, so what
+    /// shell writes in a lent folder belongs to the owner on the host.
+    pub keep_id: bool,
+    /// What follows when warden's firewall cannot hold (network.json's
+    /// `firewall`): None leaves warden's default (required).
+    pub firewall: Option<Requirement>,
+    /// Name servers for the machine's resolv.conf (the proxy resolves with
+    /// them); empty leaves the engine's choice.
+    pub dns: Vec<IpAddr>,
+}
+
+/// The network a machine is on. Shell reaches it only through warden's
+/// egress proxy, whichever it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// Loopback only: nothing leaves the machine (the default).
+    None,
+    /// The engine's own private network (a bridge, or slirp4netns/pasta
+    /// rootless).
+    Private,
+    /// The host's network. Refused rootful (warden's firewall would be the
+    /// host's); rootless, warden cannot hold its firewall there and says so.
+    Host,
+    /// A network namespace made beforehand (e.g. `ip netns add`), by path.
+    Namespace(PathBuf),
 }
 
 /// The machine's image: a reference to pull or use, or a Dockerfile to build.
@@ -316,6 +352,35 @@ impl Parser<'_> {
             .take(&mut object, "limits", "limits")?
             .unwrap_or_default();
         self.limits(&limits)?;
+        let network: Option<String> = self.take(&mut object, "network", "network")?;
+        let network = match network.as_deref() {
+            None | Some("none") => Network::None,
+            Some("private") => Network::Private,
+            Some("host") => Network::Host,
+            Some(path) if path.starts_with('/') => {
+                Network::Namespace(self.mount_path("network", path)?)
+            }
+            Some(other) => {
+                return Err(self.invalid(
+                    "network",
+                    format!("{other:?} is none of \"none\", \"private\", \"host\" or the absolute path of a network namespace"),
+                ))
+            }
+        };
+        let keep_id: bool = self
+            .take(&mut object, "keep_id", "keep_id")?
+            .unwrap_or(false);
+        let firewall: Option<Requirement> = self.take(&mut object, "firewall", "firewall")?;
+        if firewall == Some(Requirement::Off) {
+            return Err(self.invalid(
+                "firewall",
+                "\"off\" is for measuring warden, not for a machine: required or best-effort",
+            ));
+        }
+        let dns: Vec<IpAddr> = self.take(&mut object, "dns", "dns")?.unwrap_or_default();
+        if dns.len() > MAX_DNS {
+            return Err(self.invalid("dns", format!("{} servers, at most {MAX_DNS}", dns.len())));
+        }
         Ok(Definition {
             id,
             source,
@@ -326,6 +391,10 @@ impl Parser<'_> {
             setup,
             workspace,
             limits,
+            network,
+            keep_id,
+            firewall,
+            dns,
         })
     }
 
@@ -640,6 +709,10 @@ mod tests {
                     timeout_ms: Some(600_000),
                     ..Limits::default()
                 },
+                network: Network::None,
+                keep_id: false,
+                firewall: None,
+                dns: vec![],
             }
         );
         assert_eq!(d.container("warden"), "warden-demo");
@@ -655,6 +728,8 @@ mod tests {
         assert_eq!((d.hosts, d.setup), (None, None));
         assert_eq!(d.workspace, Workspace::Volume);
         assert_eq!(d.limits, Limits::default());
+        assert_eq!((d.network, d.keep_id), (Network::None, false));
+        assert_eq!((d.firewall, d.dns), (None, vec![]));
     }
 
     #[test]
@@ -996,6 +1071,48 @@ mod tests {
             (
                 with(r#"{"workspace": "/w:/etc"}"#),
                 Some("workspace: \"/w:/etc\" holds ':' or ','"),
+            ),
+            // network, keep_id
+            (with(r#"{"network": "none"}"#), None),
+            (with(r#"{"network": "private"}"#), None),
+            (with(r#"{"network": "host"}"#), None),
+            (with(r#"{"network": "/run/netns/agents"}"#), None),
+            (
+                with(r#"{"network": "bridge"}"#),
+                Some("network: \"bridge\" is none of"),
+            ),
+            (
+                with(r#"{"network": "/run/netns/a,b"}"#),
+                Some("network: \"/run/netns/a,b\" holds ':' or ','"),
+            ),
+            (
+                with(r#"{"network": null}"#),
+                Some("network: invalid type: null"),
+            ),
+            (with(r#"{"keep_id": true}"#), None),
+            (
+                with(r#"{"keep_id": "yes"}"#),
+                Some("keep_id: invalid type: string"),
+            ),
+            // firewall, dns
+            (with(r#"{"firewall": "best-effort"}"#), None),
+            (with(r#"{"firewall": "required"}"#), None),
+            (
+                with(r#"{"firewall": "off"}"#),
+                Some("firewall: \"off\" is for measuring warden"),
+            ),
+            (
+                with(r#"{"firewall": "maybe"}"#),
+                Some("firewall: unknown variant `maybe`"),
+            ),
+            (with(r#"{"dns": ["10.0.0.1", "fd00::1"]}"#), None),
+            (
+                with(r#"{"dns": ["ns.example"]}"#),
+                Some("dns: invalid IP address syntax"),
+            ),
+            (
+                with(r#"{"dns": ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]}"#),
+                Some("dns: 4 servers, at most 3"),
             ),
             // limits
             (

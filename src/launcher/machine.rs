@@ -1,18 +1,21 @@
 //! `warden machine ...`: makes, starts, stops and removes agent machines
-//! with rootful podman, from machine definitions.
+//! with podman (rootful or rootless) or Docker, from machine definitions.
 //!
 //! Each machine is a container `warden-<id>` with two volumes
-//! (`warden-<id>-data`, `warden-<id>-work`) and a state folder on the host,
-//! `/var/lib/warden/machines/<id>/` (mode 0700), holding the machine's key,
+//! (`warden-<id>-data`, `warden-<id>-work`) and a state folder on the host
+//! (`/var/lib/warden/machines/<id>/` rootful, the owner's data folder
+//! rootless; mode 0700), holding the machine's key,
 //! the config and policy warden reads inside, and `run/`, the folder where
 //! warden puts its host socket. The host talks to warden only through that
 //! socket, presenting the key; `podman exec` is used only to hand the
 //! runtime its keys and to run the definition's setup script.
 //!
-//! Every podman failure comes back as one line naming the step and the
-//! first line of podman's stderr.
+//! Every engine failure comes back as one line naming the step, the first
+//! line of the engine's stderr, and what it means when it is a known
+//! quirk of hosts (see `host::hint`).
 
-use super::definition::{valid_id, Definition, LendMode, Source, Workspace};
+use super::definition::{valid_id, Definition, LendMode, Network, Source, Workspace};
+use super::host::{self, Engine, Host};
 use crate::client::Client;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -25,38 +28,22 @@ use std::time::{Duration, Instant};
 /// Names the containers and volumes.
 pub const PREFIX: &str = "warden";
 
-/// Where each machine's state folder lives.
-pub const STATE_ROOT: &str = "/var/lib/warden/machines";
-
 /// What the image's users are (see machine/README.md).
 const RUNTIME_IDS: &str = "2000:2000";
+const SHELL_UID: u32 = 2001;
 
 /// How long `up` waits for warden's host socket to answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Global podman options this host needs: crun refuses its hybrid cgroups,
-/// and systemd is not the cgroup manager (see machine/README.md).
-const PODMAN_GLOBAL: [&str; 4] = ["--runtime", "runc", "--cgroup-manager", "cgroupfs"];
-
-/// Limits at or under this host's hard limits (raising them is refused).
-const ULIMITS: [&str; 4] = [
-    "--ulimit",
-    "nofile=20000:20000",
-    "--ulimit",
-    "nproc=32768:32768",
-];
 
 /// Warden needs these as PID 1: users and layout (CHOWN, DAC_OVERRIDE,
 /// FOWNER, SETUID, SETGID, SETPCAP), signals (KILL), the firewall
 /// (NET_ADMIN) and its mounts (SYS_ADMIN). Nothing else is granted.
 const CAPS: &str = "CHOWN,DAC_OVERRIDE,FOWNER,KILL,SETGID,SETUID,SETPCAP,NET_ADMIN,SYS_ADMIN";
 
-/// Refuses early, with the reason, when not root.
-pub fn require_root() -> Result<(), String> {
-    match nix::unistd::geteuid().is_root() {
-        true => Ok(()),
-        false => Err("warden machine needs root (rootless podman is not supported yet)".into()),
-    }
+/// The host as the engine runs machines on it; an error says why this
+/// host cannot run one.
+pub fn host() -> Result<&'static Host, String> {
+    host::get()
 }
 
 /// The uid that owns the machines made by this process.
@@ -66,7 +53,11 @@ fn owner() -> u32 {
 
 /// The machine's state folder.
 pub fn state_dir(id: &str) -> PathBuf {
-    Path::new(STATE_ROOT).join(id)
+    match host() {
+        Ok(h) => h.state_root.join(id),
+        // Unreachable in practice: every command finds the host first.
+        Err(_) => Path::new(host::ROOTFUL_STATE).join(id),
+    }
 }
 
 /// The host socket warden serves for this machine.
@@ -86,8 +77,16 @@ pub fn key(id: &str) -> Result<String, String> {
         .map_err(|e| format!("machine {id}: key {}: {e}", path.display()))
 }
 
-/// Runs podman; returns its stdout, or one line naming `step` and the
-/// first line of podman's stderr.
+/// The engine's command, with the options this host needs.
+fn engine_command() -> Result<Command, String> {
+    let host = host()?;
+    let mut command = Command::new(host.engine.program());
+    command.args(&host.global);
+    Ok(command)
+}
+
+/// Runs the engine; returns its stdout, or one line naming `step` and the
+/// first line of the engine's stderr (with a hint when it is a known one).
 fn podman(step: &str, args: &[&str]) -> Result<String, String> {
     podman_with_input(step, args, None)
 }
@@ -95,8 +94,8 @@ fn podman(step: &str, args: &[&str]) -> Result<String, String> {
 /// As `podman`, feeding `input` on stdin (secrets and scripts go there,
 /// never on a command line).
 fn podman_with_input(step: &str, args: &[&str], input: Option<&[u8]>) -> Result<String, String> {
-    let mut child = Command::new("podman")
-        .args(PODMAN_GLOBAL)
+    let engine = host()?.engine.program();
+    let mut child = engine_command()?
         .args(args)
         .stdin(if input.is_some() {
             Stdio::piped()
@@ -106,30 +105,56 @@ fn podman_with_input(step: &str, args: &[&str], input: Option<&[u8]>) -> Result<
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("{step}: cannot run podman: {e}"))?;
+        .map_err(|e| format!("{step}: cannot run {engine}: {e}"))?;
     if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
         // A write error shows as podman's own failure below.
         let _ = stdin.write_all(bytes);
     }
     let out = child
         .wait_with_output()
-        .map_err(|e| format!("{step}: podman: {e}"))?;
+        .map_err(|e| format!("{step}: {engine}: {e}"))?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if out.status.success() {
         return Ok(stdout);
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let first = stderr
-        .lines()
-        .chain(stdout.lines())
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("(no output)");
-    Err(format!("{step}: podman failed ({}): {first}", out.status))
+    Err(failure(step, engine, &out.status, &stderr, &stdout))
 }
 
-/// True when podman answers `exists` with success.
+/// One line: the step, the engine's first line of output, and a hint
+/// when the error is a known quirk of hosts.
+fn failure(
+    step: &str,
+    engine: &str,
+    status: &std::process::ExitStatus,
+    stderr: &str,
+    stdout: &str,
+) -> String {
+    let first = host::first_line(if stderr.trim().is_empty() {
+        stdout
+    } else {
+        stderr
+    });
+    match host::hint(stderr) {
+        Some(hint) => format!("{step}: {engine} failed ({status}): {first}\n  hint: {hint}"),
+        None => format!("{step}: {engine} failed ({status}): {first}"),
+    }
+}
+
+/// True when the engine can inspect the object (both engines have
+/// `container|image|volume inspect`).
 fn exists(kind: &str, name: &str) -> bool {
-    podman("exists", &[kind, "exists", name]).is_ok()
+    podman("exists", &[kind, "inspect", name]).is_ok()
+}
+
+/// Stops (warden gets SIGTERM and 10 s) and removes a container.
+fn remove_container(step: &str, name: &str) -> Result<(), String> {
+    let _ = podman(step, &["stop", "-t", "10", name]);
+    podman(step, &["rm", "-f", name]).map(drop)
+}
+
+fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(bytes)
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -143,9 +168,10 @@ fn step(start: Instant, what: &str) {
 
 /// Makes (or reuses) and starts the machine `definition` describes.
 pub fn up(definition: &Path, env_file: Option<&Path>) -> Result<(), String> {
-    require_root()?;
+    let host = host()?;
     let start = Instant::now();
     let def = Definition::load(definition).map_err(|e| e.to_string())?;
+    fits(&def, host)?;
     let text = std::fs::read_to_string(definition)
         .map_err(|e| format!("{}: {e}", definition.display()))?;
     // The keys first: a missing one stops `up` before anything is made.
@@ -153,7 +179,7 @@ pub fn up(definition: &Path, env_file: Option<&Path>) -> Result<(), String> {
         .map(Path::to_path_buf)
         .unwrap_or_else(|| definition.parent().unwrap_or(Path::new(".")).join(".env"));
     let keys_text = read_keys(&def, &env_file)?;
-    let state = prepare_state(&def)?;
+    let state = prepare_state(&def, host)?;
     step(start, &format!("state folder {}", state.display()));
     let image = image(&def, &state, start)?;
     let image_id = podman(
@@ -171,7 +197,7 @@ pub fn up(definition: &Path, env_file: Option<&Path>) -> Result<(), String> {
         }
         found => {
             if found.is_some() {
-                podman("remove old container", &["rm", "-f", "-t", "10", &name])?;
+                remove_container("remove old container", &name)?;
                 step(
                     start,
                     &format!("{name}: inputs changed, old container removed"),
@@ -209,9 +235,31 @@ pub fn up(definition: &Path, env_file: Option<&Path>) -> Result<(), String> {
     Ok(())
 }
 
+/// Refuses a definition this host cannot run as written, saying why.
+pub fn fits(def: &Definition, host: &Host) -> Result<(), String> {
+    let engine = host.engine.program();
+    let rootless = host.rootless;
+    match &def.network {
+        Network::Host if !rootless => return Err("network \"host\": refused rootful, since warden's firewall would then be the host's own; use \"private\" or a namespace".into()),
+        Network::Namespace(path) if host.engine == Engine::Docker => return Err(format!("network {}: Docker cannot join a namespace by path; use podman", path.display())),
+        Network::Namespace(path) if rootless => return Err(format!("network {}: a rootless owner cannot join a namespace made by root; use \"none\" or \"private\"", path.display())),
+        Network::Namespace(path) if !path.exists() => return Err(format!("network {}: no such namespace (make it with `ip netns add`)", path.display())),
+        Network::Private if rootless && host.engine == Engine::Podman => {
+            if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/net/tun") {
+                return Err(format!("network \"private\": rootless podman needs /dev/net/tun, which this user cannot open ({e}); use \"none\", or run as root"));
+            }
+        }
+        _ => {}
+    }
+    if def.keep_id && !(rootless && host.engine == Engine::Podman) {
+        return Err(format!("keep_id: needs rootless podman ({engine} {} here): rootful, files shell writes in lent folders belong to uid {} on the host", if rootless { "rootless" } else { "rootful" }, SHELL_UID));
+    }
+    Ok(())
+}
+
 /// Makes the state folder and what warden reads from it; the key is made
 /// once and kept.
-fn prepare_state(def: &Definition) -> Result<PathBuf, String> {
+fn prepare_state(def: &Definition, host: &Host) -> Result<PathBuf, String> {
     let state = state_dir(&def.id);
     let io =
         |what: &str, e: std::io::Error| format!("state folder {}: {what}: {e}", state.display());
@@ -223,7 +271,24 @@ fn prepare_state(def: &Definition) -> Result<PathBuf, String> {
     std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| io("chmod", e))?;
     make_key(&state.join("key")).map_err(|e| io("key", e))?;
+    // What the machine sees (etc/, run/) may have been handed to its root
+    // by an earlier `up`: take it back to write it.
+    let seen = [state.join("etc"), state.join("run")];
+    if host.rootless {
+        give(&seen, false)?;
+    }
     std::fs::create_dir_all(state.join("etc/policy")).map_err(|e| io("etc", e))?;
+    // warden reads its own copy; the host keeps `key` for itself.
+    let machine_key = key(&def.id)?;
+    let copy = state.join("etc/key");
+    let _ = std::fs::remove_file(&copy);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&copy)
+        .and_then(|mut f| f.write_all(machine_key.as_bytes()))
+        .map_err(|e| io("etc/key", e))?;
     let config = serde_json::json!({
         "host_socket": "/run/warden-host/api.sock",
         "key_file": "/etc/warden/key",
@@ -244,7 +309,33 @@ fn prepare_state(def: &Definition) -> Result<PathBuf, String> {
     // Warden inside (root, no user namespace) makes the socket here.
     std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| io("run", e))?;
+    if def.keep_id {
+        // Under keep-id the owner's files are shell's inside: what warden
+        // alone may read goes to the machine's root (uid 1 of the owner's
+        // namespace, the first subordinate id).
+        give(&seen, true)?;
+    }
     Ok(state)
+}
+
+/// Hands `paths` to the machine's root (uid 1 of the rootless owner's
+/// user namespace, the first subordinate id), or back to the owner (0).
+fn give(paths: &[PathBuf], to_machine_root: bool) -> Result<(), String> {
+    let owner = if to_machine_root { "1:1" } else { "0:0" };
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let mine = |p: &PathBuf| std::fs::metadata(p).is_ok_and(|m| m.uid() == me);
+    let present: Vec<String> = paths
+        .iter()
+        .filter(|p| p.exists() && (to_machine_root || !mine(p)))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    if present.is_empty() {
+        return Ok(());
+    }
+    let mut args = vec!["unshare", "chown", "-R", owner];
+    args.extend(present.iter().map(String::as_str));
+    podman("hand the state folder over", &args).map(drop)
 }
 
 /// 64 hex characters from /dev/urandom, mode 0600; kept when present.
@@ -263,15 +354,16 @@ fn make_key(path: &Path) -> std::io::Result<()> {
     f.write_all(hex.as_bytes())
 }
 
-/// The definition's host list, or no file (warden's default list).
+/// The definition's host list and firewall requirement, or no file (warden's defaults).
 fn write_network(def: &Definition, path: &Path) -> std::io::Result<()> {
-    match &def.hosts {
-        Some(hosts) => std::fs::write(path, format!("{}\n", serde_json::json!({ "hosts": hosts }))),
-        None => match std::fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        },
+    let mut policy = serde_json::Map::new();
+    if let Some(hosts) = &def.hosts {
+        policy.insert("hosts".into(), serde_json::json!(hosts));
     }
+    if let Some(firewall) = def.firewall {
+        policy.insert("firewall".into(), serde_json::json!(firewall));
+    }
+    write_policy(path, (!policy.is_empty()).then_some(policy.into()))
 }
 
 /// Lent folders are granted to commands as lent: read-only ones read-only,
@@ -318,26 +410,48 @@ fn image(def: &Definition, state: &Path, start: Instant) -> Result<String, Strin
         return Ok(tag);
     }
     let folder = dockerfile.parent().unwrap_or(Path::new("/"));
-    let file = dockerfile.to_string_lossy();
     let ignore = build_ignore(folder, state)?;
-    let ignore = ignore.to_string_lossy();
-    let mut args = vec![
-        "build",
-        "--pull=never",
-        "-t",
-        &tag,
-        "-f",
-        &file,
-        "--ignorefile",
-        &ignore,
-    ];
-    args.extend(ULIMITS);
-    let folder = folder.to_string_lossy();
-    args.push(&folder);
+    let host = host()?;
+    let args = build_args(host, &tag, dockerfile, &text, &ignore, folder, state)?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     podman("build image", &args)?;
     std::fs::write(&recorded, &digest).map_err(|e| format!("{}: {e}", recorded.display()))?;
     step(start, &format!("image {tag}: built"));
     Ok(tag)
+}
+
+/// The engine's build command. Podman takes the ignore file as an option;
+/// Docker reads `<Dockerfile>.dockerignore` beside the Dockerfile, so the
+/// Dockerfile is copied into the state folder with its ignore file.
+fn build_args(
+    host: &Host,
+    tag: &str,
+    dockerfile: &Path,
+    text: &[u8],
+    ignore: &Path,
+    context: &Path,
+    state: &Path,
+) -> Result<Vec<String>, String> {
+    let mut args = vec!["build".to_string(), "-t".into(), tag.into()];
+    match host.engine {
+        Engine::Podman => args.extend([
+            "--pull=never".into(),
+            "-f".into(),
+            dockerfile.to_string_lossy().into_owned(),
+            "--ignorefile".into(),
+            ignore.to_string_lossy().into_owned(),
+        ]),
+        Engine::Docker => {
+            let copy = state.join("Dockerfile");
+            let io = |e: std::io::Error| format!("{}: {e}", copy.display());
+            std::fs::write(&copy, text).map_err(io)?;
+            std::fs::copy(ignore, state.join("Dockerfile.dockerignore")).map_err(io)?;
+            args.extend(["-f".into(), copy.to_string_lossy().into_owned()]);
+        }
+    }
+    args.extend(host.ulimits.iter().cloned());
+    args.push(context.to_string_lossy().into_owned());
+    Ok(args)
 }
 
 /// The build context's ignore file, kept in the state folder: the
@@ -401,6 +515,7 @@ fn ensure_volume(name: &str, id: &str) -> Result<(), String> {
 
 /// `podman create` with everything the definition asks for.
 fn create(def: &Definition, state: &Path, image: &str, digest: &str) -> Result<(), String> {
+    let host = host()?;
     let data = def.data_volume(PREFIX);
     ensure_volume(&data, &def.id)?;
     let work = match &def.workspace {
@@ -419,18 +534,24 @@ fn create(def: &Definition, state: &Path, image: &str, digest: &str) -> Result<(
         format!("--label=warden.machine={}", def.id),
         format!("--label=warden.inputs={digest}"),
         format!("--hostname={}", def.id),
-        // No network yet: a real one (and the proxy's way out) is for later.
-        "--network=none".into(),
+        format!("--network={}", network_option(&def.network, host.rootless)),
         "--cap-drop=ALL".into(),
-        format!("--cap-add={CAPS}"),
         format!("--volume={data}:/home/runtime/data"),
         format!("--volume={work}:/home/runtime/workspace"),
         format!("--volume={s}/etc/machine.json:/etc/warden/machine.json:ro"),
-        format!("--volume={s}/key:/etc/warden/key:ro"),
+        format!("--volume={s}/etc/key:/etc/warden/key:ro"),
         format!("--volume={s}/etc/policy:/etc/warden/policy:ro"),
         format!("--volume={s}/run:/run/warden-host"),
     ];
-    args.extend(ULIMITS.iter().map(|a| a.to_string()));
+    args.extend(CAPS.split(',').map(|c| format!("--cap-add={c}")));
+    args.extend(host.ulimits.iter().cloned());
+    if def.keep_id {
+        // The owner's uid is shell's inside; root inside is the first
+        // subordinate id, so the state files are handed to it (`own_state`).
+        // keep-id would also make shell the default user: warden is root.
+        args.push(format!("--userns=keep-id:uid={SHELL_UID},gid={SHELL_UID}"));
+        args.push("--user=0:0".into());
+    }
     for lend in &def.lend {
         let mode = match lend.mode {
             LendMode::Read => "ro",
@@ -442,6 +563,7 @@ fn create(def: &Definition, state: &Path, image: &str, digest: &str) -> Result<(
             lend.at.display()
         ));
     }
+    args.extend(def.dns.iter().map(|ip| format!("--dns={ip}")));
     for (name, value) in &def.env {
         args.push(format!("--env={name}={value}"));
     }
@@ -450,15 +572,47 @@ fn create(def: &Definition, state: &Path, image: &str, digest: &str) -> Result<(
     podman("create container", &args).map(drop)
 }
 
+/// The engine's `--network` value.
+fn network_option(network: &Network, rootless: bool) -> String {
+    match network {
+        Network::None => "none".into(),
+        Network::Private if rootless => "slirp4netns".into(),
+        Network::Private => "bridge".into(),
+        Network::Host => "host".into(),
+        Network::Namespace(path) => format!("ns:{}", path.display()),
+    }
+}
+
 /// Waits (bounded) until warden answers a keyed hello on the host socket.
 fn wait_ready(id: &str, key: &str) -> Result<(), String> {
     let socket = socket(id);
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let started = Instant::now();
+    let deadline = started + READY_TIMEOUT;
+    let mut next_look = started + Duration::from_millis(250);
     loop {
         let error = match Client::connect_keyed(&socket, Some(key), None) {
             Ok(_) => return Ok(()),
             Err(e) => e,
         };
+        // A machine whose warden refused to start ends at once: say so
+        // with its last words rather than wait out the deadline.
+        if Instant::now() > next_look {
+            next_look = Instant::now() + Duration::from_millis(250);
+            if !running(&container(id))? {
+                let logs = engine_command()?
+                    .args(["logs", "--tail", "5", &container(id)])
+                    .output()
+                    .map(|o| {
+                        let (out, err) = (o.stdout, o.stderr);
+                        format!("{}{}", text(&out), text(&err))
+                    })
+                    .unwrap_or_default();
+                return Err(format!(
+                    "wait for warden: the machine stopped before warden answered; its last lines:\n{}",
+                    logs.trim_end()
+                ));
+            }
+        }
         if Instant::now() > deadline {
             return Err(format!(
                 "wait for warden: {} did not answer in {} s: {error} (see `warden machine logs {id}`)",
@@ -539,8 +693,8 @@ fn write_keys(name: &str, text: &str) -> Result<(), String> {
 /// Runs the setup script once, as runtime, in the workspace.
 fn run_setup(name: &str, script: &Path) -> Result<(), String> {
     let text = std::fs::read(script).map_err(|e| format!("setup {}: {e}", script.display()))?;
-    let mut child = Command::new("podman")
-        .args(PODMAN_GLOBAL)
+    let engine = host()?.engine.program();
+    let mut child = engine_command()?
         .args([
             "exec",
             "-i",
@@ -556,13 +710,13 @@ fn run_setup(name: &str, script: &Path) -> Result<(), String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("setup: cannot run podman: {e}"))?;
+        .map_err(|e| format!("setup: cannot run {engine}: {e}"))?;
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(&text);
     }
     let out = child
         .wait_with_output()
-        .map_err(|e| format!("setup: podman: {e}"))?;
+        .map_err(|e| format!("setup: {engine}: {e}"))?;
     if out.status.success() {
         return Ok(());
     }
@@ -577,7 +731,7 @@ fn run_setup(name: &str, script: &Path) -> Result<(), String> {
 
 /// Lists this owner's machines.
 pub fn ps() -> Result<(), String> {
-    require_root()?;
+    host()?;
     let filter = format!("label=warden.owner={}", owner());
     let out = podman(
         "ps",
@@ -596,29 +750,28 @@ pub fn ps() -> Result<(), String> {
 
 /// Stops the machine (warden gets SIGTERM, then SIGKILL after 10 s).
 pub fn stop(id: &str) -> Result<(), String> {
-    require_root()?;
+    host()?;
     podman("stop", &["stop", "-t", "10", &container(id)]).map(drop)
 }
 
 pub fn logs(id: &str) -> Result<(), String> {
-    require_root()?;
-    let status = Command::new("podman")
-        .args(PODMAN_GLOBAL)
+    let engine = host()?.engine.program();
+    let status = engine_command()?
         .args(["logs", &container(id)])
         .status()
-        .map_err(|e| format!("logs: cannot run podman: {e}"))?;
+        .map_err(|e| format!("logs: cannot run {engine}: {e}"))?;
     match status.success() {
         true => Ok(()),
-        false => Err(format!("logs: podman failed ({status})")),
+        false => Err(format!("logs: {engine} failed ({status})")),
     }
 }
 
 /// Removes the container; with `volumes`, its volumes and state folder too.
 pub fn rm(id: &str, volumes: bool) -> Result<(), String> {
-    require_root()?;
+    host()?;
     let name = container(id);
     if exists("container", &name) {
-        podman("rm", &["rm", "-f", "-t", "10", &name])?;
+        remove_container("rm", &name)?;
         println!("removed {name}");
     }
     if volumes {
@@ -634,13 +787,18 @@ pub fn rm(id: &str, volumes: bool) -> Result<(), String> {
 }
 
 fn remove_volumes_and_state(id: &str) -> Result<(), String> {
+    let state = state_dir(id);
+    if host()?.rootless {
+        // What an earlier `up` handed to the machine's root comes back
+        // first, or the owner could not remove it.
+        give(&[state.join("etc"), state.join("run")], false)?;
+    }
     for volume in [format!("{PREFIX}-{id}-data"), format!("{PREFIX}-{id}-work")] {
         if exists("volume", &volume) {
             podman("remove volume", &["volume", "rm", "-f", &volume])?;
             println!("removed volume {volume}");
         }
     }
-    let state = state_dir(id);
     match std::fs::remove_dir_all(&state) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(format!("state folder {}: {e}", state.display()))
@@ -652,9 +810,12 @@ fn remove_volumes_and_state(id: &str) -> Result<(), String> {
 /// Removes every container and volume labelled with this owner's uid, and
 /// their state folders; nothing else.
 pub fn prune() -> Result<(), String> {
-    require_root()?;
+    let host = host()?;
     let filter = format!("label=warden.owner={}", owner());
-    let format = "{{index .Labels \"warden.machine\"}}";
+    let format = match host.engine {
+        Engine::Podman => "{{index .Labels \"warden.machine\"}}",
+        Engine::Docker => "{{.Label \"warden.machine\"}}",
+    };
     let ids = podman(
         "list containers",
         &["ps", "-a", "--filter", &filter, "--format", format],
@@ -686,7 +847,7 @@ pub fn check_id(id: &str) -> Result<(), String> {
 /// Copies the machine's audit log to `<state>/audit-copy`; returns its
 /// files in chain order and the anchor's path.
 pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, PathBuf), String> {
-    require_root()?;
+    host()?;
     let state = state_dir(id);
     let copy = state.join("audit-copy");
     // podman cp into an existing folder would nest the copy inside it.
@@ -717,7 +878,7 @@ pub fn describe_tail(files: &[PathBuf], n: usize) -> Vec<String> {
 
 /// Warden's status of the machine, through its host socket.
 pub fn status(id: &str) -> Result<crate::protocol::Status, String> {
-    require_root()?;
+    host()?;
     let key = key(id)?;
     let socket = socket(id);
     let mut client = Client::connect_keyed(&socket, Some(&key), None)

@@ -1,4 +1,6 @@
-//! The host side: `warden machine ...` makes containers with podman from machine definitions.
+//! The host side: `warden machine ...` makes containers with podman (or
+//! Docker) from machine definitions.
 
 pub mod definition;
+pub mod host;
 pub mod machine;

@@ -21,6 +21,9 @@ pub const CHAIN: &str = "output";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scope {
     pub shell_uid: u32,
+    /// shell's uid as the network namespace counts it (see `userns`):
+    /// the number the rules name.
+    pub network_uid: u32,
     pub proxy_port: u16,
 }
 
@@ -71,7 +74,7 @@ fn field(protocol: &'static str, name: &'static str) -> Expression<'static> {
 /// (UDP, ICMP, other protocols) an ICMP "administratively prohibited", so
 /// tools fail at once instead of waiting for a timeout.
 pub fn rules(scope: Scope) -> Vec<Vec<Statement<'static>>> {
-    let owner = || equals(meta(MetaKey::Skuid), Expression::Number(scope.shell_uid));
+    let owner = || equals(meta(MetaKey::Skuid), Expression::Number(scope.network_uid));
     let proxy = |protocol: &'static str, address: &'static str| {
         vec![
             owner(),
@@ -202,6 +205,16 @@ pub enum Verdict {
 
 /// Judges the layer from the three pieces of evidence: applying, reading
 /// back, and the probe.
+/// Says in plain words what a permission error from nft means: the
+/// network namespace belongs to someone else (rootless podman with the
+/// host's network), or warden lacks CAP_NET_ADMIN.
+fn why_refused(error: &str) -> &'static str {
+    match error.contains("Operation not permitted") {
+        true => " (this machine may not change the firewall of the network it is on: it shares a network it does not own, as under rootless podman with --network host, or it lacks CAP_NET_ADMIN)",
+        false => "",
+    }
+}
+
 pub fn judge(
     scope: Scope,
     applied: &Result<(), String>,
@@ -210,10 +223,15 @@ pub fn judge(
 ) -> Verdict {
     let Scope {
         shell_uid,
+        network_uid,
         proxy_port,
     } = scope;
+    let counted = match network_uid == shell_uid {
+        true => String::new(),
+        false => format!(" ({network_uid} to this network, whose namespace belongs to the parent user namespace)"),
+    };
     if let Err(e) = applied {
-        return Verdict::DidNotHold(format!("cannot apply the rules: {e}"));
+        return Verdict::DidNotHold(format!("cannot apply the rules: {e}{}", why_refused(e)));
     }
     let findings = match probe {
         Ok(f) => f,
@@ -241,7 +259,7 @@ pub fn judge(
             " (no IPv6 loopback here)"
         };
         Verdict::Holds(format!(
-            "table inet {TABLE}: sockets of uid {shell_uid} reach only the proxy on 127.0.0.1{v6}:{proxy_port}; a probe as shell was refused at once over TCP, its UDP datagram did not arrive, and it reached the proxy"
+            "table inet {TABLE}: sockets of uid {shell_uid}{counted} reach only the proxy on 127.0.0.1{v6}:{proxy_port}; a probe as shell was refused at once over TCP, its UDP datagram did not arrive, and it reached the proxy"
         ))
     } else {
         Verdict::DidNotHold(problems.join("; "))
@@ -270,6 +288,7 @@ mod tests {
 
     const SCOPE: Scope = Scope {
         shell_uid: 2001,
+        network_uid: 2001,
         proxy_port: 3128,
     };
 
@@ -413,6 +432,12 @@ mod tests {
                 ok.clone(),
                 Ok(good),
                 Some("cannot apply the rules: nft: not found"),
+            ),
+            (
+                Err("nft: netlink: Error: Operation not permitted".into()),
+                ok.clone(),
+                Ok(good),
+                Some("shares a network it does not own"),
             ),
             (
                 ok.clone(),

@@ -7,3 +7,4 @@ pub mod hosts;
 pub mod proxy;
 pub mod registries;
 pub mod target;
+pub mod userns;
