@@ -608,3 +608,383 @@ fn keys_never_reach_shell() {
     assert!(!all.contains("API_TOKEN"), "{all}");
     assert!(!all.contains("[redacted]"), "{all}");
 }
+
+/// A plain user with subordinate ids and the base image in their own
+/// storage: the owner of rootless machines. Made once per test run (the
+/// image is loaded again only when it changed).
+struct Owner {
+    name: &'static str,
+    uid: u32,
+}
+
+const OWNER: &str = "warden-owner";
+
+fn owner() -> &'static Owner {
+    static OWNER_ONCE: std::sync::OnceLock<Owner> = std::sync::OnceLock::new();
+    OWNER_ONCE.get_or_init(|| {
+        if Command::new("id")
+            .arg(OWNER)
+            .output()
+            .unwrap()
+            .status
+            .code()
+            != Some(0)
+        {
+            let out = Command::new("useradd")
+                .args(["-m", "-s", "/bin/sh", OWNER])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", show("useradd", &out));
+        }
+        for file in ["/etc/subuid", "/etc/subgid"] {
+            let listed = std::fs::read_to_string(file)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.starts_with(&format!("{OWNER}:")));
+            if !listed {
+                let out = Command::new("usermod")
+                    .args(["--add-subuids", "400000-465535"])
+                    .args(["--add-subgids", "400000-465535", OWNER])
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{}", show("usermod", &out));
+            }
+        }
+        let uid = text(
+            &Command::new("id")
+                .args(["-u", OWNER])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .trim()
+        .parse()
+        .unwrap();
+        let owner = Owner { name: OWNER, uid };
+        let theirs = text(
+            &owner
+                .command(
+                    "podman",
+                    &["image", "inspect", "--format", "{{.Id}}", IMAGE],
+                )
+                .output()
+                .unwrap()
+                .stdout,
+        );
+        if theirs.trim() != image_id(IMAGE) {
+            let started = Instant::now();
+            let out = Command::new("sh")
+                .args([
+                    "-c",
+                    &format!("podman save {IMAGE} | runuser -u {OWNER} -- podman load"),
+                ])
+                .current_dir("/")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", show("podman load", &out));
+            eprintln!(
+                "image loaded for {OWNER} in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        owner
+    })
+}
+
+impl Owner {
+    /// `program args` as the owner (runuser sets HOME and USER).
+    fn command(&self, program: &str, args: &[&str]) -> Command {
+        let mut command = Command::new("runuser");
+        command
+            .args(["-u", self.name, "--", program])
+            .args(args)
+            .current_dir("/")
+            .stdin(Stdio::null());
+        command
+    }
+
+    fn warden(&self, args: &[&str]) -> Output {
+        self.command(warden_bin(), args).output().unwrap()
+    }
+
+    fn state(&self, id: &str) -> PathBuf {
+        PathBuf::from(format!(
+            "/home/{}/.local/share/warden/machines/{id}",
+            self.name
+        ))
+    }
+}
+
+/// Removes a rootless machine, whatever happened.
+struct OwnerCleanup(String);
+
+impl Drop for OwnerCleanup {
+    fn drop(&mut self) {
+        let _ = owner().warden(&["machine", "rm", &self.0, "--volumes"]);
+    }
+}
+
+/// A rootless definition in a folder the owner owns, with a folder lent
+/// for writing; `extra` is laid over it.
+fn rootless_fixture(tag: &str, extra: serde_json::Value) -> (tempfile::TempDir, String, PathBuf) {
+    let owner = owner();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let id = format!("t{}-{tag}", std::process::id());
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let mut definition = serde_json::json!({
+        "id": id,
+        "image": IMAGE,
+        "lend": [{"host": out_dir, "at": "/lent/out", "mode": "write"}],
+    });
+    if let (Some(d), Some(e)) = (definition.as_object_mut(), extra.as_object()) {
+        d.extend(e.clone());
+    }
+    let file = dir.path().join("def.json");
+    std::fs::write(&file, definition.to_string()).unwrap();
+    let uid = nix::unistd::Uid::from_raw(owner.uid);
+    for path in [dir.path(), &out_dir, &file] {
+        nix::unistd::chown(path, Some(uid), None).unwrap();
+    }
+    (dir, id, file)
+}
+
+#[test]
+fn a_rootless_owner_gets_what_shell_writes_with_keep_id() {
+    if !ready("a_rootless_owner_gets_what_shell_writes_with_keep_id") {
+        return;
+    }
+    let owner = owner();
+    let (dir, id, file) = rootless_fixture("keepid", serde_json::json!({"keep_id": true}));
+    let _cleanup = OwnerCleanup(id.clone());
+
+    let out = owner.warden(&["machine", "check"]);
+    let facts = text(&out.stdout);
+    assert!(out.status.success(), "{}", show("check", &out));
+    assert!(
+        facts.contains(&format!("rootless (uid {})", owner.uid)),
+        "{facts}"
+    );
+    assert!(facts.contains("subordinate ids of warden-owner"), "{facts}");
+
+    let out = owner.warden(&["machine", "up", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", show("up", &out));
+    let exec = |argv: &[&str]| {
+        let mut args = vec!["machine", "exec", &id, "--"];
+        args.extend(argv);
+        owner.warden(&args)
+    };
+    let out = exec(&["id", "-un"]);
+    assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("id", &out));
+    let out = exec(&["sh", "-c", "echo from-shell > /lent/out/made && id -u"]);
+    assert_eq!(text(&out.stdout).trim(), "2001", "{}", show("write", &out));
+    let made = std::fs::metadata(dir.path().join("out/made")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        made.uid(),
+        owner.uid,
+        "shell's file belongs to the owner on the host"
+    );
+
+    // keep-id makes the owner's files shell's inside: the key warden reads
+    // was handed to the machine's root, and shell cannot read it.
+    let out = exec(&["cat", "/etc/warden/key"]);
+    assert!(!out.status.success(), "{}", show("cat key", &out));
+    let key = std::fs::read_to_string(owner.state(&id).join("key")).unwrap();
+    assert!(!text(&out.stdout).contains(key.trim()));
+
+    let out = owner.warden(&["machine", "status", &id]);
+    let status = text(&out.stdout);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("layer firewall") && l.contains(" holds ")),
+        "{status}"
+    );
+    let out = owner.warden(&["machine", "ps"]);
+    assert!(
+        text(&out.stdout).contains(&format!("warden-{id}")),
+        "{}",
+        show("ps", &out)
+    );
+
+    let out = owner.warden(&["machine", "rm", &id, "--volumes"]);
+    assert!(out.status.success(), "{}", show("rm", &out));
+    assert!(!owner.state(&id).exists(), "the state folder is gone");
+}
+
+#[test]
+fn a_rootless_machine_on_the_hosts_network_says_its_firewall_cannot_hold() {
+    let test = "a_rootless_machine_on_the_hosts_network_says_its_firewall_cannot_hold";
+    if !ready(test) {
+        return;
+    }
+    let owner = owner();
+    let (_dir, id, file) = rootless_fixture("hostnet", serde_json::json!({"network": "host"}));
+    let _cleanup = OwnerCleanup(id.clone());
+    let out = owner.warden(&["machine", "up", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", show("up", &out));
+
+    // The policy's default, required: commands are refused, saying why.
+    let out = owner.warden(&["machine", "status", &id]);
+    let status = text(&out.stdout);
+    let firewall = status
+        .lines()
+        .find(|l| l.starts_with("layer firewall"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(firewall.contains("DOES NOT HOLD (required)"), "{status}");
+    assert!(
+        firewall.contains("shares a network it does not own"),
+        "{status}"
+    );
+    assert!(status.contains("REFUSING COMMANDS"), "{status}");
+    let exec = |argv: &[&str]| {
+        let mut args = vec!["machine", "exec", &id, "--"];
+        args.extend(argv);
+        owner.warden(&args)
+    };
+    let out = exec(&["id", "-un"]);
+    assert!(!out.status.success(), "{}", show("exec", &out));
+    assert!(
+        text(&out.stderr).contains("firewall did not hold"),
+        "{}",
+        show("exec", &out)
+    );
+    let logs = owner.warden(&["machine", "logs", &id]);
+    let logs = format!("{}{}", text(&logs.stdout), text(&logs.stderr));
+    assert!(logs.contains("firewall (required) does not hold"), "{logs}");
+
+    // best-effort: commands run, and status keeps saying what is missing.
+    let mut definition: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    definition["firewall"] = "best-effort".into();
+    std::fs::write(&file, definition.to_string()).unwrap();
+    let out = owner.warden(&["machine", "up", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", show("up best-effort", &out));
+    let out = exec(&["id", "-un"]);
+    assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("exec", &out));
+    let status = text(&owner.warden(&["machine", "status", &id]).stdout);
+    assert!(status.contains("DOES NOT HOLD (best effort)"), "{status}");
+    assert!(!status.contains("REFUSING COMMANDS"), "{status}");
+}
+
+#[test]
+fn the_launcher_refuses_what_this_host_cannot_hold_and_says_why() {
+    if !ready("the_launcher_refuses_what_this_host_cannot_hold_and_says_why") {
+        return;
+    }
+    let out = warden(&["machine", "check"]);
+    let facts = text(&out.stdout);
+    assert!(out.status.success(), "{}", show("check", &out));
+    for fact in [
+        "engine: podman, rootful",
+        "cgroups:",
+        "limits: nofile",
+        "this host can run machines",
+    ] {
+        assert!(facts.contains(fact), "{fact}: {facts}");
+    }
+    let cases = [
+        (serde_json::json!({"network": "host"}), "refused rootful"),
+        (
+            serde_json::json!({"keep_id": true}),
+            "keep_id: needs rootless podman",
+        ),
+        (
+            serde_json::json!({"network": "/run/netns/no-such-namespace-here"}),
+            "no such namespace",
+        ),
+    ];
+    for (extra, want) in cases {
+        let fx = Fixture::new("refused", &[]);
+        edit_definition(&fx, |d| {
+            if let (Some(d), Some(e)) = (d.as_object_mut(), extra.as_object()) {
+                d.extend(e.clone());
+            }
+        });
+        let out = fx.up();
+        assert!(!out.status.success(), "{}", show("up", &out));
+        assert!(
+            text(&out.stderr).contains(want),
+            "{want}: {}",
+            show("up", &out)
+        );
+        assert_eq!(leftovers(&fx.id), "", "nothing made for {extra}");
+    }
+    // An engine that is not there, or not running, is named as such.
+    for (engine, want) in [
+        ("docker", "docker"),
+        ("lxc", "the engines are podman and docker"),
+    ] {
+        let out = Command::new(warden_bin())
+            .args(["machine", "check"])
+            .env("WARDEN_ENGINE", engine)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{}", show(engine, &out));
+        assert!(text(&out.stderr).contains(want), "{}", show(engine, &out));
+    }
+}
+
+#[test]
+fn a_machine_on_a_namespace_reaches_listed_hosts_through_its_proxy_only() {
+    let test = "a_machine_on_a_namespace_reaches_listed_hosts_through_its_proxy_only";
+    if !ready(test) {
+        return;
+    }
+    // The tests' own internet: DNS, HTTP and HTTPS in a namespace reached
+    // from `machine_ns`, which the machine joins.
+    let net = common::internet::Internet::start();
+    let fx = Fixture::new("netns", &[]);
+    let _cleanup = Cleanup(fx.id.clone());
+    let ca_dir = net.ca.parent().unwrap().to_path_buf();
+    edit_definition(&fx, |d| {
+        d["network"] = format!("/run/netns/{}", net.machine_ns).into();
+        d["dns"] = serde_json::json!([net.v4.to_string()]);
+        d["hosts"] = serde_json::json!(["allowed.test"]);
+        // The tests' internet uses private addresses.
+        d["allow_addresses"] =
+            serde_json::json!([format!("{}/32", net.v4), format!("{}/128", net.v6)]);
+        d["lend"] = serde_json::json!([{"host": ca_dir, "at": "/lent/ca", "mode": "read"}]);
+    });
+    let out = fx.up();
+    assert!(out.status.success(), "{}", show("up", &out));
+    let ca = format!("/lent/ca/{}", net.ca.file_name().unwrap().to_string_lossy());
+    let curl = |url: &str, extra: &[&str]| {
+        let mut argv = vec!["curl", "-sS", "--max-time", "20", "--cacert", &ca];
+        argv.extend(extra);
+        argv.push(url);
+        fx.exec(&argv)
+    };
+    // Listed: through the proxy warden points shell's tools at.
+    let out = curl("https://allowed.test/from-machine", &[]);
+    assert_eq!(
+        text(&out.stdout),
+        "hello allowed.test /from-machine",
+        "{}",
+        show("allowed", &out)
+    );
+    // Not listed: the proxy refuses, with its reason.
+    let out = curl("http://denied.test/", &["-i"]);
+    let head = text(&out.stdout);
+    assert!(head.starts_with("HTTP/1.1 403"), "{}", show("denied", &out));
+    assert!(
+        head.contains("Warden-Reason: denied.test:80 is not on the host list"),
+        "{head}"
+    );
+    // Around the proxy: the firewall refuses at once (curl exit 7).
+    let direct = format!("http://{}/direct", net.v4);
+    let out = curl(&direct, &["--noproxy", "*"]);
+    assert_eq!(out.status.code(), Some(7), "{}", show("direct", &out));
+    // The internet saw the listed request, and nothing else from shell.
+    let seen = net.http_requests();
+    assert!(
+        seen.contains("https GET allowed.test /from-machine"),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains("denied.test") && !seen.contains("/direct"),
+        "{seen}"
+    );
+}

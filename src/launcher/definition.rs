@@ -38,7 +38,7 @@ pub const SYSTEM_PATHS: [&str; 17] = [
 const RESERVED_NAMES: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
 
 /// The top-level fields, in the order they are checked.
-const FIELDS: [&str; 14] = [
+const FIELDS: [&str; 15] = [
     "id",
     "image",
     "dockerfile",
@@ -53,6 +53,7 @@ const FIELDS: [&str; 14] = [
     "keep_id",
     "firewall",
     "dns",
+    "allow_addresses",
 ];
 
 const LEND_FIELDS: [&str; 3] = ["host", "at", "mode"];
@@ -102,6 +103,9 @@ pub struct Definition {
     /// Name servers for the machine's resolv.conf (the proxy resolves with
     /// them); empty leaves the engine's choice.
     pub dns: Vec<IpAddr>,
+    /// Address blocks the proxy may connect to although they are private
+    /// (network.json's `allow_addresses`), as written.
+    pub allow_addresses: Vec<String>,
 }
 
 /// The network a machine is on. Shell reaches it only through warden's
@@ -381,6 +385,14 @@ impl Parser<'_> {
         if dns.len() > MAX_DNS {
             return Err(self.invalid("dns", format!("{} servers, at most {MAX_DNS}", dns.len())));
         }
+        let allow_addresses: Vec<String> = self
+            .take(&mut object, "allow_addresses", "allow_addresses")?
+            .unwrap_or_default();
+        for (i, block) in allow_addresses.iter().enumerate() {
+            block
+                .parse::<crate::net::addr::Cidr>()
+                .map_err(|e| self.invalid(format!("allow_addresses[{i}]"), e.to_string()))?;
+        }
         Ok(Definition {
             id,
             source,
@@ -395,6 +407,7 @@ impl Parser<'_> {
             keep_id,
             firewall,
             dns,
+            allow_addresses,
         })
     }
 
@@ -713,6 +726,7 @@ mod tests {
                 keep_id: false,
                 firewall: None,
                 dns: vec![],
+                allow_addresses: vec![],
             }
         );
         assert_eq!(d.container("warden"), "warden-demo");
@@ -1113,6 +1127,14 @@ mod tests {
             (
                 with(r#"{"dns": ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]}"#),
                 Some("dns: 4 servers, at most 3"),
+            ),
+            (
+                with(r#"{"allow_addresses": ["10.1.0.0/16", "fd00::/8"]}"#),
+                None,
+            ),
+            (
+                with(r#"{"allow_addresses": ["10.1.0.1/16"]}"#),
+                Some("allow_addresses[0]: "),
             ),
             // limits
             (

@@ -354,11 +354,18 @@ fn make_key(path: &Path) -> std::io::Result<()> {
     f.write_all(hex.as_bytes())
 }
 
-/// The definition's host list and firewall requirement, or no file (warden's defaults).
+/// The definition's network policy (hosts, allowed address blocks, the
+/// firewall's requirement), or no file (warden's defaults).
 fn write_network(def: &Definition, path: &Path) -> std::io::Result<()> {
     let mut policy = serde_json::Map::new();
     if let Some(hosts) = &def.hosts {
         policy.insert("hosts".into(), serde_json::json!(hosts));
+    }
+    if !def.allow_addresses.is_empty() {
+        policy.insert(
+            "allow_addresses".into(),
+            serde_json::json!(def.allow_addresses),
+        );
     }
     if let Some(firewall) = def.firewall {
         policy.insert("firewall".into(), serde_json::json!(firewall));
