@@ -42,27 +42,8 @@ enum Command {
     Run {
         #[arg(long, env = "WARDEN_SOCKET", default_value = DEFAULT_SOCKET)]
         socket: PathBuf,
-        /// A folder under the workspace (made if missing); default: shell's home.
-        #[arg(long)]
-        folder: Option<String>,
-        /// Kill the command after this many seconds.
-        #[arg(long)]
-        timeout: Option<f64>,
-        /// Add NAME=VALUE to the command's clean environment.
-        #[arg(long = "env", value_name = "NAME=VALUE")]
-        env: Vec<String>,
-        /// Run this line with /bin/sh -c instead of ARGV.
-        #[arg(long, conflicts_with = "argv")]
-        shell: Option<String>,
-        /// Send this process's stdin to the command.
-        #[arg(short, long)]
-        interactive: bool,
-        /// Leave the command's background processes running after it exits.
-        #[arg(long)]
-        keep_background: bool,
-        /// The program and its arguments (found in PATH when it has no '/').
-        #[arg(last = true)]
-        argv: Vec<String>,
+        #[command(flatten)]
+        command: CommandArgs,
     },
     /// Check or read an audit log (works on a copy, anywhere).
     Audit {
@@ -106,6 +87,52 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// One command for shell, as `warden run` and `warden machine exec` take it.
+#[derive(clap::Args)]
+struct CommandArgs {
+    /// A folder under the workspace (made if missing), the one place the
+    /// command may write besides /tmp; default: shell's home.
+    #[arg(long)]
+    folder: Option<String>,
+    /// Kill the command after this many seconds.
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// Add NAME=VALUE to the command's clean environment.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Run this line with /bin/sh -c instead of ARGV.
+    #[arg(long, conflicts_with = "argv")]
+    shell: Option<String>,
+    /// Send this process's stdin to the command.
+    #[arg(short, long)]
+    interactive: bool,
+    /// Leave the command's background processes running after it exits.
+    #[arg(long)]
+    keep_background: bool,
+    /// The program and its arguments (found in PATH when it has no '/').
+    #[arg(last = true)]
+    argv: Vec<String>,
+}
+
+impl CommandArgs {
+    fn request(self) -> Result<RunRequest, String> {
+        Ok(RunRequest {
+            argv: (!self.argv.is_empty()).then_some(self.argv),
+            shell: self.shell,
+            folder: self.folder,
+            stdin: if self.interactive {
+                StdinMode::Pipe
+            } else {
+                StdinMode::Null
+            },
+            env: parse_env(&self.env)?,
+            timeout_ms: self.timeout.map(|s| (s * 1000.0).ceil() as u64),
+            keep_background: self.keep_background,
+            limits: None,
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -155,8 +182,8 @@ enum MachineAction {
     /// Run ARGV as the shell user through the machine's warden.
     Exec {
         id: String,
-        #[arg(last = true, required = true)]
-        argv: Vec<String>,
+        #[command(flatten)]
+        command: CommandArgs,
     },
     /// Show the machine's warden status.
     Status {
@@ -199,35 +226,10 @@ fn main() {
         Command::Init { config, main } => {
             warden::init::run(warden::init::InitArgs { config, main })
         }
-        Command::Run {
-            socket,
-            folder,
-            timeout,
-            env,
-            shell,
-            interactive,
-            keep_background,
-            argv,
-        } => {
-            let request = RunRequest {
-                argv: (!argv.is_empty()).then_some(argv),
-                shell,
-                folder,
-                stdin: if interactive {
-                    StdinMode::Pipe
-                } else {
-                    StdinMode::Null
-                },
-                env: match parse_env(&env) {
-                    Ok(env) => env,
-                    Err(e) => fail(&e),
-                },
-                timeout_ms: timeout.map(|s| (s * 1000.0).ceil() as u64),
-                keep_background,
-                limits: None,
-            };
-            run(&socket, request).unwrap_or_else(|e| fail(&e))
-        }
+        Command::Run { socket, command } => command
+            .request()
+            .and_then(|request| run(&socket, request))
+            .unwrap_or_else(|e| fail(&e)),
         Command::Status { socket, json } => status(&socket, json).unwrap_or_else(|e| fail(&e)),
         Command::Reload { socket } => reload(&socket).unwrap_or_else(|e| fail(&e)),
         Command::Machine { action } => machine(action).unwrap_or_else(|e| fail(&e)),
@@ -342,20 +344,10 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             env_file,
         } => m::up(&definition, env_file.as_deref()).map(|()| 0),
         MachineAction::Ps => m::ps().map(|()| 0),
-        MachineAction::Exec { id, argv } => {
+        MachineAction::Exec { id, command } => {
             m::check_id(&id)?;
             let _ = KEY.set(m::key(&id)?);
-            let request = RunRequest {
-                argv: Some(argv),
-                shell: None,
-                folder: None,
-                stdin: StdinMode::Null,
-                env: Default::default(),
-                timeout_ms: None,
-                keep_background: false,
-                limits: None,
-            };
-            run(&m::socket(&id), request)
+            run(&m::socket(&id), command.request()?)
         }
         MachineAction::Status { id, json } => {
             m::check_id(&id)?;

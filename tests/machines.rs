@@ -227,6 +227,23 @@ fn a_machine_is_made_keyed_kept_stopped_and_removed() {
     let out = fx.exec(&["touch", "/lent/src/by-shell"]);
     assert!(!out.status.success(), "{}", show("write lend", &out));
 
+    // A build in a workspace folder: the one place shell may write.
+    let out = warden(&[
+        "machine",
+        "exec",
+        &fx.id,
+        "--folder",
+        "build",
+        "--shell",
+        "echo built > out.txt && cat out.txt && pwd",
+    ]);
+    assert_eq!(
+        text(&out.stdout),
+        "built\n/home/runtime/workspace/build\n",
+        "{}",
+        show("build", &out)
+    );
+
     let out = warden(&["machine", "status", &fx.id]);
     let status = text(&out.stdout);
     assert!(out.status.success(), "{}", show("status", &out));
