@@ -7,70 +7,38 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod timing;
 
 use common::{Machine, Options, SHELL_UID};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use timing::{interleaved, ok, us, Stats};
 use warden::protocol::RunRequest;
 
-struct Stats {
+/// One row of the table: a contender's name and its figures.
+struct Row {
     name: String,
-    runs: usize,
-    p50: Duration,
-    p99: Duration,
-    mean: Duration,
+    stats: Stats,
 }
 
-fn measure(name: &str, runs: usize, mut once: impl FnMut()) -> Stats {
-    let [stats] = measure_interleaved([name], runs, [&mut once as &mut dyn FnMut()]);
-    stats
+fn measure(name: &str, runs: usize, mut once: impl FnMut()) -> Row {
+    measure_interleaved([name], runs, [&mut once as &mut dyn FnMut()])
+        .into_iter()
+        .next()
+        .expect("one row")
 }
 
-/// Runs the contenders in turn (A, B, A, B, ...) so that the machine's
-/// drifts hit them alike; a fair comparison on a noisy machine.
 fn measure_interleaved<const N: usize>(
     names: [&str; N],
     runs: usize,
-    mut each: [&mut dyn FnMut(); N],
-) -> [Stats; N] {
-    for f in each.iter_mut() {
-        for _ in 0..runs / 10 {
-            f(); // warm up
-        }
-    }
-    let mut times: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
-    for _ in 0..runs {
-        for (f, t) in each.iter_mut().zip(times.iter_mut()) {
-            let start = Instant::now();
-            f();
-            t.push(start.elapsed());
-        }
-    }
-    std::array::from_fn(|i| {
-        let t = &mut times[i];
-        t.sort();
-        Stats {
-            name: names[i].to_string(),
-            runs,
-            p50: t[runs / 2],
-            p99: t[runs * 99 / 100],
-            mean: t.iter().sum::<Duration>() / runs as u32,
-        }
+    each: [&mut dyn FnMut(); N],
+) -> [Row; N] {
+    let mut stats = interleaved(runs, each).into_iter();
+    names.map(|name| Row {
+        name: name.to_string(),
+        stats: stats.next().expect("one Stats per contender"),
     })
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-fn ok(cmd: &mut Command) {
-    let status = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "{cmd:?}: {status}");
 }
 
 /// Runs the bench in a mount namespace of its own where /etc/passwd and
@@ -190,8 +158,8 @@ fn main() {
         ]
     };
     if !rows.is_empty() {
-        let sudo = rows[5].p50;
-        let floor = rows[0].p50;
+        let sudo = rows[5].stats.p50;
+        let floor = rows[0].stats.p50;
         println!("\nstarting `true` as shell (p50 ratios: against the floor, and how many times faster than sudo)");
         println!(
             "{:<42} {:>6} {:>10} {:>10} {:>10} {:>9} {:>9}",
@@ -201,15 +169,15 @@ fn main() {
             println!(
                 "{:<42} {:>6} {:>10.0} {:>10.0} {:>10.0} {:>9.2} {:>9.2}",
                 r.name,
-                r.runs,
-                us(r.p50),
-                us(r.p99),
-                us(r.mean),
-                r.p50.as_secs_f64() / floor.as_secs_f64(),
-                sudo.as_secs_f64() / r.p50.as_secs_f64()
+                r.stats.runs,
+                us(r.stats.p50),
+                us(r.stats.p99),
+                us(r.stats.mean),
+                r.stats.p50.as_secs_f64() / floor.as_secs_f64(),
+                sudo.as_secs_f64() / r.stats.p50.as_secs_f64()
             );
         }
-        let (confined, bare) = (rows[1].p50, rows[2].p50);
+        let (confined, bare) = (rows[1].stats.p50, rows[2].stats.p50);
         println!(
             "Landlock and seccomp add {:.0} µs at p50 to a command's round trip ({:.2}x)",
             us(confined) - us(bare),

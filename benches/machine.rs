@@ -8,9 +8,12 @@
 //! without them it says why and does nothing. `scripts/bench` runs it; by
 //! itself: `sudo cargo bench --bench machine` (see docs/benchmarks.md).
 
+mod timing;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use timing::{interleaved, ok, us};
 use warden::client::Client;
 use warden::launcher::machine as m;
 use warden::protocol::RunRequest;
@@ -20,64 +23,13 @@ const IMAGE: &str = "localhost/warden-machine:latest";
 const RUNS: usize = 100;
 /// Stop-then-up runs of the unchanged machine.
 const UP_RUNS: usize = 5;
-/// The global podman options this host needs (see machine/README.md).
-const PODMAN: [&str; 4] = ["--runtime", "runc", "--cgroup-manager", "cgroupfs"];
 const AUDIT_LOG: &str = "/home/runtime/data/audit/warden.jsonl";
 
-struct Stats {
-    p50: Duration,
-    p90: Duration,
-    p99: Duration,
-    mean: Duration,
-}
-
-/// Runs the contenders in turn (A, B, C, A, B, C, ...) so that the
-/// machine's drifts hit them alike.
-fn interleaved<const N: usize>(runs: usize, mut each: [&mut dyn FnMut(); N]) -> [Stats; N] {
-    for f in each.iter_mut() {
-        for _ in 0..runs / 10 {
-            f(); // warm up
-        }
-    }
-    let mut times: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
-    for _ in 0..runs {
-        for (f, t) in each.iter_mut().zip(times.iter_mut()) {
-            let start = Instant::now();
-            f();
-            t.push(start.elapsed());
-        }
-    }
-    std::array::from_fn(|i| {
-        let t = &mut times[i];
-        t.sort();
-        Stats {
-            p50: t[runs / 2],
-            p90: t[runs * 90 / 100],
-            p99: t[runs * 99 / 100],
-            mean: t.iter().sum::<Duration>() / runs as u32,
-        }
-    })
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-/// Runs `cmd` to success, its output discarded (shown if it fails).
-fn ok(cmd: &mut Command) {
-    let out = cmd.stdin(Stdio::null()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
+/// podman with the options the launcher found this host needs.
 fn podman() -> Command {
-    let mut c = Command::new("podman");
-    c.args(PODMAN);
+    let host = warden::launcher::host::get().unwrap_or_else(|e| panic!("{e}"));
+    let mut c = Command::new(host.engine.program());
+    c.args(&host.global);
     c
 }
 

@@ -9,12 +9,15 @@
 //! `cargo bench --bench proxy [-- throughput|ttfb|parallel]` (see
 //! docs/benchmarks.md).
 
+mod timing;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
+use timing::{interleaved_with, us, Stats};
 
 /// Bytes per read and write, on both ends.
 const CHUNK: usize = 256 * 1024;
@@ -470,43 +473,9 @@ fn warden(dir: &Path, origin: SocketAddr) -> Contender {
 // ---------------------------------------------------------------------------
 // Measuring and printing.
 
-struct Stats {
-    p50: Duration,
-    p90: Duration,
-    p99: Duration,
-    mean: Duration,
-}
-
-/// Runs the contenders in turn (A, B, C, A, B, C, ...) so that the
-/// machine's drifts hit them alike.
-fn interleaved(cs: &[Contender], runs: usize, f: impl Fn(&Contender) -> Duration) -> Vec<Stats> {
-    for c in cs {
-        for _ in 0..runs / 10 {
-            f(c); // warm up
-        }
-    }
-    let mut times = vec![Vec::with_capacity(runs); cs.len()];
-    for _ in 0..runs {
-        for (c, t) in cs.iter().zip(times.iter_mut()) {
-            t.push(f(c));
-        }
-    }
-    times
-        .into_iter()
-        .map(|mut t| {
-            t.sort();
-            Stats {
-                p50: t[runs / 2],
-                p90: t[runs * 90 / 100],
-                p99: t[runs * 99 / 100],
-                mean: t.iter().sum::<Duration>() / runs as u32,
-            }
-        })
-        .collect()
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
+/// Contenders in turn; `f` times the part that counts.
+fn by_contender(cs: &[Contender], runs: usize, f: impl Fn(&Contender) -> Duration) -> Vec<Stats> {
+    interleaved_with(cs.len(), runs, |i| f(&cs[i]))
 }
 
 fn gib_s(bytes: u64, d: Duration) -> f64 {
@@ -574,7 +543,7 @@ fn ttfb(cs: &[Contender]) {
             "plain HTTP: GET http://localhost:PORT/, first response byte",
         ),
     ] {
-        let stats = interleaved(cs, TTFB_RUNS, |c| c.get(plain));
+        let stats = by_contender(cs, TTFB_RUNS, |c| c.get(plain));
         println!(
             "\ntime to first byte, a fresh connection each, {TTFB_RUNS} runs, contenders in turn: {title}"
         );

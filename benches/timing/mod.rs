@@ -1,0 +1,77 @@
+//! Measuring side by side, shared by the benches: contenders run in turn
+//! (A, B, C, A, B, C, ...) so that the machine's drifts hit them alike.
+
+#![allow(dead_code)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Stats {
+    pub runs: usize,
+    pub p50: Duration,
+    pub p90: Duration,
+    pub p99: Duration,
+    pub mean: Duration,
+}
+
+impl Stats {
+    fn of(mut times: Vec<Duration>) -> Stats {
+        times.sort();
+        let runs = times.len();
+        Stats {
+            runs,
+            p50: times[runs / 2],
+            p90: times[runs * 90 / 100],
+            p99: times[runs * 99 / 100],
+            mean: times.iter().sum::<Duration>() / runs as u32,
+        }
+    }
+}
+
+/// `n` contenders, `runs` rounds, a tenth more first to warm up; `once(i)`
+/// runs contender `i` once and says how long the part that counts took.
+pub fn interleaved_with(
+    n: usize,
+    runs: usize,
+    mut once: impl FnMut(usize) -> Duration,
+) -> Vec<Stats> {
+    for i in 0..n {
+        for _ in 0..runs / 10 {
+            once(i);
+        }
+    }
+    let mut times = vec![Vec::with_capacity(runs); n];
+    for _ in 0..runs {
+        for (i, t) in times.iter_mut().enumerate() {
+            t.push(once(i));
+        }
+    }
+    times.into_iter().map(Stats::of).collect()
+}
+
+/// Contenders timed whole, each call one run.
+pub fn interleaved<const N: usize>(runs: usize, mut each: [&mut dyn FnMut(); N]) -> [Stats; N] {
+    let mut stats = interleaved_with(N, runs, |i| {
+        let start = Instant::now();
+        each[i]();
+        start.elapsed()
+    })
+    .into_iter();
+    std::array::from_fn(|_| stats.next().expect("one Stats per contender"))
+}
+
+pub fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Runs `cmd` to success, its output discarded (shown if it fails).
+pub fn ok(cmd: &mut Command) {
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
