@@ -65,6 +65,9 @@ pub fn run(args: InitArgs) -> i32 {
     let vm = if vm::detect() {
         match vm::boot() {
             Ok(vm) => Some(vm),
+            // Not a machine after all: nothing of one is touched, not
+            // even its power.
+            Err(e @ vm::VmError::NotAMachine) => return refuse(e.to_string()),
             Err(e) => {
                 refuse(format!("VM boot: {e}"));
                 vm::power_off(1)

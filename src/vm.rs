@@ -57,6 +57,19 @@ pub enum VmError {
     NoDisk(String),
     #[error("switching root to {NEW_ROOT}: {0}")]
     SwitchRoot(String),
+    #[error("PID 1 of a PID namespace, not of a machine: not a VM (nothing done beyond mounting its own /proc)")]
+    NotAMachine,
+}
+
+/// The inode of the kernel's initial PID namespace (PROC_PID_INIT_INO),
+/// the same on every kernel: only a machine's own PID 1 lives there, never
+/// a container's.
+const INITIAL_PID_NS: &str = "pid:[4026531836]";
+
+/// Whether this process is in the kernel's initial PID namespace (reads
+/// /proc).
+fn in_initial_pid_namespace() -> bool {
+    std::fs::read_link("/proc/self/ns/pid").is_ok_and(|l| l.as_os_str() == INITIAL_PID_NS)
 }
 
 fn io_error(path: impl AsRef<Path>) -> impl FnOnce(std::io::Error) -> VmError {
@@ -64,8 +77,10 @@ fn io_error(path: impl AsRef<Path>) -> impl FnOnce(std::io::Error) -> VmError {
     move |source| VmError::Io { path, source }
 }
 
-/// Whether this process is PID 1 of a virtual machine: PID 1 with no /proc
-/// yet (a container runtime always mounts one), or told so by `warden.vm`.
+/// Whether this process looks like PID 1 of a virtual machine: PID 1 with
+/// no /proc yet (a container runtime always mounts one), or told so by
+/// `warden.vm` and in the kernel's initial PID namespace. `boot` checks
+/// the namespace again once /proc is there, before it goes further.
 pub fn detect() -> bool {
     if nix::unistd::getpid().as_raw() != 1 {
         return false;
@@ -73,7 +88,9 @@ pub fn detect() -> bool {
     if !Path::new("/proc/self/stat").exists() {
         return true;
     }
-    std::fs::read_to_string("/proc/cmdline").is_ok_and(|c| Cmdline::parse(&c).flag("warden.vm"))
+    in_initial_pid_namespace()
+        && std::fs::read_to_string("/proc/cmdline")
+            .is_ok_and(|c| Cmdline::parse(&c).flag("warden.vm"))
 }
 
 /// The kernel command line, as `key` or `key=value` words.
@@ -150,6 +167,11 @@ pub fn boot() -> Result<Vm, VmError> {
     ];
     for (source, target, fstype, flags, data) in early {
         mount_fs(source, target, fstype, flags, data)?;
+        // A container's PID 1 that has no /proc stops here: nothing of a
+        // machine's (disks, modules, vsock) is ever touched from one.
+        if target == "/proc" && !in_initial_pid_namespace() {
+            return Err(VmError::NotAMachine);
+        }
     }
     let cmdline = Cmdline::parse(
         &std::fs::read_to_string("/proc/cmdline").map_err(io_error("/proc/cmdline"))?,

@@ -31,7 +31,8 @@ pub struct Listener {
 }
 
 /// Listens on `port` for any CID (in practice, the host's). Call inside
-/// the async runtime.
+/// the async runtime, and only once `vm::boot` succeeded: this process is
+/// then PID 1 of the kernel's initial PID namespace, in a VM.
 pub fn bind_any(port: u32) -> io::Result<Listener> {
     let fd = socket(
         AddressFamily::Vsock,

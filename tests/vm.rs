@@ -330,3 +330,35 @@ fn vm_whose_warden_dies_is_detected() {
     // The host's way in is gone with it.
     assert!(vm.connect_with(&vm.key).is_err());
 }
+
+/// A container's PID 1 with no /proc looks like a VM's at first; warden
+/// finds out from the PID namespace and stops there, touching nothing of a
+/// machine's (no disks, no modules, no vsock, no power).
+#[test]
+fn pid1_of_a_namespace_without_proc_is_not_taken_for_a_vm() {
+    vm::guard();
+    if !common::privileged("pid1_of_a_namespace_without_proc_is_not_taken_for_a_vm") {
+        return;
+    }
+    let out = Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            "umount -l /proc && exec \"$0\" init",
+            common::warden_bin(),
+        ])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(log.contains("not a VM"), "{log}");
+    assert!(!log.contains("vsock"), "{log}");
+}
