@@ -5,7 +5,7 @@
 //! bounded queue, so a slow client slows its commands instead of growing
 //! warden's memory), and one task per command.
 
-use crate::output::{pump, write_frames, Budget, Out};
+use crate::output::{pump, write_frames, Budget, Capped, Out};
 use crate::protocol::{
     ErrorCode, Event, ExitReport, Header, Kind, Request, StdinMode, HEADER_LEN, SUPPORTED_VERSIONS,
 };
@@ -35,6 +35,11 @@ const OUT_QUEUE: usize = 32;
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 /// A new connection must say hello within this time.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// A wrong or missing key is answered after this long, one refusal at a
+/// time for all connections together: guessing is slowed to one try per
+/// REFUSAL_DELAY, and a flood of tries cannot flood the audit log faster.
+const REFUSAL_DELAY: Duration = Duration::from_millis(500);
+static REFUSALS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The send buffer of every API socket.
 const SOCKET_BUFFER: usize = 4 << 20;
 /// Pipes are widened to this size, where the kernel allows, for throughput.
@@ -46,15 +51,37 @@ pub enum Door {
     /// The machine's own socket: file mode and SO_PEERCRED (root and the
     /// runtime only).
     Local,
-    /// The host's socket: whoever presents the machine's key in the hello.
-    Host(Arc<crate::key::Key>),
+    /// The host's way in (a socket in a folder lent to it, or vsock in a
+    /// VM): whoever presents the machine's key in the hello. The `&str`
+    /// names the transport in audit lines.
+    Host(Arc<crate::key::Key>, &'static str),
 }
 
-pub async fn serve(sup: Arc<Supervisor>, listener: UnixListener, door: Door) {
+/// Where connections come from.
+pub enum Listener {
+    Unix(UnixListener),
+    /// Only ever made inside a VM (see `vsock`).
+    Vsock(crate::vsock::Listener),
+}
+
+impl Listener {
+    /// The next connection, and the most bytes one write to it may carry.
+    async fn accept(&self) -> std::io::Result<(UnixStream, usize)> {
+        match self {
+            Listener::Unix(l) => l.accept().await.map(|(s, _)| (s, usize::MAX)),
+            Listener::Vsock(l) => l
+                .accept()
+                .await
+                .map(|(s, _peer)| (s, crate::vsock::MAX_WRITE)),
+        }
+    }
+}
+
+pub async fn serve(sup: Arc<Supervisor>, listener: Listener, door: Door) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::spawn(connection(sup.clone(), stream, door.clone()));
+            Ok((stream, max_write)) => {
+                tokio::spawn(connection(sup.clone(), stream, max_write, door.clone()));
             }
             Err(e) => {
                 // Out of descriptors or memory: wait and go on, never exit.
@@ -71,6 +98,8 @@ struct Conn {
     sup: Arc<Supervisor>,
     uid: u32,
     door: Door,
+    /// The protocol version agreed in the hello (0 before it).
+    version: std::sync::atomic::AtomicU32,
     tx: mpsc::Sender<Out>,
     slots: Mutex<Slots>,
 }
@@ -87,7 +116,7 @@ struct Slot {
     stdin: Option<mpsc::Sender<Vec<u8>>>,
 }
 
-async fn connection(sup: Arc<Supervisor>, stream: UnixStream, door: Door) {
+async fn connection(sup: Arc<Supervisor>, stream: UnixStream, max_write: usize, door: Door) {
     let cred = stream.peer_cred();
     // Spliced output is accounted in the socket's send buffer; the default
     // (about 200 KiB) holds too few pages to keep the pipe moving. Root may
@@ -95,7 +124,7 @@ async fn connection(sup: Arc<Supervisor>, stream: UnixStream, door: Door) {
     let _ = nix::sys::socket::setsockopt(&stream, SndBufForce, &SOCKET_BUFFER);
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(OUT_QUEUE);
-    let writer = tokio::spawn(write_frames(wr, rx));
+    let writer = tokio::spawn(write_frames(Capped::new(wr, max_write), rx));
     let (uid, pid) = match &cred {
         Ok(c) => (c.uid(), c.pid().unwrap_or(0)),
         Err(_) => (u32::MAX, 0),
@@ -104,7 +133,7 @@ async fn connection(sup: Arc<Supervisor>, stream: UnixStream, door: Door) {
     // there is the host's, which means nothing here.
     let uid = match door {
         Door::Local => uid,
-        Door::Host(_) => 0,
+        Door::Host(..) => 0,
     };
     if matches!(door, Door::Local) && !sup.may_connect(uid) {
         let reason = format!(
@@ -123,6 +152,7 @@ async fn connection(sup: Arc<Supervisor>, stream: UnixStream, door: Door) {
             sup,
             uid,
             door,
+            version: Default::default(),
             tx,
             slots: Mutex::default(),
         });
@@ -203,22 +233,25 @@ impl Conn {
                 "the first frame must be a hello".into(),
             ));
         };
-        if let Door::Host(machine_key) = &self.door {
+        if let Door::Host(machine_key, via) = &self.door {
             let reason = match key.as_deref() {
-                None => Some("no key: the host socket needs the machine's key"),
+                None => Some("no key: the host's way in needs the machine's key"),
                 Some(k) if !machine_key.matches(k) => Some("wrong key"),
                 Some(_) => None,
             };
             if let Some(reason) = reason {
                 self.sup.audit.record(
                     "connection_refused",
-                    json!({"door": "host", "reason": reason}),
+                    json!({"door": "host", "via": via, "reason": reason}),
                 );
+                let _one_at_a_time = REFUSALS.lock().await;
+                tokio::time::sleep(REFUSAL_DELAY).await;
                 return Err((ErrorCode::Refused, reason.into()));
             }
-            self.sup
-                .audit
-                .record("connection", json!({"door": "host", "key": "accepted"}));
+            self.sup.audit.record(
+                "connection",
+                json!({"door": "host", "via": via, "key": "accepted"}),
+            );
         }
         let Some(version) = SUPPORTED_VERSIONS
             .iter()
@@ -232,6 +265,7 @@ impl Conn {
                 ),
             ));
         };
+        self.version.store(*version, Ordering::SeqCst);
         let server = format!("warden {}", env!("CARGO_PKG_VERSION"));
         self.send(
             header.id,
@@ -281,11 +315,40 @@ impl Conn {
             Request::Signal { target, signal } => Some(self.signal(target, &signal)),
             Request::Audit { kind, fields } => Some(self.runtime_event(&kind, fields)),
             Request::Run(run) => self.start(id, run),
+            Request::Shutdown => {
+                // Answered first: the stop begins once the answer is queued.
+                let reply = self.shutdown();
+                let stopping = matches!(reply, Event::ShuttingDown);
+                self.send(id, reply).await;
+                if stopping {
+                    self.sup.request_stop();
+                }
+                None
+            }
         };
         if let Some(event) = reply {
             self.send(id, event).await;
         }
         Ok(())
+    }
+
+    /// Checks and records a `shutdown` request (version 2).
+    fn shutdown(&self) -> Event {
+        if self.version.load(Ordering::SeqCst) < 2 {
+            return error(
+                ErrorCode::BadRequest,
+                "shutdown is a protocol version 2 request",
+            );
+        }
+        let door = match &self.door {
+            Door::Local => "local",
+            Door::Host(_, via) => via,
+        };
+        self.sup.audit.record(
+            "shutdown_requested",
+            json!({"requester_uid": self.uid, "door": door}),
+        );
+        Event::ShuttingDown
     }
 
     /// An event of the runtime's own, marked as such in the log.

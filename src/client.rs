@@ -40,6 +40,28 @@ pub enum ClientError {
     Warden { code: ErrorCode, message: String },
     #[error("unexpected reply: {0}")]
     Unexpected(String),
+    #[error("hybrid vsock: {0}")]
+    Vsock(String),
+}
+
+/// How long the host's vsock device may take to answer a CONNECT.
+const VSOCK_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One line, read a byte at a time so that nothing after it is consumed;
+/// at most `max` bytes, without its newline.
+fn read_line(stream: &mut UnixStream, max: usize) -> io::Result<String> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while line.len() <= max {
+        if stream.read(&mut byte)? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        if byte[0] == b'\n' {
+            return Ok(String::from_utf8_lossy(&line).into_owned());
+        }
+        line.push(byte[0]);
+    }
+    Err(io::Error::new(io::ErrorKind::InvalidData, "line too long"))
 }
 
 impl Client {
@@ -63,7 +85,48 @@ impl Client {
         key: Option<&str>,
         first: Option<(u32, &Request)>,
     ) -> Result<Client, ClientError> {
-        let stream = UnixStream::connect(path)?;
+        Client::hello(UnixStream::connect(path)?, key, first)
+    }
+
+    /// Connects to warden's vsock `port` in a VM through the host's end of
+    /// a hybrid vsock (a unix socket, `path`, kept by the VM's vsock device:
+    /// Firecracker, Cloud Hypervisor and vhost-device-vsock keep one): it
+    /// sends `CONNECT <port>`, waits for `OK <host port>`, and from then on
+    /// carries warden's protocol. The machine's key is required there.
+    pub fn connect_hybrid_vsock(
+        path: &Path,
+        port: u32,
+        key: &str,
+        first: Option<(u32, &Request)>,
+    ) -> Result<Client, ClientError> {
+        let mut stream = UnixStream::connect(path)?;
+        stream.set_read_timeout(Some(VSOCK_CONNECT_TIMEOUT))?;
+        stream.write_all(format!("CONNECT {port}\n").as_bytes())?;
+        let answer = read_line(&mut stream, 64).map_err(|e| {
+            ClientError::Vsock(format!(
+                "{}: CONNECT {port}: no answer ({e}); is the VM up and listening?",
+                path.display()
+            ))
+        })?;
+        let ok = answer
+            .strip_prefix("OK ")
+            .is_some_and(|n| n.parse::<u32>().is_ok());
+        if !ok {
+            return Err(ClientError::Vsock(format!(
+                "{}: CONNECT {port}: answered {answer:?}, not OK <port>",
+                path.display()
+            )));
+        }
+        stream.set_read_timeout(None)?;
+        Client::hello(stream, Some(key), first)
+    }
+
+    /// Says hello on a connected stream (with `first` in the same write).
+    fn hello(
+        stream: UnixStream,
+        key: Option<&str>,
+        first: Option<(u32, &Request)>,
+    ) -> Result<Client, ClientError> {
         let writer = Arc::new(Mutex::new(stream.try_clone()?));
         let mut client = Client {
             reader: BufReader::with_capacity(256 * 1024, stream),
@@ -235,5 +298,64 @@ fn unexpected(message: Message) -> ClientError {
     match message {
         Message::Event(_, Event::Error { code, message }) => ClientError::Warden { code, message },
         other => ClientError::Unexpected(format!("{other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    /// A host-side vsock device that answers the CONNECT line with
+    /// `answer`, then (after OK) plays warden's hello.
+    fn device(answer: &'static str) -> (tempfile::TempDir, std::thread::JoinHandle<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = UnixListener::bind(dir.path().join("vsock.sock")).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let line = read_line(&mut conn, 64).unwrap();
+            conn.write_all(answer.as_bytes()).unwrap();
+            if answer.starts_with("OK") {
+                let mut raw = [0u8; HEADER_LEN];
+                conn.read_exact(&mut raw).unwrap();
+                let header = Header::decode(&raw).unwrap();
+                let mut body = vec![0u8; header.len as usize];
+                conn.read_exact(&mut body).unwrap();
+                let hello: Request = serde_json::from_slice(&body).unwrap();
+                assert!(matches!(hello, Request::Hello { key: Some(ref k), .. } if k == "the-key"));
+                let event = Event::Hello {
+                    version: 2,
+                    server: "warden test".into(),
+                };
+                let body = serde_json::to_vec(&event).unwrap();
+                conn.write_all(&frame_bytes(Kind::Control, 0, &body))
+                    .unwrap();
+            }
+            line
+        });
+        (dir, server)
+    }
+
+    #[test]
+    fn hybrid_vsock_connect_then_hello() {
+        let (dir, server) = device("OK 1073741824\n");
+        let client =
+            Client::connect_hybrid_vsock(&dir.path().join("vsock.sock"), 1024, "the-key", None)
+                .unwrap();
+        assert_eq!((client.version, client.server.as_str()), (2, "warden test"));
+        assert_eq!(server.join().unwrap(), "CONNECT 1024");
+    }
+
+    #[test]
+    fn hybrid_vsock_refused_connect_is_a_clear_error() {
+        for answer in ["", "NO\n"] {
+            let (dir, server) = device(answer);
+            let err = Client::connect_hybrid_vsock(&dir.path().join("vsock.sock"), 7, "k", None)
+                .err()
+                .unwrap();
+            assert!(matches!(err, ClientError::Vsock(_)), "{err}");
+            assert!(err.to_string().contains("CONNECT 7"), "{err}");
+            server.join().unwrap();
+        }
     }
 }

@@ -18,8 +18,12 @@ pub struct MachineConfig {
     /// A second API socket for the host (in a folder lent to it): no uid
     /// check there, the machine's key instead.
     pub host_socket: Option<PathBuf>,
-    /// The machine's key, required on `host_socket`.
+    /// The machine's key, required on `host_socket` and on vsock.
     pub key_file: PathBuf,
+    /// In a VM that warden boots as PID 1, the vsock port the API listens
+    /// on for the host (the machine's key required); `null`: none. Never
+    /// used outside a VM.
+    pub vsock_port: Option<u32>,
     /// Where the audit log is written; default `<runtime home>/data/audit`.
     pub audit_dir: Option<PathBuf>,
     /// The audit log's current file is set aside past this size...
@@ -81,6 +85,7 @@ impl Default for MachineConfig {
             socket: "/run/warden/api.sock".into(),
             host_socket: None,
             key_file: "/etc/warden/key".into(),
+            vsock_port: Some(crate::vsock::DEFAULT_PORT),
             audit_dir: None,
             policy_dir: crate::policy::DEFAULT_DIR.into(),
             audit_max_bytes: 16 << 20,
@@ -203,6 +208,9 @@ impl MachineConfig {
                 "files of at least 4096 bytes, at least 2 of them",
             ));
         }
+        if self.vsock_port == Some(u32::MAX) {
+            return Err(invalid("vsock_port", "must be below 4294967295"));
+        }
         if !self.policy_dir.is_absolute() {
             return Err(invalid("policy_dir", "must be an absolute path"));
         }
@@ -283,6 +291,9 @@ mod tests {
             (r#"{"socket":"api.sock"}"#, Some("`socket`")),
             (r#"{"audit_dir":"audit"}"#, Some("`audit_dir`")),
             (r#"{"path":""}"#, Some("`path`")),
+            (r#"{"vsock_port": null}"#, None),
+            (r#"{"vsock_port": 5000}"#, None),
+            (r#"{"vsock_port": 4294967295}"#, Some("`vsock_port`")),
             ("{", Some("EOF")),
         ];
         for (text, want) in cases {

@@ -15,6 +15,7 @@ use crate::redact::Redactor;
 use crate::spawn::{self, SpawnError, Stdio};
 use crate::supervisor::Supervisor;
 use crate::users;
+use crate::vm::{self, Vm};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -45,7 +46,8 @@ pub struct InitArgs {
     pub main: Vec<String>,
 }
 
-/// Boots and supervises; returns the exit status for the process.
+/// Boots and supervises; returns the exit status for the process. As PID 1
+/// of a VM it never returns: it powers the machine off instead.
 pub fn run(args: InitArgs) -> i32 {
     let boot = Instant::now();
     // 1. Block every asynchronous signal before any thread exists, so they
@@ -57,11 +59,45 @@ pub fn run(args: InitArgs) -> i32 {
     // Dispositions inherited from whoever started warden (an ignored
     // signal survives exec) are reset once, for every child to come.
     spawn::default_signal_dispositions();
+    // 2. In a VM, the machine itself: kernel file systems, drivers, the
+    //    root disk, the host name (what a container runtime does for a
+    //    container).
+    let vm = if vm::detect() {
+        match vm::boot() {
+            Ok(vm) => Some(vm),
+            // Not a machine after all: nothing of one is touched, not
+            // even its power.
+            Err(e @ vm::VmError::NotAMachine) => return refuse(e.to_string()),
+            Err(e) => {
+                refuse(format!("VM boot: {e}"));
+                vm::power_off(1)
+            }
+        }
+    } else {
+        None
+    };
+    // A bug must not end PID 1 (in a VM the kernel would panic): it ends
+    // the machine, in order.
+    let machine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        boot_and_supervise(args, boot, waited, vm.as_ref())
+    }));
+    let status = machine.unwrap_or_else(|_| {
+        crate::say!("internal error: warden panicked; stopping the machine");
+        70
+    });
+    match vm {
+        Some(_) => vm::power_off(status),
+        None => status,
+    }
+}
+
+fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<&Vm>) -> i32 {
     let pid1 = nix::unistd::getpid().as_raw() == 1;
     if !pid1 {
         become_subreaper();
     }
-    // 2. The machine's config.
+    // 3. The machine's config (in a VM, then its volumes: they go where
+    //    the config puts the runtime's home).
     let (config_path, explicit) = match &args.config {
         Some(p) => (p.clone(), true),
         None => (PathBuf::from(config::DEFAULT_PATH), false),
@@ -77,18 +113,23 @@ pub fn run(args: InitArgs) -> i32 {
         Ok(p) => p,
         Err(e) => return refuse(e.to_string()),
     };
-    // 3. The two users.
+    let volumes = match vm.map(|vm| vm.mount_volumes(&config.runtime.home)) {
+        None => Vec::new(),
+        Some(Ok(mounted)) => mounted,
+        Some(Err(e)) => return refuse(format!("VM volumes: {e}")),
+    };
+    // 4. The two users.
     let accounts = match users::ensure(Path::new("/etc"), [&config.runtime, &config.shell]) {
         Ok(a) => a,
         Err(e) => return refuse(format!("users: {e}")),
     };
-    // 4. The layout, with the modes of DESIGN.md.
+    // 5. The layout, with the modes of DESIGN.md.
     let paths = layout::Paths::new(&accounts[0], &accounts[1], config.audit_dir());
     let changes = match layout::ensure(&layout::specs(&paths, &accounts[0], &accounts[1])) {
         Ok(c) => c,
         Err(e) => return refuse(e.to_string()),
     };
-    // 5. The audit log.
+    // 6. The audit log.
     let redactor = Redactor::new(paths.env_file.clone());
     let rotation = Rotation {
         max_bytes: config.audit_max_bytes,
@@ -103,7 +144,7 @@ pub fn run(args: InitArgs) -> i32 {
         Ok(a) => a,
         Err(e) => return refuse(format!("audit log in {}: {e}", paths.audit_dir.display())),
     };
-    // 6. The confinement of commands, prepared once.
+    // 7. The confinement of commands, prepared once.
     let proc_hidden = if pid1 {
         confine::hide_processes()
     } else {
@@ -111,7 +152,7 @@ pub fn run(args: InitArgs) -> i32 {
     };
     let mut network = Network::new(policy.network.clone(), accounts[1].uid);
     let confinement = Confinement::new(policy, &paths.routines, &paths.shell_home, proc_hidden);
-    // 7. Loopback, and the egress proxy's listening sockets.
+    // 8. Loopback, and the egress proxy's listening sockets.
     match crate::network::loopback_up() {
         Ok(true) => crate::say!("brought the loopback interface up"),
         Ok(false) => {}
@@ -149,7 +190,7 @@ pub fn run(args: InitArgs) -> i32 {
         Some(sup) => sup.audit.redact(text).into_owned(),
         None => text.to_string(),
     }));
-    // 8. The async runtime, the signal loop and the API.
+    // 9. The async runtime, the signal loop and the API.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -166,11 +207,12 @@ pub fn run(args: InitArgs) -> i32 {
         };
     // The host's socket, when the machine has one: anyone who can reach
     // the file may try; only the machine's key lets them in.
+    let machine_key = || crate::key::Key::load(&sup.config.key_file).map(Arc::new);
     let host_door = match &sup.config.host_socket {
         None => None,
         Some(path) => {
-            let key = match crate::key::Key::load(&sup.config.key_file) {
-                Ok(k) => Arc::new(k),
+            let key = match machine_key() {
+                Ok(k) => k,
                 Err(e) => return refuse(format!("host socket {}: {e}", path.display())),
             };
             match runtime.block_on(async { bind(path, 0, 0o666) }) {
@@ -179,9 +221,24 @@ pub fn run(args: InitArgs) -> i32 {
             }
         }
     };
-    // 9. The firewall, and the proxy that is shell's one way out.
+    // In a VM, vsock is the host's way in: anything on the host may
+    // connect, so the machine's key is required there too.
+    let vsock_door = match (vm, sup.config.vsock_port) {
+        (Some(_), Some(port)) => {
+            let key = match machine_key() {
+                Ok(k) => k,
+                Err(e) => return refuse(format!("vsock port {port}: {e}")),
+            };
+            match runtime.block_on(async { crate::vsock::bind_any(port) }) {
+                Ok(l) => Some((l, key)),
+                Err(e) => return refuse(format!("vsock port {port}: {e}")),
+            }
+        }
+        _ => None,
+    };
+    // 10. The firewall, and the proxy that is shell's one way out.
     let defaults = start_network(&sup, &runtime, proxy_listeners);
-    // 10. Prove the confinement by behaviour, before serving anything.
+    // 11. Prove the confinement by behaviour, before serving anything.
     let layers = sup.probe();
     let boot_ms = boot.elapsed().as_secs_f64() * 1e3;
     sup.set_boot_ms(boot_ms);
@@ -193,12 +250,29 @@ pub fn run(args: InitArgs) -> i32 {
                "layout_changes": changes, "socket": sup.config.socket,
                "policy": {"dir": sup.config.policy_dir, "digest": sup.confinement.policy.digest},
                "layers": layers,
+               "vm": vm.map(|vm| json!({"root": vm.root, "modules": vm.modules,
+                                        "hostname": vm.hostname, "volumes": volumes,
+                                        "vsock_port": vsock_door.as_ref().map(|(l, _)| l.port)})),
                "boot_ms": boot_ms}),
     );
     // Served only now: a client never sees warden before its boot line.
-    runtime.spawn(api::serve(sup.clone(), listener, api::Door::Local));
+    runtime.spawn(api::serve(
+        sup.clone(),
+        api::Listener::Unix(listener),
+        api::Door::Local,
+    ));
     if let Some((host, key)) = host_door {
-        runtime.spawn(api::serve(sup.clone(), host, api::Door::Host(key)));
+        let door = api::Door::Host(key, "host_socket");
+        runtime.spawn(api::serve(sup.clone(), api::Listener::Unix(host), door));
+    }
+    let vsock_port = vsock_door.as_ref().map(|(l, _)| l.port);
+    if let Some((listener, key)) = vsock_door {
+        let door = api::Door::Host(key, "vsock");
+        runtime.spawn(api::serve(
+            sup.clone(),
+            api::Listener::Vsock(listener),
+            door,
+        ));
     }
     for layer in layers.iter().filter(|l| !l.holds) {
         let what = if layer.required {
@@ -211,18 +285,24 @@ pub fn run(args: InitArgs) -> i32 {
     if let Some(reason) = sup.confinement.refusal() {
         crate::say!("commands will be refused: {reason}");
     }
+    let vsock = vsock_port
+        .map(|p| format!(" and vsock port {p}"))
+        .unwrap_or_default();
     crate::say!(
-        "ready in {:.1} ms: api on {}, audit log {}",
+        "ready in {:.1} ms: api on {}{vsock}, audit log {}",
         boot.elapsed().as_secs_f64() * 1e3,
         sup.config.socket.display(),
         sup.audit.path().display()
     );
+    if let Some(vm) = vm {
+        vm.inject_fault();
+    }
     work_out_default_hosts(&sup, defaults);
-    // 11. The main process, as runtime.
+    // 12. The main process, as runtime.
     let main = start_main(&sup);
-    // 12. Supervise until the end.
+    // 13. Supervise until the end.
     let status = runtime.block_on(supervise(sup.clone(), signals, main));
-    // 13. Leave the books in order.
+    // 14. Leave the books in order.
     let _ = std::fs::remove_file(&sup.config.socket);
     if let Some(host) = &sup.config.host_socket {
         let _ = std::fs::remove_file(host);
@@ -526,6 +606,10 @@ async fn supervise(
                 let forwarded = main.as_ref().is_some_and(|m| sup.reaper.signal(m.pid, sig, false));
                 let action = if forwarded { "forwarded to main" } else { "ignored: no main process" };
                 sup.audit.record("signal", json!({"signal": sig.as_str(), "action": action}));
+            }
+            _ = sup.stop_requested() => {
+                crate::say!("shutdown requested through the API: shutting down");
+                return shutdown(&sup, Signal::SIGTERM, main).await;
             }
             exit = main_exit => {
                 let status = exit.map(Exit::status).unwrap_or(125);

@@ -27,3 +27,5 @@ pub mod supervisor;
 pub mod syscalls;
 pub mod tool;
 pub mod users;
+pub mod vm;
+pub mod vsock;

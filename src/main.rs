@@ -213,6 +213,13 @@ const DEFAULT_AUDIT: &str = "/home/runtime/data/audit/warden.jsonl";
 const DEFAULT_AUDIT_DIR: &str = "/home/runtime/data/audit";
 
 fn main() {
+    // The kernel starts a VM's /init with no arguments: that is `init`.
+    if std::process::id() == 1 && std::env::args_os().len() == 1 {
+        std::process::exit(warden::init::run(warden::init::InitArgs {
+            config: None,
+            main: Vec::new(),
+        }));
+    }
     let cli = Cli::parse();
     if let Some(path) = &cli.key_file {
         match std::fs::read_to_string(path) {

@@ -9,9 +9,11 @@ use crate::protocol::{Event, Header, Kind};
 use nix::fcntl::SpliceFFlags;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncWriteExt, BufWriter, Interest};
+use std::task::{Context, Poll};
+use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter, Interest};
 use tokio::net::unix::{pipe, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot, Notify};
 
@@ -35,8 +37,48 @@ pub enum Out {
     },
 }
 
+/// The connection's socket, written at most `max` bytes per call.
+///
+/// On vsock each write becomes one packet; a packet larger than a page is
+/// built from page fragments by newer guest kernels and reaches the host's
+/// device as several descriptors, which some devices (vhost-device-vsock
+/// 0.3) cannot read, killing the connection. A page per write keeps every
+/// packet in one descriptor. Unix sockets take any size.
+pub struct Capped {
+    inner: OwnedWriteHalf,
+    max: usize,
+}
+
+impl Capped {
+    pub fn new(inner: OwnedWriteHalf, max: usize) -> Capped {
+        Capped {
+            inner,
+            max: max.max(1),
+        }
+    }
+}
+
+impl AsyncWrite for Capped {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let n = buf.len().min(self.max);
+        Pin::new(&mut self.inner).poll_write(cx, &buf[..n])
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// The connection's writer: drains the queue, flushing when it runs dry.
-pub async fn write_frames(wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Out>) {
+pub async fn write_frames(wr: Capped, mut rx: mpsc::Receiver<Out>) {
     let mut w = BufWriter::with_capacity(64 * 1024, wr);
     while let Some(first) = rx.recv().await {
         let mut next = Some(first);
@@ -52,7 +94,7 @@ pub async fn write_frames(wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Out>) {
     }
 }
 
-async fn write_frame(w: &mut BufWriter<OwnedWriteHalf>, out: Out) -> io::Result<()> {
+async fn write_frame(w: &mut BufWriter<Capped>, out: Out) -> io::Result<()> {
     let (kind, id, body) = match out {
         Out::Event(id, event) => (Kind::Control, id, serde_json::to_vec(&event)?),
         Out::Data(kind, id, bytes) => (kind, id, bytes),
@@ -82,7 +124,7 @@ fn header(kind: Kind, id: u32, len: usize) -> [u8; crate::protocol::HEADER_LEN] 
 }
 
 async fn splice_frame(
-    w: &mut BufWriter<OwnedWriteHalf>,
+    w: &mut BufWriter<Capped>,
     kind: Kind,
     id: u32,
     pipe: &pipe::Receiver,
@@ -90,13 +132,20 @@ async fn splice_frame(
 ) -> io::Result<()> {
     w.write_all(&header(kind, id, len)).await?;
     w.flush().await?;
-    let sock = w.get_ref().as_ref();
+    let (sock, max) = (w.get_ref().inner.as_ref(), w.get_ref().max);
     let mut left = len;
     while left > 0 {
         sock.writable().await?;
         let moved = sock.try_io(Interest::WRITABLE, || {
             let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
-            Ok(nix::fcntl::splice(pipe, None, sock, None, left, flags)?)
+            Ok(nix::fcntl::splice(
+                pipe,
+                None,
+                sock,
+                None,
+                left.min(max),
+                flags,
+            )?)
         });
         match moved {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),

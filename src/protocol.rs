@@ -1,4 +1,4 @@
-//! The API's wire protocol, version 1, shared by warden and its clients.
+//! The API's wire protocol (versions 1 and 2), shared by warden and its clients.
 //!
 //! Every message is a frame: a 9-byte header (kind: u8, id: u32 big-endian,
 //! len: u32 big-endian) and `len` payload bytes. Control frames carry one
@@ -8,8 +8,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// The protocol versions this build speaks, newest last.
-pub const SUPPORTED_VERSIONS: &[u32] = &[1];
+/// The protocol versions this build speaks, newest last. Version 2 adds
+/// the `shutdown` request (and its `shutting_down` answer).
+pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2];
 pub const HEADER_LEN: usize = 9;
 /// No frame may carry more than this; a larger one closes the connection.
 pub const MAX_FRAME: u32 = 1 << 20;
@@ -100,6 +101,9 @@ pub enum Request {
         #[serde(default)]
         fields: serde_json::Value,
     },
+    /// Version 2: stop the machine, as SIGTERM would (in a VM: then power
+    /// it off).
+    Shutdown,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -172,6 +176,8 @@ pub enum Event {
     Recorded {
         seq: u64,
     },
+    /// Version 2: the answer to `shutdown`; the machine stops next.
+    ShuttingDown,
     Error {
         code: ErrorCode,
         message: String,
@@ -413,6 +419,7 @@ mod tests {
                 },
             ),
             (r#"{"type":"status"}"#, Request::Status),
+            (r#"{"type":"shutdown"}"#, Request::Shutdown),
             (
                 r#"{"type":"signal","target":3,"signal":"TERM"}"#,
                 Request::Signal {

@@ -44,6 +44,8 @@ pub struct Supervisor {
     main: Mutex<Option<MainState>>,
     /// warden's boot time, in ms, once it is ready (as f64 bits).
     boot_ms: AtomicU64,
+    /// A client asked for the machine to stop (the `shutdown` request).
+    stop_requested: tokio::sync::Notify,
 }
 
 struct Running {
@@ -89,6 +91,7 @@ impl Supervisor {
             next_command: AtomicU64::new(1),
             running: Mutex::new(HashMap::new()),
             main: Mutex::new(None),
+            stop_requested: tokio::sync::Notify::new(),
         }
     }
 
@@ -111,6 +114,17 @@ impl Supervisor {
 
     pub fn shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Asks the supervising task to stop the machine, as SIGTERM would.
+    pub fn request_stop(&self) {
+        self.stop_requested.notify_one();
+    }
+
+    /// Resolves once a stop was requested (at most once: the permit is
+    /// taken).
+    pub async fn stop_requested(&self) {
+        self.stop_requested.notified().await;
     }
 
     pub fn begin_shutdown(&self) {

@@ -899,6 +899,7 @@ fn the_host_socket_lets_in_only_the_machines_key() {
     let refused = m.audit_kinds("connection_refused");
     assert_eq!(refused.len(), 2, "{refused:?}");
     assert!(refused.iter().all(|l| l["door"] == "host"));
+    assert!(refused.iter().all(|l| l["via"] == "host_socket"));
     assert_eq!(m.audit_kinds("connection")[0]["door"], "host");
     // shell cannot read the key.
     let out = run(

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod internet;
+pub mod vm;
 
 use serde_json::{json, Value};
 use std::io::Read;
