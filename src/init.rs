@@ -129,6 +129,13 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
         Ok(c) => c,
         Err(e) => return refuse(e.to_string()),
     };
+    //    Keys the launcher handed over with the machine's own files (a VM
+    //    has no other way in before it boots) become the runtime's .env.
+    match layout::hand_over_keys(Path::new(layout::HANDED_KEYS), &paths.env_file) {
+        Ok(true) => crate::say!("the runtime's keys were handed over"),
+        Ok(false) => {}
+        Err(e) => return refuse(format!("keys: {e}")),
+    }
     // 6. The audit log.
     let redactor = Redactor::new(paths.env_file.clone());
     let rotation = Rotation {

@@ -7,6 +7,7 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::{fchmod, fstat, Mode, SFlag};
 use nix::unistd::{fchown, Gid, Uid};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -341,5 +342,54 @@ mod tests {
             let want: Vec<PathBuf> = want.iter().map(PathBuf::from).collect();
             assert_eq!(got, want, "{dir}");
         }
+    }
+}
+
+/// Where the launcher puts the runtime's keys among the machine's own
+/// files (root's, mode 0600), when it cannot write the `.env` itself.
+pub const HANDED_KEYS: &str = "/etc/warden/runtime.env";
+
+/// Moves the keys at `from` into the runtime's `.env` at `to` (which the
+/// layout has made: the runtime's, mode 0600, no link), and removes
+/// `from`. False when there is nothing to hand over.
+pub fn hand_over_keys(from: &Path, to: &Path) -> Result<bool, String> {
+    let keys = match std::fs::read(from) {
+        Ok(k) => k,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(format!("{}: {e}", from.display())),
+    };
+    let mut env = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(to)
+        .map_err(|e| format!("{}: {e}", to.display()))?;
+    std::io::Write::write_all(&mut env, &keys).map_err(|e| format!("{}: {e}", to.display()))?;
+    std::fs::remove_file(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod hand_over_tests {
+    use super::*;
+
+    #[test]
+    fn keys_move_into_the_env_and_leave_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("runtime.env"), dir.path().join(".env"));
+        assert_eq!(hand_over_keys(&from, &to), Ok(false));
+        std::fs::write(&to, "OLD=1\n").unwrap();
+        std::fs::write(&from, "TOKEN=abc\n").unwrap();
+        assert_eq!(hand_over_keys(&from, &to), Ok(true));
+        assert_eq!(std::fs::read_to_string(&to).unwrap(), "TOKEN=abc\n");
+        assert!(!from.exists());
+        // A link where the .env should be is refused, not followed.
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::write(&elsewhere, "").unwrap();
+        std::fs::remove_file(&to).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &to).unwrap();
+        std::fs::write(&from, "TOKEN=abc\n").unwrap();
+        assert!(hand_over_keys(&from, &to).is_err());
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "");
     }
 }

@@ -173,6 +173,9 @@ enum MachineAction {
         /// The owner's secrets [default: .env next to the definition].
         #[arg(long)]
         env_file: Option<PathBuf>,
+        /// Make it a micro-VM under QEMU (as `"kind": "vm"` does).
+        #[arg(long)]
+        vm: bool,
     },
     /// Say what this host offers machines (engine, rootless or not,
     /// cgroups, runtime, limits, state folder), or why it cannot run one.
@@ -282,11 +285,21 @@ fn connect(socket: &Path) -> Result<Client, String> {
 }
 
 fn run(socket: &Path, request: RunRequest) -> Result<i32, String> {
+    let key = KEY.get().map(String::as_str);
+    run_on(request, |first| {
+        Client::connect_keyed(socket, key, first).map_err(|e| format!("{}: {e}", socket.display()))
+    })
+}
+
+/// Runs `request` on the client `connect` makes (the request rides in the
+/// hello), streaming its output; returns its exit status.
+fn run_on(
+    request: RunRequest,
+    connect: impl FnOnce(Option<(u32, &Request)>) -> Result<Client, String>,
+) -> Result<i32, String> {
     const ID: u32 = 1;
     let pipe_stdin = request.stdin == StdinMode::Pipe;
-    let key = KEY.get().map(String::as_str);
-    let mut client = Client::connect_keyed(socket, key, Some((ID, &Request::Run(request))))
-        .map_err(|e| format!("{}: {e}", socket.display()))?;
+    let mut client = connect(Some((ID, &Request::Run(request))))?;
     if pipe_stdin {
         let sender = client.sender();
         std::thread::spawn(move || {
@@ -349,12 +362,12 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         MachineAction::Up {
             definition,
             env_file,
-        } => m::up(&definition, env_file.as_deref()).map(|()| 0),
+            vm,
+        } => m::up(&definition, env_file.as_deref(), vm).map(|()| 0),
         MachineAction::Ps => m::ps().map(|()| 0),
         MachineAction::Exec { id, command } => {
             m::check_id(&id)?;
-            let _ = KEY.set(m::key(&id)?);
-            run(&m::socket(&id), command.request()?)
+            run_on(command.request()?, |first| m::connect(&id, first))
         }
         MachineAction::Status { id, json } => {
             m::check_id(&id)?;
@@ -377,7 +390,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         MachineAction::Audit { id } => {
             m::check_id(&id)?;
             let (files, anchor) = m::copy_audit(&id)?;
-            let status = verify(&files, Some(&anchor));
+            let status = verify(&files, anchor.as_deref());
             for line in m::describe_tail(&files, 20) {
                 println!("{line}");
             }

@@ -38,7 +38,7 @@ pub const SYSTEM_PATHS: [&str; 17] = [
 const RESERVED_NAMES: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
 
 /// The top-level fields, in the order they are checked.
-const FIELDS: [&str; 15] = [
+const FIELDS: [&str; 16] = [
     "id",
     "image",
     "dockerfile",
@@ -54,6 +54,7 @@ const FIELDS: [&str; 15] = [
     "firewall",
     "dns",
     "allow_addresses",
+    "kind",
 ];
 
 const LEND_FIELDS: [&str; 3] = ["host", "at", "mode"];
@@ -106,6 +107,19 @@ pub struct Definition {
     /// Address blocks the proxy may connect to although they are private
     /// (network.json's `allow_addresses`), as written.
     pub allow_addresses: Vec<String>,
+    /// A container (the default) or a micro-VM.
+    pub kind: Kind,
+}
+
+/// What the machine is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A container: it shares the host's kernel.
+    #[default]
+    Container,
+    /// A micro-VM under QEMU, warden its PID 1: its own kernel.
+    Vm,
 }
 
 /// The network a machine is on. Shell reaches it only through warden's
@@ -385,6 +399,7 @@ impl Parser<'_> {
         if dns.len() > MAX_DNS {
             return Err(self.invalid("dns", format!("{} servers, at most {MAX_DNS}", dns.len())));
         }
+        let kind: Kind = self.take(&mut object, "kind", "kind")?.unwrap_or_default();
         let allow_addresses: Vec<String> = self
             .take(&mut object, "allow_addresses", "allow_addresses")?
             .unwrap_or_default();
@@ -408,6 +423,7 @@ impl Parser<'_> {
             firewall,
             dns,
             allow_addresses,
+            kind,
         })
     }
 
@@ -727,6 +743,7 @@ mod tests {
                 firewall: None,
                 dns: vec![],
                 allow_addresses: vec![],
+                kind: Kind::Container,
             }
         );
         assert_eq!(d.container("warden"), "warden-demo");
@@ -1131,6 +1148,12 @@ mod tests {
             (
                 with(r#"{"allow_addresses": ["10.1.0.0/16", "fd00::/8"]}"#),
                 None,
+            ),
+            (with(r#"{"kind": "vm"}"#), None),
+            (with(r#"{"kind": "container"}"#), None),
+            (
+                with(r#"{"kind": "pod"}"#),
+                Some("kind: unknown variant `pod`"),
             ),
             (
                 with(r#"{"allow_addresses": ["10.1.0.1/16"]}"#),

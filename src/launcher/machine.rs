@@ -14,8 +14,9 @@
 //! line of the engine's stderr, and what it means when it is a known
 //! quirk of hosts (see `host::hint`).
 
-use super::definition::{valid_id, Definition, LendMode, Network, Source, Workspace};
+use super::definition::{valid_id, Definition, Kind, LendMode, Network, Source, Workspace};
 use super::host::{self, Engine, Host};
+use super::vm;
 use crate::client::Client;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -161,17 +162,39 @@ fn sha256_hex(bytes: &[u8]) -> String {
     crate::audit::hex(&Sha256::digest(bytes))
 }
 
+/// Runs the engine for what another backend needs of it (an image's id,
+/// its export), as `podman` does.
+pub fn engine_output(step: &str, args: &[&str]) -> Result<String, String> {
+    podman(step, args)
+}
+
 /// Prints one step with the seconds since `start`.
-fn step(start: Instant, what: &str) {
+pub fn step(start: Instant, what: &str) {
     println!("[{:6.2} s] {what}", start.elapsed().as_secs_f64());
 }
 
 /// Makes (or reuses) and starts the machine `definition` describes.
-pub fn up(definition: &Path, env_file: Option<&Path>) -> Result<(), String> {
+pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(), String> {
     let host = host()?;
     let start = Instant::now();
-    let def = Definition::load(definition).map_err(|e| e.to_string())?;
-    fits(&def, host)?;
+    let mut def = Definition::load(definition).map_err(|e| e.to_string())?;
+    if as_vm {
+        def.kind = Kind::Vm;
+    }
+    match def.kind {
+        Kind::Container => fits(&def, host)?,
+        Kind::Vm => vm::fits(&def, host.rootless)?,
+    }
+    let is_vm = vm::is_vm(&def.id);
+    if is_vm != (def.kind == Kind::Vm) && (is_vm || exists("container", &container(&def.id))) {
+        return Err(format!(
+            "machine {}: it exists as a {}; `warden machine rm {} --volumes` first to make it a {}",
+            def.id,
+            if is_vm { "VM" } else { "container" },
+            def.id,
+            if is_vm { "container" } else { "VM" },
+        ));
+    }
     let text = std::fs::read_to_string(definition)
         .map_err(|e| format!("{}: {e}", definition.display()))?;
     // The keys first: a missing one stops `up` before anything is made.
@@ -189,6 +212,17 @@ pub fn up(definition: &Path, env_file: Option<&Path>) -> Result<(), String> {
     let digest = sha256_hex(
         format!("{text}\0{}\0{}", image_id.trim(), env!("CARGO_PKG_VERSION")).as_bytes(),
     );
+    if def.kind == Kind::Vm {
+        // The keys travel in the VM's initramfs: new values remake it.
+        let inputs = sha256_hex(format!("{digest}\0{keys_text}").as_bytes());
+        vm::up(&def, &image, &inputs, &keys_text, start)?;
+        println!(
+            "machine {} up (VM) in {:.2} s",
+            def.id,
+            start.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     let name = def.container(PREFIX);
     let created = match current_inputs(&name).as_deref() {
         Some(found) if found == digest => {
@@ -752,17 +786,26 @@ pub fn ps() -> Result<(), String> {
         ],
     )?;
     print!("{out}");
+    for line in vm::list() {
+        println!("{line}");
+    }
     Ok(())
 }
 
 /// Stops the machine (warden gets SIGTERM, then SIGKILL after 10 s).
 pub fn stop(id: &str) -> Result<(), String> {
     host()?;
+    if vm::is_vm(id) {
+        return vm::stop(id);
+    }
     podman("stop", &["stop", "-t", "10", &container(id)]).map(drop)
 }
 
 pub fn logs(id: &str) -> Result<(), String> {
     let engine = host()?.engine.program();
+    if vm::is_vm(id) {
+        return vm::logs(id);
+    }
     let status = engine_command()?
         .args(["logs", &container(id)])
         .status()
@@ -776,6 +819,9 @@ pub fn logs(id: &str) -> Result<(), String> {
 /// Removes the container; with `volumes`, its volumes and state folder too.
 pub fn rm(id: &str, volumes: bool) -> Result<(), String> {
     host()?;
+    if vm::is_vm(id) {
+        vm::remove(id, volumes)?;
+    }
     let name = container(id);
     if exists("container", &name) {
         remove_container("rm", &name)?;
@@ -831,7 +877,20 @@ pub fn prune() -> Result<(), String> {
         "list volumes",
         &["volume", "ls", "--filter", &filter, "--format", format],
     )?;
-    let mut all: Vec<&str> = ids.lines().chain(volume_ids.lines()).collect();
+    let vms: Vec<String> = vm::list()
+        .iter()
+        .filter_map(|line| {
+            line.split('\t')
+                .next()?
+                .strip_prefix("warden-")
+                .map(String::from)
+        })
+        .collect();
+    let mut all: Vec<&str> = ids
+        .lines()
+        .chain(volume_ids.lines())
+        .chain(vms.iter().map(String::as_str))
+        .collect();
     all.retain(|id| valid_id(id));
     all.sort_unstable();
     all.dedup();
@@ -853,7 +912,9 @@ pub fn check_id(id: &str) -> Result<(), String> {
 
 /// Copies the machine's audit log to `<state>/audit-copy`; returns its
 /// files in chain order and the anchor's path.
-pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, PathBuf), String> {
+/// The anchor is None when the copy may lag behind the log (a running
+/// VM's disk): checking it then could report a cut that is not there.
+pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, Option<PathBuf>), String> {
     host()?;
     let state = state_dir(id);
     let copy = state.join("audit-copy");
@@ -864,10 +925,19 @@ pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, PathBuf), String> {
         }
         _ => {}
     }
-    let from = format!("{}:/home/runtime/data/audit", container(id));
-    podman("copy audit log", &["cp", &from, &copy.to_string_lossy()])?;
+    let mut anchor = Some(state.join("anchor.json"));
+    if vm::is_vm(id) {
+        std::fs::create_dir(&copy).map_err(|e| format!("{}: {e}", copy.display()))?;
+        if vm::copy_audit(id, &copy)? {
+            println!("the VM runs: this copy, read from its data disk, may lack its last lines (not yet written to the disk); the anchor is checked once it is stopped");
+            anchor = None;
+        }
+    } else {
+        let from = format!("{}:/home/runtime/data/audit", container(id));
+        podman("copy audit log", &["cp", &from, &copy.to_string_lossy()])?;
+    }
     let files = crate::audit::log_files(&copy).map_err(|e| format!("{}: {e}", copy.display()))?;
-    Ok((files, state.join("anchor.json")))
+    Ok((files, anchor))
 }
 
 /// The last `n` lines of the log, for people.
@@ -883,14 +953,25 @@ pub fn describe_tail(files: &[PathBuf], n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Warden's status of the machine, through its host socket.
-pub fn status(id: &str) -> Result<crate::protocol::Status, String> {
+/// Connects to the machine's warden with its key: through the host socket
+/// of a container, or the host's end of a VM's vsock.
+pub fn connect(
+    id: &str,
+    first: Option<(u32, &crate::protocol::Request)>,
+) -> Result<Client, String> {
     host()?;
+    if vm::is_vm(id) {
+        return vm::connect(id, first);
+    }
     let key = key(id)?;
     let socket = socket(id);
-    let mut client = Client::connect_keyed(&socket, Some(&key), None)
-        .map_err(|e| format!("{}: {e}", socket.display()))?;
-    client.status().map_err(|e| e.to_string())
+    Client::connect_keyed(&socket, Some(&key), first)
+        .map_err(|e| format!("{}: {e}", socket.display()))
+}
+
+/// Warden's status of the machine.
+pub fn status(id: &str) -> Result<crate::protocol::Status, String> {
+    connect(id, None)?.status().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -4,3 +4,4 @@
 pub mod definition;
 pub mod host;
 pub mod machine;
+pub mod vm;
