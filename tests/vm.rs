@@ -362,3 +362,134 @@ fn pid1_of_a_namespace_without_proc_is_not_taken_for_a_vm() {
     assert!(log.contains("not a VM"), "{log}");
     assert!(!log.contains("vsock"), "{log}");
 }
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `warden ARGS` from the host (the guard inherited), its output shown
+/// when an assertion fails.
+fn warden(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(common::warden_bin())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// The launcher's VM backend end to end: `warden machine up` makes a VM
+/// from a definition, hands the runtime its key and nothing to shell, runs
+/// commands over vsock, keeps an unchanged VM, refuses a wrong key, stops
+/// it by powering it off, reads its audit log off its disk and leaves
+/// nothing behind.
+#[test]
+fn the_launcher_makes_runs_stops_and_removes_a_vm() {
+    vm::guard();
+    let test = "the_launcher_makes_runs_stops_and_removes_a_vm";
+    if !common::privileged(test) {
+        return;
+    }
+    if vm::kit(test).is_none() {
+        return;
+    }
+    let _one = vm::one_at_a_time();
+    const CANARY: &str = "vm-canary-4471";
+    let dir = tempfile::tempdir().unwrap();
+    let id = format!("t{}-vm", std::process::id());
+    std::fs::write(dir.path().join(".env"), format!("API_TOKEN={CANARY}\n")).unwrap();
+    let definition = serde_json::json!({
+        "id": id, "image": "localhost/warden-machine:latest", "kind": "vm",
+        "keys": ["API_TOKEN"], "hosts": ["allowed.example"],
+    });
+    let file = dir.path().join("def.json");
+    std::fs::write(&file, definition.to_string()).unwrap();
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = warden(&["machine", "rm", &self.0, "--volumes"]);
+        }
+    }
+    let _cleanup = Cleanup(id.clone());
+
+    let started = Instant::now();
+    let (ok, out, err) = warden(&["machine", "up", file.to_str().unwrap()]);
+    assert!(ok, "up: {out}{err}");
+    eprintln!("launcher VM: up {:.1} s", started.elapsed().as_secs_f64());
+    let exec = |argv: &[&str]| {
+        let mut args = vec!["machine", "exec", &id];
+        args.extend(argv);
+        warden(&args)
+    };
+    let (_, out, err) = exec(&["--", "id", "-un"]);
+    assert_eq!(out.trim(), "shell", "{err}");
+    let (_, out, err) = exec(&[
+        "--folder",
+        "build",
+        "--shell",
+        "echo built > f && cat f && pwd",
+    ]);
+    assert_eq!(out, "built\n/home/runtime/workspace/build\n", "{err}");
+    // The key reached the runtime's .env (warden said so at boot), and
+    // no command of shell's sees it.
+    let (_, console, _) = warden(&["machine", "logs", &id]);
+    assert!(
+        console.contains("the runtime's keys were handed over"),
+        "{console}"
+    );
+    let (ok, out, err) = exec(&[
+        "--shell",
+        "cat /home/runtime/.env; env; cat /etc/warden/runtime.env",
+    ]);
+    assert!(!ok, "{out}{err}");
+    assert!(!out.contains(CANARY) && !err.contains(CANARY), "{out}{err}");
+
+    let (ok, status, err) = warden(&["machine", "status", &id]);
+    assert!(ok, "{err}");
+    for layer in ["firewall", "proc_hidden", "landlock", "seccomp"] {
+        assert!(
+            status
+                .lines()
+                .any(|l| l.starts_with(&format!("layer {layer} ")) && l.contains(" holds ")),
+            "{layer}: {status}"
+        );
+    }
+    let (_, out, _) = warden(&["machine", "up", file.to_str().unwrap()]);
+    assert!(out.contains("unchanged, kept"), "{out}");
+    let (_, out, _) = warden(&["machine", "ps"]);
+    assert!(out.contains(&format!("warden-{id}\tRunning (VM)")), "{out}");
+
+    // A wrong key is refused over vsock, slowly.
+    let socket = std::path::PathBuf::from(format!("/var/lib/warden/machines/{id}/vm/vsock.sock"));
+    let refused = Instant::now();
+    let wrong = warden::client::Client::connect_hybrid_vsock(&socket, vm::PORT, "0000", None);
+    assert!(
+        matches!(wrong, Err(ClientError::Warden { .. })),
+        "{:?}",
+        wrong.err()
+    );
+    assert!(refused.elapsed() >= Duration::from_millis(400));
+
+    let stopping = Instant::now();
+    let (ok, out, err) = warden(&["machine", "stop", &id]);
+    assert!(ok, "stop: {out}{err}");
+    eprintln!(
+        "launcher VM: stop {:.1} s",
+        stopping.elapsed().as_secs_f64()
+    );
+    let (_, console, _) = warden(&["machine", "logs", &id]);
+    assert!(console.contains("reboot: Power down"), "{console}");
+    assert!(!console.contains("Kernel panic"), "{console}");
+    let (_, out, _) = warden(&["machine", "ps"]);
+    assert!(out.contains(&format!("warden-{id}\tStopped (VM)")), "{out}");
+
+    let (ok, audit, err) = warden(&["machine", "audit", &id]);
+    assert!(ok, "audit: {audit}{err}");
+    assert!(audit.contains("chain intact"), "{audit}");
+    assert!(audit.contains("connection_refused"), "{audit}");
+    assert!(!audit.contains(CANARY), "{audit}");
+
+    let (ok, out, err) = warden(&["machine", "rm", &id, "--volumes"]);
+    assert!(ok, "rm: {out}{err}");
+    assert!(!std::path::Path::new(&format!("/var/lib/warden/machines/{id}")).exists());
+}

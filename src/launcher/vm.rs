@@ -670,6 +670,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn what_a_vm_cannot_do_is_refused_with_the_reason() {
+        let def = |extra: &str| {
+            let text = format!(r#"{{"id": "v", "image": "x", "kind": "vm"{extra}}}"#);
+            Definition::parse(Path::new("/d/def.json"), &text).unwrap()
+        };
+        let table = [
+            ("", false, None),
+            ("", true, Some("rootless")),
+            (
+                r#", "lend": [{"host": "/h", "at": "/lent/h", "mode": "read"}]"#,
+                false,
+                Some("lend"),
+            ),
+            (r#", "workspace": "/w""#, false, Some("workspace")),
+            (r#", "network": "private""#, false, Some("network")),
+            (r#", "keep_id": true"#, false, Some("keep_id")),
+            (r#", "setup": "s.sh""#, false, Some("setup")),
+        ];
+        for (extra, rootless, want) in table {
+            match (fits(&def(extra), rootless), want) {
+                (Ok(()), None) => {}
+                (Err(e), Some(w)) => assert!(e.starts_with(&format!("kind \"vm\": {w}: ")), "{e}"),
+                (got, want) => panic!("{extra}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn tsc_from_cpuinfo() {
         let table = [
             ("processor\t: 0\ncpu MHz\t\t: 2999.998\n", Some(2_999_998)),
