@@ -40,6 +40,12 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// REFUSAL_DELAY, and a flood of tries cannot flood the audit log faster.
 const REFUSAL_DELAY: Duration = Duration::from_millis(500);
 static REFUSALS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// How many refused connections may wait their turn; more are closed at
+/// once and counted into the next audit line, so that a flood costs
+/// neither the log nor PID 1's descriptors.
+const WAITING_REFUSALS: usize = 16;
+static WAITING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(WAITING_REFUSALS);
+static UNAUDITED: AtomicU64 = AtomicU64::new(0);
 /// The send buffer of every API socket.
 const SOCKET_BUFFER: usize = 4 << 20;
 /// Pipes are widened to this size, where the kernel allows, for throughput.
@@ -240,11 +246,17 @@ impl Conn {
                 Some(_) => None,
             };
             if let Some(reason) = reason {
+                let Ok(_waiting) = WAITING.try_acquire() else {
+                    UNAUDITED.fetch_add(1, Ordering::Relaxed);
+                    return Err((ErrorCode::Refused, reason.into()));
+                };
+                let _one_at_a_time = REFUSALS.lock().await;
+                let also = UNAUDITED.swap(0, Ordering::Relaxed);
                 self.sup.audit.record(
                     "connection_refused",
-                    json!({"door": "host", "via": via, "reason": reason}),
+                    json!({"door": "host", "via": via, "reason": reason,
+                           "also_refused_unaudited": also}),
                 );
-                let _one_at_a_time = REFUSALS.lock().await;
                 tokio::time::sleep(REFUSAL_DELAY).await;
                 return Err((ErrorCode::Refused, reason.into()));
             }

@@ -44,8 +44,9 @@ pub enum ClientError {
     Vsock(String),
 }
 
-/// How long the host's vsock device may take to answer a CONNECT.
-const VSOCK_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long the host's vsock device may take to answer a CONNECT, and
+/// warden its hello (a guest that hangs must not hang the host's tools).
+const VSOCK_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// One line, read a byte at a time so that nothing after it is consumed;
 /// at most `max` bytes, without its newline.
@@ -117,8 +118,14 @@ impl Client {
                 path.display()
             )));
         }
-        stream.set_read_timeout(None)?;
-        Client::hello(stream, Some(key), first)
+        let client = Client::hello(stream, Some(key), first)?;
+        client.set_read_timeout(None)?;
+        Ok(client)
+    }
+
+    /// Bounds every later read (None: wait as long as it takes).
+    pub fn set_read_timeout(&self, limit: Option<std::time::Duration>) -> io::Result<()> {
+        self.reader.get_ref().set_read_timeout(limit)
     }
 
     /// Says hello on a connected stream (with `first` in the same write).

@@ -63,7 +63,10 @@ pub fn run(args: InitArgs) -> i32 {
     //    root disk, the host name (what a container runtime does for a
     //    container).
     let vm = if vm::detect() {
-        match vm::boot() {
+        // A bug while booting the VM must not end PID 1 (the kernel would
+        // panic): it powers the machine off, saying so.
+        let booted = std::panic::catch_unwind(vm::boot).unwrap_or(Err(vm::VmError::Panicked));
+        match booted {
             Ok(vm) => Some(vm),
             // Not a machine after all: nothing of one is touched, not
             // even its power.

@@ -57,6 +57,8 @@ pub enum VmError {
     NoDisk(String),
     #[error("switching root to {NEW_ROOT}: {0}")]
     SwitchRoot(String),
+    #[error("internal error: warden panicked while booting the VM")]
+    Panicked,
     #[error("PID 1 of a PID namespace, not of a machine: not a VM (nothing done beyond mounting its own /proc)")]
     NotAMachine,
 }
@@ -255,6 +257,21 @@ pub fn boot() -> Result<Vm, VmError> {
         .unwrap_or_else(|| "warden".to_string());
     if let Err(e) = nix::unistd::sethostname(&hostname) {
         crate::say!("cannot set the host name {hostname:?}: {e}");
+    }
+    // What a distribution's init sets: links in shared sticky folders
+    // (/tmp) followed only when their owner may, no writes through
+    // others' fifos and files there. Without it shell could plant links
+    // for the runtime or root to follow.
+    for knob in [
+        "protected_symlinks",
+        "protected_hardlinks",
+        "protected_fifos",
+        "protected_regular",
+    ] {
+        let path = format!("/proc/sys/fs/{knob}");
+        if let Err(e) = std::fs::write(&path, "1") {
+            crate::say!("cannot set {path}: {e}");
+        }
     }
     // Ctrl-Alt-Del becomes SIGINT to warden (a shutdown) instead of an
     // immediate reboot by the kernel.

@@ -820,7 +820,15 @@ fn a_rootless_owner_gets_what_shell_writes_with_keep_id() {
     );
 
     // keep-id makes the owner's files shell's inside: the key warden reads
-    // was handed to the machine's root, and shell cannot read it.
+    // was handed to the machine's root, and shell cannot read it, not even
+    // after an `up` that keeps the machine (which must not touch the files
+    // the machine has mounted).
+    let out = owner.warden(&["machine", "up", file.to_str().unwrap()]);
+    assert!(
+        text(&out.stdout).contains("unchanged, kept"),
+        "{}",
+        show("up again", &out)
+    );
     let out = exec(&["cat", "/etc/warden/key"]);
     assert!(!out.status.success(), "{}", show("cat key", &out));
     let key = std::fs::read_to_string(owner.state(&id).join("key")).unwrap();
@@ -923,6 +931,10 @@ fn the_launcher_refuses_what_this_host_cannot_hold_and_says_why() {
         (
             serde_json::json!({"keep_id": true}),
             "keep_id: needs rootless podman",
+        ),
+        (
+            serde_json::json!({"dns": ["10.0.0.1"]}),
+            "dns: name servers need a network",
         ),
         (
             serde_json::json!({"network": "/run/netns/no-such-namespace-here"}),

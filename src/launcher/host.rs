@@ -104,7 +104,12 @@ fn detect() -> Result<Host, String> {
         });
     }
     let uid = nix::unistd::geteuid().as_raw();
-    let rootless = uid != 0;
+    // Docker's daemon is root unless it says otherwise, whoever runs the
+    // client (a member of the docker group is root by another name).
+    let rootless = match engine {
+        Engine::Podman => uid != 0,
+        Engine::Docker => docker_security()?.contains("rootless"),
+    };
     let mut facts = vec![format!(
         "engine: {program}, {}",
         if rootless {
@@ -113,9 +118,6 @@ fn detect() -> Result<Host, String> {
             "rootful".into()
         }
     )];
-    if engine == Engine::Docker {
-        docker_answers()?;
-    }
     let cgroups = cgroup_mode(Path::new("/sys/fs/cgroup"));
     facts.push(format!("cgroups: {cgroups:?}"));
     let mut global = Vec::new();
@@ -174,15 +176,16 @@ fn detect() -> Result<Host, String> {
     })
 }
 
-/// A Docker client with no engine behind it fails here, with that said.
-fn docker_answers() -> Result<(), String> {
+/// The Docker daemon's security options; a client with no engine behind
+/// it fails here, with that said.
+fn docker_security() -> Result<String, String> {
     let out = std::process::Command::new("docker")
-        .args(["info", "--format", "{{.ServerVersion}}"])
+        .args(["info", "--format", "{{.SecurityOptions}}"])
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| format!("docker: {e}"))?;
     match out.status.success() {
-        true => Ok(()),
+        true => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
         false => Err(format!(
             "docker: no Docker engine answers ({}); start one, or use podman",
             first_line(&String::from_utf8_lossy(&out.stderr))

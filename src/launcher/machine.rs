@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 pub const PREFIX: &str = "warden";
 
 /// What the image's users are (see machine/README.md).
-const RUNTIME_IDS: &str = "2000:2000";
+const RUNTIME_UID: &str = "2000";
 const SHELL_UID: u32 = 2001;
 
 /// How long `up` waits for warden's host socket to answer.
@@ -83,6 +83,11 @@ fn engine_command() -> Result<Command, String> {
     let host = host()?;
     let mut command = Command::new(host.engine.program());
     command.args(&host.global);
+    // Docker's legacy builder ignores `<Dockerfile>.dockerignore`, and with
+    // it the rule that keeps `.env` out of images: BuildKit only.
+    if host.engine == Engine::Docker {
+        command.env("DOCKER_BUILDKIT", "1");
+    }
     Ok(command)
 }
 
@@ -202,7 +207,7 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
         .map(Path::to_path_buf)
         .unwrap_or_else(|| definition.parent().unwrap_or(Path::new(".")).join(".env"));
     let keys_text = read_keys(&def, &env_file)?;
-    let state = prepare_state(&def, host)?;
+    let state = prepare_state(&def)?;
     step(start, &format!("state folder {}", state.display()));
     let image = image(&def, &state, start)?;
     let image_id = podman(
@@ -213,6 +218,7 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
         format!("{text}\0{}\0{}", image_id.trim(), env!("CARGO_PKG_VERSION")).as_bytes(),
     );
     if def.kind == Kind::Vm {
+        write_machine_files(&def, &state, host)?;
         // The keys travel in the VM's initramfs: new values remake it.
         let inputs = sha256_hex(format!("{digest}\0{keys_text}").as_bytes());
         vm::up(&def, &image, &inputs, &keys_text, start)?;
@@ -237,6 +243,7 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
                     &format!("{name}: inputs changed, old container removed"),
                 );
             }
+            write_machine_files(&def, &state, host)?;
             create(&def, &state, &image, &digest)?;
             step(start, &format!("{name}: created"));
             true
@@ -285,6 +292,9 @@ pub fn fits(def: &Definition, host: &Host) -> Result<(), String> {
         }
         _ => {}
     }
+    if !def.dns.is_empty() && matches!(def.network, Network::None | Network::Host) {
+        return Err("dns: name servers need a network of the machine's own (\"private\" or a namespace); on \"none\" or \"host\" the engine refuses them".into());
+    }
     if def.keep_id && !(rootless && host.engine == Engine::Podman) {
         return Err(format!("keep_id: needs rootless podman ({engine} {} here): rootful, files shell writes in lent folders belong to uid {} on the host", if rootless { "rootless" } else { "rootful" }, SHELL_UID));
     }
@@ -293,7 +303,7 @@ pub fn fits(def: &Definition, host: &Host) -> Result<(), String> {
 
 /// Makes the state folder and what warden reads from it; the key is made
 /// once and kept.
-fn prepare_state(def: &Definition, host: &Host) -> Result<PathBuf, String> {
+fn prepare_state(def: &Definition) -> Result<PathBuf, String> {
     let state = state_dir(&def.id);
     let io =
         |what: &str, e: std::io::Error| format!("state folder {}: {what}: {e}", state.display());
@@ -305,8 +315,17 @@ fn prepare_state(def: &Definition, host: &Host) -> Result<PathBuf, String> {
     std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| io("chmod", e))?;
     make_key(&state.join("key")).map_err(|e| io("key", e))?;
-    // What the machine sees (etc/, run/) may have been handed to its root
-    // by an earlier `up`: take it back to write it.
+    Ok(state)
+}
+
+/// Writes what the machine sees (etc/ and run/, mounted into a container,
+/// packed into a VM's initramfs). Only ever while no container mounts
+/// them: a kept container keeps the files it was made with.
+fn write_machine_files(def: &Definition, state: &Path, host: &Host) -> Result<(), String> {
+    let io =
+        |what: &str, e: std::io::Error| format!("state folder {}: {what}: {e}", state.display());
+    // An earlier `up` may have handed them to the machine's root: take
+    // them back to write them.
     let seen = [state.join("etc"), state.join("run")];
     if host.rootless {
         give(&seen, false)?;
@@ -349,7 +368,7 @@ fn prepare_state(def: &Definition, host: &Host) -> Result<PathBuf, String> {
         // namespace, the first subordinate id).
         give(&seen, true)?;
     }
-    Ok(state)
+    Ok(())
 }
 
 /// Hands `paths` to the machine's root (uid 1 of the rootless owner's
@@ -719,13 +738,14 @@ fn read_keys(def: &Definition, env_file: &Path) -> Result<String, String> {
 
 /// Hands the runtime its keys, through podman's stdin (never on a
 /// command line, where `ps` would show them).
+/// Written as the runtime, not root: a link the runtime left at `.env`
+/// then leads only where the runtime could write anyway. warden made the
+/// file the runtime's, mode 0600, at boot; a new one gets 0600 too.
 fn write_keys(name: &str, text: &str) -> Result<(), String> {
-    let script = format!(
-        "cat > /home/runtime/.env && chown {RUNTIME_IDS} /home/runtime/.env && chmod 600 /home/runtime/.env"
-    );
+    let script = "umask 077 && cat > /home/runtime/.env";
     podman_with_input(
         "write keys",
-        &["exec", "-i", "-u", "0", name, "sh", "-c", &script],
+        &["exec", "-i", "-u", RUNTIME_UID, name, "sh", "-c", script],
         Some(text.as_bytes()),
     )
     .map(drop)
@@ -740,7 +760,7 @@ fn run_setup(name: &str, script: &Path) -> Result<(), String> {
             "exec",
             "-i",
             "-u",
-            "2000",
+            RUNTIME_UID,
             "-w",
             "/home/runtime/workspace",
             name,

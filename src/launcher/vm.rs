@@ -248,12 +248,16 @@ pub fn up(
         }
     }
     initrd(&kit, &def.id, keys_text)?;
-    std::fs::write(&recorded, inputs).map_err(|e| io(&recorded, e))?;
+    // Recorded only once the VM answers: one that never did is not kept.
+    let _ = std::fs::remove_file(&recorded);
     launch(&kit, &def.id, &rootfs)?;
     machine::step(start, "QEMU started (software emulation)");
-    wait_ready(&def.id)?;
+    if let Err(e) = wait_ready(&def.id) {
+        kill(&def.id);
+        return Err(e);
+    }
     machine::step(start, "warden answers over vsock");
-    Ok(())
+    std::fs::write(&recorded, inputs).map_err(|e| io(&recorded, e))
 }
 
 fn copy_sparse(from: &Path, to: &Path) -> Result<(), String> {
@@ -281,8 +285,16 @@ fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, String> {
     )?;
     let id = id.trim().trim_start_matches("sha256:");
     let short = &id[..id.len().min(16)];
+    // Root's alone: a disk holds the whole image, which the engine's own
+    // storage keeps from other users too.
     let images = kit.dir.join("images");
-    std::fs::create_dir_all(&images).map_err(|e| format!("{}: {e}", images.display()))?;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&images)
+        .map_err(|e| format!("{}: {e}", images.display()))?;
+    std::fs::set_permissions(&images, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("{}: {e}", images.display()))?;
     let disk = images.join(format!("{short}.ext4"));
     if disk.exists() {
         return Ok(disk);
@@ -307,7 +319,8 @@ fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, String> {
             String::from_utf8_lossy(&exported.stderr).trim()
         ));
     }
-    let partial = images.join(format!("{short}.ext4.partial"));
+    // Two `up`s of one image each make their own, and the last rename wins.
+    let partial = tree.path().with_extension("ext4");
     let made = Command::new("mkfs.ext4")
         .args(["-q", "-F", "-L", "root", "-d"])
         .arg(tree.path())
@@ -316,6 +329,7 @@ fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, String> {
         .output()
         .map_err(|e| format!("mkfs.ext4 (apt-get install e2fsprogs): {e}"))?;
     if !made.status.success() {
+        let _ = std::fs::remove_file(&partial);
         return Err(format!(
             "mkfs.ext4 {}: {}",
             partial.display(),
@@ -374,15 +388,18 @@ fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), String> {
     }
     let initrd = vm.join("initrd.gz");
     let partial = vm.join("initrd.gz.partial");
-    std::fs::OpenOptions::new()
+    let _ = std::fs::remove_file(&partial);
+    let mut out = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&partial)
         .map_err(|e| format!("{}: {e}", partial.display()))?;
-    std::fs::copy(kit.dir.join("initrd.gz"), &partial)
-        .map_err(|e| format!("{}: {e}", partial.display()))?;
+    let base = kit.dir.join("initrd.gz");
+    std::fs::File::open(&base)
+        .and_then(|mut f| std::io::copy(&mut f, &mut out))
+        .map_err(|e| format!("{}: {e}", base.display()))?;
+    drop(out);
     let packed = Command::new("sh")
         .arg("-c")
         .arg(r#"cd "$0" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet | gzip >> "$1""#)
@@ -391,6 +408,7 @@ fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), String> {
         .output()
         .map_err(|e| format!("cpio: {e}"))?;
     if !packed.status.success() {
+        let _ = std::fs::remove_file(&partial);
         return Err(format!(
             "initramfs: {} (apt-get install cpio)",
             String::from_utf8_lossy(&packed.stderr).trim()
@@ -428,6 +446,7 @@ fn launch(kit: &Kit, id: &str, rootfs: &Path) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !vm.join("vhost.sock").exists() {
         if Instant::now() > deadline {
+            stop_backend(id);
             return Err(format!(
                 "vhost-device-vsock made no socket in 10 s: {}",
                 std::fs::read_to_string(vm.join("vhost.err"))
@@ -438,7 +457,10 @@ fn launch(kit: &Kit, id: &str, rootfs: &Path) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(5));
     }
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let khz = tsc_khz(&cpuinfo).ok_or("no cpu MHz in /proc/cpuinfo (microvm needs it)")?;
+    let Some(khz) = tsc_khz(&cpuinfo) else {
+        stop_backend(id);
+        return Err("no cpu MHz in /proc/cpuinfo (microvm needs it)".into());
+    };
     let out = Command::new(&kit.qemu)
         .args(qemu_args(id, &kit.dir.join("vmlinuz"), rootfs, &vm, khz))
         .stdin(Stdio::null())
@@ -528,6 +550,8 @@ pub fn connect(id: &str, first: Option<(u32, &Request)>) -> Result<Client, Strin
 pub fn stop(id: &str) -> Result<(), String> {
     if let Some(pid) = qemu_pid(id) {
         let asked = connect(id, None).and_then(|mut c| {
+            c.set_read_timeout(Some(Duration::from_secs(10)))
+                .map_err(|e| e.to_string())?;
             c.send(0, &Request::Shutdown).map_err(|e| e.to_string())?;
             match c.receive() {
                 Ok(Message::Event(0, Event::ShuttingDown)) | Err(_) => Ok(()),
@@ -539,11 +563,7 @@ pub fn stop(id: &str) -> Result<(), String> {
             std::thread::sleep(Duration::from_millis(50));
         }
         if qemu_pid(id).is_some() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            stop_backend(id);
+            kill(id);
             return Err(format!(
                 "machine {id}: the VM did not power off within {} s ({}); QEMU was killed",
                 STOP_GRACE.as_secs(),
@@ -553,6 +573,17 @@ pub fn stop(id: &str) -> Result<(), String> {
     }
     stop_backend(id);
     Ok(())
+}
+
+/// Ends a VM that cannot be asked: QEMU killed, its backend ended.
+fn kill(id: &str) {
+    if let Some(pid) = qemu_pid(id) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    stop_backend(id);
 }
 
 /// Ends the machine's vhost-device-vsock.
