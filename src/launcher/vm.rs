@@ -686,11 +686,19 @@ pub fn copy_audit(id: &str, copy: &Path) -> Result<bool, String> {
         ));
     }
     // rdump makes `copy/audit`; the log's files belong directly in `copy`.
+    // Only regular files come out: the disk is the machine's, and a link
+    // there must not lead the host (root) to its own files.
     for entry in std::fs::read_dir(&dumped)
         .map_err(|e| e.to_string())?
         .flatten()
     {
-        std::fs::rename(entry.path(), copy.join(entry.file_name())).map_err(|e| e.to_string())?;
+        let path = entry.path();
+        let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+        let moved = match regular {
+            true => std::fs::rename(&path, copy.join(entry.file_name())),
+            false => std::fs::remove_file(&path).or_else(|_| std::fs::remove_dir_all(&path)),
+        };
+        moved.map_err(|e| format!("{}: {e}", path.display()))?;
     }
     let _ = std::fs::remove_dir(&dumped);
     Ok(running(id))
