@@ -13,7 +13,7 @@ mod timing;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use timing::{interleaved, ok, us};
+use timing::{interleaved, ok, podman, table};
 use warden::client::Client;
 use warden::launcher::machine as m;
 use warden::protocol::RunRequest;
@@ -24,14 +24,6 @@ const RUNS: usize = 100;
 /// Stop-then-up runs of the unchanged machine.
 const UP_RUNS: usize = 5;
 const AUDIT_LOG: &str = "/home/runtime/data/audit/warden.jsonl";
-
-/// podman with the options the launcher found this host needs.
-fn podman() -> Command {
-    let host = warden::launcher::host::get().unwrap_or_else(|e| panic!("{e}"));
-    let mut c = Command::new(host.engine.program());
-    c.args(&host.global);
-    c
-}
 
 /// Why the bench cannot run here, if it cannot.
 fn unable() -> Option<String> {
@@ -159,21 +151,9 @@ fn main() {
     println!(
         "\n`true` in a running machine, {RUNS} runs, contenders in turn (podman/x: podman exec's p50 over this one's)"
     );
-    println!(
-        "{:<42} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "", "p50 µs", "p90 µs", "p99 µs", "mean µs", "podman/x"
-    );
-    for (n, s) in names.iter().zip(&stats) {
-        println!(
-            "{:<42} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.2}",
-            n,
-            us(s.p50),
-            us(s.p90),
-            us(s.p99),
-            us(s.mean),
-            podman_p50 / s.p50.as_secs_f64()
-        );
-    }
+    table(&names, &stats, "podman/x", |s| {
+        podman_p50 / s.p50.as_secs_f64()
+    });
     for (i, what) in [(0, "warden machine exec"), (1, "API in-process")] {
         println!(
             "podman exec / {what:<20} p50 {:>6.1}x   mean {:>6.1}x   (target: at least 20x)",

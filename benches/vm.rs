@@ -16,7 +16,7 @@ mod timing;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use timing::{interleaved, ok, us};
+use timing::{interleaved, median, ok, podman, table};
 use warden::launcher::machine as m;
 use warden::protocol::RunRequest;
 
@@ -38,9 +38,7 @@ fn unable() -> Option<String> {
     if let Err(e) = warden::launcher::vm::kit() {
         return Some(e);
     }
-    let image = Command::new("podman")
-        .args(["image", "exists", IMAGE])
-        .status();
+    let image = podman().args(["image", "exists", IMAGE]).status();
     match image {
         Ok(s) if s.success() => None,
         _ => Some(format!("no image {IMAGE}: build it with machine/build")),
@@ -89,11 +87,6 @@ impl Drop for Cleanup {
             let _ = warden().args(["machine", "rm", id, "--volumes"]).output();
         }
     }
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
 }
 
 fn main() {
@@ -158,25 +151,12 @@ fn main() {
             &mut || {
                 run(&ct, true_request());
             },
-            &mut || ok(Command::new("podman").args(["exec", &container, "true"])),
+            &mut || ok(podman().args(["exec", &container, "true"])),
         ],
     );
     println!("\n`true` round trip, {RUNS} runs, contenders in turn (x VM API: p50 over the VM's API p50)");
-    println!(
-        "{:<42} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "", "p50 µs", "p90 µs", "p99 µs", "mean µs", "x VM API"
-    );
-    for (n, s) in names.iter().zip(&stats) {
-        println!(
-            "{:<42} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.2}",
-            n,
-            us(s.p50),
-            us(s.p90),
-            us(s.p99),
-            us(s.mean),
-            s.p50.as_secs_f64() / stats[0].p50.as_secs_f64()
-        );
-    }
+    let vm_api = stats[0].p50.as_secs_f64();
+    table(&names, &stats, "x VM API", |s| s.p50.as_secs_f64() / vm_api);
 
     // Output throughput: the command writes OUTPUT_BYTES of zeros.
     let output = || RunRequest {

@@ -350,10 +350,11 @@ fn run_on(
 
 fn machine(action: MachineAction) -> Result<i32, String> {
     use warden::launcher::machine as m;
-    let host = m::host()?;
+    // Each action asks for what it needs: exec and status only the state
+    // folder, never the engine.
     match action {
         MachineAction::Check => {
-            for fact in &host.facts {
+            for fact in &m::host()?.facts {
                 println!("{fact}");
             }
             println!("this host can run machines");

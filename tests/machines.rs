@@ -41,9 +41,12 @@ fn warden(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// podman with the options the launcher found this host needs (no quirk
+/// of this host written here).
 fn podman(args: &[&str]) -> Output {
-    Command::new("podman")
-        .args(["--runtime", "runc", "--cgroup-manager", "cgroupfs"])
+    let host = warden::launcher::host::get().unwrap_or_else(|e| panic!("{e}"));
+    Command::new(host.engine.program())
+        .args(&host.global)
         .args(args)
         .output()
         .unwrap()

@@ -60,6 +60,15 @@ pub fn interleaved<const N: usize>(runs: usize, mut each: [&mut dyn FnMut(); N])
     std::array::from_fn(|_| stats.next().expect("one Stats per contender"))
 }
 
+/// The container engine with the options the launcher found this host
+/// needs (the machine benches compare against it).
+pub fn podman() -> Command {
+    let host = warden::launcher::host::get().unwrap_or_else(|e| panic!("{e}"));
+    let mut c = Command::new(host.engine.program());
+    c.args(&host.global);
+    c
+}
+
 pub fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -74,4 +83,29 @@ pub fn ok(cmd: &mut Command) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Prints one row per contender: its percentiles in µs, and `ratio` of
+/// its figures under the heading `label`.
+pub fn table(names: &[&str], stats: &[Stats], label: &str, ratio: impl Fn(&Stats) -> f64) {
+    println!(
+        "{:<42} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "", "p50 µs", "p90 µs", "p99 µs", "mean µs", label
+    );
+    for (n, s) in names.iter().zip(stats) {
+        println!(
+            "{:<42} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.2}",
+            n,
+            us(s.p50),
+            us(s.p90),
+            us(s.p99),
+            us(s.mean),
+            ratio(s)
+        );
+    }
+}
+
+pub fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
 }

@@ -57,8 +57,6 @@ pub struct Host {
     pub global: Vec<String>,
     /// `--ulimit` options at or under the host's hard limits.
     pub ulimits: Vec<String>,
-    /// Where the machines' state folders live.
-    pub state_root: PathBuf,
     /// What was found and chosen, one line each, for `warden machine check`.
     pub facts: Vec<String>,
 }
@@ -160,18 +158,13 @@ fn detect() -> Result<Host, String> {
         "--ulimit".into(),
         format!("nproc={nproc}:{nproc}"),
     ];
-    let state_root = match rootless {
-        false => PathBuf::from(ROOTFUL_STATE),
-        true => user_state_root(env("XDG_DATA_HOME"), env("HOME"))?,
-    };
-    facts.push(format!("state folders: {}", state_root.display()));
+    facts.push(format!("state folders: {}", state_root()?.display()));
     Ok(Host {
         engine,
         rootless,
         cgroups,
         global,
         ulimits,
-        state_root,
         facts,
     })
 }
@@ -292,6 +285,16 @@ fn user_name(uid: u32) -> Option<String> {
         let f: Vec<&str> = l.split(':').collect();
         (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
     })
+}
+
+/// Where the machines' state folders live: the launcher's files are its
+/// user's, root's in /var/lib, anyone else's in their own data folder.
+/// Found without asking the engine: `exec` and `status` need only this.
+pub fn state_root() -> Result<PathBuf, String> {
+    match nix::unistd::geteuid().is_root() {
+        true => Ok(PathBuf::from(ROOTFUL_STATE)),
+        false => user_state_root(env("XDG_DATA_HOME"), env("HOME")),
+    }
 }
 
 /// A rootless owner's machines live in their own data folder.

@@ -54,9 +54,9 @@ fn owner() -> u32 {
 
 /// The machine's state folder.
 pub fn state_dir(id: &str) -> PathBuf {
-    match host() {
-        Ok(h) => h.state_root.join(id),
-        // Unreachable in practice: every command finds the host first.
+    match host::state_root() {
+        Ok(root) => root.join(id),
+        // Unreachable in practice: every command asks for the root first.
         Err(_) => Path::new(host::ROOTFUL_STATE).join(id),
     }
 }
@@ -979,7 +979,8 @@ pub fn connect(
     id: &str,
     first: Option<(u32, &crate::protocol::Request)>,
 ) -> Result<Client, String> {
-    host()?;
+    // No engine is asked: a command's round trip is the API's alone.
+    host::state_root()?;
     if vm::is_vm(id) {
         return vm::connect(id, first);
     }

@@ -629,10 +629,10 @@ pub fn remove(id: &str, volumes: bool) -> Result<(), String> {
 
 /// One line per VM of this owner: name and state.
 pub fn list() -> Vec<String> {
-    let Ok(host) = machine::host() else {
+    let Ok(root) = super::host::state_root() else {
         return Vec::new();
     };
-    let Ok(entries) = std::fs::read_dir(&host.state_root) else {
+    let Ok(entries) = std::fs::read_dir(&root) else {
         return Vec::new();
     };
     let mut ids: Vec<String> = entries

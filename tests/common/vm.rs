@@ -20,6 +20,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use warden::client::{Client, ClientError};
+use warden::launcher::vm::Kit;
 
 /// The guest's CID, and warden's vsock port (its default).
 pub const GUEST_CID: u32 = 3;
@@ -81,60 +82,30 @@ pub fn one_at_a_time() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// What a VM test needs from the host.
-pub struct Kit {
-    pub dir: PathBuf,
-    pub qemu: PathBuf,
-    pub vhost: PathBuf,
-}
-
-/// Finds the kit, or says why not: under CI=true a missing piece fails the
-/// test; elsewhere the test skips, saying why.
+/// Finds the launcher's kit (warden::launcher::vm::kit: kernel, initramfs,
+/// volumes, QEMU, vhost-device-vsock) and what the tests need beside it
+/// (machine/vm/build's shared root disk, debugfs and e2fsck to read the
+/// volumes), or says why not: under CI=true a missing piece fails the test;
+/// elsewhere the test skips, saying why.
 pub fn kit(test: &str) -> Option<Kit> {
-    let dir = PathBuf::from(
-        std::env::var("WARDEN_VM_CACHE").unwrap_or_else(|_| "/var/cache/warden-machine/vm".into()),
-    );
-    let mut missing: Vec<String> = [
-        "vmlinuz",
-        "initrd.gz",
-        "rootfs.ext4",
-        "data.ext4",
-        "workspace.ext4",
-    ]
-    .iter()
-    .filter(|f| !dir.join(f).exists())
-    .map(|f| format!("{} (machine/vm/build makes it)", dir.join(f).display()))
-    .collect();
-    let home_bin =
-        PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo/bin");
-    let find = |name: &str| {
-        std::env::var("PATH")
-            .unwrap_or_default()
-            .split(':')
-            .map(PathBuf::from)
-            .chain([home_bin.clone()])
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    };
-    let qemu = find("qemu-system-x86_64");
-    let vhost = find("vhost-device-vsock");
-    if qemu.is_none() {
-        missing.push("qemu-system-x86_64 (apt: qemu-system-x86)".into());
-    }
-    if vhost.is_none() {
-        missing.push("vhost-device-vsock (cargo install --locked vhost-device-vsock@0.3.0)".into());
-    }
-    for tool in ["cpio", "gzip", "debugfs", "e2fsck"] {
-        if find(tool).is_none() && !Path::new("/usr/sbin").join(tool).exists() {
-            missing.push(tool.to_string());
+    let found = warden::launcher::vm::kit();
+    let mut missing: Vec<String> = found.as_ref().err().cloned().into_iter().collect();
+    if let Ok(kit) = &found {
+        if !kit.dir.join("rootfs.ext4").exists() {
+            missing.push("rootfs.ext4 (machine/vm/build makes it)".into());
         }
     }
-    if missing.is_empty() {
-        return Some(Kit {
-            dir,
-            qemu: qemu.unwrap(),
-            vhost: vhost.unwrap(),
-        });
+    for tool in ["debugfs", "e2fsck"] {
+        if !["/usr/sbin", "/sbin", "/usr/bin"]
+            .iter()
+            .any(|d| Path::new(d).join(tool).exists())
+        {
+            missing.push(format!("{tool} (apt: e2fsprogs)"));
+        }
+    }
+    match found {
+        Ok(kit) if missing.is_empty() => return Some(kit),
+        _ => {}
     }
     let reason = format!("{test}: missing {}", missing.join(", "));
     if std::env::var("CI").as_deref() == Ok("true") {
@@ -405,14 +376,8 @@ fn random_key() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The host CPU's clock in kHz: QEMU's microvm needs it on the guest's
-/// command line (tsc_early_khz), or one boot in ten hangs calibrating.
+/// The host CPU's clock in kHz (the launcher reads it the same way).
 fn tsc_khz() -> u64 {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    info.lines()
-        .find(|l| l.starts_with("cpu MHz"))
-        .and_then(|l| l.split(':').nth(1))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|mhz| (mhz * 1000.0) as u64)
-        .expect("no cpu MHz in /proc/cpuinfo")
+    warden::launcher::vm::tsc_khz(&info).expect("no cpu MHz in /proc/cpuinfo")
 }
