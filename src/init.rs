@@ -215,35 +215,29 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
             Ok(l) => l,
             Err(e) => return refuse(format!("api socket {}: {e}", sup.config.socket.display())),
         };
-    // The host's socket, when the machine has one: anyone who can reach
-    // the file may try; only the machine's key lets them in.
-    let machine_key = || crate::key::Key::load(&sup.config.key_file).map(Arc::new);
-    let host_door = match &sup.config.host_socket {
-        None => None,
-        Some(path) => {
-            let key = match machine_key() {
-                Ok(k) => k,
-                Err(e) => return refuse(format!("host socket {}: {e}", path.display())),
-            };
-            match runtime.block_on(async { bind(path, 0, 0o666) }) {
-                Ok(l) => Some((l, key)),
-                Err(e) => return refuse(format!("host socket {}: {e}", path.display())),
-            }
-        }
+    // The host's ways in: its socket when the machine has one, and vsock
+    // in a VM. Anyone who reaches them may try; only the machine's key,
+    // loaded once for both, lets them in.
+    let vsock_port = vm.and(sup.config.vsock_port);
+    let key = match (&sup.config.host_socket, vsock_port) {
+        (None, None) => None,
+        _ => match crate::key::Key::load(&sup.config.key_file) {
+            Ok(k) => Some(Arc::new(k)),
+            Err(e) => return refuse(format!("the machine's key: {e}")),
+        },
     };
-    // In a VM, vsock is the host's way in: anything on the host may
-    // connect, so the machine's key is required there too.
-    let vsock_door = match (vm, sup.config.vsock_port) {
-        (Some(_), Some(port)) => {
-            let key = match machine_key() {
-                Ok(k) => k,
-                Err(e) => return refuse(format!("vsock port {port}: {e}")),
-            };
-            match runtime.block_on(async { crate::vsock::bind_any(port) }) {
-                Ok(l) => Some((l, key)),
-                Err(e) => return refuse(format!("vsock port {port}: {e}")),
-            }
-        }
+    let host_door = match (&sup.config.host_socket, &key) {
+        (Some(path), Some(key)) => match runtime.block_on(async { bind(path, 0, 0o666) }) {
+            Ok(l) => Some((l, key.clone())),
+            Err(e) => return refuse(format!("host socket {}: {e}", path.display())),
+        },
+        _ => None,
+    };
+    let vsock_door = match (vsock_port, &key) {
+        (Some(port), Some(key)) => match runtime.block_on(async { crate::vsock::bind_any(port) }) {
+            Ok(l) => Some((l, key.clone())),
+            Err(e) => return refuse(format!("vsock port {port}: {e}")),
+        },
         _ => None,
     };
     // 10. The firewall, and the proxy that is shell's one way out.
@@ -275,7 +269,6 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
         let door = api::Door::Host(key, "host_socket");
         runtime.spawn(api::serve(sup.clone(), api::Listener::Unix(host), door));
     }
-    let vsock_port = vsock_door.as_ref().map(|(l, _)| l.port);
     if let Some((listener, key)) = vsock_door {
         let door = api::Door::Host(key, "vsock");
         runtime.spawn(api::serve(

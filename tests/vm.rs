@@ -126,6 +126,15 @@ fn vm_boots_serves_over_vsock_confines_and_powers_off() {
     // its own UDP socket (and Landlock refuses it a TCP listener).
     let out = client.run(run("cat /proc/1/environ")).unwrap();
     assert_ne!(out.exit.status, 0);
+    // No distribution init sets the link protections in a VM: warden did.
+    let knobs = "cat /proc/sys/fs/protected_symlinks /proc/sys/fs/protected_hardlinks \
+                 /proc/sys/fs/protected_fifos /proc/sys/fs/protected_regular";
+    let out = client.run(run(knobs)).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1\n1\n1\n1\n",
+        "{out:?}"
+    );
     let probe = r#"python3 -c '
 import socket
 r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); r.bind(("127.0.0.1", 0)); r.settimeout(1)
