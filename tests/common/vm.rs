@@ -269,11 +269,15 @@ impl Vm {
     }
 
     /// Waits until warden answers over vsock; returns the time from
-    /// QEMU's launch.
+    /// QEMU's launch. As the launcher does, it connects only once warden
+    /// has said on the console that it is ready: vhost-device-vsock 0.3.0
+    /// may leave later connections unanswered after one made before the
+    /// guest listened (seen here, about one boot in twenty).
     pub fn wait_ready(&mut self, limit: Duration) -> Duration {
         let deadline = self.launched + limit;
         loop {
-            if self.connect_with(&self.key).is_ok() {
+            let ready = self.serial().contains("warden: ready in ");
+            if ready && self.connect_with(&self.key).is_ok() {
                 return self.launched.elapsed();
             }
             if let Some(status) = self.exited() {
