@@ -5,9 +5,11 @@
 //! bounded queue, so a slow client slows its commands instead of growing
 //! warden's memory), and one task per command.
 
+use crate::admission::{Admission, Pass, MAX_CONNECTIONS, MAX_UNAUTHENTICATED};
 use crate::output::{pump, write_frames, Budget, Capped, Out};
 use crate::protocol::{
-    ErrorCode, Event, ExitReport, Header, Kind, Request, StdinMode, HEADER_LEN, SUPPORTED_VERSIONS,
+    ErrorCode, Event, ExitReport, Header, Kind, Request, StdinMode, HEADER_LEN, MAX_FRAME,
+    SUPPORTED_VERSIONS,
 };
 use crate::reaper::Exit;
 use crate::request::{self, ValidRun};
@@ -33,6 +35,12 @@ use tokio::sync::mpsc;
 const OUT_QUEUE: usize = 32;
 /// A frame, once begun, must arrive whole within this time.
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most a frame may carry before the peer is let in: a hello is small,
+/// and nothing is allocated for what a stranger announces beyond this.
+const MAX_HELLO: u32 = 16 * 1024;
+/// How long a refused peer is heard out (its writes read and dropped)
+/// before its connection is closed.
+const REFUSED_LINGER: Duration = Duration::from_secs(1);
 /// A new connection must say hello within this time.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// A wrong or missing key is answered after this long, one refusal at a
@@ -84,11 +92,21 @@ impl Listener {
 }
 
 pub async fn serve(sup: Arc<Supervisor>, listener: Listener, door: Door) {
+    let admission = Arc::new(Admission::default());
     loop {
         match listener.accept().await {
-            Ok((stream, max_write)) => {
-                tokio::spawn(connection(sup.clone(), stream, max_write, door.clone()));
-            }
+            Ok((stream, max_write)) => match admission.admit() {
+                Some(pass) => {
+                    let conn = connection(sup.clone(), stream, max_write, door.clone(), pass);
+                    tokio::spawn(conn);
+                }
+                None => {
+                    let reason = format!(
+                        "this door holds {MAX_CONNECTIONS} connections at once; closed unheard"
+                    );
+                    refuse_peer(&sup, &door, Peer::of(&stream), &reason);
+                }
+            },
             Err(e) => {
                 // Out of descriptors or memory: wait and go on, never exit.
                 crate::say!("api: accept: {e}");
@@ -100,14 +118,57 @@ pub async fn serve(sup: Arc<Supervisor>, listener: Listener, door: Door) {
 
 type Failure = (ErrorCode, String);
 
+/// Who is at the other end, as SO_PEERCRED says in warden's namespaces.
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    uid: u32,
+    /// 0: a process outside warden's PID namespace (the host's).
+    pid: i32,
+}
+
+impl Peer {
+    fn of(stream: &UnixStream) -> Peer {
+        match stream.peer_cred() {
+            Ok(c) => Peer {
+                uid: c.uid(),
+                pid: c.pid().unwrap_or(0),
+            },
+            // vsock: no credentials; the key decides.
+            Err(_) => Peer {
+                uid: u32::MAX,
+                pid: 0,
+            },
+        }
+    }
+}
+
+/// Audits a peer turned away before a word was read (at most a burst per
+/// uid and window; the rest are counted).
+fn refuse_peer(sup: &Supervisor, door: &Door, peer: Peer, reason: &str) {
+    let (door, via) = match door {
+        Door::Local => ("local", "socket"),
+        Door::Host(_, via) => ("host", *via),
+    };
+    sup.audit.record_refusal(
+        "connection_refused",
+        &format!("uid {}", peer.uid),
+        json!({"door": door, "via": via, "uid": peer.uid, "pid": peer.pid, "reason": reason}),
+    );
+}
+
 struct Conn {
     sup: Arc<Supervisor>,
-    uid: u32,
+    /// Who asks, for the audit log: the peer's uid on the machine's own
+    /// socket; on the host's ways in, the peer's until the key lets it in,
+    /// then 0 (the owner, by the key).
+    uid: std::sync::atomic::AtomicU32,
     door: Door,
     /// The protocol version agreed in the hello (0 before it).
     version: std::sync::atomic::AtomicU32,
     tx: mpsc::Sender<Out>,
     slots: Mutex<Slots>,
+    /// This connection's place at its door.
+    pass: Pass,
 }
 
 #[derive(Default)]
@@ -122,52 +183,94 @@ struct Slot {
     stdin: Option<mpsc::Sender<Vec<u8>>>,
 }
 
-async fn connection(sup: Arc<Supervisor>, stream: UnixStream, max_write: usize, door: Door) {
-    let cred = stream.peer_cred();
-    // Spliced output is accounted in the socket's send buffer; the default
-    // (about 200 KiB) holds too few pages to keep the pipe moving. Root may
-    // raise it past the system's limit; failing leaves only slower output.
-    let _ = nix::sys::socket::setsockopt(&stream, SndBufForce, &SOCKET_BUFFER);
+async fn connection(
+    sup: Arc<Supervisor>,
+    stream: UnixStream,
+    max_write: usize,
+    door: Door,
+    pass: Pass,
+) {
+    let peer = Peer::of(&stream);
+    let refusal = sup_refuses(&sup, &door, peer);
+    if refusal.is_none() {
+        // Spliced output is accounted in the socket's send buffer; the
+        // default (about 200 KiB) holds too few pages to keep the pipe
+        // moving. Root may raise it past the system's limit; failing
+        // leaves only slower output.
+        let _ = nix::sys::socket::setsockopt(&stream, SndBufForce, &SOCKET_BUFFER);
+    }
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(OUT_QUEUE);
     let writer = tokio::spawn(write_frames(Capped::new(wr, max_write), rx));
-    let (uid, pid) = match &cred {
-        Ok(c) => (c.uid(), c.pid().unwrap_or(0)),
-        Err(_) => (u32::MAX, 0),
-    };
-    // On the host's socket the key decides, in the hello; the peer's uid
-    // there is the host's, which means nothing here.
-    let uid = match door {
-        Door::Local => uid,
-        Door::Host(..) => 0,
-    };
-    if matches!(door, Door::Local) && !sup.may_connect(uid) {
-        let reason = format!(
-            "uid {uid} may not use this socket: only root and {} may",
-            sup.runtime.name
-        );
-        sup.audit.record(
-            "connection_refused",
-            json!({"uid": uid, "pid": pid, "reason": reason}),
-        );
+    if let Some(reason) = refusal {
+        refuse_peer(&sup, &door, peer, &reason);
         let _ = tx
             .send(Out::Event(0, error(ErrorCode::Refused, reason)))
             .await;
-    } else {
-        let conn = Arc::new(Conn {
-            sup,
-            uid,
-            door,
-            version: Default::default(),
-            tx,
-            slots: Mutex::default(),
-        });
-        if let Err((code, message)) = conn.read_frames(rd).await {
-            conn.send(0, error(code, message)).await;
-        }
-        conn.abandon();
+        drop(tx);
+        let _ = writer.await;
+        // The refusal is sent; what the peer had begun to send is read
+        // and dropped (bounded), so its writes do not fail before it
+        // reads why.
+        let _ = tokio::time::timeout(REFUSED_LINGER, async {
+            let mut rd = rd;
+            let mut sink = [0u8; 4096];
+            let mut left: usize = 64 * 1024;
+            while left > 0 {
+                match rd.read(&mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => left = left.saturating_sub(n),
+                }
+            }
+        })
+        .await;
+        return;
     }
+    let conn = Arc::new(Conn {
+        sup,
+        uid: peer.uid.into(),
+        door,
+        version: Default::default(),
+        tx,
+        slots: Mutex::default(),
+        pass,
+    });
+    let shed = conn.pass.shed.clone();
+    let read = tokio::select! {
+        read = conn.read_frames(rd) => read,
+        // A newer connection needed this one's place before it said a
+        // good hello.
+        _ = shed.notified() => Err((
+            ErrorCode::Refused,
+            format!("too many connections waiting to be let in (at most {MAX_UNAUTHENTICATED}); this one was the oldest"),
+        )),
+    };
+    if let Err((code, message)) = read {
+        conn.send(0, error(code, message)).await;
+    }
+    conn.abandon();
+    drop(conn);
     let _ = writer.await;
+}
+
+/// Why `peer` may not use `door` at all, if it may not. The machine's own
+/// socket is for root and the runtime. The host's ways in are for the
+/// owner outside the machine: a process inside it (its pid is seen in
+/// warden's PID namespace) other than root or the runtime is refused
+/// before anything it sends is read, whatever the socket file's mode
+/// (under keep-id the owner's uid is shell's, so the mode cannot tell).
+fn sup_refuses(sup: &Supervisor, door: &Door, peer: Peer) -> Option<String> {
+    match door {
+        Door::Local if !sup.may_connect(peer.uid) => Some(format!(
+            "uid {} may not use this socket: only root and {} may",
+            peer.uid, sup.runtime.name
+        )),
+        Door::Host(..) if peer.pid != 0 && !sup.may_connect(peer.uid) => Some(format!(
+            "uid {} is inside the machine: the host's way in is for the owner; the runtime uses the machine's own socket",
+            peer.uid
+        )),
+        _ => None,
+    }
 }
 
 fn error(code: ErrorCode, message: impl Into<String>) -> Event {
@@ -178,6 +281,11 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Event {
 }
 
 impl Conn {
+    /// Who asks, for the audit log (see `uid`).
+    fn requester(&self) -> u32 {
+        self.uid.load(Ordering::Relaxed)
+    }
+
     fn slots(&self) -> MutexGuard<'_, Slots> {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -187,9 +295,11 @@ impl Conn {
         let event = match event {
             Event::Error { code, message } => {
                 let message = self.sup.audit.redact(&message).into_owned();
-                self.sup.audit.record(
+                let uid = self.requester();
+                self.sup.audit.record_refusal(
                     "request_refused",
-                    json!({"requester_uid": self.uid, "id": id, "code": code, "message": message}),
+                    &format!("uid {uid}"),
+                    json!({"requester_uid": uid, "id": id, "code": code, "message": message}),
                 );
                 Event::Error { code, message }
             }
@@ -204,8 +314,11 @@ impl Conn {
 
     /// Reads frames until the client closes, or a fatal error.
     async fn read_frames(self: &Arc<Self>, rd: OwnedReadHalf) -> Result<(), Failure> {
-        let mut rd = BufReader::with_capacity(64 * 1024, rd);
-        let first = match tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut rd)).await {
+        // Small: a peer not yet let in costs little, and larger payloads
+        // are read past the buffer anyway.
+        let mut rd = BufReader::with_capacity(8 * 1024, rd);
+        let hello = read_frame(&mut rd, MAX_HELLO);
+        let first = match tokio::time::timeout(HELLO_TIMEOUT, hello).await {
             Err(_) => return Err((ErrorCode::HelloRequired, "no hello within 10 s".into())),
             Ok(frame) => frame?,
         };
@@ -213,7 +326,7 @@ impl Conn {
             None => return Ok(()),
             Some((header, payload)) => self.hello(header, &payload).await?,
         }
-        while let Some((header, payload)) = read_frame(&mut rd).await? {
+        while let Some((header, payload)) = read_frame(&mut rd, MAX_FRAME).await? {
             match header.kind {
                 Kind::Control => self.control(header.id, &payload).await?,
                 Kind::Stdin => self.stdin(header.id, payload).await,
@@ -262,8 +375,10 @@ impl Conn {
             }
             self.sup.audit.record(
                 "connection",
-                json!({"door": "host", "via": via, "key": "accepted"}),
+                json!({"door": "host", "via": via, "key": "accepted", "peer_uid": self.requester()}),
             );
+            // From here the owner asks, by the key.
+            self.uid.store(0, Ordering::Relaxed);
         }
         let Some(version) = SUPPORTED_VERSIONS
             .iter()
@@ -278,6 +393,7 @@ impl Conn {
             ));
         };
         self.version.store(*version, Ordering::SeqCst);
+        self.pass.let_in();
         let server = format!("warden {}", env!("CARGO_PKG_VERSION"));
         self.send(
             header.id,
@@ -358,7 +474,7 @@ impl Conn {
         };
         self.sup.audit.record(
             "shutdown_requested",
-            json!({"requester_uid": self.uid, "door": door}),
+            json!({"requester_uid": self.requester(), "door": door}),
         );
         Event::ShuttingDown
     }
@@ -373,7 +489,7 @@ impl Conn {
         if !name_ok {
             return error(ErrorCode::BadRequest, "an audit kind is [a-z0-9_]{1,64}");
         }
-        let line = json!({"from_uid": self.uid, "event": kind, "fields": fields});
+        let line = json!({"from_uid": self.requester(), "event": kind, "fields": fields});
         match self.sup.audit.record_seq("runtime", line) {
             Some(seq) => Event::Recorded { seq },
             None => error(ErrorCode::AuditFailing, "the audit log cannot be written"),
@@ -416,7 +532,7 @@ impl Conn {
         if let Some(reason) = self.sup.confinement.refusal() {
             self.sup.audit.record(
                 "command_refused",
-                json!({"requester_uid": self.uid, "reason": reason}),
+                json!({"requester_uid": self.requester(), "reason": reason}),
             );
             return Some(error(
                 ErrorCode::NotConfined,
@@ -504,7 +620,7 @@ impl Conn {
         let failed = |status: i32, message: String| {
             sup.audit.record(
                 "command_failed",
-                json!({"requester_uid": self.uid, "argv": run.argv, "folder": run.folder_text(),
+                json!({"requester_uid": self.requester(), "argv": run.argv, "folder": run.folder_text(),
                        "status": status, "error": message}),
             );
             ExitReport {
@@ -545,10 +661,10 @@ impl Conn {
                 sup.reaper.signal(pid, Signal::SIGKILL, true);
             }
         }
-        sup.command_started(command, pid, &run, self.uid);
+        sup.command_started(command, pid, &run, self.requester());
         sup.audit.record(
             "command_start",
-            json!({"command": command, "pid": pid.as_raw(), "requester_uid": self.uid,
+            json!({"command": command, "pid": pid.as_raw(), "requester_uid": self.requester(),
                    "argv": run.argv, "folder": run.folder_text(),
                    "limits": limits, "keep_background": run.keep_background}),
         );
@@ -646,8 +762,11 @@ impl Conn {
     }
 }
 
+/// Reads one frame of at most `max` payload bytes (the format's own
+/// limit, or less before the peer is let in).
 async fn read_frame(
     rd: &mut BufReader<OwnedReadHalf>,
+    max: u32,
 ) -> Result<Option<(Header, Vec<u8>)>, Failure> {
     let mut raw = [0u8; HEADER_LEN];
     // A client may be idle between frames as long as it likes; once a
@@ -672,6 +791,15 @@ async fn read_frame(
         };
         (code, e.to_string())
     })?;
+    if header.len > max {
+        return Err((
+            ErrorCode::FrameTooLarge,
+            format!(
+                "a frame of {} bytes before the hello was answered; the limit there is {max}",
+                header.len
+            ),
+        ));
+    }
     let mut payload = vec![0u8; header.len as usize];
     match tokio::time::timeout(FRAME_TIMEOUT, rd.read_exact(&mut payload)).await {
         Err(_) => Err((

@@ -7,6 +7,7 @@
 //! one write(2) each on an O_APPEND file, so a line is whole or absent.
 
 use crate::redact::Redactor;
+use crate::throttle::{Throttle, Verdict};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -14,6 +15,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 pub const FILE_NAME: &str = "warden.jsonl";
 const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -28,7 +30,17 @@ pub struct Audit {
     group: Option<u32>,
     /// The last write failed (a full disk): why.
     failing: Mutex<Option<String>>,
+    /// Refusals from one source beyond a burst are counted, not written.
+    throttle: Mutex<Throttle>,
 }
+
+/// Refusals of one kind from one source written whole per window; the
+/// rest of the window's are one `suppressed` line with their count.
+const REFUSAL_BURST: u32 = 20;
+const REFUSAL_WINDOW: Duration = Duration::from_secs(10);
+/// No string in a line is longer than this: a longer one keeps its start,
+/// its length and its SHA-256, so a line stays small whoever chose it.
+pub const MAX_STRING: usize = 2048;
 
 /// When the current file is set aside, and how many files are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +111,7 @@ impl Audit {
             rotation,
             group,
             failing: Mutex::new(None),
+            throttle: Mutex::new(Throttle::new(REFUSAL_BURST, REFUSAL_WINDOW)),
         })
     }
 
@@ -138,15 +151,72 @@ impl Audit {
 
     /// The same, returning the line's sequence number if it was written.
     pub fn record_seq(&self, kind: &str, fields: Value) -> Option<u64> {
-        let mut chain = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let seq = chain.seq + 1;
-        let fields = match &self.redactor {
+        self.write_counts(false);
+        self.write(kind, fields)
+    }
+
+    /// A refusal that anyone in the machine can cause at will (a wrong
+    /// peer, a bad frame, a host not on the list): written whole up to a
+    /// burst per window and `source`, then counted into one `suppressed`
+    /// line, so a flood cannot push the owner's evidence out of rotation.
+    pub fn record_refusal(&self, kind: &str, source: &str, fields: Value) {
+        self.write_counts(false);
+        let verdict = self
+            .throttle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(kind, source, Instant::now());
+        if verdict == Verdict::Write {
+            self.write(kind, fields);
+        }
+    }
+
+    /// Writes the counts of refusals not written whole: those whose window
+    /// is over, or all of them (at shutdown).
+    fn write_counts(&self, all: bool) {
+        let due = self
+            .throttle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .due(Instant::now(), all);
+        for s in due {
+            self.write(
+                "suppressed",
+                serde_json::json!({"of": s.kind, "source": s.source, "count": s.count,
+                                   "window_ms": s.window.as_millis() as u64}),
+            );
+        }
+    }
+
+    fn write(&self, kind: &str, fields: Value) -> Option<u64> {
+        let fields = clamp(match &self.redactor {
             Some(r) => r.value(fields),
             None => fields,
-        };
+        });
+        let (seq, dropped) = self.append(kind, fields)?;
+        if let Some((first, last)) = dropped {
+            crate::say!(
+                "audit: lines {first} to {last} were rotated away (the log keeps {} files of {} bytes); an owner who has not read them has lost them",
+                self.rotation.max_files,
+                self.rotation.max_bytes
+            );
+            self.append(
+                "rotated_away",
+                serde_json::json!({"first": first, "last": last}),
+            );
+        }
+        Some(seq)
+    }
+
+    /// Seals and appends one line; with the range of lines that rotation
+    /// dropped to make room, if it did.
+    fn append(&self, kind: &str, fields: Value) -> Option<(u64, Option<(u64, u64)>)> {
+        let mut chain = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let seq = chain.seq + 1;
         let line = seal(seq, &now(), kind, fields, &chain.prev);
+        let mut dropped = None;
         let written = self
-            .rotate_if_full(&mut chain, line.text.len() as u64)
+            .rotate_if_full(&mut chain, line.text.len() as u64, &mut dropped)
             .and_then(|()| append_whole(&mut chain, line.text.as_bytes()));
         let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
         match written {
@@ -154,7 +224,7 @@ impl Audit {
                 chain.seq = seq;
                 chain.prev = line.hash;
                 *failing = None;
-                Some(seq)
+                Some((seq, dropped))
             }
             Err(e) => {
                 let why = format!("cannot write {}: {e}", self.path.display());
@@ -170,7 +240,12 @@ impl Audit {
     /// Sets the current file aside when the next line would pass the size
     /// limit, starting a new one that continues the chain; drops the
     /// oldest files past the cap.
-    fn rotate_if_full(&self, chain: &mut Chain, next: u64) -> std::io::Result<()> {
+    fn rotate_if_full(
+        &self,
+        chain: &mut Chain,
+        next: u64,
+        dropped: &mut Option<(u64, u64)>,
+    ) -> std::io::Result<()> {
         if chain.len == 0 || chain.len + next <= self.rotation.max_bytes {
             return Ok(());
         }
@@ -182,14 +257,25 @@ impl Audit {
         chain.len = 0;
         let rotated = rotated_files(&self.dir)?;
         let keep = self.rotation.max_files.max(2) - 1;
-        for old in &rotated[..rotated.len().saturating_sub(keep)] {
+        let gone = &rotated[..rotated.len().saturating_sub(keep)];
+        for old in gone {
             std::fs::remove_file(old)?;
+        }
+        if !gone.is_empty() {
+            let first = gone.first().and_then(|p| first_seq_of(p)).unwrap_or(0);
+            let last = rotated
+                .get(gone.len())
+                .and_then(|p| first_seq_of(p))
+                .map_or(first, |next| next - 1);
+            *dropped = Some((first, last));
         }
         Ok(())
     }
 
-    /// Makes every line written so far durable.
+    /// Makes every line written so far durable, the counts of refusals
+    /// not yet written included.
     pub fn sync(&self) {
+        self.write_counts(true);
         let chain = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = chain.file.sync_all() {
             crate::say!("audit: cannot sync {}: {e}", self.path.display());
@@ -271,6 +357,48 @@ pub fn rotated_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         .collect();
     files.sort();
     Ok(files)
+}
+
+/// The first line's sequence number of a set-aside file, from its name.
+fn first_seq_of(path: &Path) -> Option<u64> {
+    path.file_name()?
+        .to_str()?
+        .strip_prefix("warden-")?
+        .strip_suffix(".jsonl")?
+        .parse()
+        .ok()
+}
+
+/// Every string of `value` (keys included) cut to MAX_STRING bytes; a cut
+/// one says how long it was and keeps its SHA-256, so it can still be
+/// matched against what was asked.
+pub fn clamp(value: Value) -> Value {
+    match value {
+        Value::String(s) => Value::String(clamp_text(s)),
+        Value::Array(items) => Value::Array(items.into_iter().map(clamp).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (clamp_text(k), clamp(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+fn clamp_text(s: String) -> String {
+    if s.len() <= MAX_STRING {
+        return s;
+    }
+    let mut cut = MAX_STRING - 160;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let digest = hex(&Sha256::digest(s.as_bytes()));
+    format!(
+        "{}...[cut: {} bytes in all, sha256 {digest}]",
+        &s[..cut],
+        s.len()
+    )
 }
 
 /// Every file of the log in `dir`, in chain order: the set-aside ones, then
@@ -504,7 +632,7 @@ pub fn describe(line: &str) -> Option<(String, String)> {
         .iter()
         .filter(|(_, v)| !v.is_null())
         .map(|(k, v)| match v {
-            Value::String(s) => format!("{k}={s}"),
+            Value::String(s) => format!("{k}={}", escape_controls(s)),
             other => format!("{k}={other}"),
         })
         .collect();
@@ -513,6 +641,18 @@ pub fn describe(line: &str) -> Option<(String, String)> {
         kind.clone(),
         format!("#{seq} {time} {kind} {}", rest.join(" ")),
     ))
+}
+
+/// `text` with every control character written as an escape, so that a
+/// string chosen by a command (a folder name, a host) can neither break a
+/// line nor send a terminal an escape sequence.
+pub fn escape_controls(text: &str) -> String {
+    text.chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_default().to_string(),
+            false => c.to_string(),
+        })
+        .collect()
 }
 
 /// Reads the sequence number and hash of the last line, to continue the
@@ -681,12 +821,76 @@ mod tests {
         let (lines, _) = verify_files(&files).unwrap();
         assert!(lines > 20 && lines < 200, "{lines}");
         let last = std::fs::read_to_string(&files[2]).unwrap();
-        assert!(last.lines().last().unwrap().contains("\"seq\":200"));
+        assert!(last.contains("\"command\":199,"), "{last}");
+        // Each drop is said in the log itself, with the lines it took.
+        let all: String = files
+            .iter()
+            .map(|f| std::fs::read_to_string(f).unwrap())
+            .collect();
+        let drops: Vec<Value> = all
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| v["kind"] == "rotated_away")
+            .collect();
+        assert!(!drops.is_empty());
+        let newest = drops.last().unwrap();
+        assert!(
+            newest["first"].as_u64() <= newest["last"].as_u64(),
+            "{newest}"
+        );
         // Reopened after a rotation, the chain continues.
         let audit = Audit::open_with(dir.path(), None, None, rotation).unwrap();
         audit.record("boot", json!({}));
         drop(audit);
         verify_files(&log_files(dir.path()).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn described_lines_escape_control_characters() {
+        let line = r#"{"seq":1,"time":"t","kind":"command_failed","folder":"a\nb\u001b[8m","prev":"p","hash":"h"}"#;
+        let (_, text) = describe(line).unwrap();
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(text.contains(r"folder=a\nb\u{1b}[8m"), "{text}");
+    }
+
+    #[test]
+    fn long_strings_are_cut_with_their_length_and_digest() {
+        let long = "h".repeat(10_000);
+        let cut = clamp(json!({"host": long, "short": "ok", long.clone(): [long.clone()]}));
+        let text = cut.to_string();
+        assert!(text.len() < 3 * MAX_STRING, "{}", text.len());
+        assert_eq!(cut["short"], "ok");
+        let host = cut["host"].as_str().unwrap();
+        assert!(host.contains("10000 bytes in all"), "{host}");
+        assert!(host.contains(&hex(&Sha256::digest(long.as_bytes()))));
+        // A cut never splits a character.
+        let wide = "é".repeat(3000);
+        assert!(clamp(json!(wide)).as_str().unwrap().contains("6000 bytes"));
+    }
+
+    #[test]
+    fn a_flood_of_refusals_is_a_burst_and_a_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let audit = Audit::open(dir.path(), None, None).unwrap();
+        for i in 0..5000 {
+            audit.record_refusal("egress", "proxy", json!({"host": format!("h{i}.test")}));
+        }
+        audit.record("command_start", json!({"command": 1}));
+        audit.sync();
+        let text = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let written = lines.iter().filter(|l| l["kind"] == "egress").count();
+        assert_eq!(written, REFUSAL_BURST as usize);
+        let counted: u64 = lines
+            .iter()
+            .filter(|l| l["kind"] == "suppressed")
+            .map(|l| l["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(written as u64 + counted, 5000, "nothing lost");
+        assert!(lines.iter().any(|l| l["kind"] == "command_start"));
     }
 
     #[test]

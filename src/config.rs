@@ -46,6 +46,9 @@ pub struct MachineConfig {
     pub path: String,
     /// LANG in a command's environment.
     pub lang: String,
+    /// The folder behind shell's own /tmp (root's, made at boot): what
+    /// commands write to /tmp lands here, apart from everyone else's /tmp.
+    pub shell_tmp: PathBuf,
 }
 
 /// Commands when the audit log cannot be written.
@@ -87,6 +90,7 @@ impl Default for MachineConfig {
             key_file: "/etc/warden/key".into(),
             vsock_port: Some(crate::vsock::DEFAULT_PORT),
             audit_dir: None,
+            shell_tmp: PathBuf::from("/var/lib/warden/shell-tmp"),
             policy_dir: crate::policy::DEFAULT_DIR.into(),
             audit_max_bytes: 16 << 20,
             audit_max_files: 8,
@@ -213,6 +217,12 @@ impl MachineConfig {
         }
         if !self.policy_dir.is_absolute() {
             return Err(invalid("policy_dir", "must be an absolute path"));
+        }
+        if !self.shell_tmp.is_absolute() || self.shell_tmp.starts_with("/tmp") {
+            return Err(invalid(
+                "shell_tmp",
+                "must be an absolute path outside /tmp",
+            ));
         }
         if self.audit_dir.as_ref().is_some_and(|d| !d.is_absolute()) {
             return Err(invalid("audit_dir", "must be an absolute path"));

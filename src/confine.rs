@@ -97,9 +97,11 @@ impl Confinement {
 
     /// Turns a probe's findings, and the firewall's state, into the layer
     /// report, and keeps it.
-    pub fn record(&self, probe: Result<Probe, String>, firewall: LayerState) -> Vec<LayerState> {
+    /// Keeps the layers the probe proved, with `more` proven elsewhere
+    /// (the firewall, shell's own space).
+    pub fn record(&self, probe: Result<Probe, String>, more: Vec<LayerState>) -> Vec<LayerState> {
         let mut layers = self.judge(probe);
-        layers.push(firewall);
+        layers.extend(more);
         *self.layers.lock().unwrap_or_else(|e| e.into_inner()) = layers.clone();
         layers
     }

@@ -210,11 +210,16 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
         Err(e) => return refuse(format!("cannot start the async runtime: {e}")),
     };
     let signals = start_signal_loop(sup.clone(), waited);
-    let listener =
-        match runtime.block_on(async { bind(&sup.config.socket, sup.runtime.gid, 0o660) }) {
-            Ok(l) => l,
-            Err(e) => return refuse(format!("api socket {}: {e}", sup.config.socket.display())),
-        };
+    let listener = match runtime.block_on(async {
+        bind(
+            &sup.config.socket,
+            SocketOwner::Group(sup.runtime.gid),
+            0o660,
+        )
+    }) {
+        Ok(l) => l,
+        Err(e) => return refuse(format!("api socket {}: {e}", sup.config.socket.display())),
+    };
     // The host's ways in: its socket when the machine has one, and vsock
     // in a VM. Anyone who reaches them may try; only the machine's key,
     // loaded once for both, lets them in.
@@ -227,10 +232,14 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
         },
     };
     let host_door = match (&sup.config.host_socket, &key) {
-        (Some(path), Some(key)) => match runtime.block_on(async { bind(path, 0, 0o666) }) {
-            Ok(l) => Some((l, key.clone())),
-            Err(e) => return refuse(format!("host socket {}: {e}", path.display())),
-        },
+        // The owner's alone: shell cannot even connect (where keep-id
+        // makes it the owner, the API refuses it by its pid).
+        (Some(path), Some(key)) => {
+            match runtime.block_on(async { bind(path, SocketOwner::OfFolder, 0o600) }) {
+                Ok(l) => Some((l, key.clone())),
+                Err(e) => return refuse(format!("host socket {}: {e}", path.display())),
+            }
+        }
         _ => None,
     };
     let vsock_door = match (vsock_port, &key) {
@@ -465,10 +474,29 @@ fn start_signal_loop(sup: Arc<Supervisor>, set: SigSet) -> mpsc::UnboundedReceiv
 
 /// Binds an API socket: root's, group `gid`, mode `mode` (0660 for the
 /// machine's own: the runtime's group only).
-fn bind(path: &Path, gid: u32, mode: u32) -> std::io::Result<tokio::net::UnixListener> {
+/// Who owns a socket file warden binds.
+enum SocketOwner {
+    /// root, with this group.
+    Group(u32),
+    /// Whoever owns the folder it is in: the host's folder lent for the
+    /// host's way in belongs to the owner as the machine sees them (root,
+    /// or shell's uid under keep-id).
+    OfFolder,
+}
+
+fn bind(path: &Path, owner: SocketOwner, mode: u32) -> std::io::Result<tokio::net::UnixListener> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    let (uid, gid) = match owner {
+        SocketOwner::Group(gid) => (0, gid),
+        SocketOwner::OfFolder => {
+            use std::os::unix::fs::MetadataExt;
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            let meta = std::fs::metadata(dir)?;
+            (meta.uid(), meta.gid())
+        }
+    };
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
         Ok(_) => {
@@ -484,7 +512,7 @@ fn bind(path: &Path, gid: u32, mode: u32) -> std::io::Result<tokio::net::UnixLis
     let bound = std::os::unix::net::UnixListener::bind(path);
     nix::sys::stat::umask(old);
     let listener = bound?;
-    std::os::unix::fs::chown(path, Some(0), Some(gid))?;
+    std::os::unix::fs::chown(path, Some(uid), Some(gid))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     listener.set_nonblocking(true)?;
     tokio::net::UnixListener::from_std(listener)

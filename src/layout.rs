@@ -237,11 +237,55 @@ fn fix(spec: &Spec, fd: &OwnedFd, changes: &mut Vec<String>) -> Result<(), Layou
     Ok(())
 }
 
+/// Who a command's folder is made for, as the kernel sees them.
+#[derive(Debug, Clone, Copy)]
+pub struct Who<'a> {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: &'a [u32],
+}
+
+/// Access bits, as in a mode's `rwx` triplets.
+pub const MAY_WRITE: u32 = 0o2;
+pub const MAY_ENTER: u32 = 0o1;
+
+/// Pure: whether `who` (never root) may do `want` (MAY_* bits) on a file
+/// of this owner and mode, by the kernel's rule: the owner's bits if it is
+/// theirs, else the group's if they are in its group, else the others'.
+pub fn permits(who: Who, uid: u32, gid: u32, mode: u32, want: u32) -> bool {
+    let bits = if who.uid == uid {
+        mode >> 6
+    } else if who.gid == gid || who.groups.contains(&gid) {
+        mode >> 3
+    } else {
+        mode
+    } & 0o7;
+    bits & want == want
+}
+
 /// Opens (making what is missing) the folder `parts` under `base`, one
 /// component at a time, never following a link: whatever `shell` planted
-/// in the workspace, the folder returned is really beneath it. New folders
-/// are `owner`'s, mode 0755.
-pub fn make_folder(base: &Path, parts: &[String], owner: (u32, u32)) -> Result<OwnedFd, String> {
+/// in the workspace, the folder returned is really beneath it.
+///
+/// warden makes the folder as root, so it checks each step as the kernel
+/// would for `who`: every folder on the way must be one `who` may enter,
+/// and a missing one is made only where `who` may write. Root's mkdir
+/// would otherwise hand `who` a folder inside anything (the routines, a
+/// runtime's 0700 folder). New folders are `who`'s, mode 0755. `refused`
+/// names the places (as component lists) that are never a command's
+/// folder, nor anything under them.
+pub fn make_folder(
+    base: &Path,
+    parts: &[String],
+    who: Who,
+    refused: &[Vec<String>],
+) -> Result<OwnedFd, String> {
+    if let Some(place) = refused.iter().find(|r| parts.starts_with(r)) {
+        return Err(format!(
+            "{} is not a place for commands: shell may never write there",
+            place.join("/")
+        ));
+    }
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let open_at = |dir: Option<&OwnedFd>, name: &Path| -> nix::Result<OwnedFd> {
         let raw = match dir {
@@ -251,36 +295,73 @@ pub fn make_folder(base: &Path, parts: &[String], owner: (u32, u32)) -> Result<O
         // SAFETY: `raw` was just returned by open(2) and is ours alone.
         Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
     };
+    let may = |dir: &OwnedFd, want: u32| -> Result<bool, String> {
+        let st = fstat(dir.as_raw_fd()).map_err(|e| format!("fstat: {e}"))?;
+        Ok(permits(
+            who,
+            st.st_uid,
+            st.st_gid,
+            st.st_mode & 0o7777,
+            want,
+        ))
+    };
     let mut dir = open_at(None, base).map_err(|e| format!("{}: {e}", base.display()))?;
-    for part in parts {
-        let name = Path::new(part);
-        let made = match nix::sys::stat::mkdirat(
-            Some(dir.as_raw_fd()),
-            name,
-            Mode::from_bits_truncate(0o755),
-        ) {
-            Ok(()) => true,
-            Err(nix::errno::Errno::EEXIST) => false,
-            Err(e) => return Err(format!("cannot make {part}: {e}")),
+    for (i, part) in parts.iter().enumerate() {
+        let here = if i == 0 {
+            "the workspace".to_string()
+        } else {
+            parts[..i].join("/")
         };
-        let next = open_at(Some(&dir), name).map_err(|e| match e {
-            nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR => {
-                format!("{part} is a link or not a folder")
-            }
-            e => format!("cannot open {part}: {e}"),
-        })?;
-        if made {
-            fchown(
-                next.as_raw_fd(),
-                Some(Uid::from_raw(owner.0)),
-                Some(Gid::from_raw(owner.1)),
-            )
-            .and_then(|()| fchmod(next.as_raw_fd(), Mode::from_bits_truncate(0o755)))
-            .map_err(|e| format!("cannot give {part} to shell: {e}"))?;
+        if !may(&dir, MAY_ENTER)? {
+            return Err(format!("shell may not enter {here}"));
         }
+        let name = Path::new(part);
+        let next = match open_at(Some(&dir), name) {
+            Ok(next) => next,
+            Err(nix::errno::Errno::ENOENT) => {
+                if !may(&dir, MAY_WRITE | MAY_ENTER)? {
+                    return Err(format!("shell may not make folders in {here}"));
+                }
+                make_one(&dir, part, who)?;
+                open_at(Some(&dir), name).map_err(|e| format!("cannot open {part}: {e}"))?
+            }
+            Err(nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR) => {
+                return Err(format!("{part} is a link or not a folder"))
+            }
+            Err(e) => return Err(format!("cannot open {part}: {e}")),
+        };
         dir = next;
     }
+    if !may(&dir, MAY_ENTER)? {
+        return Err(format!("shell may not enter {}", parts.join("/")));
+    }
     Ok(dir)
+}
+
+/// Makes `name` in `dir` for `who` (0755), tolerating a racing maker.
+fn make_one(dir: &OwnedFd, name: &str, who: Who) -> Result<(), String> {
+    match nix::sys::stat::mkdirat(
+        Some(dir.as_raw_fd()),
+        Path::new(name),
+        Mode::from_bits_truncate(0o700),
+    ) {
+        Ok(()) => {}
+        // Made meanwhile by someone else: opened and checked like any other.
+        Err(nix::errno::Errno::EEXIST) => return Ok(()),
+        Err(e) => return Err(format!("cannot make {name}: {e}")),
+    }
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let raw = nix::fcntl::openat(Some(dir.as_raw_fd()), Path::new(name), flags, Mode::empty())
+        .map_err(|e| format!("cannot open {name}: {e}"))?;
+    // SAFETY: `raw` was just returned by open(2) and is ours alone.
+    let made = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    fchown(
+        made.as_raw_fd(),
+        Some(Uid::from_raw(who.uid)),
+        Some(Gid::from_raw(who.gid)),
+    )
+    .and_then(|()| fchmod(made.as_raw_fd(), Mode::from_bits_truncate(0o755)))
+    .map_err(|e| format!("cannot give {name} to shell: {e}"))
 }
 
 /// Measures each path as it is now, without changing anything.
@@ -329,6 +410,36 @@ fn describe(kind: Kind, mode: u32, uid: u32, gid: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn permission_table() {
+        let groups = [3000];
+        let who = Who {
+            uid: 2001,
+            gid: 2001,
+            groups: &groups,
+        };
+        let rwx = MAY_WRITE | MAY_ENTER;
+        // (owner uid, group, mode, wanted, allowed)
+        let cases = [
+            (2001, 0, 0o700, rwx, true),           // its own folder
+            (2000, 2000, 0o755, MAY_ENTER, true),  // the runtime's, open to all
+            (2000, 2000, 0o755, rwx, false),       // ... but not writable
+            (2000, 2000, 0o700, MAY_ENTER, false), // the runtime's, closed
+            (2000, 2001, 0o1770, rwx, true),       // the sticky workspace, its group
+            (2000, 3000, 0o070, rwx, true),        // a supplementary group
+            (2000, 2000, 0o707, rwx, true),        // others' bits
+            (2001, 2001, 0o077, MAY_ENTER, false), // owner bits win, even when narrower
+            (2000, 2001, 0o707, MAY_ENTER, false), // group bits win over others'
+        ];
+        for (uid, gid, mode, want, allowed) in cases {
+            assert_eq!(
+                permits(who, uid, gid, mode, want),
+                allowed,
+                "{uid}:{gid} {mode:o} want {want:o}"
+            );
+        }
+    }
 
     #[test]
     fn audit_dir_ancestors() {

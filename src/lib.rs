@@ -2,6 +2,7 @@
 //! that holds one AI coding agent, runs the agent as `runtime`, and runs
 //! every command the agent asks for as `shell`, through its API.
 
+pub mod admission;
 pub mod api;
 pub mod audit;
 pub mod client;
@@ -21,10 +22,12 @@ pub mod reaper;
 pub mod redact;
 pub mod request;
 pub mod sandbox;
+pub mod shell_space;
 pub mod spawn;
 pub mod spawner;
 pub mod supervisor;
 pub mod syscalls;
+pub mod throttle;
 pub mod tool;
 pub mod users;
 pub mod vm;

@@ -148,6 +148,10 @@ enum AuditAction {
         /// good check.
         #[arg(long)]
         anchor: Option<PathBuf>,
+        /// Accept lines rotated away since the anchor (by default a gap
+        /// after the anchor fails: unread evidence was lost).
+        #[arg(long)]
+        allow_gap: bool,
     },
     /// Print the log for people.
     Tail {
@@ -209,7 +213,12 @@ enum MachineAction {
     Prune,
     /// Copy the machine's audit log out, verify it against the host's
     /// anchor and print its last lines.
-    Audit { id: String },
+    Audit {
+        id: String,
+        /// Accept lines rotated away since the last check.
+        #[arg(long)]
+        allow_gap: bool,
+    },
 }
 
 const DEFAULT_AUDIT: &str = "/home/runtime/data/audit/warden.jsonl";
@@ -232,6 +241,14 @@ fn main() {
             Err(e) => fail(&format!("key file {}: {e}", path.display())),
         }
     }
+    if !matches!(cli.command, Command::Init { .. } | Command::Proxy { .. }) {
+        // A reader that stops early (`| head`) ends a client quietly, as
+        // it ends any Unix tool, instead of failing a write and panicking.
+        // SAFETY: signal(2) with SIG_DFL, before any thread is started.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let status = match cli.command {
         Command::Init { config, main } => {
             warden::init::run(warden::init::InitArgs { config, main })
@@ -249,8 +266,13 @@ fn main() {
             audit_dir,
         } => warden::network::standalone(&listen, &policy_dir, audit_dir.as_deref()),
         Command::Audit {
-            action: AuditAction::Verify { files, anchor },
-        } => verify(&files, anchor.as_deref()),
+            action:
+                AuditAction::Verify {
+                    files,
+                    anchor,
+                    allow_gap,
+                },
+        } => verify(&files, anchor.as_deref(), allow_gap),
         Command::Audit {
             action:
                 AuditAction::Tail {
@@ -388,10 +410,10 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             .and_then(|()| m::rm(&id, volumes))
             .map(|()| 0),
         MachineAction::Prune => m::prune().map(|()| 0),
-        MachineAction::Audit { id } => {
+        MachineAction::Audit { id, allow_gap } => {
             m::check_id(&id)?;
             let (files, anchor) = m::copy_audit(&id)?;
-            let status = verify(&files, anchor.as_deref());
+            let status = verify(&files, anchor.as_deref(), allow_gap);
             for line in m::describe_tail(&files, 20) {
                 println!("{line}");
             }
@@ -421,7 +443,7 @@ fn status(socket: &Path, json: bool) -> Result<i32, String> {
     Ok(0)
 }
 
-fn verify(given: &[PathBuf], anchor: Option<&Path>) -> i32 {
+fn verify(given: &[PathBuf], anchor: Option<&Path>, allow_gap: bool) -> i32 {
     // A folder stands for all its log files, in chain order.
     let mut files = Vec::new();
     for path in given {
@@ -437,7 +459,7 @@ fn verify(given: &[PathBuf], anchor: Option<&Path>) -> i32 {
         Ok((lines, last)) => {
             println!("ok: {lines} lines, chain intact; last hash {last}");
             match anchor {
-                Some(path) => check_anchor(&files, path),
+                Some(path) => check_anchor(&files, path, allow_gap),
                 None => 0,
             }
         }
@@ -450,7 +472,7 @@ fn verify(given: &[PathBuf], anchor: Option<&Path>) -> i32 {
 
 /// Checks the log against the anchor kept on the host, then moves the
 /// anchor to the log's last line.
-fn check_anchor(files: &[PathBuf], path: &Path) -> i32 {
+fn check_anchor(files: &[PathBuf], path: &Path, allow_gap: bool) -> i32 {
     use warden::audit::{Anchor, AnchorCheck};
     let kept: Option<Anchor> = match std::fs::read_to_string(path) {
         Ok(text) => match serde_json::from_str(&text) {
@@ -477,12 +499,29 @@ fn check_anchor(files: &[PathBuf], path: &Path) -> i32 {
             println!("no anchor yet: this check starts one");
             0
         }
-        (AnchorCheck::RotatedAway { oldest }, Some(a)) => {
+        (AnchorCheck::RotatedAway { oldest }, Some(a)) if *oldest == a.seq + 1 => {
             println!(
-                "ok, with a gap: line {} verified before was rotated away (the oldest line kept is {oldest})",
+                "ok: line {} verified before was rotated away; every line after it is here",
                 a.seq
             );
             0
+        }
+        (AnchorCheck::RotatedAway { oldest }, Some(a)) if allow_gap => {
+            println!(
+                "ok, with a gap (allowed): lines {} to {} were rotated away since the last check",
+                a.seq + 1,
+                oldest - 1
+            );
+            0
+        }
+        (AnchorCheck::RotatedAway { oldest }, Some(a)) => {
+            println!(
+                "GAP: lines {} to {} were rotated away before anyone checked them (line {} verified before is gone; the oldest kept is {oldest}); --allow-gap accepts this and moves the anchor",
+                a.seq + 1,
+                oldest - 1,
+                a.seq
+            );
+            1
         }
         (AnchorCheck::Cut { last }, Some(a)) => {
             println!(

@@ -103,6 +103,9 @@ pub fn parse_folder(text: &str) -> Result<Vec<String>, String> {
             "" => return bad("has an empty component"),
             "." | ".." => return bad("may not contain . or .."),
             p if p.contains('\0') => return bad("contains a NUL byte"),
+            // A name is shown in logs and terminals: no line breaks or
+            // escape sequences that could forge or hide what is printed.
+            p if p.chars().any(char::is_control) => return bad("contains a control character"),
             p if p.len() > 255 => return bad("has a component longer than 255 bytes"),
             _ => {}
         }
@@ -152,6 +155,11 @@ mod tests {
             ("./a", Err(". or ..")),
             ("a//b", Err("empty component")),
             ("a\0b", Err("NUL")),
+            ("a\nforged", Err("control character")),
+            ("x\u{1b}[8m", Err("control character")),
+            ("tab\there", Err("control character")),
+            ("c1\u{9b}31m", Err("control character")),
+            ("ünïcode", Ok(&["ünïcode"])),
             (&"x/".repeat(40), Err("too deep")),
         ];
         for (text, want) in cases {

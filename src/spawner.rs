@@ -8,58 +8,124 @@
 //! process is never forked here: it is not filtered.
 
 use crate::reaper::Reaper;
+use crate::shell_space;
 use crate::spawn::{self, Launch, SpawnError, Spawned, Stdio};
 use seccompiler::BpfProgram;
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::Arc;
 
 type Reply = Box<dyn FnOnce(Result<Spawned, SpawnError>) + Send>;
 
-struct Job {
-    launch: Launch,
-    stdio: Stdio,
-    kill_group: bool,
-    reply: Reply,
+/// The spawner, with what its thread found when it set itself up.
+pub struct Started {
+    pub spawner: Spawner,
+    /// shell's own /tmp, /dev/shm and IPC namespace: what holds, or why not.
+    pub space: Result<String, String>,
+    /// The seccomp filter installed on the thread, or why not.
+    pub filtered: Result<(), String>,
+}
+
+// Moved once through the channel; boxing the launch would add an
+// allocation to every command for a variant that is rare.
+#[allow(clippy::large_enum_variant)]
+enum Job {
+    Spawn {
+        launch: Launch,
+        stdio: Stdio,
+        kill_group: bool,
+        reply: Reply,
+    },
+    /// Empty shell's System V IPC namespace (the spawner thread's).
+    EmptyIpc,
 }
 
 pub struct Spawner {
     jobs: mpsc::Sender<Job>,
+    /// The root of the mount namespace commands run in (shell's own, seen
+    /// through the spawner thread's /proc entry): a folder a command
+    /// starts in is opened through it, so that it belongs to that
+    /// namespace (a working folder from another is "unreachable" there).
+    root: PathBuf,
 }
 
 impl Spawner {
-    /// Starts the thread, which first installs `filters` on itself. The
-    /// second value says whether that worked (the probe checks it anyway).
-    pub fn start(reaper: Arc<Reaper>, filters: Vec<BpfProgram>) -> (Spawner, Result<(), String>) {
+    /// Starts the thread, which first enters shell's own namespaces (with
+    /// its /tmp behind `shell_tmp`; see `shell_space`), then installs
+    /// `filters` on itself. The values say whether each worked (the probe
+    /// checks the filter anyway).
+    pub fn start(reaper: Arc<Reaper>, filters: Vec<BpfProgram>, shell_tmp: PathBuf) -> Started {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready_tx, ready) = mpsc::channel();
         let started = std::thread::Builder::new()
             .name("spawner".into())
             .spawn(move || {
-                let _ = ready_tx.send(install(&filters));
+                let space = shell_space::enter(&shell_tmp);
+                let tid = nix::unistd::gettid();
+                let _ = ready_tx.send((space, install(&filters), tid));
                 for job in queue {
-                    let spawned = spawn::spawn(&job.launch, job.stdio, &reaper, job.kill_group);
-                    drop(job.launch);
-                    (job.reply)(spawned);
+                    match job {
+                        Job::Spawn {
+                            launch,
+                            stdio,
+                            kill_group,
+                            reply,
+                        } => {
+                            let spawned = spawn::spawn(&launch, stdio, &reaper, kill_group);
+                            drop(launch);
+                            reply(spawned);
+                        }
+                        Job::EmptyIpc => {
+                            shell_space::empty_ipc();
+                        }
+                    }
                 }
             });
-        let installed = match started {
-            Ok(_) => ready
-                .recv()
-                .unwrap_or_else(|_| Err("the spawner thread died".into())),
-            Err(e) => Err(format!("cannot start the spawner thread: {e}")),
+        let (space, filtered, tid) = match started {
+            Ok(_) => ready.recv().unwrap_or_else(|_| {
+                let died = "the spawner thread died".to_string();
+                (Err(died.clone()), Err(died), nix::unistd::Pid::from_raw(0))
+            }),
+            Err(e) => {
+                let failed = format!("cannot start the spawner thread: {e}");
+                (
+                    Err(failed.clone()),
+                    Err(failed),
+                    nix::unistd::Pid::from_raw(0),
+                )
+            }
         };
-        (Spawner { jobs }, installed)
+        let root = match &space {
+            Ok(_) => PathBuf::from(format!("/proc/self/task/{tid}/root")),
+            Err(_) => PathBuf::from("/"),
+        };
+        Started {
+            spawner: Spawner { jobs, root },
+            space,
+            filtered,
+        }
     }
 
     fn submit(&self, launch: Launch, stdio: Stdio, kill_group: bool, reply: Reply) -> bool {
         self.jobs
-            .send(Job {
+            .send(Job::Spawn {
                 launch,
                 stdio,
                 kill_group,
                 reply,
             })
             .is_ok()
+    }
+
+    /// `path` (absolute) as the commands' mount namespace has it.
+    pub fn in_commands_view(&self, path: &std::path::Path) -> PathBuf {
+        self.root.join(path.strip_prefix("/").unwrap_or(path))
+    }
+
+    /// Asks the thread to empty shell's System V IPC namespace (when no
+    /// command runs: what a command left behind goes with it).
+    pub fn empty_ipc(&self) {
+        let _ = self.jobs.send(Job::EmptyIpc);
     }
 
     pub async fn spawn(

@@ -33,6 +33,11 @@ pub struct Supervisor {
     pub reaper: Arc<Reaper>,
     /// Forks every shell command (and the probe), under the seccomp filter.
     pub spawner: Spawner,
+    /// shell's own /tmp, /dev/shm and IPC namespace: what holds, or why not.
+    shell_space: Result<String, String>,
+    /// The kernel's protections against planted links and files in shared
+    /// sticky folders: what holds, or why not.
+    link_protections: Result<String, String>,
     pub audit: Audit,
     pub confinement: Confinement,
     pub network: crate::network::Network,
@@ -68,11 +73,18 @@ impl Supervisor {
         let paths = Paths::new(&runtime, &shell, config.audit_dir());
         let specs = layout::specs(&paths, &runtime, &shell);
         let reaper = Arc::new(Reaper::default());
-        let (spawner, filtered) = Spawner::start(reaper.clone(), confinement.spawner_filters());
-        if let Err(e) = filtered {
+        let started = Spawner::start(
+            reaper.clone(),
+            confinement.spawner_filters(),
+            config.shell_tmp.clone(),
+        );
+        if let Err(e) = &started.filtered {
             // The probe will find seccomp not holding and say so.
             crate::say!("{e}");
         }
+        let spawner = started.spawner;
+        let shell_space = started.space;
+        let link_protections = crate::shell_space::protect_links();
         Supervisor {
             config,
             runtime,
@@ -81,6 +93,8 @@ impl Supervisor {
             specs,
             reaper,
             spawner,
+            shell_space,
+            link_protections,
             audit,
             confinement,
             network,
@@ -168,9 +182,14 @@ impl Supervisor {
             None => None,
             Some(parts) => Some(
                 layout::make_folder(
-                    &self.paths.workspace,
+                    &self.spawner.in_commands_view(&self.paths.workspace),
                     parts,
-                    (self.shell.uid, self.shell.gid),
+                    layout::Who {
+                        uid: self.shell.uid,
+                        gid: self.shell.gid,
+                        groups: &self.shell.groups,
+                    },
+                    &self.refused_folders(),
                 )
                 .map_err(|e| format!("cannot make or enter the working folder: {e}"))?,
             ),
@@ -194,6 +213,18 @@ impl Supervisor {
         .map_err(|e| e.to_string())
     }
 
+    /// Folders under the workspace that are never a command's (the
+    /// routines, when they are there), as components.
+    fn refused_folders(&self) -> Vec<Vec<String>> {
+        match self.paths.routines.strip_prefix(&self.paths.workspace) {
+            Ok(rel) => vec![rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect()],
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// The policy's limits, tightened by what the request asks.
     pub fn limits_for(&self, run: &ValidRun) -> Limits {
         self.confinement.policy.limits.tightened_by(&run.limits)
@@ -208,7 +239,19 @@ impl Supervisor {
         let firewall = self
             .network
             .prove(&self.reaper, landlock_tcp, |plan| self.run_net_probe(plan));
-        self.confinement.record(found, firewall)
+        let space = |layer, found: &Result<String, String>| {
+            let (holds, detail) = match found {
+                Ok(d) => (true, d.clone()),
+                Err(e) => (false, e.clone()),
+            };
+            crate::confine::state(layer, false, holds, detail)
+        };
+        let more = vec![
+            firewall,
+            space("shell_space", &self.shell_space),
+            space("link_protections", &self.link_protections),
+        ];
+        self.confinement.record(found, more)
     }
 
     /// The firewall probe: a child as shell, without Landlock, knocking
@@ -305,7 +348,12 @@ impl Supervisor {
     }
 
     pub fn command_ended(&self, command: u64) {
-        self.running().remove(&command);
+        let mut running = self.running();
+        running.remove(&command);
+        if running.is_empty() && self.shell_space.is_ok() {
+            // What the commands left in shell's IPC namespace goes now.
+            self.spawner.empty_ipc();
+        }
     }
 
     pub fn running_count(&self) -> usize {

@@ -177,6 +177,63 @@ const DENIED: &[(i64, &str, &str)] = &[
         "personality",
         "turning off address randomisation and other process-wide quirks",
     ),
+    // What Docker's default profile leaves out too, and no build needs;
+    // in a VM this filter is the only one.
+    (
+        libc::SYS_modify_ldt,
+        "modify_ldt",
+        "16-bit segments: a long line of kernel bugs",
+    ),
+    (
+        libc::SYS_mbind,
+        "mbind",
+        "NUMA placement of memory, around the machine's memory policy",
+    ),
+    (
+        libc::SYS_set_mempolicy,
+        "set_mempolicy",
+        "NUMA placement of memory",
+    ),
+    (
+        libc::SYS_get_mempolicy,
+        "get_mempolicy",
+        "NUMA placement of memory (kernel addresses once leaked here)",
+    ),
+    (
+        libc::SYS_migrate_pages,
+        "migrate_pages",
+        "moving another process's pages",
+    ),
+    (
+        libc::SYS_move_pages,
+        "move_pages",
+        "moving another process's pages",
+    ),
+    (
+        libc::SYS_memfd_secret,
+        "memfd_secret",
+        "memory hidden from the kernel's own accounting and inspection",
+    ),
+    (libc::SYS_ioperm, "ioperm", "raw I/O ports"),
+    (libc::SYS_iopl, "iopl", "raw I/O ports"),
+    (
+        libc::SYS_settimeofday,
+        "settimeofday",
+        "the machine's clock",
+    ),
+    (
+        libc::SYS_clock_settime,
+        "clock_settime",
+        "the machine's clock",
+    ),
+    (
+        libc::SYS_clock_adjtime,
+        "clock_adjtime",
+        "the machine's clock",
+    ),
+    (libc::SYS_uselib, "uselib", "an obsolete loader path"),
+    (libc::SYS_ustat, "ustat", "an obsolete filesystem query"),
+    (libc::SYS_sysfs, "sysfs", "an obsolete filesystem query"),
 ];
 
 /// Whether `name` is an x86_64 syscall, asked of seccompiler's own table

@@ -880,7 +880,10 @@ fn the_host_socket_lets_in_only_the_machines_key() {
     let (m, host) = keyed_machine(0o600);
     m.wait_ready();
     let mode = std::fs::metadata(&host).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o666, "anyone may try; the key decides");
+    assert_eq!(
+        mode, 0o600,
+        "the owner's alone; the key decides among those who reach it"
+    );
     let keyed = |key: Option<&str>| {
         Client::connect_keyed(&host, key, None).map(|mut c| c.run(argv(&["id", "-un"])).unwrap())
     };

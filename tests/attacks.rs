@@ -19,12 +19,12 @@ const ENV_CANARY: &str = "CANARY-ENV-5e2b9c";
 const DATA_CANARY: &str = "CANARY-DATA-81f0aa";
 const ROUTINE_CANARY: &str = "CANARY-ROUTINE-3c77";
 
-/// The attack program, built with the machine's C compiler into a folder
-/// commands may execute from.
+/// The attack program, built with the machine's C compiler (for the main
+/// process; commands get a copy in their own /tmp, see `hand_to_shell`).
 fn build_attack_program() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::Builder::new()
         .prefix("warden-attack-")
-        .tempdir_in("/tmp")
+        .tempdir_in("/var/tmp")
         .unwrap();
     std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
     let bin = dir.path().join("attack");
@@ -47,8 +47,22 @@ fn build_attack_program() -> (tempfile::TempDir, PathBuf) {
     (dir, bin)
 }
 
+/// Copies the attack programs into shell's own /tmp (the folder behind it,
+/// which warden made at boot); returns the program's path as shell sees it.
+fn hand_to_shell(m: &Machine, bin_dir: &Path) -> PathBuf {
+    let dest = m.root().join("var/shell-tmp/warden-attack");
+    std::fs::create_dir_all(&dest).unwrap();
+    std::fs::set_permissions(&dest, PermissionsExt::from_mode(0o755)).unwrap();
+    for (name, mode) in [("attack", 0o755), ("id-suid", 0o4755)] {
+        std::fs::copy(bin_dir.join(name), dest.join(name)).unwrap();
+        std::fs::set_permissions(dest.join(name), PermissionsExt::from_mode(mode)).unwrap();
+    }
+    PathBuf::from("/tmp/warden-attack/attack")
+}
+
 struct Scene {
     m: Machine,
+    /// The attack program, as shell sees it.
     bin: PathBuf,
     _bin_dir: tempfile::TempDir,
     main_pid: i32,
@@ -58,13 +72,13 @@ struct Scene {
 
 impl Scene {
     fn new() -> Scene {
-        let (bin_dir, bin) = build_attack_program();
+        let (bin_dir, runtime_bin) = build_attack_program();
         // Unique per scene: abstract names are shared by the whole host.
         let abstract_name =
             format!("warden-test-runtime-{}", bin_dir.path().display()).replace('/', "-");
         let m = Machine::boot(Options {
             main: vec![
-                bin.display().to_string(),
+                runtime_bin.display().to_string(),
                 "serve-abstract".into(),
                 abstract_name.clone(),
             ],
@@ -103,6 +117,7 @@ impl Scene {
             std::thread::sleep(Duration::from_millis(10));
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let bin = hand_to_shell(&m, bin_dir.path());
         Scene {
             m,
             bin,
@@ -282,6 +297,10 @@ fn every_attack_fails() {
         ("open_by_handle_at", vec!["open-by-handle"]),
         ("chroot", vec!["chroot"]),
         ("personality", vec!["personality"]),
+        ("modify_ldt", vec!["modify-ldt"]),
+        ("mbind", vec!["mbind"]),
+        ("set_mempolicy", vec!["set-mempolicy"]),
+        ("memfd_secret", vec!["memfd-secret"]),
         ("TIOCSTI", vec!["tiocsti"]),
         ("AF_PACKET socket", vec!["af-packet"]),
         ("raw socket", vec!["raw-socket"]),

@@ -151,3 +151,73 @@ fn an_anchor_kept_on_the_host_shows_a_cut_or_a_replaced_log() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("REWRITTEN: line 13"), "{out}");
 }
+
+#[test]
+fn lines_rotated_away_before_the_owner_read_them_fail_the_check() {
+    use warden::audit::Rotation;
+    let dir = tempfile::tempdir().unwrap();
+    let rotation = Rotation {
+        max_bytes: 4096,
+        max_files: 2,
+    };
+    let write = |n: usize| {
+        let audit = Audit::open_with(dir.path(), None, None, rotation).unwrap();
+        for i in 0..n {
+            audit.record(
+                "egress",
+                json!({"allowed": false, "host": format!("h{i}.test")}),
+            );
+        }
+    };
+    write(3);
+    let anchor = dir.path().join("anchor.json");
+    let a = anchor.to_str().unwrap();
+    let folder = dir.path().to_str().unwrap();
+    let (code, out) = warden(&["audit", "verify", "--anchor", a, folder]);
+    assert_eq!(code, 0, "{out}");
+    // A flood pushes what followed the anchor out of rotation.
+    write(200);
+    let (code, out) = warden(&["audit", "verify", "--anchor", a, folder]);
+    assert_eq!(code, 1, "a gap after the anchor must fail: {out}");
+    assert!(out.contains("GAP: lines 4 to"), "{out}");
+    // The log says so itself, too.
+    let all: String = warden::audit::log_files(dir.path())
+        .unwrap()
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    assert!(all.contains("\"kind\":\"rotated_away\""), "{all}");
+    // The owner may accept it, saying so; the anchor then moves on.
+    let (code, out) = warden(&["audit", "verify", "--anchor", a, "--allow-gap", folder]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("with a gap (allowed)"), "{out}");
+    let (code, out) = warden(&["audit", "verify", "--anchor", a, folder]);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_tail_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = Audit::open(dir.path(), None, None).unwrap();
+    for i in 0..5000 {
+        audit.record(
+            "command_start",
+            json!({"command": i, "argv": ["echo", "x".repeat(64)]}),
+        );
+    }
+    let log = audit.path().display().to_string();
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "'{}' audit tail -n 5000 '{log}' | head -n 1",
+                env!("CARGO_BIN_EXE_warden")
+            ),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.is_empty(), "nothing said on a closed pipe: {stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+}

@@ -689,10 +689,8 @@ pub fn parse_request(head: &[u8]) -> Result<Request, Refusal> {
             ));
         } else if h.name.eq_ignore_ascii_case("content-length") {
             lengths += 1;
-            body_len = value
-                .trim()
-                .parse()
-                .map_err(|_| Refusal::new(400, "bad Content-Length"))?;
+            body_len =
+                content_length(value).ok_or_else(|| Refusal::new(400, "bad Content-Length"))?;
         }
     }
     if lengths > 1 {
@@ -746,6 +744,15 @@ fn host_value(t: &Target) -> String {
         (Host::Ip(IpAddr::V6(ip)), 80) => format!("[{ip}]"),
         (Host::Ip(ip), 80) => ip.to_string(),
         _ => t.to_string(),
+    }
+}
+
+/// Pure: a Content-Length value, digits only (no sign, no inner space).
+fn content_length(value: &str) -> Option<u64> {
+    let v = value.trim_matches([' ', '\t']);
+    match !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        true => v.parse().ok(),
+        false => None,
     }
 }
 
@@ -992,6 +999,13 @@ mod tests {
             ("POST http://example.com/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", Err((411, "Content-Length"))),
             ("POST http://example.com/ HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", Err((400, "more than one Content-Length"))),
             ("POST http://example.com/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n", Err((400, "bad Content-Length"))),
+            // Only digits: a sign or a space inside is read otherwise by
+            // other servers (request smuggling).
+            ("POST http://example.com/ HTTP/1.1\r\nContent-Length: +5\r\n\r\n", Err((400, "bad Content-Length"))),
+            ("POST http://example.com/ HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n", Err((400, "bad Content-Length"))),
+            ("POST http://example.com/ HTTP/1.1\r\nContent-Length: 0x10\r\n\r\n", Err((400, "bad Content-Length"))),
+            ("POST http://example.com/ HTTP/1.1\r\nContent-Length: \r\n\r\n", Err((400, "bad Content-Length"))),
+            ("POST http://example.com/ HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n", Err((400, "bad Content-Length"))),
             ("GET http://exa\0mple.com/ HTTP/1.1\r\n\r\n", Err((400, ""))),
             ("GARBAGE\r\n\r\n", Err((400, "malformed"))),
         ];

@@ -189,6 +189,16 @@ int main(int argc, char **argv) {
         return blocked_with("open_by_handle_at", syscall(SYS_open_by_handle_at, AT_FDCWD, handle, O_RDONLY), EPERM);
     }
     if (!strcmp(a, "chroot")) return blocked_with("chroot", chroot("/tmp"), EPERM);
+    if (!strcmp(a, "modify-ldt")) {
+        char ldt[16] = {0};
+        return blocked_with("modify_ldt(read)", syscall(SYS_modify_ldt, 0, ldt, sizeof ldt), EPERM);
+    }
+    if (!strcmp(a, "mbind")) return blocked_with("mbind", syscall(SYS_mbind, 0, 0, 0, 0, 0, 0), EPERM);
+    if (!strcmp(a, "set-mempolicy")) return blocked_with("set_mempolicy", syscall(SYS_set_mempolicy, 0, 0, 0), EPERM);
+#ifndef SYS_memfd_secret
+#define SYS_memfd_secret 447
+#endif
+    if (!strcmp(a, "memfd-secret")) return blocked_with("memfd_secret", syscall(SYS_memfd_secret, 0), EPERM);
     if (!strcmp(a, "personality")) return blocked_with("personality(ADDR_NO_RANDOMIZE)", personality(ADDR_NO_RANDOMIZE), EPERM);
     if (!strcmp(a, "tiocsti")) {
         char c = 'x';

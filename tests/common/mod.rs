@@ -169,6 +169,7 @@ impl Machine {
             "runtime": {"name": "runtime", "uid": RUNTIME_UID, "gid": RUNTIME_UID, "home": home},
             "shell": {"name": "shell", "uid": SHELL_UID, "gid": SHELL_UID, "home": shell_home},
             "socket": socket,
+            "shell_tmp": root.join("var/shell-tmp"),
             "grace_period_ms": 2000,
             "drain_ms": 500,
         });
