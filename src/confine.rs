@@ -8,7 +8,7 @@ use crate::sandbox::{self, Coverage, StaticRules};
 use crate::spawn::{Confine, NetProbe, Probe};
 use seccompiler::BpfProgram;
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub struct Confinement {
@@ -23,12 +23,9 @@ pub struct Confinement {
 }
 
 impl Confinement {
-    pub fn new(
-        policy: Policy,
-        routines: &Path,
-        shell_home: &Path,
-        proc_hidden: Result<(), String>,
-    ) -> Confinement {
+    /// The confinement of `policy`; its Landlock rules are opened by
+    /// `open_rules`, once commands' mount namespace exists.
+    pub fn new(policy: Policy, proc_hidden: Result<(), String>) -> Confinement {
         let mut policy = policy;
         // Commands reach the network through the proxy: Landlock must let
         // them connect to its port (of any address: Landlock knows ports
@@ -38,7 +35,7 @@ impl Confinement {
             policy.landlock.tcp_connect.push(port);
         }
         let seccomp = crate::syscalls::build(&policy.seccomp).map(Arc::new);
-        let rules = StaticRules::open(&policy.landlock, routines, shell_home);
+        let rules = StaticRules::unopened(&policy.landlock);
         let coverage = sandbox::coverage(sandbox::kernel_abi(), &policy.landlock);
         Confinement {
             seccomp,
@@ -49,6 +46,18 @@ impl Confinement {
             policy,
             layers: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Opens the Landlock rules' paths as `view` shows them (see
+    /// `StaticRules::open`), with `routines` read-only and `shell_home`
+    /// writable.
+    pub fn open_rules(
+        &mut self,
+        routines: &Path,
+        shell_home: &Path,
+        view: &dyn Fn(&Path) -> PathBuf,
+    ) {
+        self.rules = StaticRules::open(&self.policy.landlock, routines, shell_home, view);
     }
 
     /// The seccomp filters the spawner thread carries (and so every command

@@ -161,7 +161,7 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
         Err("not PID 1: /proc belongs to the host; shell can list other processes".to_string())
     };
     let mut network = Network::new(policy.network.clone(), accounts[1].uid);
-    let confinement = Confinement::new(policy, &paths.routines, &paths.shell_home, proc_hidden);
+    let confinement = Confinement::new(policy, proc_hidden);
     // 8. Loopback, and the egress proxy's listening sockets.
     match crate::network::loopback_up() {
         Ok(true) => crate::say!("brought the loopback interface up"),
@@ -338,7 +338,12 @@ fn start_network(
     let weak = Arc::downgrade(sup);
     let record: proxy::Recorder = Arc::new(move |kind, fields| {
         if let Some(sup) = weak.upgrade() {
-            sup.audit.record(kind, fields);
+            // Anyone in the machine can ask the proxy for what it refuses,
+            // as often as they like: refusals are a burst and a count.
+            match fields.get("allowed") == Some(&json!(false)) {
+                true => sup.audit.record_refusal(kind, "proxy", fields),
+                false => sup.audit.record(kind, fields),
+            }
         }
     });
     let policy = &sup.network.policy;

@@ -100,9 +100,29 @@ fn read_write() -> BitFlags<AccessFs> {
 }
 
 impl StaticRules {
+    /// Rules not yet opened: every ruleset is refused until `open`.
+    pub fn unopened(policy: &LandlockPolicy) -> StaticRules {
+        StaticRules {
+            grants: Vec::new(),
+            tcp_connect: policy.tcp_connect.clone(),
+            tcp_bind: policy.tcp_bind.clone(),
+            scopes: policy.scopes,
+            skipped: Vec::new(),
+            without_folder: Err("the Landlock rules were not opened".into()),
+        }
+    }
+
     /// Opens the policy's paths plus warden's own grants: `routines` read
-    /// only, shell's home read-write.
-    pub fn open(policy: &LandlockPolicy, routines: &Path, shell_home: &Path) -> StaticRules {
+    /// only, shell's home read-write. Each is opened as `view` shows it:
+    /// as commands see it in their own mount namespace, where /tmp and
+    /// /dev/shm are shell's (a rule on a folder a mount hides would never
+    /// be reached: Landlock ignores hidden mount points).
+    pub fn open(
+        policy: &LandlockPolicy,
+        routines: &Path,
+        shell_home: &Path,
+        view: &dyn Fn(&Path) -> PathBuf,
+    ) -> StaticRules {
         let mut grants = Vec::new();
         let mut skipped = Vec::new();
         let lists = [
@@ -119,7 +139,7 @@ impl StaticRules {
             .flat_map(|(paths, access)| paths.iter().map(move |p| (p.clone(), *access)))
             .chain(own);
         for (path, access) in all {
-            match grant(&path, access) {
+            match grant(&view(&path), access) {
                 Some(g) => grants.push(g),
                 None => skipped.push(path),
             }

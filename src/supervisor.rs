@@ -83,6 +83,10 @@ impl Supervisor {
             crate::say!("{e}");
         }
         let spawner = started.spawner;
+        let mut confinement = confinement;
+        confinement.open_rules(&paths.routines, &shell.home, &|p| {
+            spawner.in_commands_view(p)
+        });
         let shell_space = started.space;
         let link_protections = crate::shell_space::protect_links();
         Supervisor {

@@ -556,3 +556,131 @@ fn a_build_still_works_inside_the_confinement() {
         );
     }
 }
+
+fn exit_of(o: &Output) -> (i32, String) {
+    (o.exit.status, o.exit.error.clone().unwrap_or_default())
+}
+
+#[test]
+fn a_commands_folder_is_one_shell_could_make_or_enter() {
+    if !privileged("a_commands_folder_is_one_shell_could_make_or_enter") {
+        return;
+    }
+    let m = Machine::boot(Options::default());
+    let w = m.home.join("workspace");
+    let as_runtime = |p: &Path, mode: u32| {
+        std::fs::create_dir(p).unwrap();
+        std::os::unix::fs::chown(p, Some(RUNTIME_UID), Some(RUNTIME_UID)).unwrap();
+        std::fs::set_permissions(p, PermissionsExt::from_mode(mode)).unwrap();
+    };
+    as_runtime(&w.join("closed"), 0o700);
+    as_runtime(&w.join("open"), 0o755);
+    let in_folder = |folder: &str| {
+        m.client()
+            .run(RunRequest {
+                folder: Some(folder.into()),
+                ..sh("echo planted > planted.sh")
+            })
+            .unwrap()
+    };
+    // (folder, what the refusal says, what must not exist afterwards)
+    let refused = [
+        ("routines/evil", "not a place for commands", "routines/evil"),
+        (
+            "routines",
+            "not a place for commands",
+            "routines/planted.sh",
+        ),
+        ("closed/x", "may not enter closed", "closed/x"),
+        ("open/x", "may not make folders in open", "open/x"),
+        ("open", "", "open/planted.sh"),
+    ];
+    for (folder, says, absent) in refused {
+        let o = in_folder(folder);
+        let (status, error) = exit_of(&o);
+        assert_ne!(status, 0, "{folder}: {}", text(&o));
+        assert!(error.contains(says), "{folder}: {error}");
+        assert!(!w.join(absent).exists(), "{folder}: {absent} was made");
+    }
+    let refusals = m.audit_kinds("command_failed");
+    assert!(refusals.len() >= 4, "each refusal is audited: {refusals:?}");
+    // A folder shell could make itself is made, and is shell's.
+    let o = in_folder("mine/deeper");
+    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(w.join("mine/deeper")).unwrap().uid(),
+        SHELL_UID
+    );
+    // A name that would forge a line of the log is refused outright.
+    for name in ["a\nforged", "b\u{1b}[8m"] {
+        let e = m
+            .client()
+            .run(RunRequest {
+                folder: Some(name.into()),
+                ..sh("true")
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("control character"), "{e}");
+    }
+}
+
+#[test]
+fn shell_has_its_own_tmp_shm_and_ipc() {
+    if !privileged("shell_has_its_own_tmp_shm_and_ipc") {
+        return;
+    }
+    let m = Machine::boot(Options::default());
+    let h = m.home.display().to_string();
+    let tag = m.root().file_name().unwrap().to_string_lossy().into_owned();
+    let run = |line: &str| m.client().run(sh(line)).unwrap();
+    // A link planted where the runtime might write lands in shell's /tmp
+    // only: the machine's /tmp (here the host's) never has it.
+    let name = format!("agent-session-{tag}.json");
+    let o = run(&format!(
+        "ln -s {h}/data/planted-by-shell /tmp/{name} && ls -l /tmp/{name} && echo x > /dev/shm/{name}"
+    ));
+    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    assert!(std::fs::symlink_metadata(format!("/tmp/{name}")).is_err());
+    assert!(!Path::new(&format!("/dev/shm/{name}")).exists());
+    // ... and it stays shell's, from one command to the next.
+    let o = run(&format!("test -L /tmp/{name} && cat /dev/shm/{name}"));
+    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    // What others put in the machine's /tmp is not shell's to see.
+    let theirs = format!("/tmp/runtime-{tag}");
+    std::fs::write(&theirs, "runtime's").unwrap();
+    let o = run(&format!("cat {theirs}"));
+    let _ = std::fs::remove_file(&theirs);
+    assert_ne!(o.exit.status, 0, "{}", text(&o));
+    // A System V segment is made in shell's own namespace, never the
+    // machine's, and is gone once its command has ended.
+    let shell_segments = || {
+        std::fs::read_to_string("/proc/sysvipc/shm")
+            .unwrap()
+            .lines()
+            .skip(1)
+            .filter(|l| l.split_whitespace().nth(7) == Some(&SHELL_UID.to_string()))
+            .count()
+    };
+    let o = run("ipcmk -M 8388608 && ipcs -m | grep -c '^0x'");
+    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    assert_eq!(
+        shell_segments(),
+        0,
+        "shell's segment is in the machine's namespace"
+    );
+    let o = run("ipcs -m | grep -c '^0x' || true");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "0",
+        "{}",
+        text(&o)
+    );
+    let status = m.client().status().unwrap();
+    let layer = status
+        .layers
+        .iter()
+        .find(|l| l.layer == "shell_space")
+        .unwrap();
+    assert!(layer.holds, "{layer:?}");
+}

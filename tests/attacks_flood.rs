@@ -1,0 +1,279 @@
+//! The attack suite's floods: what a hostile `shell` (or anyone who reaches
+//! a socket) sends in bulk to spend warden's memory and descriptors or to
+//! push the owner's evidence out of the audit log's rotation. Each is run
+//! against a real warden, PID 1 of its own namespaces, and bounded in
+//! count and time.
+
+mod common;
+
+use common::{privileged, Machine, Options, SHELL_UID};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use warden::client::{Client, Output};
+use warden::protocol::RunRequest;
+
+const KEY: &str = "flood-key-0123456789abcdef0123456789abcdef";
+
+fn sh(line: &str) -> RunRequest {
+    RunRequest {
+        shell: Some(line.into()),
+        ..Default::default()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A machine with a host socket and key, as the launcher makes one.
+fn keyed(extra: Value) -> (Machine, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Machine::folder("");
+    let key = dir.path().join("key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::create_dir(dir.path().join("host")).unwrap();
+    let host = dir.path().join("host/api.sock");
+    let mut config = json!({"host_socket": host, "key_file": key});
+    if let (Value::Object(c), Value::Object(e)) = (&mut config, extra) {
+        c.extend(e);
+    }
+    let m = Machine::start_in(
+        dir,
+        Options {
+            config,
+            ..Default::default()
+        },
+    );
+    m.wait_ready();
+    (m, host)
+}
+
+/// warden's resident memory (KiB) and open descriptors, seen from the host.
+fn footprint(pid: i32) -> (u64, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    (rss, fds)
+}
+
+/// Every line of the log in `dir` (all its files, in order).
+fn lines_in(dir: &Path) -> Vec<Value> {
+    warden::audit::log_files(dir)
+        .unwrap()
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<Value>>()
+        })
+        .collect()
+}
+
+/// Lines written whole of `kind`, and the refusals of that kind counted
+/// into `suppressed` lines.
+fn written_and_counted(lines: &[Value], kind: &str, pick: impl Fn(&Value) -> bool) -> (u64, u64) {
+    let written = lines
+        .iter()
+        .filter(|l| l["kind"] == kind && pick(l))
+        .count() as u64;
+    let counted = lines
+        .iter()
+        .filter(|l| l["kind"] == "suppressed" && l["of"] == kind)
+        .map(|l| l["count"].as_u64().unwrap())
+        .sum();
+    (written, counted)
+}
+
+#[test]
+fn shell_cannot_reach_the_hosts_way_in_nor_spend_wardens_memory() {
+    if !privileged("shell_cannot_reach_the_hosts_way_in_nor_spend_wardens_memory") {
+        return;
+    }
+    // This test holds 2000 connections itself.
+    let (_, hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    nix::sys::resource::setrlimit(
+        nix::sys::resource::Resource::RLIMIT_NOFILE,
+        hard.min(8192),
+        hard,
+    )
+    .unwrap();
+    let (m, host) = keyed(json!({}));
+    let pid = m.warden_pid();
+    let host_path = host.display().to_string();
+    // 1. The host's socket is the owner's: shell cannot even connect.
+    let probe = format!(
+        "python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])' {host_path}"
+    );
+    let o = m.client().run(sh(&probe)).unwrap();
+    assert_ne!(o.exit.status, 0, "shell connected: {}", text(&o));
+    assert!(text(&o).contains("PermissionError"), "{}", text(&o));
+
+    // 2. Where the mode cannot tell (keep-id makes the owner shell), the
+    //    API refuses a peer inside the machine before reading a byte: a
+    //    flood of 1 MiB announcements from shell, 3000 connections.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let flood = format!(
+        r#"python3 - {host_path} <<'EOF'
+import socket, sys, struct, time
+refused = 0
+end = time.time() + 20
+for i in range(3000):
+    if time.time() > end: break
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    try:
+        s.sendall(struct.pack(">BII", 1, 0, 1 << 20))
+        if b"inside the machine" in s.recv(4096): refused += 1
+    except OSError:
+        pass
+    s.close()
+print("refused", refused)
+EOF"#
+    );
+    let (rss_before, _) = footprint(pid);
+    let o = m.client().run(sh(&flood)).unwrap();
+    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    let refused: u64 = String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .trim_start_matches("refused ")
+        .parse()
+        .unwrap();
+    assert!(refused >= 2900, "{}", text(&o));
+
+    // 3. Strangers outside the machine (this test, as the host) announce
+    //    1 MiB frames before any key: nothing is allocated for them.
+    let mut held: Vec<UnixStream> = Vec::new();
+    for _ in 0..1000 {
+        let mut s = UnixStream::connect(&host).unwrap();
+        let _ = s.write_all(&[1, 0, 0, 0, 0, 0, 0x10, 0, 0]);
+        held.push(s);
+    }
+    // ... and 1000 that say nothing at all, held open.
+    for _ in 0..1000 {
+        held.push(UnixStream::connect(&host).unwrap());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (rss_during, fds_during) = footprint(pid);
+    eprintln!(
+        "warden during the flood: {rss_during} KiB resident (before {rss_before}), {fds_during} descriptors"
+    );
+    assert!(
+        rss_during < rss_before + 64 * 1024,
+        "warden grew from {rss_before} to {rss_during} KiB"
+    );
+    assert!(fds_during < 400, "warden holds {fds_during} descriptors");
+    // The owner still gets in, and commands still start.
+    let mut owner = Client::connect_keyed(&host, Some(KEY), None).unwrap();
+    let o = owner.run(sh("echo still here")).unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "still here");
+    let o = m.client().run(sh("true")).unwrap();
+    assert_eq!(o.exit.status, 0);
+    drop(held);
+
+    // 4. The log names shell as the one refused, as a burst and a count.
+    let audit_dir = m.home.join("data/audit");
+    let _kept = m.stop();
+    let lines = lines_in(&audit_dir);
+    let (written, counted) =
+        written_and_counted(&lines, "connection_refused", |l| l["uid"] == SHELL_UID);
+    eprintln!("refusals of shell: {written} lines, {counted} counted");
+    assert!(written <= 20, "{written} lines for one flood");
+    assert!(written + counted >= refused, "refusals lost");
+    assert!(lines
+        .iter()
+        .filter(|l| l["kind"] == "connection_refused")
+        .all(|l| l["uid"] != 0 || l["door"] != "host" || l["pid"] == 0));
+}
+
+#[test]
+fn a_refusal_flood_through_the_proxy_leaves_the_owners_evidence_in_place() {
+    if !privileged("a_refusal_flood_through_the_proxy_leaves_the_owners_evidence_in_place") {
+        return;
+    }
+    // A small log: 2 files of 64 KiB, so that a flood of unthrottled lines
+    // would rotate everything away within a second.
+    let (m, _) = keyed(json!({"audit_max_bytes": 65536, "audit_max_files": 2}));
+    let audit_dir = m.home.join("data/audit");
+    let o = m.client().run(sh("echo evidence-before")).unwrap();
+    assert_eq!(o.exit.status, 0);
+    let anchor = m.root().join("anchor.json");
+    let verify = || {
+        std::process::Command::new(common::warden_bin())
+            .args(["audit", "verify", "--anchor"])
+            .arg(&anchor)
+            .arg(&audit_dir)
+            .output()
+            .unwrap()
+    };
+    assert!(verify().status.success());
+    // A Content-Length with a sign is refused as such, not forwarded.
+    let smuggle = r#"python3 - <<'EOF'
+import socket
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"POST http://example.com/ HTTP/1.1\r\nHost: example.com\r\nContent-Length: +5\r\n\r\nhello")
+print(s.recv(200).decode().splitlines()[0])
+EOF"#;
+    let o = m.client().run(sh(smuggle)).unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with("HTTP/1.1 400"),
+        "{}",
+        text(&o)
+    );
+    // 5000 CONNECTs to an unlisted 253-character name, within 20 s.
+    let flood = r#"python3 - <<'EOF'
+import socket, time
+name = ".".join(["a" * 62] * 4)[:253]
+done = 0
+end = time.time() + 20
+while done < 5000 and time.time() < end:
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (name, name)).encode())
+    s.recv(4096)
+    s.close()
+    done += 1
+print(done)
+EOF"#;
+    let o = m.client().run(sh(flood)).unwrap();
+    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    let sent: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert!(sent >= 1000, "{}", text(&o));
+    let o = m.client().run(sh("echo evidence-after")).unwrap();
+    assert_eq!(o.exit.status, 0);
+    // The line verified before the flood is still there: nothing the owner
+    // had not read was rotated away.
+    let out = verify();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("still there"), "{said}");
+    let _kept = m.stop();
+    let lines = lines_in(&audit_dir);
+    let (written, counted) = written_and_counted(&lines, "egress", |l| l["allowed"] == false);
+    eprintln!("{sent} refused CONNECTs: {written} lines, {counted} counted");
+    assert!(written <= 21, "{written} egress lines");
+    assert!(
+        written + counted >= sent,
+        "refusals lost: {written} + {counted} < {sent}"
+    );
+    for l in &lines {
+        assert!(l.to_string().len() < 8 * 1024, "a long line: {l}");
+    }
+}
