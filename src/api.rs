@@ -443,6 +443,7 @@ impl Conn {
             Request::Signal { target, signal } => Some(self.signal(target, &signal)),
             Request::Audit { kind, fields } => Some(self.runtime_event(&kind, fields)),
             Request::Run(run) => self.start(id, run),
+            Request::StopShell { signal } => Some(self.stop_shell(&signal).await),
             Request::Shutdown => {
                 // Answered first: the stop begins once the answer is queued.
                 let reply = self.shutdown();
@@ -477,6 +478,32 @@ impl Conn {
             json!({"requester_uid": self.requester(), "door": door}),
         );
         Event::ShuttingDown
+    }
+
+    /// Signals every process of shell (version 3), on a blocking thread:
+    /// it walks /proc, round after round.
+    async fn stop_shell(&self, name: &str) -> Event {
+        if self.version.load(Ordering::SeqCst) < 3 {
+            return error(
+                ErrorCode::BadRequest,
+                "stop_shell is a protocol version 3 request",
+            );
+        }
+        let sig = match request::parse_signal(name) {
+            Ok(sig) => sig,
+            Err(e) => return error(ErrorCode::BadRequest, e),
+        };
+        let uid = self.sup.shell.uid;
+        let (signalled, left) =
+            tokio::task::spawn_blocking(move || crate::shell_procs::stop(uid, sig))
+                .await
+                .unwrap_or((0, usize::MAX));
+        self.sup.audit.record(
+            "shell_stopped",
+            json!({"requester_uid": self.requester(), "signal": sig.as_str(),
+                   "signalled": signalled, "left": left}),
+        );
+        Event::ShellStopped { signalled, left }
     }
 
     /// An event of the runtime's own, marked as such in the log.

@@ -256,6 +256,24 @@ impl Client {
         }
     }
 
+    /// Signals every process of shell (protocol version 3); returns how
+    /// many were signalled and how many are left.
+    pub fn stop_shell(&mut self, signal: &str) -> Result<(usize, usize), ClientError> {
+        self.send(
+            0,
+            &Request::StopShell {
+                signal: signal.into(),
+            },
+        )?;
+        match self.receive()? {
+            Message::Event(_, Event::ShellStopped { signalled, left }) => Ok((signalled, left)),
+            Message::Event(_, Event::Error { code, message }) => {
+                Err(ClientError::Warden { code, message })
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
     pub fn status(&mut self) -> Result<Status, ClientError> {
         self.send(0, &Request::Status)?;
         match self.receive()? {

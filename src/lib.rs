@@ -22,6 +22,7 @@ pub mod reaper;
 pub mod redact;
 pub mod request;
 pub mod sandbox;
+pub mod shell_procs;
 pub mod shell_space;
 pub mod spawn;
 pub mod spawner;

@@ -650,6 +650,18 @@ fn describe(s: &Status) -> String {
             r.running_ms
         );
     }
+    let listed: Vec<String> = s
+        .shell_processes
+        .iter()
+        .map(|p| format!("{} {}", p.pid, p.name))
+        .collect();
+    out += &format!(
+        "shell's processes: {}{}{}
+",
+        s.shell_process_count,
+        if listed.is_empty() { "" } else { ": " },
+        listed.join(", ")
+    );
     for l in &s.layers {
         let mark = if l.holds { "holds" } else { "DOES NOT HOLD" };
         let need = if l.required {

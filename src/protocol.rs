@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The protocol versions this build speaks, newest last. Version 2 adds
-/// the `shutdown` request (and its `shutting_down` answer).
-pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2];
+/// the `shutdown` request (and its `shutting_down` answer); version 3 the
+/// `stop_shell` request (`shell_stopped`) and shell's processes in status.
+pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3];
 pub const HEADER_LEN: usize = 9;
 /// No frame may carry more than this; a larger one closes the connection.
 pub const MAX_FRAME: u32 = 1 << 20;
@@ -104,6 +105,17 @@ pub enum Request {
     /// Version 2: stop the machine, as SIGTERM would (in a VM: then power
     /// it off).
     Shutdown,
+    /// Version 3: signal every process of shell, wherever it went (a new
+    /// session, a double fork, kept in the background); with KILL, round
+    /// after round until none is left.
+    StopShell {
+        #[serde(default = "kill")]
+        signal: String,
+    },
+}
+
+fn kill() -> String {
+    "KILL".into()
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -178,6 +190,12 @@ pub enum Event {
     },
     /// Version 2: the answer to `shutdown`; the machine stops next.
     ShuttingDown,
+    /// Version 3: the answer to `stop_shell`: how many processes were
+    /// signalled, and how many of shell's are still there.
+    ShellStopped {
+        signalled: usize,
+        left: usize,
+    },
     Error {
         code: ErrorCode,
         message: String,
@@ -242,6 +260,12 @@ pub struct Status {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub main: Option<MainState>,
     pub running: Vec<RunningCommand>,
+    /// Every process of shell now (at most 64 listed; `shell_process_count`
+    /// is whole), the ones commands left behind included.
+    #[serde(default)]
+    pub shell_processes: Vec<ShellProcess>,
+    #[serde(default)]
+    pub shell_process_count: usize,
     pub commands_started: u64,
     pub audit_log: String,
     /// Each confinement layer of shell commands, as the last probe found it.
@@ -255,6 +279,13 @@ pub struct Status {
     /// The egress proxy, when it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxyState>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShellProcess {
+    pub pid: i32,
+    /// Its name (comm), control characters escaped.
+    pub name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

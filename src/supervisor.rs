@@ -395,6 +395,7 @@ impl Supervisor {
             })
             .collect();
         running.sort_by_key(|r| r.command);
+        let (shell_processes, shell_process_count) = crate::shell_procs::census(self.shell.uid);
         Status {
             version: env!("CARGO_PKG_VERSION").to_string(),
             protocol: *SUPPORTED_VERSIONS.last().unwrap_or(&1),
@@ -405,6 +406,8 @@ impl Supervisor {
             layout: layout::measure(&self.specs),
             main: self.main.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             running,
+            shell_processes,
+            shell_process_count,
             commands_started: self.next_command.load(Ordering::SeqCst) - 1,
             audit_log: self.audit.path().display().to_string(),
             audit_failing: self.audit.failing(),

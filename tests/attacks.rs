@@ -684,3 +684,56 @@ fn shell_has_its_own_tmp_shm_and_ipc() {
         .unwrap();
     assert!(layer.holds, "{layer:?}");
 }
+
+#[test]
+fn the_runtime_stops_every_process_shell_left_behind() {
+    if !privileged("the_runtime_stops_every_process_shell_left_behind") {
+        return;
+    }
+    let m = Machine::boot(Options::default());
+    // Escapes from the command's process group (which warden kills at its
+    // end): new sessions, and a double fork inside one.
+    let o = m
+        .client()
+        .run(sh(
+            "for i in $(seq 40); do setsid sh -c 'sleep 777 &'; done; \
+             setsid sh -c '(sleep 778 &) &'",
+        ))
+        .unwrap();
+    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    let sleepers = || {
+        ["777", "778"]
+            .iter()
+            .map(|n| common::processes_of(SHELL_UID, &["sleep", n]))
+            .sum::<usize>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sleepers() < 41 {
+        assert!(Instant::now() < deadline, "the escapes did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // status lists them, though no command runs.
+    let status = m.client().status().unwrap();
+    assert!(status.running.is_empty());
+    assert!(
+        status.shell_process_count >= 42,
+        "{}",
+        status.shell_process_count
+    );
+    assert!(status.shell_processes.iter().any(|p| p.name == "sleep"));
+    // The runtime's word ends them all.
+    let (signalled, left) = m.client().stop_shell("KILL").unwrap();
+    assert!(signalled >= 41, "{signalled}");
+    assert_eq!(left, 0);
+    assert_eq!(sleepers(), 0);
+    let status = m.client().status().unwrap();
+    assert_eq!(
+        status.shell_process_count, 0,
+        "{:?}",
+        status.shell_processes
+    );
+    assert_eq!(m.audit_kinds("shell_stopped").len(), 1);
+    // The machine carries on.
+    let o = m.client().run(sh("echo fine")).unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "fine");
+}
