@@ -427,6 +427,20 @@ mod tests {
             server: "warden 0.1.0".into(),
         };
         let started = Event::Started { command: 1, pid: 9 };
+        // Unframed examples, as the reference shows them.
+        for json in [
+            serde_json::to_string(&Request::StopShell {
+                signal: "KILL".into(),
+            })
+            .unwrap(),
+            serde_json::to_string(&Event::ShellStopped {
+                signalled: 41,
+                left: 0,
+            })
+            .unwrap(),
+        ] {
+            assert!(doc.contains(&json), "docs/protocol.md lacks {json}");
+        }
         for json in [
             serde_json::to_string(&hello).unwrap(),
             serde_json::to_string(&run).unwrap(),
@@ -451,6 +465,18 @@ mod tests {
             ),
             (r#"{"type":"status"}"#, Request::Status),
             (r#"{"type":"shutdown"}"#, Request::Shutdown),
+            (
+                r#"{"type":"stop_shell"}"#,
+                Request::StopShell {
+                    signal: "KILL".into(),
+                },
+            ),
+            (
+                r#"{"type":"stop_shell","signal":"TERM"}"#,
+                Request::StopShell {
+                    signal: "TERM".into(),
+                },
+            ),
             (
                 r#"{"type":"signal","target":3,"signal":"TERM"}"#,
                 Request::Signal {
