@@ -95,9 +95,12 @@ impl Spawner {
                 )
             }
         };
-        let root = match &space {
-            Ok(_) => PathBuf::from(format!("/proc/self/task/{tid}/root")),
-            Err(_) => PathBuf::from("/"),
+        // The commands' namespace is the thread's, whatever became of
+        // shell's own mounts (an unshare that worked, then a mount that
+        // failed, still leaves the thread in a namespace of its own).
+        let root = match tid.as_raw() {
+            0 => PathBuf::from("/"),
+            tid => PathBuf::from(format!("/proc/self/task/{tid}/root")),
         };
         Started {
             spawner: Spawner { jobs, root },
