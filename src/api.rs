@@ -95,18 +95,28 @@ pub async fn serve(sup: Arc<Supervisor>, listener: Listener, door: Door) {
     let admission = Arc::new(Admission::default());
     loop {
         match listener.accept().await {
-            Ok((stream, max_write)) => match admission.admit() {
-                Some(pass) => {
-                    let conn = connection(sup.clone(), stream, max_write, door.clone(), pass);
-                    tokio::spawn(conn);
+            Ok((stream, max_write)) => {
+                // Who may not use this door at all is turned away before
+                // taking a place: a refused peer never crowds out the owner.
+                let peer = Peer::of(&stream);
+                if let Some(reason) = sup_refuses(&sup, &door, peer) {
+                    refuse_peer(&sup, &door, peer, &reason);
+                    tokio::spawn(turn_away(stream, reason));
+                    continue;
                 }
-                None => {
-                    let reason = format!(
-                        "this door holds {MAX_CONNECTIONS} connections at once; closed unheard"
-                    );
-                    refuse_peer(&sup, &door, Peer::of(&stream), &reason);
+                match admission.admit() {
+                    Some(pass) => {
+                        let conn = connection(sup.clone(), stream, max_write, door.clone(), pass);
+                        tokio::spawn(conn);
+                    }
+                    None => {
+                        let reason = format!(
+                            "this door holds {MAX_CONNECTIONS} connections at once; closed unheard"
+                        );
+                        refuse_peer(&sup, &door, peer, &reason);
+                    }
                 }
-            },
+            }
             Err(e) => {
                 // Out of descriptors or memory: wait and go on, never exit.
                 crate::say!("api: accept: {e}");
@@ -191,41 +201,13 @@ async fn connection(
     pass: Pass,
 ) {
     let peer = Peer::of(&stream);
-    let refusal = sup_refuses(&sup, &door, peer);
-    if refusal.is_none() {
-        // Spliced output is accounted in the socket's send buffer; the
-        // default (about 200 KiB) holds too few pages to keep the pipe
-        // moving. Root may raise it past the system's limit; failing
-        // leaves only slower output.
-        let _ = nix::sys::socket::setsockopt(&stream, SndBufForce, &SOCKET_BUFFER);
-    }
+    // Spliced output is accounted in the socket's send buffer; the default
+    // (about 200 KiB) holds too few pages to keep the pipe moving. Root may
+    // raise it past the system's limit; failing leaves only slower output.
+    let _ = nix::sys::socket::setsockopt(&stream, SndBufForce, &SOCKET_BUFFER);
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(OUT_QUEUE);
     let writer = tokio::spawn(write_frames(Capped::new(wr, max_write), rx));
-    if let Some(reason) = refusal {
-        refuse_peer(&sup, &door, peer, &reason);
-        let _ = tx
-            .send(Out::Event(0, error(ErrorCode::Refused, reason)))
-            .await;
-        drop(tx);
-        let _ = writer.await;
-        // The refusal is sent; what the peer had begun to send is read
-        // and dropped (bounded), so its writes do not fail before it
-        // reads why.
-        let _ = tokio::time::timeout(REFUSED_LINGER, async {
-            let mut rd = rd;
-            let mut sink = [0u8; 4096];
-            let mut left: usize = 64 * 1024;
-            while left > 0 {
-                match rd.read(&mut sink).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => left = left.saturating_sub(n),
-                }
-            }
-        })
-        .await;
-        return;
-    }
     let conn = Arc::new(Conn {
         sup,
         uid: peer.uid.into(),
@@ -251,6 +233,35 @@ async fn connection(
     conn.abandon();
     drop(conn);
     let _ = writer.await;
+}
+
+/// Sends a refused peer why, then reads and drops what it had begun to
+/// send (so its writes do not fail before it reads the reason), for at
+/// most REFUSED_LINGER and 64 KiB. At most LINGERING peers are heard out
+/// at once; the rest are closed after the reason, at once.
+async fn turn_away(stream: UnixStream, reason: String) {
+    static LINGERING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(16);
+    let (mut rd, mut wr) = stream.into_split();
+    let frame = crate::output::event_frame(0, &error(ErrorCode::Refused, reason));
+    let sent = tokio::time::timeout(REFUSED_LINGER, wr.write_all(&frame)).await;
+    if !matches!(sent, Ok(Ok(()))) {
+        return;
+    }
+    let _ = wr.shutdown().await;
+    let Ok(_hearing) = LINGERING.try_acquire() else {
+        return;
+    };
+    let _ = tokio::time::timeout(REFUSED_LINGER, async {
+        let mut sink = [0u8; 4096];
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            match rd.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
 }
 
 /// Why `peer` may not use `door` at all, if it may not. The machine's own
@@ -431,7 +442,13 @@ impl Conn {
                 {
                     crate::say!("status: the probe thread failed");
                 }
-                Some(Event::Status(Box::new(self.sup.status())))
+                let mut status = self.sup.status();
+                if self.version.load(Ordering::SeqCst) < 3 {
+                    // A client only ever receives its version's messages.
+                    status.shell_processes = None;
+                    status.shell_process_count = None;
+                }
+                Some(Event::Status(Box::new(status)))
             }
             Request::Reload => Some(match self.sup.network.reload() {
                 Ok(state) => Event::Reloaded(state),
@@ -493,11 +510,12 @@ impl Conn {
             Ok(sig) => sig,
             Err(e) => return error(ErrorCode::BadRequest, e),
         };
-        let uid = self.sup.shell.uid;
-        let (signalled, left) =
-            tokio::task::spawn_blocking(move || crate::shell_procs::stop(uid, sig))
-                .await
-                .unwrap_or((0, usize::MAX));
+        let sup = self.sup.clone();
+        let (signalled, left) = tokio::task::spawn_blocking(move || {
+            crate::shell_procs::stop(&sup.reaper, sup.shell.uid, sup.shell.gid, sig)
+        })
+        .await
+        .unwrap_or((0, usize::MAX));
         self.sup.audit.record(
             "shell_stopped",
             json!({"requester_uid": self.requester(), "signal": sig.as_str(),

@@ -161,30 +161,48 @@ impl Audit {
     /// line, so a flood cannot push the owner's evidence out of rotation.
     pub fn record_refusal(&self, kind: &str, source: &str, fields: Value) {
         self.write_counts(false);
+        // What a count keeps as examples: the host asked for, else why.
+        let sample = ["host", "reason", "message"]
+            .iter()
+            .find_map(|k| fields.get(*k).and_then(Value::as_str))
+            .map(str::to_string);
         let verdict = self
             .throttle
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .admit(kind, source, Instant::now());
+            .admit(kind, source, sample.as_deref(), Instant::now());
         if verdict == Verdict::Write {
             self.write(kind, fields);
         }
     }
 
+    /// Writes the counts of refusals not written whole whose window is
+    /// over (warden calls this every few seconds, so a quiet machine's
+    /// counts are written too).
+    pub fn write_due_counts(&self) {
+        self.write_counts(false);
+    }
+
     /// Writes the counts of refusals not written whole: those whose window
-    /// is over, or all of them (at shutdown).
+    /// is over, or all of them (at shutdown). A count that cannot be
+    /// written is kept for the next try.
     fn write_counts(&self, all: bool) {
+        let now = Instant::now();
         let due = self
             .throttle
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .due(Instant::now(), all);
+            .due(now, all);
         for s in due {
-            self.write(
-                "suppressed",
-                serde_json::json!({"of": s.kind, "source": s.source, "count": s.count,
-                                   "window_ms": s.window.as_millis() as u64}),
-            );
+            let line = serde_json::json!({"of": s.kind, "source": s.source, "count": s.count,
+                                          "window_ms": s.window.as_millis() as u64,
+                                          "samples": s.samples});
+            if self.write("suppressed", line).is_none() {
+                self.throttle
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .restore(s, now);
+            }
         }
     }
 
@@ -266,10 +284,16 @@ impl Audit {
             let last = rotated
                 .get(gone.len())
                 .and_then(|p| first_seq_of(p))
-                .map_or(first, |next| next - 1);
+                .map_or(first, |next| next.saturating_sub(1));
             *dropped = Some((first, last));
         }
         Ok(())
+    }
+
+    /// Writes every count of refusals not yet written (at shutdown, before
+    /// the last line).
+    pub fn write_all_counts(&self) {
+        self.write_counts(true);
     }
 
     /// Makes every line written so far durable, the counts of refusals
@@ -643,12 +667,20 @@ pub fn describe(line: &str) -> Option<(String, String)> {
     ))
 }
 
+/// Whether `c` can change how the text around it is shown: control
+/// characters, bidirectional overrides and isolates, line and paragraph
+/// separators.
+pub fn hides_text(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
+}
+
 /// `text` with every control character written as an escape, so that a
 /// string chosen by a command (a folder name, a host) can neither break a
 /// line nor send a terminal an escape sequence.
 pub fn escape_controls(text: &str) -> String {
     text.chars()
-        .map(|c| match c.is_control() {
+        .map(|c| match hides_text(c) {
             true => c.escape_default().to_string(),
             false => c.to_string(),
         })

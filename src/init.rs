@@ -268,6 +268,18 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
                                         "vsock_port": vsock_door.as_ref().map(|(l, _)| l.port)})),
                "boot_ms": boot_ms}),
     );
+    // Counts of refusals are written once their window is over, even on a
+    // machine that writes nothing else.
+    let counting = Arc::downgrade(&sup);
+    runtime.spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            match counting.upgrade() {
+                Some(sup) => sup.audit.write_due_counts(),
+                None => return,
+            }
+        }
+    });
     // Served only now: a client never sees warden before its boot line.
     runtime.spawn(api::serve(
         sup.clone(),
@@ -320,6 +332,7 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
         let _ = std::fs::remove_file(host);
     }
     sup.network.remove(&sup.reaper);
+    sup.audit.write_all_counts();
     sup.audit.record("shutdown", json!({"status": status}));
     sup.audit.sync();
     crate::say!("exiting with status {status}");

@@ -355,6 +355,12 @@ fn make_one(dir: &OwnedFd, name: &str, who: Who) -> Result<(), String> {
         .map_err(|e| format!("cannot open {name}: {e}"))?;
     // SAFETY: `raw` was just returned by open(2) and is ours alone.
     let made = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    // Still the folder just made (root's, 0700), not one renamed onto its
+    // name meanwhile: only that one is handed over.
+    let st = fstat(made.as_raw_fd()).map_err(|e| format!("fstat {name}: {e}"))?;
+    if st.st_uid != 0 || st.st_mode & 0o7777 != 0o700 {
+        return Err(format!("{name} changed while it was being made"));
+    }
     fchown(
         made.as_raw_fd(),
         Some(Uid::from_raw(who.uid)),

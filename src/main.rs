@@ -241,9 +241,23 @@ fn main() {
             Err(e) => fail(&format!("key file {}: {e}", path.display())),
         }
     }
-    if !matches!(cli.command, Command::Init { .. } | Command::Proxy { .. }) {
-        // A reader that stops early (`| head`) ends a client quietly, as
-        // it ends any Unix tool, instead of failing a write and panicking.
+    let only_prints = matches!(
+        cli.command,
+        Command::Status { .. }
+            | Command::Audit { .. }
+            | Command::Machine {
+                action: MachineAction::Audit { .. }
+                    | MachineAction::Status { .. }
+                    | MachineAction::Ps
+                    | MachineAction::Logs { .. }
+            }
+    );
+    if only_prints {
+        // A reader that stops early (`| head`) ends a command that only
+        // prints quietly, as it ends any Unix tool, instead of failing a
+        // write and panicking. (Commands that feed other programs, like
+        // `machine up` writing to the engine's stdin, keep SIGPIPE ignored
+        // so that such a failure is reported.)
         // SAFETY: signal(2) with SIG_DFL, before any thread is started.
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
@@ -653,12 +667,13 @@ fn describe(s: &Status) -> String {
     let listed: Vec<String> = s
         .shell_processes
         .iter()
+        .flatten()
         .map(|p| format!("{} {}", p.pid, p.name))
         .collect();
     out += &format!(
         "shell's processes: {}{}{}
 ",
-        s.shell_process_count,
+        s.shell_process_count.unwrap_or(listed.len()),
         if listed.is_empty() { "" } else { ": " },
         listed.join(", ")
     );

@@ -114,6 +114,15 @@ async fn write_frame(w: &mut BufWriter<Capped>, out: Out) -> io::Result<()> {
     w.write_all(&body).await
 }
 
+/// One control frame, whole, for a connection written outside the writer
+/// task (a refusal at the door).
+pub fn event_frame(id: u32, event: &Event) -> Vec<u8> {
+    let body = serde_json::to_vec(event).unwrap_or_default();
+    let mut frame = header(Kind::Control, id, body.len()).to_vec();
+    frame.extend_from_slice(&body);
+    frame
+}
+
 fn header(kind: Kind, id: u32, len: usize) -> [u8; crate::protocol::HEADER_LEN] {
     Header {
         kind,

@@ -260,12 +260,13 @@ pub struct Status {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub main: Option<MainState>,
     pub running: Vec<RunningCommand>,
-    /// Every process of shell now (at most 64 listed; `shell_process_count`
-    /// is whole), the ones commands left behind included.
-    #[serde(default)]
-    pub shell_processes: Vec<ShellProcess>,
-    #[serde(default)]
-    pub shell_process_count: usize,
+    /// Version 3: every process of shell now (at most 64 listed;
+    /// `shell_process_count` is whole), the ones commands left behind
+    /// included. Absent on older connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell_processes: Option<Vec<ShellProcess>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell_process_count: Option<usize>,
     pub commands_started: u64,
     pub audit_log: String,
     /// Each confinement layer of shell commands, as the last probe found it.

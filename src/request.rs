@@ -105,7 +105,9 @@ pub fn parse_folder(text: &str) -> Result<Vec<String>, String> {
             p if p.contains('\0') => return bad("contains a NUL byte"),
             // A name is shown in logs and terminals: no line breaks or
             // escape sequences that could forge or hide what is printed.
-            p if p.chars().any(char::is_control) => return bad("contains a control character"),
+            p if p.chars().any(crate::audit::hides_text) => {
+                return bad("contains a control character")
+            }
             p if p.len() > 255 => return bad("has a component longer than 255 bytes"),
             _ => {}
         }
@@ -159,6 +161,9 @@ mod tests {
             ("x\u{1b}[8m", Err("control character")),
             ("tab\there", Err("control character")),
             ("c1\u{9b}31m", Err("control character")),
+            ("bidi\u{202e}txt.sh", Err("control character")),
+            ("iso\u{2066}late", Err("control character")),
+            ("line\u{2028}sep", Err("control character")),
             ("ünïcode", Ok(&["ünïcode"])),
             (&"x/".repeat(40), Err("too deep")),
         ];

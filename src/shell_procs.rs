@@ -1,11 +1,12 @@
 //! Every process of `shell`, wherever it went: listed for `status`, and
 //! stopped on the runtime's word (`stop_shell`), whatever session, group
 //! or parent it escaped to. Found by uid in /proc (warden sees all of
-//! them, hidepid or not); signalled through a pidfd after checking the uid
-//! again, so a pid reused meanwhile by someone else is never hit.
+//! them, hidepid or not); signalled by a child that becomes `shell` and
+//! sends `kill(-1)`, so only shell's processes can ever be hit.
 
 use crate::protocol::ShellProcess;
-use std::os::fd::{FromRawFd, OwnedFd};
+use crate::reaper::Reaper;
+use nix::sys::signal::Signal;
 
 /// The most processes `status` lists (the count is always whole).
 pub const LISTED: usize = 64;
@@ -23,11 +24,25 @@ pub fn uid_in_status(status: &str) -> Option<u32> {
         .ok()
 }
 
-fn uid_of(pid: i32) -> Option<u32> {
-    uid_in_status(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+/// Pure: whether a /proc/PID/status text is a zombie's (dead, waiting to
+/// be reaped: nothing left to stop or to use anything).
+pub fn is_zombie(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .is_some_and(|s| s.trim_start().starts_with('Z'))
 }
 
-/// The pids of every process whose real uid is `uid`.
+/// The real uid of a live process (None for a zombie or one gone).
+fn uid_of(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    match is_zombie(&status) {
+        true => None,
+        false => uid_in_status(&status),
+    }
+}
+
+/// The pids of every live process whose real uid is `uid`.
 pub fn pids_of(uid: u32) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -60,57 +75,59 @@ pub fn census(uid: u32) -> (Vec<ShellProcess>, usize) {
     (listed, count)
 }
 
-/// Sends `signal` to every process of `uid`, round after round until none
-/// is left (or ROUNDS). Returns how many were signalled, and how many
-/// were still there after the last round.
-pub fn stop(uid: u32, signal: nix::sys::signal::Signal) -> (usize, usize) {
-    let mut signalled = 0;
+/// Sends `signal` to every process of `uid` (group `gid`), round after
+/// round until none is left (or ROUNDS). Each round is one `kill(-1)` made
+/// as `uid` by a child of warden's: the kernel walks every process under
+/// its lock, and a process with a SIGKILL pending cannot fork, so a fork
+/// loop cannot outrun it. Returns how many there were, and how many are
+/// left.
+pub fn stop(reaper: &Reaper, uid: u32, gid: u32, signal: Signal) -> (usize, usize) {
+    let before = pids_of(uid).len();
     for _ in 0..ROUNDS {
-        let pids = pids_of(uid);
-        if pids.is_empty() {
-            return (signalled, 0);
+        if pids_of(uid).is_empty() {
+            break;
         }
-        for pid in pids {
-            if send(pid, uid, signal) {
-                signalled += 1;
-            }
+        if !kill_all_as(reaper, uid, gid, signal) {
+            break;
         }
-        if signal != nix::sys::signal::Signal::SIGKILL {
+        if signal != Signal::SIGKILL {
             // Others than KILL may be handled and survived: one round.
-            return (signalled, pids_of(uid).len());
+            break;
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    (signalled, pids_of(uid).len())
+    (before, pids_of(uid).len())
 }
 
-/// Signals `pid` if it is still a process of `uid`, through a pidfd.
-fn send(pid: i32, uid: u32, signal: nix::sys::signal::Signal) -> bool {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new
-    // descriptor, owned here.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return false;
+/// Forks a child that becomes `uid` and signals every process it may
+/// (`kill(-1)`: all of `uid`'s, never itself); waits for it. False when it
+/// could not be done.
+fn kill_all_as(reaper: &Reaper, uid: u32, gid: u32, signal: Signal) -> bool {
+    let sig = signal as libc::c_int;
+    let spawned = reaper.spawn(false, || {
+        // SAFETY: the child makes only raw syscalls on plain integers, then
+        // _exits; nothing it touches was allocated after the fork.
+        match unsafe { libc::fork() } {
+            -1 => Err(nix::errno::Errno::last()),
+            0 => unsafe {
+                let became = libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>())
+                    == 0
+                    && libc::syscall(libc::SYS_setresgid, gid, gid, gid) == 0
+                    && libc::syscall(libc::SYS_setresuid, uid, uid, uid) == 0;
+                // Without becoming `uid`, kill(-1) would hit everyone.
+                if !became {
+                    libc::_exit(1);
+                }
+                libc::kill(-1, sig);
+                libc::_exit(0)
+            },
+            pid => Ok(nix::unistd::Pid::from_raw(pid)),
+        }
+    });
+    match spawned {
+        Ok((_, exit)) => matches!(exit.blocking_recv(), Ok(crate::reaper::Exit::Code(0))),
+        Err(_) => false,
     }
-    // SAFETY: `fd` was just returned by pidfd_open and is ours alone.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    // The pidfd pins this process: were the pid reused after the uid was
-    // read, the check below reads the newcomer, and it is spared.
-    if uid_of(pid) != Some(uid) {
-        return false;
-    }
-    use std::os::fd::AsRawFd;
-    // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            signal as i32,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    rc == 0
 }
 
 #[cfg(test)]
@@ -128,5 +145,8 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(uid_in_status(text), want, "{text:?}");
         }
+        assert!(is_zombie("Name:\tsh\nState:\tZ (zombie)\n"));
+        assert!(!is_zombie("Name:\tsh\nState:\tS (sleeping)\n"));
+        assert!(!is_zombie("Name:\tsh\n"));
     }
 }

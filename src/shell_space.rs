@@ -80,32 +80,45 @@ pub fn enter(backing: &Path) -> Result<String, String> {
 }
 
 /// Makes `backing` root's, mode 1777, inside a parent only root may
-/// enter; refuses links and anything another user owns on the way.
+/// enter. What exists already is checked, never changed: a link, a folder
+/// not root's, or a parent others may write or enter is refused.
 fn prepare(backing: &Path) -> Result<(), String> {
     let parent = backing
         .parent()
         .ok_or_else(|| format!("{}: no parent folder", backing.display()))?;
-    for (dir, mode) in [(parent, 0o700), (backing, 0o1777)] {
+    // (folder, mode when made, mode bits it must not have when found)
+    for (dir, mode, forbidden) in [(parent, 0o700, 0o077), (backing, 0o1777, 0)] {
         match std::fs::symlink_metadata(dir) {
             Ok(m) if m.file_type().is_symlink() || !m.is_dir() => {
                 return Err(format!("{} is a link or not a folder", dir.display()))
             }
             Ok(m) if m.uid() != 0 => return Err(format!("{} is not root's", dir.display())),
+            Ok(m) if m.mode() & forbidden != 0 => {
+                return Err(format!(
+                    "{} may be entered by others (mode {:04o}); it must be root's alone",
+                    dir.display(),
+                    m.mode() & 0o7777
+                ))
+            }
             Ok(_) => {}
             Err(_) => {
-                std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?
+                std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
             }
         }
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     Ok(())
 }
 
-// From <linux/shm.h>; the libc crate names the semaphore and message
-// queue ones only.
-const SHM_STAT: libc::c_int = 13;
+// From <linux/shm.h>, <linux/sem.h> and <linux/msg.h> (Linux 4.17): the
+// *_STAT_ANY commands read an object whatever its mode. Plain *_STAT needs
+// read permission or CAP_IPC_OWNER, which a container's warden lacks, so a
+// 0600 segment of shell's would be invisible and stay.
 const SHM_INFO: libc::c_int = 14;
+const SHM_STAT_ANY: libc::c_int = 15;
+const SEM_STAT_ANY: libc::c_int = 20;
+const MSG_STAT_ANY: libc::c_int = 13;
 
 /// Removes every System V shared-memory segment, semaphore set and
 /// message queue of the calling thread's IPC namespace (shell's, on the
@@ -113,13 +126,17 @@ const SHM_INFO: libc::c_int = 14;
 /// detaches. Returns how many were removed.
 pub fn empty_ipc() -> usize {
     let mut removed = 0;
-    // SAFETY: the *ctl calls take plain integers and a buffer of the size
-    // the kernel writes for each command; failures are skipped.
+    // SAFETY: the *ctl calls take plain integers and a buffer at least as
+    // large as what the kernel writes for each command (shm_info 48 bytes,
+    // seminfo 40, msginfo 32, each into the larger *_ds); semctl's variadic
+    // fourth argument is a `union semun`, which on x86_64 (the only ABI
+    // warden runs) is passed exactly as the pointer given here. Each *_INFO
+    // answers the highest index in use. Failures are skipped.
     unsafe {
         let mut shm: libc::shmid_ds = std::mem::zeroed();
         let max = libc::shmctl(0, SHM_INFO, &mut shm);
         for index in 0..=max.max(-1) {
-            let id = libc::shmctl(index, SHM_STAT, &mut shm);
+            let id = libc::shmctl(index, SHM_STAT_ANY, &mut shm);
             if id >= 0 && libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) == 0 {
                 removed += 1;
             }
@@ -127,7 +144,7 @@ pub fn empty_ipc() -> usize {
         let mut sem: libc::semid_ds = std::mem::zeroed();
         let max = libc::semctl(0, 0, libc::SEM_INFO, &mut sem as *mut _);
         for index in 0..=max.max(-1) {
-            let id = libc::semctl(index, 0, libc::SEM_STAT, &mut sem as *mut _);
+            let id = libc::semctl(index, 0, SEM_STAT_ANY, &mut sem as *mut _);
             if id >= 0 && libc::semctl(id, 0, libc::IPC_RMID) == 0 {
                 removed += 1;
             }
@@ -135,7 +152,7 @@ pub fn empty_ipc() -> usize {
         let mut msg: libc::msqid_ds = std::mem::zeroed();
         let max = libc::msgctl(0, libc::MSG_INFO, &mut msg);
         for index in 0..=max.max(-1) {
-            let id = libc::msgctl(index, libc::MSG_STAT, &mut msg);
+            let id = libc::msgctl(index, MSG_STAT_ANY, &mut msg);
             if id >= 0 && libc::msgctl(id, libc::IPC_RMID, std::ptr::null_mut()) == 0 {
                 removed += 1;
             }
@@ -145,29 +162,28 @@ pub fn empty_ipc() -> usize {
 }
 
 /// The kernel's protections against links and files planted in shared
-/// sticky folders: set where warden may (a VM, a namespace of its own),
-/// then read back. A container's /proc/sys is read-only and they read 0
-/// there: then shell's own /tmp is what stands in, and this says so.
+/// sticky folders, as they read. They are the host's in a container (not
+/// per namespace), so warden changes them only in a VM, where the kernel
+/// is its own (see `vm`); where they read 0, shell's own /tmp and /dev/shm
+/// are what stands in, and this says so.
 pub fn protect_links() -> Result<String, String> {
-    const KNOBS: [(&str, &str); 4] = [
-        ("protected_symlinks", "1"),
-        ("protected_hardlinks", "1"),
-        ("protected_fifos", "2"),
-        ("protected_regular", "2"),
+    const KNOBS: [&str; 4] = [
+        "protected_symlinks",
+        "protected_hardlinks",
+        "protected_fifos",
+        "protected_regular",
     ];
-    let mut off = Vec::new();
-    for (knob, want) in KNOBS {
-        let path = format!("/proc/sys/fs/{knob}");
-        let _ = std::fs::write(&path, want);
-        let now = std::fs::read_to_string(&path).unwrap_or_default();
-        if now.trim() == "0" || now.is_empty() {
-            off.push(knob);
-        }
-    }
+    let off: Vec<&str> = KNOBS
+        .into_iter()
+        .filter(|knob| {
+            let now = std::fs::read_to_string(format!("/proc/sys/fs/{knob}")).unwrap_or_default();
+            matches!(now.trim(), "0" | "")
+        })
+        .collect();
     match off.is_empty() {
         true => Ok("the kernel refuses links and files planted in sticky folders".into()),
         false => Err(format!(
-            "{} read 0 and cannot be set here (a read-only /proc/sys, as in a container); shell's own /tmp and /dev/shm stand in",
+            "{} read 0 (the host's settings, in a container); shell's own /tmp and /dev/shm stand in",
             off.join(", ")
         )),
     }

@@ -36,8 +36,9 @@ enum Job {
         kill_group: bool,
         reply: Reply,
     },
-    /// Empty shell's System V IPC namespace (the spawner thread's).
-    EmptyIpc,
+    /// Empty shell's System V IPC namespace (the spawner thread's), if
+    /// no process of this uid is left to use it.
+    EmptyIpc { uid: u32 },
 }
 
 pub struct Spawner {
@@ -75,8 +76,13 @@ impl Spawner {
                             drop(launch);
                             reply(spawned);
                         }
-                        Job::EmptyIpc => {
-                            shell_space::empty_ipc();
+                        // Checked here, in queue order: a command forked
+                        // before this job is a process by now, and one
+                        // asked for after it is not forked yet.
+                        Job::EmptyIpc { uid } => {
+                            if crate::shell_procs::pids_of(uid).is_empty() {
+                                shell_space::empty_ipc();
+                            }
                         }
                     }
                 }
@@ -125,10 +131,11 @@ impl Spawner {
         self.root.join(path.strip_prefix("/").unwrap_or(path))
     }
 
-    /// Asks the thread to empty shell's System V IPC namespace (when no
-    /// command runs: what a command left behind goes with it).
-    pub fn empty_ipc(&self) {
-        let _ = self.jobs.send(Job::EmptyIpc);
+    /// Asks the thread to empty shell's System V IPC namespace once no
+    /// process of `uid` is left (what commands left behind goes with
+    /// them; a process kept in the background keeps what it uses).
+    pub fn empty_ipc(&self, uid: u32) {
+        let _ = self.jobs.send(Job::EmptyIpc { uid });
     }
 
     pub async fn spawn(

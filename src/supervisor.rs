@@ -297,9 +297,14 @@ impl Supervisor {
             stderr: null().map_err(|e| e.to_string())?,
         };
         match self.spawner.spawn_blocking(launch, stdio, true) {
-            Ok(spawned) => spawned
-                .probe
-                .ok_or_else(|| "the probe ran past its checks".to_string()),
+            Ok(spawned) => {
+                // Gone before the answer: a probe is never seen among
+                // shell's processes (status lists them right after).
+                let _ = spawned.exit.blocking_recv();
+                spawned
+                    .probe
+                    .ok_or_else(|| "the probe ran past its checks".to_string())
+            }
             Err(e) => Err(e.to_string()),
         }
     }
@@ -356,7 +361,7 @@ impl Supervisor {
         running.remove(&command);
         if running.is_empty() && self.shell_space.is_ok() {
             // What the commands left in shell's IPC namespace goes now.
-            self.spawner.empty_ipc();
+            self.spawner.empty_ipc(self.shell.uid);
         }
     }
 
@@ -406,8 +411,8 @@ impl Supervisor {
             layout: layout::measure(&self.specs),
             main: self.main.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             running,
-            shell_processes,
-            shell_process_count,
+            shell_processes: Some(shell_processes),
+            shell_process_count: Some(shell_process_count),
             commands_started: self.next_command.load(Ordering::SeqCst) - 1,
             audit_log: self.audit.path().display().to_string(),
             audit_failing: self.audit.failing(),

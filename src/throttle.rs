@@ -11,6 +11,11 @@ use std::time::{Duration, Instant};
 /// made-up sources cannot grow warden's memory.
 const MAX_SOURCES: usize = 64;
 const OTHERS: &str = "others";
+/// Distinct examples a count keeps of what it counted (e.g. the hosts a
+/// flood asked for), so that the real attempts inside a flood of junk are
+/// not a bare number.
+const SAMPLES: usize = 8;
+const SAMPLE_BYTES: usize = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -26,6 +31,8 @@ pub struct Summary {
     pub source: String,
     pub count: u64,
     pub window: Duration,
+    /// Up to SAMPLES distinct examples of what was counted.
+    pub samples: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -33,6 +40,7 @@ struct Bucket {
     since: Instant,
     written: u32,
     counted: u64,
+    samples: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -51,8 +59,15 @@ impl Throttle {
         }
     }
 
-    /// Whether a line of `kind` from `source` is written now.
-    pub fn admit(&mut self, kind: &str, source: &str, now: Instant) -> Verdict {
+    /// Whether a line of `kind` from `source` is written now; `sample`
+    /// is kept (a few distinct ones) when it is only counted.
+    pub fn admit(
+        &mut self,
+        kind: &str,
+        source: &str,
+        sample: Option<&str>,
+        now: Instant,
+    ) -> Verdict {
         let known = self
             .buckets
             .contains_key(&(kind.to_string(), source.to_string()));
@@ -68,6 +83,7 @@ impl Throttle {
                 since: now,
                 written: 0,
                 counted: 0,
+                samples: Vec::new(),
             });
         if now.duration_since(bucket.since) >= self.window && bucket.counted == 0 {
             bucket.since = now;
@@ -78,7 +94,32 @@ impl Throttle {
             Verdict::Write
         } else {
             bucket.counted += 1;
+            if let Some(sample) = sample {
+                let sample: String = sample.chars().take(SAMPLE_BYTES).collect();
+                if bucket.samples.len() < SAMPLES && !bucket.samples.contains(&sample) {
+                    bucket.samples.push(sample);
+                }
+            }
             Verdict::Count
+        }
+    }
+
+    /// Puts back a count that could not be written, to be written later.
+    pub fn restore(&mut self, summary: Summary, now: Instant) {
+        let bucket = self
+            .buckets
+            .entry((summary.kind, summary.source))
+            .or_insert(Bucket {
+                since: now,
+                written: 0,
+                counted: 0,
+                samples: Vec::new(),
+            });
+        bucket.counted += summary.count;
+        for s in summary.samples {
+            if bucket.samples.len() < SAMPLES && !bucket.samples.contains(&s) {
+                bucket.samples.push(s);
+            }
         }
     }
 
@@ -95,6 +136,7 @@ impl Throttle {
                     source: source.clone(),
                     count: b.counted,
                     window: now.duration_since(b.since),
+                    samples: std::mem::take(&mut b.samples),
                 });
             }
             // A quiet bucket whose window is over is forgotten.
@@ -127,7 +169,7 @@ mod tests {
         ];
         for (kind, source, at, want) in steps {
             assert_eq!(
-                t.admit(kind, source, t0 + at * s),
+                t.admit(kind, source, Some(&format!("h{at}")), t0 + at * s),
                 want,
                 "{kind} {source} {at}"
             );
@@ -136,9 +178,20 @@ mod tests {
         let due = t.due(t0 + 10 * s, false);
         assert_eq!(due.len(), 1);
         assert_eq!((due[0].kind.as_str(), due[0].count), ("egress", 2));
+        assert_eq!(due[0].samples, ["h1", "h2"], "what was counted, by example");
         assert!(t.due(t0 + 11 * s, false).is_empty(), "summed once");
         // A new window writes a burst again.
-        assert_eq!(t.admit("egress", "proxy", t0 + 12 * s), Verdict::Write);
+        assert_eq!(
+            t.admit("egress", "proxy", None, t0 + 12 * s),
+            Verdict::Write
+        );
+        // A count that could not be written comes back, whole.
+        for _ in 0..5 {
+            t.admit("egress", "proxy", None, t0 + 12 * s);
+        }
+        let due = t.due(t0 + 30 * s, true);
+        t.restore(due[0].clone(), t0 + 30 * s);
+        assert_eq!(t.due(t0 + 31 * s, true)[0].count, due[0].count);
     }
 
     #[test]
@@ -146,7 +199,7 @@ mod tests {
         let t0 = Instant::now();
         let mut t = Throttle::new(1, Duration::from_secs(10));
         for i in 0..1000 {
-            t.admit("connection_refused", &format!("uid {i}"), t0);
+            t.admit("connection_refused", &format!("uid {i}"), None, t0);
         }
         assert!(t.buckets.len() <= MAX_SOURCES + 1);
         let due = t.due(t0, true);

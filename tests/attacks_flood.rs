@@ -159,6 +159,35 @@ EOF"#
         .unwrap();
     assert!(refused >= 2900, "{}", text(&o));
 
+    //    ... and 600 connections held open at once, in parallel, take no
+    //    place at the door: the owner still gets in meanwhile.
+    let hold = format!(
+        r#"python3 - {host_path} <<'EOF'
+import socket, sys, time
+held = []
+for i in range(600):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(sys.argv[1])
+        held.append(s)
+    except OSError:
+        pass
+print("holding", len(held), flush=True)
+time.sleep(3)
+EOF"#
+    );
+    let holder = {
+        let socket = m.socket.clone();
+        std::thread::spawn(move || Client::connect(&socket).unwrap().run(sh(&hold)).unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut owner = Client::connect_keyed(&host, Some(KEY), None).unwrap();
+    let o = owner.run(sh("echo owner got in")).unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "owner got in");
+    drop(owner);
+    let held = holder.join().unwrap();
+    assert!(text(&held).contains("holding"), "{}", text(&held));
+
     // 3. Strangers outside the machine (this test, as the host) announce
     //    1 MiB frames before any key: nothing is allocated for them.
     let mut held: Vec<UnixStream> = Vec::new();

@@ -365,8 +365,10 @@ fn write_machine_files(def: &Definition, state: &Path, host: &Host) -> Result<()
     if def.keep_id {
         // Under keep-id the owner's files are shell's inside: what warden
         // alone may read goes to the machine's root (uid 1 of the owner's
-        // namespace, the first subordinate id).
-        give(&seen, true)?;
+        // namespace, the first subordinate id). `run` stays the owner's:
+        // warden gives the host socket to its folder's owner (mode 0600),
+        // and refuses shell, who is that uid inside, by its pid.
+        give(&seen[..1], true)?;
     }
     Ok(())
 }

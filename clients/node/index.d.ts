@@ -1,0 +1,342 @@
+// Types of @warden/client: a client of warden's API (protocol versions 1 to 3).
+
+/// <reference types="node" />
+import type { Buffer } from 'node:buffer';
+
+export declare const VERSION: string;
+/** The protocol versions offered in every hello: [1, 2, 3]. */
+export declare const PROTOCOL_VERSIONS: readonly number[];
+export declare const HEADER_LEN: 9;
+/** No frame carries more than this (1 MiB), either way. */
+export declare const MAX_FRAME: number;
+/** '/run/warden/api.sock' */
+export declare const DEFAULT_SOCKET: string;
+export declare const Kind: Readonly<{ CONTROL: 1; STDOUT: 2; STDERR: 3; STDIN: 4 }>;
+
+export type ErrorCode =
+  | 'refused'
+  | 'hello_required'
+  | 'unsupported_version'
+  | 'bad_frame'
+  | 'frame_too_large'
+  | 'bad_json'
+  | 'bad_request'
+  | 'duplicate_id'
+  | 'unknown_id'
+  | 'shutting_down'
+  | 'not_confined'
+  | 'audit_failing'
+  | 'internal';
+
+export declare const ERROR_CODES: readonly ErrorCode[];
+
+/** What warden answered with an error event. */
+export declare class WardenError extends Error {
+  constructor(code: string, message: string, options?: { id?: number });
+  /** The protocol's code (a string of a later version is kept as it is). */
+  readonly code: ErrorCode | (string & {});
+  /** warden's own message, unchanged. */
+  readonly wardenMessage: string;
+  /** The frame id the error answered (0: the connection). */
+  readonly id: number;
+  /** Whether warden closes the connection after it. */
+  readonly fatal: boolean;
+  /** An error of the subclass for `code`. */
+  static from(code: string, message: string, options?: { id?: number }): WardenError;
+}
+
+type WardenErrorClass<C extends ErrorCode> = {
+  new (message: string, options?: { id?: number }): WardenError & { readonly code: C };
+};
+export declare const RefusedError: WardenErrorClass<'refused'>;
+export declare const HelloRequiredError: WardenErrorClass<'hello_required'>;
+export declare const UnsupportedVersionError: WardenErrorClass<'unsupported_version'>;
+export declare const BadFrameError: WardenErrorClass<'bad_frame'>;
+export declare const FrameTooLargeError: WardenErrorClass<'frame_too_large'>;
+export declare const BadJsonError: WardenErrorClass<'bad_json'>;
+export declare const BadRequestError: WardenErrorClass<'bad_request'>;
+export declare const DuplicateIdError: WardenErrorClass<'duplicate_id'>;
+export declare const UnknownIdError: WardenErrorClass<'unknown_id'>;
+export declare const ShuttingDownError: WardenErrorClass<'shutting_down'>;
+export declare const NotConfinedError: WardenErrorClass<'not_confined'>;
+export declare const AuditFailingError: WardenErrorClass<'audit_failing'>;
+export declare const InternalError: WardenErrorClass<'internal'>;
+/** The subclass of WardenError for each code. */
+export declare const ERROR_CLASSES: Readonly<{ [C in ErrorCode]: WardenErrorClass<C> }>;
+
+/**
+ * The connection failed. `code` is the system's code when there is one
+ * (ENOENT, ECONNREFUSED, EACCES, EPIPE...), else 'closed', 'timeout' (no
+ * hello in time) or 'protocol' (warden sent what this client cannot read).
+ */
+export declare class ConnectionError extends Error {
+  constructor(message: string, options?: { code?: string; cause?: unknown });
+  readonly code: string;
+}
+
+export declare function encodeHeader(kind: number, id: number, len: number): Buffer;
+export declare function encodeFrame(kind: number, id: number, payload?: Bytes | null): Buffer;
+
+export type Bytes = string | Buffer | Uint8Array | ArrayBuffer;
+
+/** Lowers the policy's limits for one command (never raises them). */
+export interface Limits {
+  cpu_seconds?: number;
+  address_space_bytes?: number;
+  processes?: number;
+  output_bytes?: number;
+  file_size_bytes?: number;
+  open_files?: number;
+  timeout_ms?: number;
+}
+
+/**
+ * A command to run. Exactly one of argv and shell. Any other key is sent
+ * to warden as it is, so a misspelt field is refused (bad_request) rather
+ * than dropped.
+ */
+export interface RunOptions {
+  /** The program (found in PATH when it has no '/') and its arguments. */
+  argv?: string[];
+  /** Instead of argv: a line run by /bin/sh -c. */
+  shell?: string;
+  /** A folder under the workspace, made (as shell, 0755) if missing; default shell's home. */
+  folder?: string;
+  /** Variables added to the clean environment. */
+  env?: Record<string, string>;
+  /** Kill the command's whole process group after this many milliseconds. */
+  timeout?: number;
+  /** The same as timeout. */
+  timeoutMs?: number;
+  /** The protocol's own name for timeout. */
+  timeout_ms?: number;
+  /** Leave processes the command started in its group running after it exits. */
+  keepBackground?: boolean;
+  keep_background?: boolean;
+  limits?: Limits;
+  /**
+   * run(): bytes (a string is UTF-8) sent to the command's stdin, which is
+   * then closed; undefined: /dev/null. spawn(): also 'pipe' (write() and
+   * end() yourself) or 'null' (/dev/null).
+   */
+  stdin?: Bytes | null;
+  [field: string]: unknown;
+}
+
+export interface ExitReport {
+  /** The shell's convention: the exit code, or 128+n after death by signal n. */
+  status: number;
+  code: number | null;
+  /** e.g. 'SIGTERM' */
+  signal: string | null;
+  /** The limit that ended it: 'timeout', 'output', 'cpu', 'file_size'. */
+  limit: string | null;
+  /** Why it could not start (status 127, 126 or 125); then there was no started event. */
+  error: string | null;
+  durationMs: number;
+  stdoutBytes: number;
+  stderrBytes: number;
+  /** False when output was still held open after the drain period and was cut. */
+  drained: boolean;
+  /** warden's name for the command and its pid (null if it never started). */
+  command: number | null;
+  pid: number | null;
+}
+
+/** What run() resolves to: the exit report and both outputs whole. */
+export interface RunResult extends ExitReport {
+  stdout: Buffer;
+  stderr: Buffer;
+}
+
+/** What spawn()'s exit resolves to: the outputs were streamed. */
+export interface StreamedExit extends ExitReport {
+  stdout: null;
+  stderr: null;
+}
+
+/**
+ * One output stream: an async iterable of Buffers for one reader. It holds
+ * at most about highWaterMark bytes unread; past that the client stops
+ * reading the connection (and warden's commands on it wait) until the
+ * reader catches up. Leaving a for-await loop early discards the rest.
+ */
+export declare class OutputStream implements AsyncIterable<Buffer> {
+  readonly name: 'stdout' | 'stderr';
+  readonly bufferedBytes: number;
+  readonly full: boolean;
+  readonly ended: boolean;
+  [Symbol.asyncIterator](): AsyncIterator<Buffer>;
+  /** Drops what is held and whatever else comes. */
+  discard(): void;
+  /** The rest of the stream in one Buffer (small outputs only). */
+  bytes(): Promise<Buffer>;
+  text(): Promise<string>;
+}
+
+export interface Started {
+  command: number;
+  pid: number;
+}
+
+export interface SignalledEvent {
+  type: 'signalled';
+  target: number;
+  signal: string;
+}
+
+/** A command running through warden (client.spawn). */
+export declare class Command {
+  /** Its frame id on this connection. */
+  readonly id: number;
+  readonly stdout: OutputStream;
+  readonly stderr: OutputStream;
+  /** {command, pid}; null when it could not start (exit says why); rejects if warden refused the run. */
+  readonly started: Promise<Started | null>;
+  /** The exit report; rejects with a WardenError if warden refused the run, a ConnectionError if the connection ended first. */
+  readonly exit: Promise<StreamedExit>;
+  readonly command: number | null;
+  readonly pid: number | null;
+  readonly stdinOpen: boolean;
+  readonly done: boolean;
+  /** unknown_id errors warden sent about stdin frames that came too late; they do not end the command. */
+  readonly stdinErrors: WardenError[];
+  /** Writes to stdin (spawned with stdin 'pipe'), in frames of at most 1 MiB; resolves when the socket takes more. */
+  write(data: Bytes): Promise<void>;
+  /** Closes stdin (an empty stdin frame) after pending writes. */
+  end(): Promise<void>;
+  /** Signals the whole process group: 'TERM', 'SIGTERM' or '15' (default 'TERM'). */
+  kill(signal?: string | number): Promise<SignalledEvent>;
+}
+
+export interface UserState {
+  name: string;
+  uid: number;
+  gid: number;
+  groups: number[];
+  home: string;
+}
+export interface PathState {
+  path: string;
+  expected: string;
+  found: string;
+  ok: boolean;
+}
+export interface LayerState {
+  layer: string;
+  required: boolean;
+  holds: boolean;
+  detail: string;
+}
+export interface RunningCommand {
+  command: number;
+  pid: number;
+  argv: string[];
+  folder: string | null;
+  requester_uid: number;
+  running_ms: number;
+}
+export interface ProxyState {
+  listening: string[];
+  hosts_from: string;
+  hosts: string[];
+  allow_addresses: string[];
+  carried: number;
+  refused: number;
+}
+export interface Status {
+  type: 'status';
+  version: string;
+  protocol: number;
+  pid1: boolean;
+  uptime_ms: number;
+  boot_ms: number;
+  users: UserState[];
+  layout: PathState[];
+  main?: { pid: number; argv: string[] };
+  running: RunningCommand[];
+  /** Version 3. */
+  shell_processes?: { pid: number; name: string }[];
+  shell_process_count?: number;
+  commands_started: number;
+  audit_log: string;
+  layers: LayerState[];
+  refusing?: string;
+  audit_failing?: string;
+  proxy?: ProxyState;
+}
+
+export interface ClientOptions {
+  /** Default: $WARDEN_SOCKET, else /run/warden/api.sock. */
+  socket?: string;
+  /** The machine's key, for its host socket. */
+  key?: string;
+  /** For the hello's answer; default 30000. */
+  timeoutMs?: number;
+  /** Default for spawn(); 1 MiB. */
+  highWaterMark?: number;
+  /** The hello's client field; default "warden-node <version>". */
+  clientName?: string;
+  /** Let the process exit while no request or command is pending. */
+  unrefWhenIdle?: boolean;
+}
+
+/** One connection to warden, after the hello. */
+export declare class Client {
+  /** The protocol version agreed in the hello. */
+  readonly version: number;
+  /** warden's name and version. */
+  readonly server: string;
+  readonly closed: boolean;
+  /** Commands running on this connection. */
+  readonly running: number;
+  onClose(listener: (reason: Error) => void): void;
+  /** Runs a command to its end, collecting both outputs. */
+  run(options: RunOptions): Promise<RunResult>;
+  /** Starts a command and streams it. */
+  spawn(options: RunOptions, streaming?: { highWaterMark?: number }): Command;
+  status(): Promise<Status>;
+  /** Has warden read network.json again. */
+  reload(): Promise<ProxyState & { type: 'reloaded' }>;
+  /** Appends a runtime event ([a-z0-9_]{1,64}) to the audit log. */
+  audit(kind: string, fields?: unknown): Promise<{ type: 'recorded'; seq: number }>;
+  /** Version 3: signals every process of shell (default KILL, round after round). */
+  stopShell(signal?: string): Promise<{ type: 'shell_stopped'; signalled: number; left: number }>;
+  /** Version 2: stops the machine. */
+  shutdown(): Promise<{ type: 'shutting_down' }>;
+  /** Closes the connection; warden kills the commands still running on it. */
+  close(options?: { timeoutMs?: number }): Promise<void>;
+}
+
+/** Connects and says hello. */
+export declare function connect(options?: ClientOptions): Promise<Client>;
+
+export interface ShellRunOptions {
+  folder?: string;
+  timeoutMs?: number;
+  env?: Record<string, string>;
+  socket?: string;
+  key?: string;
+}
+
+export interface ShellRunResult {
+  /** The shell's convention: 128+n after death by signal n. */
+  exitCode: number;
+  stdout: string;
+  /** When warden could not start it, or a limit ended it, a "warden: ..." line ends stderr. */
+  stderr: string;
+  signal: string | null;
+  limit: string | null;
+  error: string | null;
+  durationMs: number;
+}
+
+/**
+ * One shell command, in the workspace, as shell, in a folder made if
+ * missing, returning the exit code and both outputs (UTF-8). Calls share
+ * one connection per socket and key, which never keeps the process alive.
+ */
+export declare function shellRun(command: string, options?: ShellRunOptions): Promise<ShellRunResult>;
+
+/** Closes the connections shellRun keeps. */
+export declare function closeShared(): Promise<void>;

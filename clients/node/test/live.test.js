@@ -1,0 +1,435 @@
+// The client against a real warden, booted as PID 1 of fresh namespaces
+// (a private copy of the release binary; root needed). Skipped, with the
+// reason, only when not root and CI is not "true"; otherwise a missing
+// prerequisite fails.
+
+import assert from 'node:assert/strict';
+import { spawn as spawnProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import {
+  BadRequestError,
+  ConnectionError,
+  RefusedError,
+  UnknownIdError,
+  WardenError,
+  closeShared,
+  connect,
+  shellRun,
+} from '../index.js';
+import { auditLines, bootWarden, livePrerequisites } from '../test-support/live-warden.js';
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const pre = livePrerequisites();
+
+/** Polls `check` until it returns a truthy value, at most `ms`. */
+async function eventually(check, ms = 5000, what = 'a condition') {
+  const deadline = Date.now() + ms;
+  for (let i = 0; i < 1000 && Date.now() < deadline; i++) {
+    const value = await check();
+    if (value) return value;
+    await sleep(25);
+  }
+  throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+}
+
+if (!pre.run && pre.skip) {
+  console.log(pre.skip);
+  test('live tests against a real warden', { skip: pre.skip }, () => {});
+} else if (!pre.run) {
+  test('live tests against a real warden: prerequisites', () => {
+    assert.fail(pre.fail);
+  });
+} else {
+  describe('a live warden, on its own socket', () => {
+    let w;
+    let client;
+
+    before(async () => {
+      w = await bootWarden();
+      client = await connect({ socket: w.socket });
+    });
+
+    after(async () => {
+      await client?.close();
+      await closeShared();
+      if (w) {
+        const { exit, log } = await w.stop();
+        assert.equal(exit.code, 143, `warden ended with ${JSON.stringify(exit)}:\n${log}`);
+      }
+    });
+
+    test('the hello agrees on version 3', () => {
+      assert.equal(client.version, 3);
+      assert.match(client.server, /^warden \d+\.\d+\.\d+/);
+    });
+
+    test('output on both streams, and exit codes', async () => {
+      const hi = await client.run({ argv: ['echo', 'hi'] });
+      assert.equal(hi.stdout.toString(), 'hi\n');
+      assert.equal(hi.stderr.length, 0);
+      assert.equal(hi.status, 0);
+      assert.equal(hi.code, 0);
+      assert.equal(hi.signal, null);
+      assert.equal(hi.drained, true);
+      assert.ok(hi.pid > 0 && hi.command > 0);
+      const both = await client.run({ shell: 'echo out; echo err >&2; exit 3' });
+      assert.equal(both.stdout.toString(), 'out\n');
+      assert.equal(both.stderr.toString(), 'err\n');
+      assert.equal(both.status, 3);
+      assert.equal(both.code, 3);
+      const who = await client.run({ argv: ['id', '-un'] });
+      assert.equal(who.stdout.toString(), 'shell\n');
+      const env = await client.run({ shell: 'echo "$GREETING/$USER"', env: { GREETING: 'hello' } });
+      assert.equal(env.stdout.toString(), 'hello/shell\n');
+      const killed = await client.run({ shell: 'kill -TERM $$' });
+      assert.equal(killed.status, 143);
+      assert.equal(killed.signal, 'SIGTERM');
+      assert.equal(killed.code, null);
+    });
+
+    test('a missing program: exit 127 with the error, and no started', async () => {
+      const command = client.spawn({ argv: ['no-such-program-here'] });
+      const report = await command.exit;
+      assert.equal(await command.started, null);
+      assert.equal(report.status, 127);
+      assert.equal(report.code, 127);
+      assert.match(report.error, /no-such-program-here/);
+    });
+
+    test('kill() signals a running sleep', async () => {
+      const command = client.spawn({ argv: ['sleep', '30'] });
+      const { pid, command: number } = await command.started;
+      assert.ok(pid > 0 && number > 0);
+      const signalled = await command.kill('TERM');
+      assert.deepEqual(signalled, { type: 'signalled', target: command.id, signal: 'SIGTERM' });
+      const report = await command.exit;
+      assert.equal(report.status, 143);
+      assert.equal(report.signal, 'SIGTERM');
+      assert.ok(report.durationMs < 10000);
+    });
+
+    test('kill() right after spawn waits for the start, then signals', async () => {
+      const command = client.spawn({ argv: ['sleep', '30'] });
+      const signalled = await command.kill('INT');
+      assert.equal(signalled.signal, 'SIGINT');
+      assert.equal((await command.exit).status, 130);
+    });
+
+    test('kill() reaches the whole process group', async () => {
+      const started = Date.now();
+      const command = client.spawn({ shell: 'sleep 30 & sleep 30 & wait' });
+      await command.started;
+      await sleep(100);
+      await command.kill('KILL');
+      const report = await command.exit;
+      assert.equal(report.signal, 'SIGKILL');
+      assert.equal(report.drained, true);
+      assert.ok(Date.now() - started < 10000);
+    });
+
+    test('a timeout kills the command: limit "timeout", SIGKILL, 137', async () => {
+      const report = await client.run({ argv: ['sleep', '5'], timeout: 300 });
+      assert.equal(report.status, 137);
+      assert.equal(report.signal, 'SIGKILL');
+      assert.equal(report.limit, 'timeout');
+      assert.ok(report.durationMs >= 250 && report.durationMs < 4000, `took ${report.durationMs} ms`);
+    });
+
+    test('an output limit delivers exactly the limit', async () => {
+      const report = await client.run({ argv: ['head', '-c', '1000000', '/dev/zero'], limits: { output_bytes: 1000 } });
+      assert.equal(report.limit, 'output');
+      assert.equal(report.stdout.length, 1000);
+    });
+
+    test('stdin: written as it goes, echoed as it goes, closed by end()', async () => {
+      const command = client.spawn({ argv: ['cat'], stdin: 'pipe' });
+      const lines = command.stdout[Symbol.asyncIterator]();
+      await command.write('ping\n');
+      assert.equal((await lines.next()).value.toString(), 'ping\n');
+      await command.write(Buffer.from('pong\n'));
+      assert.equal((await lines.next()).value.toString(), 'pong\n');
+      await command.end();
+      assert.equal((await lines.next()).done, true);
+      const report = await command.exit;
+      assert.equal(report.status, 0);
+      assert.equal(report.stdoutBytes, 10);
+      const whole = await client.run({ argv: ['wc', '-c'], stdin: 'x'.repeat(5000) });
+      assert.equal(whole.stdout.toString().trim(), '5000');
+    });
+
+    test('binary data round trip: all 256 byte values, and 4 MiB of random bytes', async () => {
+      const every = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+      const small = await client.run({ argv: ['cat'], stdin: every });
+      assert.ok(small.stdout.equals(every));
+      const big = randomBytes(4 << 20);
+      const large = await client.run({ argv: ['cat'], stdin: big });
+      assert.equal(large.stdoutBytes, big.length);
+      assert.ok(large.stdout.equals(big));
+      const made = await client.run({ shell: "printf '\\000\\001\\377\\n'" });
+      assert.deepEqual([...made.stdout], [0, 1, 255, 10]);
+    });
+
+    test('256 MiB through the streaming form: counted, not held, in bounded time', async () => {
+      const size = 268435456;
+      const started = Date.now();
+      global.gc?.();
+      const baseline = process.memoryUsage().rss;
+      let peak = baseline;
+      const sampler = setInterval(() => {
+        peak = Math.max(peak, process.memoryUsage().rss);
+      }, 20);
+      let count = 0;
+      let maxHeld = 0;
+      let zeros = true;
+      try {
+        const command = client.spawn({ argv: ['head', '-c', String(size), '/dev/zero'] });
+        for await (const chunk of command.stdout) {
+          count += chunk.length;
+          maxHeld = Math.max(maxHeld, command.stdout.bufferedBytes);
+          if (zeros && chunk[chunk.length - 1] !== 0) zeros = false;
+          if (Date.now() - started > 120000) throw new Error(`only ${count} bytes after 120 s`);
+        }
+        const report = await command.exit;
+        assert.equal(report.status, 0);
+        assert.equal(report.stdoutBytes, size);
+      } finally {
+        clearInterval(sampler);
+      }
+      const seconds = (Date.now() - started) / 1000;
+      console.log(`256 MiB streamed in ${seconds.toFixed(2)} s (${(size / 1048576 / seconds).toFixed(0)} MiB/s), rss grew by ${((peak - baseline) / 1048576).toFixed(1)} MiB, at most ${maxHeld} bytes held unread`);
+      assert.equal(count, size);
+      assert.ok(zeros);
+      assert.ok(seconds < 120);
+      assert.ok(peak - baseline < 128 * 1048576, `rss grew by ${peak - baseline} bytes`);
+      assert.ok(maxHeld <= 2 << 20);
+    });
+
+    test('many commands at once on one connection', async () => {
+      const tagged = await Promise.all(Array.from({ length: 16 }, (_, i) => client.run({ shell: 'sleep 0.2; echo "n$I"; echo "e$I" >&2', env: { I: String(i) } })));
+      tagged.forEach((r, i) => {
+        assert.equal(r.stdout.toString(), `n${i}\n`);
+        assert.equal(r.stderr.toString(), `e${i}\n`);
+      });
+      const status = client.status();
+      const command = client.spawn({ argv: ['sleep', '0.3'] });
+      assert.equal((await status).type, 'status');
+      assert.equal((await command.exit).status, 0);
+    });
+
+    test('errors: bad requests, unknown ids; the connection carries on', async () => {
+      await assert.rejects(client.run({ argv: ['true'], folder: '../x' }), (e) => e instanceof BadRequestError && /may not contain/.test(e.message));
+      await assert.rejects(client.run({ argv: ['true'], timout: 5 }), (e) => e instanceof BadRequestError && /unknown field `timout`/.test(e.wardenMessage));
+      await assert.rejects(client.run({ argv: ['true'], limits: { cpu_secs: 1 } }), BadRequestError);
+      await assert.rejects(client.run({ argv: ['true'], shell: 'true' }), BadRequestError);
+      await assert.rejects(client.run({ argv: ['true'], env: { 'BAD-NAME': '1' } }), BadRequestError);
+      await assert.rejects(client.audit('Not A Kind', {}), BadRequestError);
+      const done = client.spawn({ argv: ['true'] });
+      await done.exit;
+      await assert.rejects(done.kill('TERM'), (e) => e instanceof UnknownIdError && e.code === 'unknown_id');
+      const running = client.spawn({ argv: ['sleep', '5'] });
+      await running.started;
+      await assert.rejects(running.kill('NOT-A-SIGNAL'), BadRequestError);
+      await running.kill('KILL');
+      await running.exit;
+      const still = await client.run({ argv: ['echo', 'still here'] });
+      assert.equal(still.stdout.toString(), 'still here\n');
+    });
+
+    test('shellRun: one shell line in a folder made if missing', async () => {
+      const r = await shellRun('pwd; echo oops >&2; exit 4', { folder: 'proj/deep/er', socket: w.socket });
+      assert.equal(r.exitCode, 4);
+      assert.equal(r.stdout, `${w.workspace}/proj/deep/er\n`);
+      assert.equal(r.stderr, 'oops\n');
+      const made = fs.statSync(path.join(w.workspace, 'proj/deep/er'));
+      assert.equal(made.uid, 2001);
+      assert.equal(made.mode & 0o777, 0o755);
+      const env = await shellRun('echo "$X"; touch here', { folder: 'proj', env: { X: 'ünïcode' }, socket: w.socket });
+      assert.equal(env.stdout, 'ünïcode\n');
+      assert.ok(fs.existsSync(path.join(w.workspace, 'proj/here')));
+      const slow = await shellRun('echo before; sleep 5', { timeoutMs: 300, socket: w.socket });
+      assert.equal(slow.exitCode, 137);
+      assert.equal(slow.stdout, 'before\n');
+      assert.match(slow.stderr, /timeout limit/);
+      const missing = await shellRun('no-such-command-x', { socket: w.socket });
+      assert.equal(missing.exitCode, 127);
+      assert.match(missing.stderr, /not found/);
+      const parallel = await Promise.all(Array.from({ length: 8 }, (_, i) => shellRun(`echo ${i}`, { socket: w.socket })));
+      parallel.forEach((p, i) => assert.equal(p.stdout, `${i}\n`));
+    });
+
+    test('status: pid 1, protocol 3, users, layers, the running command', async () => {
+      const command = client.spawn({ argv: ['sleep', '10'], folder: 'st' });
+      await command.started;
+      const status = await client.status();
+      assert.equal(status.type, 'status');
+      assert.equal(status.protocol, 3);
+      assert.equal(status.pid1, true);
+      assert.deepEqual(
+        status.users.map((u) => [u.name, u.uid]),
+        [
+          ['runtime', 2000],
+          ['shell', 2001],
+        ],
+      );
+      assert.ok(status.layers.find((l) => l.layer === 'landlock').holds);
+      assert.ok(status.layout.every((p) => p.ok));
+      const mine = status.running.find((r) => r.pid === command.pid);
+      assert.ok(mine, 'the running command is listed');
+      assert.equal(mine.folder, 'st');
+      assert.deepEqual(mine.argv, ['sleep', '10']);
+      assert.ok(status.shell_process_count >= 1);
+      assert.equal(status.audit_log, w.auditLog);
+      await command.kill('KILL');
+      await command.exit;
+    });
+
+    test('audit: recorded with its sequence number, in the log', async () => {
+      const answer = await client.audit('node_client_test', { file: 'notes.md', n: 1 });
+      assert.equal(answer.type, 'recorded');
+      assert.ok(Number.isInteger(answer.seq));
+      const line = await eventually(() => auditLines(w).find((l) => l.seq === answer.seq), 5000, 'the audit line');
+      assert.equal(line.kind, 'runtime');
+      assert.equal(line.event, 'node_client_test');
+      assert.deepEqual(line.fields, { file: 'notes.md', n: 1 });
+      assert.equal(line.from_uid, 0);
+    });
+
+    test('reload: the network policy read again; a bad file is a bad_request', async () => {
+      const policy = path.join(w.dir, 'policy/network.json');
+      const good = fs.readFileSync(policy, 'utf8');
+      const reloaded = await client.reload();
+      assert.equal(reloaded.type, 'reloaded');
+      assert.equal(reloaded.hosts_from, 'network.json');
+      assert.deepEqual(reloaded.hosts, ['github.com']);
+      fs.writeFileSync(policy, '{"hosts": 5}\n');
+      try {
+        await assert.rejects(client.reload(), (e) => e instanceof BadRequestError && /last good network policy holds/.test(e.message));
+      } finally {
+        fs.writeFileSync(policy, good);
+      }
+      assert.equal((await client.reload()).type, 'reloaded');
+    });
+
+    test('stopShell: a process left behind in a session of its own is found and stopped', async () => {
+      // The pause lets setsid act before warden kills the rest of the command's group.
+      const left = await client.run({ shell: 'setsid sleep 300 </dev/null >/dev/null 2>&1 & sleep 0.5; echo started' });
+      assert.equal(left.stdout.toString(), 'started\n');
+      const before = await eventually(async () => {
+        const s = await client.status();
+        return s.shell_processes.some((p) => p.name === 'sleep') && s;
+      }, 5000, 'the escaped sleep in status');
+      assert.ok(before.shell_process_count >= 1);
+      const stopped = await client.stopShell();
+      assert.equal(stopped.type, 'shell_stopped');
+      assert.ok(stopped.signalled >= 1);
+      assert.equal(stopped.left, 0);
+      const after = await eventually(async () => {
+        const s = await client.status();
+        return s.shell_process_count === 0 && s;
+      }, 5000, 'no process of shell');
+      assert.deepEqual(after.shell_processes, []);
+    });
+
+    test('as the runtime user the client gets in; as another uid it is refused', async () => {
+      const index = fileURLToPath(new URL('../index.js', import.meta.url));
+      const script = `
+        const { connect } = await import(${JSON.stringify(index)});
+        try {
+          const c = await connect({ socket: ${JSON.stringify(w.socket)} });
+          const r = await c.run({ argv: ['id', '-un'] });
+          console.log(JSON.stringify({ ok: r.stdout.toString().trim() }));
+          await c.close();
+        } catch (e) {
+          console.log(JSON.stringify({ name: e.name, code: e.code, message: e.message }));
+        }`;
+      const as = (uid, gid) =>
+        new Promise((resolve, reject) => {
+          const child = spawnProcess(process.execPath, ['--input-type=module', '-e', script], { uid, gid, cwd: '/', stdio: ['ignore', 'pipe', 'pipe'] });
+          let out = '';
+          let err = '';
+          child.stdout.on('data', (d) => (out += d));
+          child.stderr.on('data', (d) => (err += d));
+          const timer = setTimeout(() => child.kill('SIGKILL'), 20000);
+          child.on('error', reject);
+          child.on('exit', (code) => {
+            clearTimeout(timer);
+            try {
+              resolve(JSON.parse(out));
+            } catch {
+              reject(new Error(`uid ${uid}: exit ${code}: ${out} ${err}`));
+            }
+          });
+        });
+      assert.deepEqual(await as(2000, 2000), { ok: 'shell' });
+      // shell's uid with the runtime's group: the socket's mode lets it connect, warden's check does not.
+      const refused = await as(2001, 2000);
+      assert.equal(refused.name, 'RefusedError', JSON.stringify(refused));
+      assert.equal(refused.code, 'refused');
+      assert.match(refused.message, /uid 2001/);
+    });
+
+    test('closing a connection kills the commands it started', async () => {
+      const other = await connect({ socket: w.socket });
+      const command = other.spawn({ argv: ['sleep', '300'] });
+      const { pid } = await command.started;
+      await other.close();
+      // warden kills it as it sees the end: its exit may still arrive before the socket closes.
+      const end = await command.exit.catch((e) => e);
+      assert.ok(end instanceof ConnectionError || end.signal === 'SIGKILL', `ended with ${JSON.stringify(end)}`);
+      await eventually(async () => !(await client.status()).running.some((r) => r.pid === pid), 5000, 'the command to go');
+    });
+  });
+
+  describe('a live warden, through its host socket', () => {
+    let w;
+
+    before(async () => {
+      w = await bootWarden({ host: true });
+    });
+
+    after(async () => {
+      await closeShared();
+      if (w) await w.stop();
+    });
+
+    test('the host socket is the owner\'s: root\'s, 0600', () => {
+      const meta = fs.statSync(w.hostSocket);
+      assert.equal(meta.mode & 0o777, 0o600);
+      assert.equal(meta.uid, 0);
+    });
+
+    test('the machine\'s key lets the client in, and it runs a command', async () => {
+      const client = await connect({ socket: w.hostSocket, key: w.key });
+      assert.equal(client.version, 3);
+      const r = await client.run({ argv: ['id', '-un'] });
+      assert.equal(r.stdout.toString(), 'shell\n');
+      const viaShellRun = await shellRun('echo from the host', { socket: w.hostSocket, key: w.key });
+      assert.equal(viaShellRun.stdout, 'from the host\n');
+      await client.close();
+    });
+
+    test('a wrong key, or none, is refused', async () => {
+      const started = Date.now();
+      await assert.rejects(connect({ socket: w.hostSocket, key: 'f'.repeat(64) }), (e) => e instanceof RefusedError && e.code === 'refused' && e instanceof WardenError);
+      assert.ok(Date.now() - started >= 400, 'a refusal waits half a second');
+      await assert.rejects(connect({ socket: w.hostSocket }), (e) => e instanceof WardenError && e.code === 'refused' && /no key/.test(e.message));
+      await assert.rejects(shellRun('true', { socket: w.hostSocket, key: 'wrong'.repeat(13) }), RefusedError);
+      const refusals = auditLines(w).filter((l) => l.kind === 'connection_refused');
+      assert.ok(refusals.length >= 2);
+    });
+
+    test('shutdown (version 2) through the host socket stops the machine', async () => {
+      const client = await connect({ socket: w.hostSocket, key: w.key });
+      const answer = await client.shutdown();
+      assert.equal(answer.type, 'shutting_down');
+      const { exit } = await w.stop();
+      assert.ok(exit.code !== null, `warden ended with ${JSON.stringify(exit)}`);
+      w = null;
+      await client.close();
+    });
+  });
+}

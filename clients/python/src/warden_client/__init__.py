@@ -1,0 +1,56 @@
+"""A client of warden's API: run commands as ``shell`` in an agent's
+machine and stream their output, and make podman machines with the
+``warden machine`` launcher.
+
+>>> from warden_client import Client                  # doctest: +SKIP
+>>> with Client.connect() as c:                       # doctest: +SKIP
+...     r = c.run(["make", "test"], folder="proj", timeout=600)
+...     print(r.status, r.stdout.decode())
+"""
+
+from .aio import AsyncClient, AsyncProcess
+from .client import Client, Process, Stream
+from .common import (
+    DEFAULT_SOCKET,
+    SUPPORTED_VERSIONS,
+    VERSION,
+    CommandFailed,
+    Result,
+    ShellStopped,
+)
+from .machine import Machine, Reach, state_root
+from .errors import (
+    CODES,
+    FATAL_CODES,
+    ConnectionError,
+    MachineError,
+    ProtocolError,
+    TimeoutError,
+    WardenError,
+)
+
+__version__ = VERSION
+
+__all__ = [
+    "CODES",
+    "DEFAULT_SOCKET",
+    "AsyncClient",
+    "AsyncProcess",
+    "Machine",
+    "Reach",
+    "state_root",
+    "FATAL_CODES",
+    "SUPPORTED_VERSIONS",
+    "Client",
+    "CommandFailed",
+    "ConnectionError",
+    "MachineError",
+    "Process",
+    "ProtocolError",
+    "Result",
+    "ShellStopped",
+    "Stream",
+    "TimeoutError",
+    "WardenError",
+    "__version__",
+]

@@ -1,0 +1,236 @@
+"""What the blocking and the asyncio clients share: the requests they
+build, the results they return, and where they connect by default."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ProtocolError, WardenError
+
+__all__ = [
+    "DEFAULT_SOCKET",
+    "SUPPORTED_VERSIONS",
+    "VERSION",
+    "CommandFailed",
+    "Hello",
+    "Result",
+    "ShellStopped",
+    "Started",
+    "client_name",
+    "error_of",
+    "read_key",
+    "result_of",
+    "run_request",
+    "signal_name",
+]
+
+VERSION = "0.1.0"
+#: The protocol versions this client speaks.
+SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2, 3)
+#: Where warden serves the machine's own API.
+DEFAULT_SOCKET = "/run/warden/api.sock"
+#: How many bytes one stdin frame carries at most (warden takes 1 MiB).
+STDIN_CHUNK = 256 * 1024
+#: Once a frame has begun, the rest must come within this (warden's rule
+#: for its clients, applied the other way).
+FRAME_TIMEOUT = 30.0
+
+
+def client_name() -> str:
+    return f"warden-python {VERSION}"
+
+
+def default_socket() -> str:
+    return os.environ.get("WARDEN_SOCKET") or DEFAULT_SOCKET
+
+
+def read_key(key: str | None, key_file: str | os.PathLike[str] | None) -> str | None:
+    """The machine's key: given, read from ``key_file``, or from the file
+    ``WARDEN_KEY_FILE`` names (as the ``warden`` command reads it)."""
+    if key is not None:
+        return key
+    path = key_file if key_file is not None else os.environ.get("WARDEN_KEY_FILE") or None
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as f:
+        return f.read().strip()
+
+
+def run_request(
+    argv: Sequence[str] | None,
+    shell: str | None,
+    folder: str | None,
+    timeout: float | None,
+    env: Mapping[str, str] | None,
+    pipe_stdin: bool,
+    limits: Mapping[str, int | None] | None,
+    keep_background: bool,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A ``run`` request, with the fields left at their defaults left out
+    (as warden's own client sends it). What warden checks (one of argv and
+    shell, folders, names) is left to warden, which says what is wrong.
+    ``extra`` fields are sent as they are (a newer warden's)."""
+    if isinstance(argv, (str, bytes)):
+        raise TypeError("argv is a list of strings; for a command line use shell=...")
+    request: dict[str, Any] = {"type": "run"}
+    if argv is not None:
+        request["argv"] = [str(a) for a in argv]
+    if shell is not None:
+        request["shell"] = shell
+    if folder is not None:
+        request["folder"] = folder
+    if pipe_stdin:
+        request["stdin"] = "pipe"
+    if env:
+        request["env"] = dict(env)
+    if timeout is not None:
+        if timeout < 0 or math.isnan(timeout):
+            raise ValueError(f"timeout {timeout!r}: seconds, not negative")
+        # Rounded first: 0.3 s is 300 ms, not 301.
+        request["timeout_ms"] = math.ceil(round(timeout * 1000, 6))
+    if keep_background:
+        request["keep_background"] = True
+    if limits is not None:
+        request["limits"] = dict(limits)
+    if extra:
+        request.update(extra)
+    return request
+
+
+def signal_name(signal: str | int) -> str:
+    """A signal as warden takes it: ``TERM``, ``SIGTERM`` or ``15``."""
+    if isinstance(signal, bool):
+        raise TypeError("a signal is a name or a number")
+    if isinstance(signal, int):
+        return str(int(signal))
+    return str(signal)
+
+
+@dataclass(slots=True)
+class Result:
+    """How a command ended, and its output (when collected).
+
+    ``status`` follows the shell's convention: the exit code, or 128+n
+    after death by signal n. ``code`` or ``signal`` says which
+    (``signal`` is a name such as ``"SIGTERM"``). ``limit`` names the limit
+    that ended it (``timeout``, ``output``, ``cpu``, ``file_size``).
+    ``error`` says why it could not start (status 127, 126 or 125).
+    ``drained`` is false when output was still held open by a kept
+    background process and was cut. ``stdout_bytes``/``stderr_bytes`` are
+    warden's counts, also when the output was streamed, not collected.
+    """
+
+    status: int
+    code: int | None = None
+    signal: str | None = None
+    limit: str | None = None
+    error: str | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    duration_ms: float = 0.0
+    drained: bool = True
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    #: warden's own name for the command (None when it never started).
+    command: int | None = None
+    pid: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0."""
+        return self.status == 0
+
+    def check(self) -> Result:
+        """Returns self when the command exited 0; raises otherwise."""
+        if not self.ok:
+            raise CommandFailed(self)
+        return self
+
+
+class CommandFailed(WardenError):
+    """Raised by :meth:`Result.check`: the command did not exit 0."""
+
+    def __init__(self, result: Result) -> None:
+        how = (
+            result.error
+            or (f"killed by {result.signal}" if result.signal else None)
+            or f"exit code {result.code}"
+        )
+        if result.limit:
+            how += f" ({result.limit} limit)"
+        WardenError.__init__(self, "command_failed", f"status {result.status}: {how}")
+        self.result = result
+
+
+@dataclass(frozen=True, slots=True)
+class ShellStopped:
+    """The answer to ``stop_shell``: processes signalled, and left."""
+
+    signalled: int
+    left: int
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A command has started: warden's name for it and its pid."""
+
+    command: int
+    pid: int
+
+
+def error_of(event: Mapping[str, Any]) -> WardenError:
+    """The exception an ``error`` event stands for."""
+    return WardenError(str(event.get("code", "internal")), str(event.get("message", "")))
+
+
+def _int(event: Mapping[str, Any], name: str, default: int | None = None) -> int | None:
+    value = event.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProtocolError(f"exit: {name} is {value!r}, not a number")
+    return int(value)
+
+
+def result_of(
+    event: Mapping[str, Any],
+    stdout: bytes = b"",
+    stderr: bytes = b"",
+    started: Started | None = None,
+) -> Result:
+    """A Result from an ``exit`` event."""
+    status = _int(event, "status")
+    if status is None:
+        raise ProtocolError(f"exit without a status: {dict(event)!r:.200}")
+    signal = event.get("signal")
+    limit = event.get("limit")
+    error = event.get("error")
+    return Result(
+        status=status,
+        code=_int(event, "code"),
+        signal=None if signal is None else str(signal),
+        limit=None if limit is None else str(limit),
+        error=None if error is None else str(error),
+        stdout=stdout,
+        stderr=stderr,
+        duration_ms=float(event.get("duration_ms", 0.0)),
+        drained=bool(event.get("drained", True)),
+        stdout_bytes=_int(event, "stdout_bytes", 0) or 0,
+        stderr_bytes=_int(event, "stderr_bytes", 0) or 0,
+        command=started.command if started else None,
+        pid=started.pid if started else None,
+    )
+
+
+@dataclass(slots=True)
+class Hello:
+    """What warden said in its hello."""
+
+    version: int
+    server: str
+    extra: dict[str, Any] = field(default_factory=dict)

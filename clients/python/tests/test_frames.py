@@ -1,0 +1,456 @@
+"""Frames and the client's reading, without warden: headers, requests,
+partial reads, interleaved commands, fatal errors, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import warden_client
+from warden_client import (
+    AsyncClient,
+    Client,
+    ConnectionError,
+    ProtocolError,
+    TimeoutError,
+    WardenError,
+)
+from warden_client import frames as fr
+from warden_client.common import run_request
+
+
+def test_header_round_trip_and_limits() -> None:
+    frame = fr.encode(fr.STDERR, 0xDEADBEEF, b"x" * 12345)
+    assert frame[:9] == bytes([3, 0xDE, 0xAD, 0xBE, 0xEF, 0, 0, 0x30, 0x39])
+    assert fr.decode_header(frame[:9]) == (fr.STDERR, 0xDEADBEEF, 12345)
+    assert fr.decode_header(bytes([3, 0, 0, 0, 7, 0, 16, 0, 0])) == (3, 7, fr.MAX_FRAME)
+    for raw, why in [
+        (bytes([3, 0, 0, 0, 7, 0, 16, 0, 1]), "exceeds"),
+        (bytes([0, 0, 0, 0, 0, 0, 0, 0, 0]), "unknown frame kind 0"),
+        (bytes([9, 0, 0, 0, 0, 0, 0, 0, 0]), "unknown frame kind 9"),
+        (bytes([1, 0, 0, 0, 0, 255, 255, 255, 255]), "exceeds"),
+    ]:
+        with pytest.raises(ProtocolError, match=why):
+            fr.decode_header(raw)
+    with pytest.raises(ValueError):
+        fr.encode(fr.STDIN, 1, b"x" * (fr.MAX_FRAME + 1))
+    with pytest.raises(ValueError):
+        fr.encode(fr.STDIN, -1)
+    with pytest.raises(ValueError):
+        fr.encode(5, 1)
+
+
+def test_the_protocol_documents_example_is_what_we_send() -> None:
+    # docs/protocol.md, "Example": the hello and the run, byte by byte.
+    hello = fr.encode_control(0, {"type": "hello", "versions": [1]})
+    assert hello[:9].hex() == "01" + "00000000" + "0000001f"
+    run = fr.encode_control(1, run_request(["echo", "hi"], None, None, None, None, False, None, False))
+    assert run[:9].hex() == "01" + "00000001" + "00000023"
+    assert run[9:] == b'{"type":"run","argv":["echo","hi"]}'
+
+
+def test_run_requests_leave_defaults_out() -> None:
+    assert run_request(None, "make", "p", 0.3, {"A": "1"}, True, {"processes": 4}, True) == {
+        "type": "run", "shell": "make", "folder": "p", "timeout_ms": 300, "env": {"A": "1"},
+        "stdin": "pipe", "limits": {"processes": 4}, "keep_background": True,
+    }
+    assert run_request(["x"], None, None, None, {}, False, None, False) == {"type": "run", "argv": ["x"]}
+    with pytest.raises(TypeError):
+        run_request("ls -l", None, None, None, None, False, None, False)
+    with pytest.raises(ValueError):
+        run_request(["x"], None, None, -1, None, False, None, False)
+
+
+def test_error_classes() -> None:
+    e = ConnectionError("gone", 32)
+    assert e.code == "connection" and e.errno == 32 and e.fatal
+    assert isinstance(e, WardenError) and isinstance(e, OSError)
+    assert isinstance(TimeoutError("slow"), builtins.TimeoutError)
+    assert not WardenError("bad_request", "x").fatal and WardenError("refused", "x").fatal
+    assert str(WardenError("bad_json", "oops")) == "bad_json: oops"
+    assert warden_client.CODES >= warden_client.FATAL_CODES
+
+
+# -- a scripted peer ------------------------------------------------------
+
+
+def control(id: int, message: dict[str, Any]) -> bytes:
+    return fr.encode_control(id, message)
+
+
+HELLO = control(0, {"type": "hello", "version": 3, "server": "warden test"})
+
+
+class Peer:
+    """A fake warden: `script(conn)` runs on the accepted connection."""
+
+    def __init__(self, script: Callable[[socket.socket], None]) -> None:
+        self.dir = tempfile.mkdtemp(prefix="warden-peer-")
+        self.path = os.path.join(self.dir, "api.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(4)
+        self.listener.settimeout(10)
+        self.error: BaseException | None = None
+
+        def serve() -> None:
+            try:
+                conn, _ = self.listener.accept()
+                with conn:
+                    conn.settimeout(10)
+                    script(conn)
+            except BaseException as e:  # reported by close()
+                self.error = e
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.thread.join(15)
+        self.listener.close()
+        os.unlink(self.path)
+        os.rmdir(self.dir)
+        assert not self.thread.is_alive(), "the peer's script did not end"
+        if self.error is not None:
+            raise self.error
+
+
+def read_frame(conn: socket.socket) -> tuple[int, int, bytes]:
+    def exact(n: int) -> bytes:
+        data = bytearray()
+        while len(data) < n:
+            chunk = conn.recv(n - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return bytes(data)
+
+    kind, id, size = fr.HEADER.unpack(exact(9))
+    return kind, id, exact(size)
+
+
+def read_json(conn: socket.socket) -> tuple[int, dict[str, Any]]:
+    kind, id, body = read_frame(conn)
+    assert kind == fr.CONTROL
+    return id, json.loads(body)
+
+
+@pytest.fixture
+def peer() -> Iterator[Callable[[Callable[[socket.socket], None]], Peer]]:
+    made: list[Peer] = []
+
+    def make(script: Callable[[socket.socket], None]) -> Peer:
+        p = Peer(script)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.close()
+
+
+def test_partial_reads_byte_by_byte(peer: Any) -> None:
+    """Frames cut anywhere, a 1 MiB frame among them, are put together."""
+    big = bytes(range(256)) * 4096  # 1 MiB
+
+    def script(conn: socket.socket) -> None:
+        read_json(conn)
+        stream = HELLO
+        conn.sendall(stream[:1])
+        time.sleep(0.01)
+        conn.sendall(stream[1:])
+        _, run = read_json(conn)
+        assert run["argv"] == ["x"]
+        out = (
+            control(1, {"type": "started", "command": 7, "pid": 70})
+            + fr.encode(fr.STDOUT, 1, b"ab")
+            + fr.encode(fr.STDOUT, 1, big)
+            + fr.encode(fr.STDERR, 1, b"e")
+            + control(1, {"type": "exit", "status": 0, "code": 0, "duration_ms": 1.5,
+                          "stdout_bytes": len(big) + 2, "stderr_bytes": 1, "drained": True})
+        )
+        # Odd pieces, small ones at the frame boundaries.
+        cuts = [1, 3, 5, 8, 9, 10, 17, 4099, 65536 + 3]
+        at = 0
+        while at < len(out):
+            n = cuts[at % len(cuts)]
+            conn.sendall(out[at : at + n])
+            at += n
+        try:
+            read_frame(conn)
+        except EOFError:
+            pass
+
+    p = peer(script)
+    with Client.connect(p.path, timeout=10) as c:
+        assert (c.version, c.server) == (3, "warden test")
+        r = c.run(["x"])
+    assert r.stdout == b"ab" + big and r.stderr == b"e"
+    assert (r.status, r.code, r.command, r.pid, r.stdout_bytes) == (0, 0, 7, 70, len(big) + 2)
+
+
+def test_commands_interleave_and_each_gets_its_own(peer: Any) -> None:
+    def script(conn: socket.socket) -> None:
+        read_json(conn)
+        conn.sendall(HELLO)
+        for id in (1, 2):
+            got_id, run = read_json(conn)
+            assert got_id == id
+            conn.sendall(control(id, {"type": "started", "command": 10 + id, "pid": 100 + id}))
+        conn.sendall(
+            fr.encode(fr.STDOUT, 2, b"two-a") + fr.encode(fr.STDOUT, 1, b"one-a")
+            + fr.encode(fr.STDERR, 2, b"two-err") + fr.encode(fr.STDOUT, 1, b"one-b")
+            + fr.encode(fr.STDOUT, 9, b"nobody's")  # an id nobody runs: dropped
+            + control(1, {"type": "exit", "status": 3, "code": 3, "duration_ms": 1,
+                          "stdout_bytes": 10, "stderr_bytes": 0, "drained": True})
+            + fr.encode(fr.STDOUT, 2, b"two-b")
+            + control(2, {"type": "exit", "status": 143, "signal": "SIGTERM", "duration_ms": 2,
+                          "stdout_bytes": 10, "stderr_bytes": 7, "drained": True})
+        )
+        try:
+            read_frame(conn)
+        except EOFError:
+            pass
+
+    p = peer(script)
+    with Client.connect(p.path, timeout=10) as c:
+        one = c.spawn(["one"])
+        two = c.spawn(["two"])
+        assert (one.command, two.pid) == (11, 102)
+        # Reading two's stdout first: one's output waits for it.
+        assert b"".join(two.stdout) == b"two-atwo-b"
+        assert b"".join(two.stderr) == b"two-err"
+        assert list(one) == [("stdout", b"one-a"), ("stdout", b"one-b")]
+        assert one.wait().status == 3
+        assert two.wait().signal == "SIGTERM"
+
+
+def test_a_fatal_error_ends_every_wait(peer: Any) -> None:
+    def script(conn: socket.socket) -> None:
+        read_json(conn)
+        conn.sendall(HELLO)
+        read_json(conn)
+        conn.sendall(control(1, {"type": "started", "command": 1, "pid": 2}))
+        conn.sendall(fr.encode(fr.STDOUT, 1, b"partial"))
+        conn.sendall(control(0, {"type": "error", "code": "bad_frame", "message": "a frame stopped"}))
+
+    p = peer(script)
+    with Client.connect(p.path, timeout=10) as c:
+        proc = c.spawn(["x"])
+        chunks = []
+        with pytest.raises(WardenError) as caught:
+            for _, chunk in proc:
+                chunks.append(chunk)
+        assert chunks == [b"partial"], "output before the error is delivered"
+        assert caught.value.code == "bad_frame"
+        with pytest.raises(WardenError):
+            c.status()
+
+
+def test_non_fatal_errors_answer_their_request(peer: Any) -> None:
+    def script(conn: socket.socket) -> None:
+        read_json(conn)
+        conn.sendall(HELLO)
+        assert read_json(conn) == (0, {"type": "audit", "kind": "Bad Kind"})
+        conn.sendall(control(0, {"type": "error", "code": "bad_request", "message": "an audit kind is [a-z0-9_]{1,64}"}))
+        assert read_json(conn) == (0, {"type": "signal", "target": 5, "signal": "15"})
+        conn.sendall(control(0, {"type": "error", "code": "unknown_id", "message": "no running command with id 5"}))
+        assert read_json(conn) == (0, {"type": "stop_shell", "signal": "KILL"})
+        conn.sendall(control(0, {"type": "shell_stopped", "signalled": 2, "left": 0}))
+        _, run = read_json(conn)
+        assert run == {"type": "run", "shell": "x", "extra_field": True}
+        conn.sendall(control(1, {"type": "error", "code": "bad_request", "message": "unknown field"}))
+        try:
+            read_frame(conn)
+        except EOFError:
+            pass
+
+    p = peer(script)
+    with Client.connect(p.path, timeout=10) as c:
+        with pytest.raises(WardenError) as caught:
+            c.audit("Bad Kind")
+        assert caught.value.code == "bad_request" and not caught.value.fatal
+        assert c.signal(5, 15) is None
+        assert c.stop_shell() == warden_client.ShellStopped(2, 0)
+        with pytest.raises(WardenError, match="unknown field"):
+            c.run(shell="x", extra={"extra_field": True})
+
+
+def test_timeouts_leave_the_connection_usable(peer: Any) -> None:
+    go = threading.Event()
+
+    def script(conn: socket.socket) -> None:
+        read_json(conn)
+        conn.sendall(HELLO)
+        read_json(conn)
+        go.wait(10)
+        conn.sendall(control(0, {"type": "status", "protocol": 3}))
+        try:
+            read_frame(conn)
+        except EOFError:
+            pass
+
+    p = peer(script)
+    with Client.connect(p.path, timeout=0.2) as c:
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            c.status()
+        assert time.monotonic() - t0 < 5
+        go.set()
+        # The late answer is still there for whoever waits for id 0 next.
+        replies = c._link.route(0)
+        got = c._link.wait(lambda: replies.events.popleft() if replies.events else None, 5)
+        assert got["type"] == "status"
+
+
+def test_refusal_before_the_hello_is_the_error_raised(peer: Any) -> None:
+    def script(conn: socket.socket) -> None:
+        conn.sendall(control(0, {"type": "error", "code": "refused",
+                                 "message": "uid 65534 may not use this socket: only root and runtime may"}))
+        # As warden does: hear the peer out briefly, then close.
+        conn.settimeout(0.5)
+        try:
+            conn.recv(65536)
+        except OSError:
+            pass
+
+    p = peer(script)
+    with pytest.raises(WardenError) as caught:
+        Client.connect(p.path, timeout=5)
+    assert caught.value.code == "refused" and "may not use" in caught.value.message
+
+
+def test_a_missing_socket_is_a_connection_error() -> None:
+    with pytest.raises(ConnectionError) as caught:
+        Client.connect("/nonexistent/warden.sock")
+    assert caught.value.errno is not None
+    with pytest.raises(OSError):  # Python's own ConnectionError catches it too
+        Client.connect("/nonexistent/warden.sock")
+    with pytest.raises(ConnectionError):
+        asyncio.run(AsyncClient.connect("/nonexistent/warden.sock"))
+
+
+def test_a_peer_closing_mid_frame_is_a_connection_error(peer: Any) -> None:
+    def script(conn: socket.socket) -> None:
+        read_json(conn)
+        conn.sendall(HELLO)
+        read_json(conn)
+        conn.sendall(control(1, {"type": "started", "command": 1, "pid": 2}))
+        conn.sendall(fr.encode(fr.STDOUT, 1, b"0123456789")[:12])
+
+    p = peer(script)
+    with Client.connect(p.path, timeout=10) as c:
+        proc = c.spawn(["x"])
+        with pytest.raises(ConnectionError, match="middle of a frame"):
+            proc.wait()
+
+
+def test_the_default_socket_and_key_come_from_the_environment(peer: Any, monkeypatch: Any, tmp_path: Any) -> None:
+    key = tmp_path / "key"
+    key.write_text("k" * 40 + "\n")
+
+    def script(conn: socket.socket) -> None:
+        _, hello = read_json(conn)
+        assert hello == {"type": "hello", "versions": [1, 2, 3],
+                         "client": f"warden-python {warden_client.__version__}", "key": "k" * 40}
+        conn.sendall(HELLO)
+
+    p = peer(script)
+    monkeypatch.setenv("WARDEN_SOCKET", p.path)
+    monkeypatch.setenv("WARDEN_KEY_FILE", str(key))
+    Client.connect().close()
+
+
+def test_hybrid_vsock_connect_line(peer: Any) -> None:
+    def script(conn: socket.socket) -> None:
+        line = b""
+        while not line.endswith(b"\n"):
+            line += conn.recv(1)
+        assert line == b"CONNECT 1024\n"
+        conn.sendall(b"OK 1073741824\n")
+        _, hello = read_json(conn)
+        assert hello["key"] == "the-key"
+        conn.sendall(HELLO)
+
+    p = peer(script)
+    with Client.connect(p.path, "the-key", vsock_port=1024) as c:
+        assert c.version == 3
+
+
+def test_hybrid_vsock_refusal_is_clear(peer: Any) -> None:
+    def script(conn: socket.socket) -> None:
+        conn.recv(64)
+        conn.sendall(b"NO\n")
+
+    p = peer(script)
+    with pytest.raises(ConnectionError, match="CONNECT 7"):
+        Client.connect(p.path, "k", vsock_port=7)
+
+
+def test_async_client_streams_and_interleaves(peer: Any) -> None:
+    def script(conn: socket.socket) -> None:
+        read_json(conn)
+        conn.sendall(HELLO)
+        _, run = read_json(conn)
+        assert run == {"type": "run", "argv": ["cat"], "stdin": "pipe"}
+        conn.sendall(control(1, {"type": "started", "command": 1, "pid": 2}))
+        got = b""
+        while True:
+            kind, id, body = read_frame(conn)
+            assert (kind, id) == (fr.STDIN, 1)
+            if not body:
+                break
+            got += body
+            conn.sendall(fr.encode(fr.STDOUT, 1, body))
+        conn.sendall(control(1, {"type": "exit", "status": 0, "code": 0, "duration_ms": 1,
+                                 "stdout_bytes": len(got), "stderr_bytes": 0, "drained": True}))
+        try:
+            read_frame(conn)
+        except EOFError:
+            pass
+
+    data = os.urandom(3 * 1024 * 1024 + 5)
+
+    async def main() -> bytes:
+        async with await AsyncClient.connect(p.path, timeout=10) as c:
+            r = await c.run(["cat"], stdin=data)
+            return r.stdout
+
+    p = peer(script)
+    assert asyncio.run(main()) == data
+
+
+def test_unknown_id_on_a_run_never_refuses_it(peer: Any) -> None:
+    """clients/fixtures/README.md: unknown_id is about late stdin frames and
+    does not end the command, even before its started event."""
+
+    def script(conn: socket.socket) -> None:
+        read_json(conn)
+        conn.sendall(HELLO)
+        read_json(conn)
+        conn.sendall(
+            control(1, {"type": "error", "code": "unknown_id", "message": "id 1 has no open stdin"})
+            + control(1, {"type": "started", "command": 4, "pid": 5})
+            + fr.encode(fr.STDOUT, 1, b"ran")
+            + control(1, {"type": "exit", "status": 0, "code": 0, "duration_ms": 1,
+                          "stdout_bytes": 3, "stderr_bytes": 0, "drained": True})
+        )
+        try:
+            read_frame(conn)
+        except EOFError:
+            pass
+
+    p = peer(script)
+    with Client.connect(p.path, timeout=10) as c:
+        r = c.run(["x"])
+    assert (r.stdout, r.command) == (b"ran", 4)
