@@ -274,6 +274,25 @@ impl Client {
         }
     }
 
+    /// Appends an event of the runtime's own to the audit log; returns its
+    /// line's sequence number.
+    pub fn audit(&mut self, kind: &str, fields: serde_json::Value) -> Result<u64, ClientError> {
+        self.send(
+            0,
+            &Request::Audit {
+                kind: kind.into(),
+                fields,
+            },
+        )?;
+        match self.receive()? {
+            Message::Event(_, Event::Recorded { seq }) => Ok(seq),
+            Message::Event(_, Event::Error { code, message }) => {
+                Err(ClientError::Warden { code, message })
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
     pub fn status(&mut self) -> Result<Status, ClientError> {
         self.send(0, &Request::Status)?;
         match self.receive()? {
