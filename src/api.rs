@@ -447,6 +447,7 @@ impl Conn {
                     // A client only ever receives its version's messages.
                     status.shell_processes = None;
                     status.shell_process_count = None;
+                    status.gate = None;
                 }
                 Some(Event::Status(Box::new(status)))
             }
@@ -461,6 +462,8 @@ impl Conn {
             Request::Audit { kind, fields } => Some(self.runtime_event(&kind, fields)),
             Request::Run(run) => self.start(id, run),
             Request::StopShell { signal } => Some(self.stop_shell(&signal).await),
+            Request::CloseGate { reason } => Some(self.gate(Some(reason))),
+            Request::OpenGate => Some(self.gate(None)),
             Request::Shutdown => {
                 // Answered first: the stop begins once the answer is queued.
                 let reply = self.shutdown();
@@ -524,6 +527,35 @@ impl Conn {
         Event::ShellStopped { signalled, left }
     }
 
+    /// Closes (with a reason) or opens the runtime's gate (version 3).
+    fn gate(&self, reason: Option<String>) -> Event {
+        if self.version.load(Ordering::SeqCst) < 3 {
+            return error(
+                ErrorCode::BadRequest,
+                "close_gate and open_gate are protocol version 3 requests",
+            );
+        }
+        if let Some(r) = &reason {
+            if r.trim().is_empty() || r.len() > 1024 || r.chars().any(crate::audit::hides_text) {
+                return error(
+                    ErrorCode::BadRequest,
+                    "a gate's reason is 1 to 1024 bytes of plain text",
+                );
+            }
+        }
+        let state = self.sup.set_gate(reason);
+        let kind = if state.closed {
+            "gate_closed"
+        } else {
+            "gate_opened"
+        };
+        self.sup.audit.record(
+            kind,
+            json!({"requester_uid": self.requester(), "reason": state.reason}),
+        );
+        Event::Gate(state)
+    }
+
     /// An event of the runtime's own, marked as such in the log.
     fn runtime_event(&self, kind: &str, fields: serde_json::Value) -> Event {
         let name_ok = !kind.is_empty()
@@ -573,6 +605,16 @@ impl Conn {
         }
         if let Some(reason) = self.sup.audit_refusal() {
             return Some(error(ErrorCode::AuditFailing, reason));
+        }
+        if let Some(reason) = self.sup.gate().reason {
+            self.sup.audit.record(
+                "command_refused",
+                json!({"requester_uid": self.requester(), "reason": format!("the gate is closed: {reason}")}),
+            );
+            return Some(error(
+                ErrorCode::GateClosed,
+                format!("the gate is closed: {reason}"),
+            ));
         }
         if let Some(reason) = self.sup.confinement.refusal() {
             self.sup.audit.record(

@@ -293,6 +293,26 @@ impl Client {
         }
     }
 
+    /// Closes the runtime's gate (`Some(reason)`: every shell command is
+    /// refused, saying it) or opens it (protocol version 3).
+    pub fn gate(
+        &mut self,
+        reason: Option<&str>,
+    ) -> Result<crate::protocol::GateState, ClientError> {
+        let request = match reason {
+            Some(r) => Request::CloseGate { reason: r.into() },
+            None => Request::OpenGate,
+        };
+        self.send(0, &request)?;
+        match self.receive()? {
+            Message::Event(_, Event::Gate(state)) => Ok(state),
+            Message::Event(_, Event::Error { code, message }) => {
+                Err(ClientError::Warden { code, message })
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
     pub fn status(&mut self) -> Result<Status, ClientError> {
         self.send(0, &Request::Status)?;
         match self.receive()? {

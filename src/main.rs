@@ -677,6 +677,12 @@ fn describe(s: &Status) -> String {
         if listed.is_empty() { "" } else { ": " },
         listed.join(", ")
     );
+    if let Some(gate) = &s.gate {
+        out += &match &gate.reason {
+            Some(reason) => format!("gate: CLOSED by the runtime: {reason}\n"),
+            None => "gate: open\n".to_string(),
+        };
+    }
     for l in &s.layers {
         let mark = if l.holds { "holds" } else { "DOES NOT HOLD" };
         let need = if l.required {

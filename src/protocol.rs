@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 
 /// The protocol versions this build speaks, newest last. Version 2 adds
 /// the `shutdown` request (and its `shutting_down` answer); version 3 the
-/// `stop_shell` request (`shell_stopped`) and shell's processes in status.
+/// `stop_shell` request (`shell_stopped`), shell's processes in status,
+/// and the runtime's gate (`close_gate`, `open_gate`, `gate`).
 pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3];
 pub const HEADER_LEN: usize = 9;
 /// No frame may carry more than this; a larger one closes the connection.
@@ -112,6 +113,14 @@ pub enum Request {
         #[serde(default = "kill")]
         signal: String,
     },
+    /// Version 3: refuse every shell command from now on, saying
+    /// `reason`, until the gate is opened again (e.g. for the rest of a
+    /// reply once a tool has read from outside).
+    CloseGate {
+        reason: String,
+    },
+    /// Version 3: let shell commands run again.
+    OpenGate,
 }
 
 fn kill() -> String {
@@ -190,6 +199,9 @@ pub enum Event {
     },
     /// Version 2: the answer to `shutdown`; the machine stops next.
     ShuttingDown,
+    /// Version 3: the gate as it now is (the answer to `close_gate` and
+    /// `open_gate`).
+    Gate(GateState),
     /// Version 3: the answer to `stop_shell`: how many processes were
     /// signalled, and how many of shell's are still there.
     ShellStopped {
@@ -242,6 +254,8 @@ pub enum ErrorCode {
     NotConfined,
     /// The audit log cannot be written and the config says to refuse.
     AuditFailing,
+    /// Version 3: the runtime closed the gate; the message is its reason.
+    GateClosed,
     Internal,
 }
 
@@ -267,6 +281,9 @@ pub struct Status {
     pub shell_processes: Option<Vec<ShellProcess>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell_process_count: Option<usize>,
+    /// Version 3: the runtime's gate for shell commands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateState>,
     pub commands_started: u64,
     pub audit_log: String,
     /// Each confinement layer of shell commands, as the last probe found it.
@@ -280,6 +297,17 @@ pub struct Status {
     /// The egress proxy, when it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxyState>,
+}
+
+/// Whether shell commands may run, as the runtime last said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateState {
+    pub closed: bool,
+    /// Why it is closed, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How long it has been in this state.
+    pub since_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,7 +6,7 @@ use crate::config::MachineConfig;
 use crate::confine::Confinement;
 use crate::layout::{self, Paths, Spec};
 use crate::policy::Limits;
-use crate::protocol::LayerState;
+use crate::protocol::{GateState, LayerState};
 use crate::protocol::{MainState, RunningCommand, Status, UserState, SUPPORTED_VERSIONS};
 use crate::reaper::Reaper;
 use crate::request::ValidRun;
@@ -51,6 +51,8 @@ pub struct Supervisor {
     boot_ms: AtomicU64,
     /// A client asked for the machine to stop (the `shutdown` request).
     stop_requested: tokio::sync::Notify,
+    /// The runtime's gate: closed (with its reason) or open, and since when.
+    gate: Mutex<(Option<String>, Instant)>,
 }
 
 struct Running {
@@ -110,6 +112,7 @@ impl Supervisor {
             running: Mutex::new(HashMap::new()),
             main: Mutex::new(None),
             stop_requested: tokio::sync::Notify::new(),
+            gate: Mutex::new((None, Instant::now())),
         }
     }
 
@@ -123,6 +126,17 @@ impl Supervisor {
             }),
             crate::config::WhenFull::Run => None,
         }
+    }
+
+    /// Closes the gate (`Some(reason)`) or opens it; returns it as it now is.
+    pub fn set_gate(&self, reason: Option<String>) -> GateState {
+        let mut gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        *gate = (reason, Instant::now());
+        gate_state(&gate)
+    }
+
+    pub fn gate(&self) -> GateState {
+        gate_state(&self.gate.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Only root and the runtime may use the API.
@@ -413,6 +427,7 @@ impl Supervisor {
             running,
             shell_processes: Some(shell_processes),
             shell_process_count: Some(shell_process_count),
+            gate: Some(self.gate()),
             commands_started: self.next_command.load(Ordering::SeqCst) - 1,
             audit_log: self.audit.path().display().to_string(),
             audit_failing: self.audit.failing(),
@@ -420,6 +435,14 @@ impl Supervisor {
             refusing: self.confinement.refusal(),
             proxy: self.network.state(),
         }
+    }
+}
+
+fn gate_state((reason, since): &(Option<String>, Instant)) -> GateState {
+    GateState {
+        closed: reason.is_some(),
+        reason: reason.clone(),
+        since_ms: since.elapsed().as_millis() as u64,
     }
 }
 

@@ -26,6 +26,7 @@ export type ErrorCode =
   | 'shutting_down'
   | 'not_confined'
   | 'audit_failing'
+  | 'gate_closed'
   | 'internal';
 
 export declare const ERROR_CODES: readonly ErrorCode[];
@@ -60,6 +61,7 @@ export declare const UnknownIdError: WardenErrorClass<'unknown_id'>;
 export declare const ShuttingDownError: WardenErrorClass<'shutting_down'>;
 export declare const NotConfinedError: WardenErrorClass<'not_confined'>;
 export declare const AuditFailingError: WardenErrorClass<'audit_failing'>;
+export declare const GateClosedError: WardenErrorClass<'gate_closed'>;
 export declare const InternalError: WardenErrorClass<'internal'>;
 /** The subclass of WardenError for each code. */
 export declare const ERROR_CLASSES: Readonly<{ [C in ErrorCode]: WardenErrorClass<C> }>;
@@ -302,6 +304,10 @@ export declare class Client {
   audit(kind: string, fields?: unknown): Promise<{ type: 'recorded'; seq: number }>;
   /** Version 3: signals every process of shell (default KILL, round after round). */
   stopShell(signal?: string): Promise<{ type: 'shell_stopped'; signalled: number; left: number }>;
+  /** Version 3: closes the runtime's gate; shell commands are refused (WardenError 'gate_closed') with the reason. */
+  closeGate(reason: string): Promise<{ type: 'gate'; closed: true; reason: string; since_ms: number }>;
+  /** Version 3: opens the gate again. */
+  openGate(): Promise<{ type: 'gate'; closed: false; since_ms: number }>;
   /** Version 2: stops the machine. */
   shutdown(): Promise<{ type: 'shutting_down' }>;
   /** Closes the connection; warden kills the commands still running on it. */

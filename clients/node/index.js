@@ -29,6 +29,7 @@ export const ERROR_CODES = Object.freeze([
   'shutting_down',
   'not_confined',
   'audit_failing',
+  'gate_closed',
   'internal',
 ]);
 
@@ -79,6 +80,7 @@ export const UnknownIdError = errorClass('unknown_id', 'UnknownIdError');
 export const ShuttingDownError = errorClass('shutting_down', 'ShuttingDownError');
 export const NotConfinedError = errorClass('not_confined', 'NotConfinedError');
 export const AuditFailingError = errorClass('audit_failing', 'AuditFailingError');
+export const GateClosedError = errorClass('gate_closed', 'GateClosedError');
 export const InternalError = errorClass('internal', 'InternalError');
 
 /** The subclass of WardenError for each code. */
@@ -95,6 +97,7 @@ export const ERROR_CLASSES = Object.freeze({
   shutting_down: ShuttingDownError,
   not_confined: NotConfinedError,
   audit_failing: AuditFailingError,
+  gate_closed: GateClosedError,
   internal: InternalError,
 });
 
@@ -869,6 +872,16 @@ export class Client {
   /** Signals every process of shell (version 3); resolves to {type:'shell_stopped', signalled, left}. */
   stopShell(signal = 'KILL') {
     return this._request({ type: 'stop_shell', signal: String(signal) }, 'shell_stopped');
+  }
+
+  /** Closes the runtime's gate (version 3): every shell command is refused with `reason` until openGate(). */
+  closeGate(reason) {
+    return this._request({ type: 'close_gate', reason: String(reason) }, 'gate');
+  }
+
+  /** Opens the runtime's gate again (version 3); resolves to {type:'gate', closed:false, since_ms}. */
+  openGate() {
+    return this._request({ type: 'open_gate' }, 'gate');
   }
 
   /** Stops the machine (version 2); resolves to {type:'shutting_down'}, or when warden closes the connection first. */

@@ -36,7 +36,7 @@ const exitEvent = (fields = {}) => ({
 });
 
 test('every protocol error code has its class, and each is a WardenError', () => {
-  assert.equal(ERROR_CODES.length, 13);
+  assert.equal(ERROR_CODES.length, 14);
   for (const code of ERROR_CODES) {
     const error = WardenError.from(code, 'why');
     assert.ok(error instanceof WardenError);

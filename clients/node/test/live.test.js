@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import {
   BadRequestError,
   ConnectionError,
+  GateClosedError,
   RefusedError,
   UnknownIdError,
   WardenError,
@@ -332,6 +333,22 @@ if (!pre.run && pre.skip) {
         return s.shell_process_count === 0 && s;
       }, 5000, 'no process of shell');
       assert.deepEqual(after.shell_processes, []);
+    });
+
+    test('the gate: closed, every run is refused with its reason; opened, runs again', async () => {
+      const closed = await client.closeGate('a tool read a web page in this reply');
+      assert.equal(closed.closed, true);
+      try {
+        await assert.rejects(
+          client.run({ argv: ['true'] }),
+          (e) => e instanceof GateClosedError && /read a web page/.test(e.message),
+        );
+        const s = await client.status();
+        assert.equal(s.gate.closed, true);
+      } finally {
+        assert.equal((await client.openGate()).closed, false);
+      }
+      assert.equal((await client.run({ argv: ['true'] })).status, 0);
     });
 
     test('as the runtime user the client gets in; as another uid it is refused', async () => {

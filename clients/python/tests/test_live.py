@@ -368,3 +368,17 @@ def test_closing_wakes_a_thread_waiting_on_output(warden: Warden) -> None:
     thread.join(10)
     assert not thread.is_alive(), "close() left a thread waiting"
     assert len(raised) == 1 and isinstance(raised[0], ConnectionError), raised
+
+
+def test_the_gate_refuses_every_run_with_its_reason_until_opened(client: Client) -> None:
+    closed = client.close_gate("a tool read a web page in this reply")
+    assert closed["closed"] is True
+    try:
+        with pytest.raises(WardenError) as refused:
+            client.run(["true"])
+        assert refused.value.code == "gate_closed"
+        assert "read a web page" in str(refused.value)
+        assert client.status()["gate"]["closed"] is True
+    finally:
+        assert client.open_gate()["closed"] is False
+    assert client.run(["true"]).status == 0

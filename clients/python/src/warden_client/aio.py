@@ -404,6 +404,12 @@ class AsyncClient:
         )
         return ShellStopped(int(event.get("signalled", 0)), int(event.get("left", 0)))
 
+    async def close_gate(self, reason: str) -> dict[str, Any]:
+        return await self._request({"type": "close_gate", "reason": reason}, "gate")
+
+    async def open_gate(self) -> dict[str, Any]:
+        return await self._request({"type": "open_gate"}, "gate")
+
     async def shutdown(self) -> None:
         try:
             await self._request({"type": "shutdown"}, "shutting_down")

@@ -641,6 +641,16 @@ class Client:
         event = self._request({"type": "stop_shell", "signal": signal_name(signal)}, "shell_stopped")
         return ShellStopped(int(event.get("signalled", 0)), int(event.get("left", 0)))
 
+    def close_gate(self, reason: str) -> dict[str, Any]:
+        """Closes the runtime's gate (protocol version 3): every shell
+        command is refused (``WardenError`` ``gate_closed``) with
+        ``reason`` until ``open_gate``. Returns the gate as it now is."""
+        return self._request({"type": "close_gate", "reason": reason}, "gate")
+
+    def open_gate(self) -> dict[str, Any]:
+        """Opens the runtime's gate again (protocol version 3)."""
+        return self._request({"type": "open_gate"}, "gate")
+
     def shutdown(self) -> None:
         """Stops the machine, as SIGTERM would (protocol version 2)."""
         try:

@@ -36,6 +36,7 @@ CODES: frozenset[str] = frozenset(
         "shutting_down",
         "not_confined",
         "audit_failing",
+        "gate_closed",
         "internal",
     }
 )
