@@ -138,6 +138,16 @@ fn sigterm_with_a_hundred_commands_running_stops_all_and_the_log_verifies() {
         client.send(id, &Request::Run(sh(line))).unwrap();
     }
     m.wait_running(100);
+    // Every command's sleep has started, so each `trap` before it has run:
+    // a SIGTERM that came earlier would end a shell meant to ignore it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while common::processes_of(SHELL_UID, &["sleep", "1001"]) < 100 {
+        assert!(
+            Instant::now() < deadline,
+            "the commands' sleeps did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let t = Instant::now();
     m.kill(Signal::SIGTERM);
     assert_eq!(m.wait(Duration::from_secs(30)), 143);
