@@ -4,8 +4,11 @@
 //! a newcomer sheds the oldest waiting one instead of being turned away
 //! (a flood of idle connections then costs the flood, not the owner).
 
+use crate::protocol::{ErrorCode, Event};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
 use tokio::sync::Notify;
 
 /// Connections one door holds at once; more are closed as they arrive.
@@ -81,6 +84,67 @@ impl Drop for Pass {
         book.open -= 1;
         book.waiting.retain(|(t, _)| *t != self.ticket);
     }
+}
+
+/// Who is at the other end, as SO_PEERCRED says in warden's namespaces.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    pub uid: u32,
+    /// 0: a process outside warden's PID namespace (the host's).
+    pub pid: i32,
+}
+
+impl Peer {
+    pub fn of(stream: &UnixStream) -> Peer {
+        match stream.peer_cred() {
+            Ok(c) => Peer {
+                uid: c.uid(),
+                pid: c.pid().unwrap_or(0),
+            },
+            // vsock: no credentials; the key decides.
+            Err(_) => Peer {
+                uid: u32::MAX,
+                pid: 0,
+            },
+        }
+    }
+}
+
+/// How long a refused peer is heard out (its writes read and dropped)
+/// before its connection is closed.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Sends a refused peer why, then reads and drops what it had begun to
+/// send (so its writes do not fail before it reads the reason), for at
+/// most LINGER and 64 KiB. At most LINGERING peers are heard out
+/// at once; the rest are closed after the reason, at once.
+pub async fn turn_away(stream: UnixStream, reason: String) {
+    static LINGERING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(16);
+    let (mut rd, mut wr) = stream.into_split();
+    let refused = Event::Error {
+        code: ErrorCode::Refused,
+        message: reason,
+    };
+    let frame = crate::output::event_frame(0, &refused);
+    let sent = tokio::time::timeout(LINGER, wr.write_all(&frame)).await;
+    if !matches!(sent, Ok(Ok(()))) {
+        return;
+    }
+    let _ = wr.shutdown().await;
+    let Ok(_hearing) = LINGERING.try_acquire() else {
+        return;
+    };
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut sink = [0u8; 4096];
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            match rd.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]

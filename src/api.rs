@@ -5,7 +5,8 @@
 //! bounded queue, so a slow client slows its commands instead of growing
 //! warden's memory), and one task per command.
 
-use crate::admission::{Admission, Pass, MAX_CONNECTIONS, MAX_UNAUTHENTICATED};
+use crate::admission::{turn_away, Admission, Pass, Peer, MAX_CONNECTIONS, MAX_UNAUTHENTICATED};
+use crate::command::{feed, CommandPipes};
 use crate::output::{pump, write_frames, Budget, Capped, Out};
 use crate::protocol::{
     ErrorCode, Event, ExitReport, Header, Kind, Request, StdinMode, HEADER_LEN, MAX_FRAME,
@@ -13,20 +14,17 @@ use crate::protocol::{
 };
 use crate::reaper::Exit;
 use crate::request::{self, ValidRun};
-use crate::spawn::{SpawnError, Stdio};
+use crate::spawn::SpawnError;
 use crate::supervisor::Supervisor;
-use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 use nix::sys::socket::sockopt::SndBufForce;
 use nix::unistd::Pid;
 use serde_json::json;
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::unix::pipe;
+use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::unix::OwnedReadHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
@@ -38,9 +36,6 @@ const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most a frame may carry before the peer is let in: a hello is small,
 /// and nothing is allocated for what a stranger announces beyond this.
 const MAX_HELLO: u32 = 16 * 1024;
-/// How long a refused peer is heard out (its writes read and dropped)
-/// before its connection is closed.
-const REFUSED_LINGER: Duration = Duration::from_secs(1);
 /// A new connection must say hello within this time.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// A wrong or missing key is answered after this long, one refusal at a
@@ -56,8 +51,6 @@ static WAITING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(WAITI
 static UNAUDITED: AtomicU64 = AtomicU64::new(0);
 /// The send buffer of every API socket.
 const SOCKET_BUFFER: usize = 4 << 20;
-/// Pipes are widened to this size, where the kernel allows, for throughput.
-const PIPE_SIZE: libc::c_int = 1 << 20;
 
 /// Which socket a connection came through, and so how it is let in.
 #[derive(Clone)]
@@ -127,30 +120,6 @@ pub async fn serve(sup: Arc<Supervisor>, listener: Listener, door: Door) {
 }
 
 type Failure = (ErrorCode, String);
-
-/// Who is at the other end, as SO_PEERCRED says in warden's namespaces.
-#[derive(Debug, Clone, Copy)]
-struct Peer {
-    uid: u32,
-    /// 0: a process outside warden's PID namespace (the host's).
-    pid: i32,
-}
-
-impl Peer {
-    fn of(stream: &UnixStream) -> Peer {
-        match stream.peer_cred() {
-            Ok(c) => Peer {
-                uid: c.uid(),
-                pid: c.pid().unwrap_or(0),
-            },
-            // vsock: no credentials; the key decides.
-            Err(_) => Peer {
-                uid: u32::MAX,
-                pid: 0,
-            },
-        }
-    }
-}
 
 /// Audits a peer turned away before a word was read (at most a burst per
 /// uid and window; the rest are counted).
@@ -233,35 +202,6 @@ async fn connection(
     conn.abandon();
     drop(conn);
     let _ = writer.await;
-}
-
-/// Sends a refused peer why, then reads and drops what it had begun to
-/// send (so its writes do not fail before it reads the reason), for at
-/// most REFUSED_LINGER and 64 KiB. At most LINGERING peers are heard out
-/// at once; the rest are closed after the reason, at once.
-async fn turn_away(stream: UnixStream, reason: String) {
-    static LINGERING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(16);
-    let (mut rd, mut wr) = stream.into_split();
-    let frame = crate::output::event_frame(0, &error(ErrorCode::Refused, reason));
-    let sent = tokio::time::timeout(REFUSED_LINGER, wr.write_all(&frame)).await;
-    if !matches!(sent, Ok(Ok(()))) {
-        return;
-    }
-    let _ = wr.shutdown().await;
-    let Ok(_hearing) = LINGERING.try_acquire() else {
-        return;
-    };
-    let _ = tokio::time::timeout(REFUSED_LINGER, async {
-        let mut sink = [0u8; 4096];
-        let mut left: usize = 64 * 1024;
-        while left > 0 {
-            match rd.read(&mut sink).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => left = left.saturating_sub(n),
-            }
-        }
-    })
-    .await;
 }
 
 /// Why `peer` may not use `door` at all, if it may not. The machine's own
@@ -536,7 +476,8 @@ impl Conn {
             );
         }
         if let Some(r) = &reason {
-            if r.trim().is_empty() || r.len() > 1024 || r.chars().any(crate::audit::hides_text) {
+            if r.trim().is_empty() || r.len() > 1024 || r.chars().any(crate::printable::hides_text)
+            {
                 return error(
                     ErrorCode::BadRequest,
                     "a gate's reason is 1 to 1024 bytes of plain text",
@@ -906,63 +847,4 @@ pub fn signal_name(n: i32) -> String {
 
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
-}
-
-/// Feeds stdin frames to the command until the client closes stdin.
-async fn feed(mut pipe: pipe::Sender, mut rx: mpsc::Receiver<Vec<u8>>) {
-    while let Some(bytes) = rx.recv().await {
-        if pipe.write_all(&bytes).await.is_err() {
-            return;
-        }
-    }
-}
-
-/// The pipes of one command: warden's ends as async pipes, the child's as
-/// plain descriptors.
-struct CommandPipes {
-    child: Stdio,
-    stdin: Option<pipe::Sender>,
-    stdout: pipe::Receiver,
-    stderr: pipe::Receiver,
-}
-
-impl CommandPipes {
-    fn new(stdin: StdinMode) -> std::io::Result<CommandPipes> {
-        let (out_r, out_w) = pipe_pair()?;
-        let (err_r, err_w) = pipe_pair()?;
-        let (child_in, our_in) = match stdin {
-            StdinMode::Null => (dev_null()?, None),
-            StdinMode::Pipe => {
-                let (r, w) = pipe_pair()?;
-                (r, Some(pipe::Sender::from_owned_fd(w)?))
-            }
-        };
-        widen(&out_r);
-        Ok(CommandPipes {
-            child: Stdio {
-                stdin: child_in,
-                stdout: out_w,
-                stderr: err_w,
-            },
-            stdin: our_in,
-            stdout: pipe::Receiver::from_owned_fd(out_r)?,
-            stderr: pipe::Receiver::from_owned_fd(err_r)?,
-        })
-    }
-}
-
-fn pipe_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC)?)
-}
-
-fn dev_null() -> std::io::Result<OwnedFd> {
-    Ok(std::fs::File::open("/dev/null")?.into())
-}
-
-fn widen(fd: &OwnedFd) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: F_SETPIPE_SZ on a pipe we own; failure only keeps the default.
-    unsafe {
-        libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE);
-    }
 }

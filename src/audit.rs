@@ -38,9 +38,6 @@ pub struct Audit {
 /// rest of the window's are one `suppressed` line with their count.
 const REFUSAL_BURST: u32 = 20;
 const REFUSAL_WINDOW: Duration = Duration::from_secs(10);
-/// No string in a line is longer than this: a longer one keeps its start,
-/// its length and its SHA-256, so a line stays small whoever chose it.
-pub const MAX_STRING: usize = 2048;
 
 /// When the current file is set aside, and how many files are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,7 +204,7 @@ impl Audit {
     }
 
     fn write(&self, kind: &str, fields: Value) -> Option<u64> {
-        let fields = clamp(match &self.redactor {
+        let fields = crate::printable::clamp(match &self.redactor {
             Some(r) => r.value(fields),
             None => fields,
         });
@@ -391,38 +388,6 @@ fn first_seq_of(path: &Path) -> Option<u64> {
         .strip_suffix(".jsonl")?
         .parse()
         .ok()
-}
-
-/// Every string of `value` (keys included) cut to MAX_STRING bytes; a cut
-/// one says how long it was and keeps its SHA-256, so it can still be
-/// matched against what was asked.
-pub fn clamp(value: Value) -> Value {
-    match value {
-        Value::String(s) => Value::String(clamp_text(s)),
-        Value::Array(items) => Value::Array(items.into_iter().map(clamp).collect()),
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| (clamp_text(k), clamp(v)))
-                .collect(),
-        ),
-        other => other,
-    }
-}
-
-fn clamp_text(s: String) -> String {
-    if s.len() <= MAX_STRING {
-        return s;
-    }
-    let mut cut = MAX_STRING - 160;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let digest = hex(&Sha256::digest(s.as_bytes()));
-    format!(
-        "{}...[cut: {} bytes in all, sha256 {digest}]",
-        &s[..cut],
-        s.len()
-    )
 }
 
 /// Every file of the log in `dir`, in chain order: the set-aside ones, then
@@ -656,7 +621,7 @@ pub fn describe(line: &str) -> Option<(String, String)> {
         .iter()
         .filter(|(_, v)| !v.is_null())
         .map(|(k, v)| match v {
-            Value::String(s) => format!("{k}={}", escape_controls(s)),
+            Value::String(s) => format!("{k}={}", crate::printable::escape_controls(s)),
             other => format!("{k}={other}"),
         })
         .collect();
@@ -665,26 +630,6 @@ pub fn describe(line: &str) -> Option<(String, String)> {
         kind.clone(),
         format!("#{seq} {time} {kind} {}", rest.join(" ")),
     ))
-}
-
-/// Whether `c` can change how the text around it is shown: control
-/// characters, bidirectional overrides and isolates, line and paragraph
-/// separators.
-pub fn hides_text(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
-}
-
-/// `text` with every control character written as an escape, so that a
-/// string chosen by a command (a folder name, a host) can neither break a
-/// line nor send a terminal an escape sequence.
-pub fn escape_controls(text: &str) -> String {
-    text.chars()
-        .map(|c| match hides_text(c) {
-            true => c.escape_default().to_string(),
-            false => c.to_string(),
-        })
-        .collect()
 }
 
 /// Reads the sequence number and hash of the last line, to continue the
@@ -883,46 +828,6 @@ mod tests {
         let (_, text) = describe(line).unwrap();
         assert!(!text.chars().any(char::is_control), "{text:?}");
         assert!(text.contains(r"folder=a\nb\u{1b}[8m"), "{text}");
-    }
-
-    #[test]
-    fn long_strings_are_cut_with_their_length_and_digest() {
-        let long = "h".repeat(10_000);
-        let cut = clamp(json!({"host": long, "short": "ok", long.clone(): [long.clone()]}));
-        let text = cut.to_string();
-        assert!(text.len() < 3 * MAX_STRING, "{}", text.len());
-        assert_eq!(cut["short"], "ok");
-        let host = cut["host"].as_str().unwrap();
-        assert!(host.contains("10000 bytes in all"), "{host}");
-        assert!(host.contains(&hex(&Sha256::digest(long.as_bytes()))));
-        // A cut never splits a character.
-        let wide = "é".repeat(3000);
-        assert!(clamp(json!(wide)).as_str().unwrap().contains("6000 bytes"));
-    }
-
-    #[test]
-    fn a_flood_of_refusals_is_a_burst_and_a_count() {
-        let dir = tempfile::tempdir().unwrap();
-        let audit = Audit::open(dir.path(), None, None).unwrap();
-        for i in 0..5000 {
-            audit.record_refusal("egress", "proxy", json!({"host": format!("h{i}.test")}));
-        }
-        audit.record("command_start", json!({"command": 1}));
-        audit.sync();
-        let text = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
-        let lines: Vec<Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        let written = lines.iter().filter(|l| l["kind"] == "egress").count();
-        assert_eq!(written, REFUSAL_BURST as usize);
-        let counted: u64 = lines
-            .iter()
-            .filter(|l| l["kind"] == "suppressed")
-            .map(|l| l["count"].as_u64().unwrap())
-            .sum();
-        assert_eq!(written as u64 + counted, 5000, "nothing lost");
-        assert!(lines.iter().any(|l| l["kind"] == "command_start"));
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub fn census(uid: u32) -> (Vec<ShellProcess>, usize) {
             let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             ShellProcess {
                 pid,
-                name: crate::audit::escape_controls(name.trim_end()),
+                name: crate::printable::escape_controls(name.trim_end()),
             }
         })
         .collect();

@@ -221,3 +221,28 @@ fn a_reader_that_stops_early_ends_tail_quietly() {
     assert!(stderr.is_empty(), "nothing said on a closed pipe: {stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
 }
+
+#[test]
+fn a_flood_of_refusals_is_a_burst_and_a_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = Audit::open(dir.path(), None, None).unwrap();
+    for i in 0..5000 {
+        audit.record_refusal("egress", "proxy", json!({"host": format!("h{i}.test")}));
+    }
+    audit.record("command_start", json!({"command": 1}));
+    audit.sync();
+    let text = std::fs::read_to_string(dir.path().join(warden::audit::FILE_NAME)).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let written = lines.iter().filter(|l| l["kind"] == "egress").count();
+    assert_eq!(written, 20);
+    let counted: u64 = lines
+        .iter()
+        .filter(|l| l["kind"] == "suppressed")
+        .map(|l| l["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(written as u64 + counted, 5000, "nothing lost");
+    assert!(lines.iter().any(|l| l["kind"] == "command_start"));
+}
