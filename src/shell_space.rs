@@ -120,6 +120,44 @@ const SHM_STAT_ANY: libc::c_int = 15;
 const SEM_STAT_ANY: libc::c_int = 20;
 const MSG_STAT_ANY: libc::c_int = 13;
 
+/// `struct shm_info` of <linux/shm.h>, which the libc crate does not name.
+#[repr(C)]
+struct ShmInfo {
+    used_ids: libc::c_int,
+    shm_tot: libc::c_ulong,
+    shm_rss: libc::c_ulong,
+    shm_swp: libc::c_ulong,
+    swap_attempts: libc::c_ulong,
+    swap_successes: libc::c_ulong,
+}
+
+/// How many System V objects the calling thread's IPC namespace holds:
+/// three syscalls, so that the end of a command costs nothing when shell
+/// left none (the usual case).
+pub fn ipc_objects() -> usize {
+    // SAFETY: *_INFO fill a buffer smaller than the one given (see
+    // `empty_ipc`); a failure counts as none.
+    unsafe {
+        let mut shm: ShmInfo = std::mem::zeroed();
+        let shm_used = match libc::shmctl(0, SHM_INFO, &mut shm as *mut _ as *mut libc::shmid_ds) {
+            -1 => 0,
+            _ => shm.used_ids as usize,
+        };
+        let mut sem: libc::seminfo = std::mem::zeroed();
+        let sem_used = match libc::semctl(0, 0, libc::SEM_INFO, &mut sem as *mut _) {
+            -1 => 0,
+            _ => sem.semusz as usize,
+        };
+        let mut msg: libc::msginfo = std::mem::zeroed();
+        let msg_used =
+            match libc::msgctl(0, libc::MSG_INFO, &mut msg as *mut _ as *mut libc::msqid_ds) {
+                -1 => 0,
+                _ => msg.msgpool as usize,
+            };
+        shm_used + sem_used + msg_used
+    }
+}
+
 /// Removes every System V shared-memory segment, semaphore set and
 /// message queue of the calling thread's IPC namespace (shell's, on the
 /// spawner thread). A segment still attached goes when its last user

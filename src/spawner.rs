@@ -80,7 +80,9 @@ impl Spawner {
                         // before this job is a process by now, and one
                         // asked for after it is not forked yet.
                         Job::EmptyIpc { uid } => {
-                            if crate::shell_procs::pids_of(uid).is_empty() {
+                            if shell_space::ipc_objects() > 0
+                                && crate::shell_procs::pids_of(uid).is_empty()
+                            {
                                 shell_space::empty_ipc();
                             }
                         }
