@@ -70,7 +70,7 @@ fn vm_boots_serves_over_vsock_confines_and_powers_off() {
     let mut vm = Vm::launch(&kit, Options::default());
     let ready = vm.wait_ready(Duration::from_secs(90));
     let mut client = vm.client();
-    assert_eq!(client.version, 2, "{}", client.server);
+    assert_eq!(client.version, 3, "{}", client.server);
 
     // Commands run as shell, on the machine warden booted.
     let out = client
