@@ -126,7 +126,7 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
         Ok(a) => a,
         Err(e) => return refuse(format!("users: {e}")),
     };
-    // 5. The layout, with the modes of DESIGN.md.
+    // 5. The layout, with the modes the README lists.
     let paths = layout::Paths::new(&accounts[0], &accounts[1], config.audit_dir());
     let changes = match layout::ensure(&layout::specs(&paths, &accounts[0], &accounts[1])) {
         Ok(c) => c,

@@ -55,7 +55,7 @@ impl Paths {
     }
 }
 
-/// The layout of DESIGN.md: the runtime's secrets and data closed to
+/// The machine's layout (as the README lists it): the runtime's secrets and data closed to
 /// everyone else, a sticky workspace where `shell` may make folders but not
 /// remove others', routines it can read and never write.
 pub fn specs(paths: &Paths, runtime: &Account, shell: &Account) -> Vec<Spec> {
