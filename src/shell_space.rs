@@ -6,7 +6,7 @@
 //! own, and every command it forks inherits them. So a link `shell` plants
 //! in its /tmp is never in a path the runtime uses (containers leave the
 //! kernel's link protections off), and a segment it leaves behind is never
-//! in the runtime's namespace, and is removed once no command runs.
+//! in the runtime's namespace, and is removed once shell has no live process left.
 
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
@@ -74,7 +74,7 @@ pub fn enter(backing: &Path) -> Result<String, String> {
         return Err("shell's /tmp is still the machine's after mounting".into());
     }
     Ok(format!(
-        "own /tmp ({}), {shm}, own System V IPC namespace (emptied whenever no command runs)",
+        "own /tmp ({}), {shm}, own System V IPC namespace (emptied once shell has no live process left)",
         backing.display()
     ))
 }
