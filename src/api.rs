@@ -369,6 +369,7 @@ impl Conn {
                 return Ok(());
             }
         };
+        self.sup.activity.touch();
         let reply = match request {
             Request::Hello { .. } => Some(error(ErrorCode::BadRequest, "hello was already said")),
             Request::Status => {
@@ -389,6 +390,9 @@ impl Conn {
                     status.shell_process_count = None;
                     status.gate = None;
                 }
+                if self.version.load(Ordering::SeqCst) < 4 {
+                    status.activity = None;
+                }
                 Some(Event::Status(Box::new(status)))
             }
             Request::Reload => Some(match self.sup.network.reload() {
@@ -404,6 +408,8 @@ impl Conn {
             Request::StopShell { signal } => Some(self.stop_shell(&signal).await),
             Request::CloseGate { reason } => Some(self.gate(Some(reason))),
             Request::OpenGate => Some(self.gate(None)),
+            Request::HandKeys { text } => Some(self.hand_keys(&text)),
+            Request::Hold { until_ms } => Some(self.hold(until_ms)),
             Request::Shutdown => {
                 // Answered first: the stop begins once the answer is queued.
                 let reply = self.shutdown();
@@ -419,6 +425,59 @@ impl Conn {
             self.send(id, event).await;
         }
         Ok(())
+    }
+
+    /// `hand_keys` (version 4, the host's door only): the runtime's keys
+    /// become its `.env` and the main process's; only names are audited.
+    fn hand_keys(&self, text: &str) -> Event {
+        if self.version.load(Ordering::SeqCst) < 4 {
+            return error(
+                ErrorCode::BadRequest,
+                "hand_keys is a protocol version 4 request",
+            );
+        }
+        if matches!(self.door, Door::Local) {
+            return error(
+                ErrorCode::Refused,
+                "hand_keys comes through the host's door only (the runtime writes its own .env)",
+            );
+        }
+        let names = match crate::keys::names(text) {
+            Ok(names) => names,
+            Err(e) => return error(ErrorCode::BadRequest, format!("hand_keys: {e}")),
+        };
+        let runtime = &self.sup.runtime;
+        if let Err(e) =
+            crate::keys::write_env(&self.sup.paths.env_file, text, runtime.uid, runtime.gid)
+        {
+            self.sup.audit.record("keys_failed", json!({"error": e}));
+            return error(ErrorCode::Internal, format!("hand_keys: {e}"));
+        }
+        self.sup.keys.arrive(text);
+        self.sup
+            .audit
+            .record("keys_handed", json!({"names": names}));
+        Event::KeysHanded { names }
+    }
+
+    /// `hold` (version 4): keeps the machine awake until a time.
+    fn hold(&self, until_ms: u64) -> Event {
+        if self.version.load(Ordering::SeqCst) < 4 {
+            return error(
+                ErrorCode::BadRequest,
+                "hold is a protocol version 4 request",
+            );
+        }
+        match self.sup.activity.hold(until_ms) {
+            Ok(until_ms) => {
+                self.sup.audit.record(
+                    "hold",
+                    json!({"until_ms": until_ms, "requester_uid": self.requester()}),
+                );
+                Event::Held { until_ms }
+            }
+            Err(e) => error(ErrorCode::BadRequest, format!("hold: {e}")),
+        }
     }
 
     /// Checks and records a `shutdown` request (version 2).

@@ -313,6 +313,46 @@ impl Client {
         }
     }
 
+    /// Hands the runtime its keys, a `.env` text (protocol version 4, the
+    /// host's door only); returns their names.
+    pub fn hand_keys(&mut self, text: &str) -> Result<Vec<String>, ClientError> {
+        self.ask(
+            &Request::HandKeys { text: text.into() },
+            |event| match event {
+                Event::KeysHanded { names } => Ok(names),
+                other => Err(other),
+            },
+        )
+    }
+
+    /// Keeps the machine awake until `until_ms` (Unix ms; protocol
+    /// version 4); returns the hold in force (0: none).
+    pub fn hold(&mut self, until_ms: u64) -> Result<u64, ClientError> {
+        self.ask(&Request::Hold { until_ms }, |event| match event {
+            Event::Held { until_ms } => Ok(until_ms),
+            other => Err(other),
+        })
+    }
+
+    /// Sends one request and reads its one answer: `pick` takes the event
+    /// it expects, warden's error becomes `ClientError::Warden`.
+    fn ask<T>(
+        &mut self,
+        request: &Request,
+        pick: impl FnOnce(Event) -> Result<T, Event>,
+    ) -> Result<T, ClientError> {
+        self.send(0, request)?;
+        match self.receive()? {
+            Message::Event(_, Event::Error { code, message }) => {
+                Err(ClientError::Warden { code, message })
+            }
+            Message::Event(id, event) => {
+                pick(event).map_err(|other| unexpected(Message::Event(id, other)))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
     pub fn status(&mut self) -> Result<Status, ClientError> {
         self.send(0, &Request::Status)?;
         match self.receive()? {

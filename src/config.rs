@@ -49,6 +49,12 @@ pub struct MachineConfig {
     /// The folder behind shell's own /tmp (root's, made at boot): what
     /// commands write to /tmp lands here, apart from everyone else's /tmp.
     pub shell_tmp: PathBuf,
+    /// The main process starts only once the host has handed the runtime
+    /// its keys (`hand_keys`), so that it starts with them.
+    pub main_waits_for_keys: bool,
+    /// Seconds with no request, no command and no hold after which warden
+    /// stops the machine itself; None: never.
+    pub idle_stop_s: Option<u64>,
 }
 
 /// Commands when the audit log cannot be written.
@@ -100,6 +106,8 @@ impl Default for MachineConfig {
             drain_ms: 2_000,
             path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
             lang: "C.UTF-8".into(),
+            main_waits_for_keys: false,
+            idle_stop_s: None,
         }
     }
 }
@@ -229,6 +237,12 @@ impl MachineConfig {
         }
         if self.path.is_empty() || self.path.contains('\0') {
             return Err(invalid("path", "must be a non-empty PATH value"));
+        }
+        if self.idle_stop_s == Some(0) {
+            return Err(invalid(
+                "idle_stop_s",
+                "must be at least 1 (or null: never)",
+            ));
         }
         if self.lang.contains('\0') {
             return Err(invalid("lang", "must not contain NUL"));

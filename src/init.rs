@@ -127,11 +127,23 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
         Err(e) => return refuse(format!("users: {e}")),
     };
     // 5. The layout, with the modes the README lists.
-    let paths = layout::Paths::new(&accounts[0], &accounts[1], config.audit_dir());
+    let paths = layout::Paths::of_machine(&accounts[0], &accounts[1], config.audit_dir());
     let changes = match layout::ensure(&layout::specs(&paths, &accounts[0], &accounts[1])) {
         Ok(c) => c,
         Err(e) => return refuse(e.to_string()),
     };
+    if paths.routines_lent {
+        let shell = &accounts[1];
+        let who = layout::Who {
+            uid: shell.uid,
+            gid: shell.gid,
+            groups: &shell.groups,
+        };
+        if let Err(e) = layout::check_lent_routines(&paths.routines, who) {
+            return refuse(e.to_string());
+        }
+        crate::say!("routines: lent by the owner, kept as lent (shell cannot write them)");
+    }
     //    Keys the launcher handed over with the machine's own files (a VM
     //    has no other way in before it boots) become the runtime's .env.
     match layout::hand_over_keys(Path::new(layout::HANDED_KEYS), &paths.env_file) {
@@ -194,6 +206,11 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
         network,
         pid1,
     ));
+    //    Keys handed over at an earlier boot of this machine are the main
+    //    process's from the start (a machine started again waits for none).
+    if let Some(text) = crate::keys::earlier(&sup.paths.env_file, sup.runtime.uid) {
+        sup.keys.arrive(&text);
+    }
     // From here on, every diagnostic line is redacted like the audit log.
     let weak = Arc::downgrade(&sup);
     crate::diag::set_redaction(Box::new(move |text| match weak.upgrade() {
@@ -322,10 +339,16 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
         vm.inject_fault();
     }
     work_out_default_hosts(&sup, defaults);
-    // 12. The main process, as runtime.
-    let main = start_main(&sup);
+    // 12. The main process, as runtime (once the host handed over the
+    //     runtime's keys, when the config says it will).
+    let waits = sup.config.main_waits_for_keys && !sup.config.main.is_empty();
+    if waits {
+        crate::say!("the main process starts once the host hands over the runtime's keys");
+    }
+    let main = if waits { None } else { start_main(&sup) };
+    watch_idleness(&sup, &runtime);
     // 13. Supervise until the end.
-    let status = runtime.block_on(supervise(sup.clone(), signals, main));
+    let status = runtime.block_on(supervise(sup.clone(), signals, main, waits));
     // 14. Leave the books in order.
     let _ = std::fs::remove_file(&sup.config.socket);
     if let Some(host) = &sup.config.host_socket {
@@ -628,6 +651,7 @@ async fn supervise(
     sup: Arc<Supervisor>,
     mut signals: mpsc::UnboundedReceiver<Signal>,
     main: Option<Result<Main, i32>>,
+    mut waits_for_keys: bool,
 ) -> i32 {
     let mut main = match main {
         None => None,
@@ -638,6 +662,34 @@ async fn supervise(
         }
     };
     loop {
+        if waits_for_keys {
+            // The keys, a signal or a stop, whichever comes first.
+            tokio::select! {
+                _ = sup.keys.wait() => {
+                    waits_for_keys = false;
+                    match start_main(&sup) {
+                        Some(Ok(m)) => main = Some(m),
+                        Some(Err(status)) => {
+                            stop_everything(&sup, None).await;
+                            return status;
+                        }
+                        None => {}
+                    }
+                    continue;
+                }
+                sig = signals.recv() => {
+                    let Some(sig) = sig else { continue };
+                    if is_shutdown(sig) {
+                        sup.audit.record("signal", json!({"signal": sig.as_str(), "action": "shutdown"}));
+                        return shutdown(&sup, sig, None).await;
+                    }
+                    continue;
+                }
+                _ = sup.stop_requested() => {
+                    return stopped_on_request(&sup, None).await;
+                }
+            }
+        }
         let main_exit = async {
             match main.as_mut() {
                 Some(m) => (&mut m.exit).await.ok(),
@@ -657,8 +709,7 @@ async fn supervise(
                 sup.audit.record("signal", json!({"signal": sig.as_str(), "action": action}));
             }
             _ = sup.stop_requested() => {
-                crate::say!("shutdown requested through the API: shutting down");
-                return shutdown(&sup, Signal::SIGTERM, main).await;
+                return stopped_on_request(&sup, main).await;
             }
             exit = main_exit => {
                 let status = exit.map(Exit::status).unwrap_or(125);
@@ -670,6 +721,50 @@ async fn supervise(
             }
         }
     }
+}
+
+/// A stop asked for through the API, or for being idle: as SIGTERM, but
+/// an idle stop ends with status 0 (nothing failed; an engine's
+/// `on-failure` restart must not start the machine again).
+async fn stopped_on_request(sup: &Supervisor, main: Option<Main>) -> i32 {
+    let idle = sup.activity.stopped_idle();
+    match idle {
+        true => crate::say!("idle: stopping"),
+        false => crate::say!("shutdown requested through the API: shutting down"),
+    }
+    let status = shutdown(sup, Signal::SIGTERM, main).await;
+    if idle {
+        0
+    } else {
+        status
+    }
+}
+
+/// With an idle stop set: looks every second whether the machine has been
+/// idle long enough (no request, no command, no hold), and stops it.
+fn watch_idleness(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime) {
+    let Some(limit) = sup.activity.idle_stop() else {
+        return;
+    };
+    let watched = Arc::downgrade(sup);
+    let step = Duration::from_secs(1)
+        .min(limit / 4)
+        .max(Duration::from_millis(100));
+    runtime.spawn(async move {
+        loop {
+            tokio::time::sleep(step).await;
+            let Some(sup) = watched.upgrade() else { return };
+            if sup.activity.stop_now(sup.running_count()) {
+                let idle_ms = sup.activity.idle().as_millis() as u64;
+                sup.audit.record(
+                    "idle_stop",
+                    json!({"idle_ms": idle_ms, "idle_stop_s": limit.as_secs()}),
+                );
+                sup.request_stop();
+                return;
+            }
+        }
+    });
 }
 
 /// TERM/INT/PWR: pass it on to the main process, stop every command, and

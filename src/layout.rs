@@ -38,6 +38,10 @@ pub struct Paths {
     pub routines: PathBuf,
     pub shell_home: PathBuf,
     pub audit_dir: PathBuf,
+    /// The routines are a folder the owner lent (a mount point): warden
+    /// changes neither its owner nor its modes, and checks that shell
+    /// cannot write it.
+    pub routines_lent: bool,
 }
 
 impl Paths {
@@ -51,7 +55,16 @@ impl Paths {
             runtime_home: home,
             shell_home: shell.home.clone(),
             audit_dir,
+            routines_lent: false,
         }
+    }
+
+    /// As `new`, with `routines_lent` read from this process's mounts.
+    pub fn of_machine(runtime: &Account, shell: &Account, audit_dir: PathBuf) -> Paths {
+        let mut paths = Paths::new(runtime, shell, audit_dir);
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        paths.routines_lent = mount_points(&mounts).contains(&paths.routines);
+        paths
     }
 }
 
@@ -83,14 +96,67 @@ pub fn specs(paths: &Paths, runtime: &Account, shell: &Account) -> Vec<Spec> {
         // Sticky and group-writable by shell only: shell makes folders,
         // cannot remove the runtime's or rename its routines.
         spec(&paths.workspace, Kind::Dir, r, s.gid, &s.name, 0o1770),
-        spec(&paths.routines, Kind::Dir, r, r.gid, &r.name, 0o755),
         spec(&paths.shell_home, Kind::Dir, s, s.gid, &s.name, 0o700),
     ];
+    if !paths.routines_lent {
+        out.push(spec(&paths.routines, Kind::Dir, r, r.gid, &r.name, 0o755));
+    }
     // The audit log is root's, readable by the runtime, never by shell.
     for dir in ancestors_below(&paths.audit_dir, &paths.data) {
         out.push(spec(&dir, Kind::Dir, &root, r.gid, &r.name, 0o750));
     }
     out
+}
+
+/// Pure: the mount points `/proc/self/mountinfo` lists (its fifth field,
+/// with the kernel's octal escapes of space, tab, newline and `\\` undone).
+pub fn mount_points(mountinfo: &str) -> Vec<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| {
+            let mut out = Vec::new();
+            let bytes = field.as_bytes();
+            let mut i = 0;
+            while i < bytes.len() {
+                let octal = bytes.get(i + 1..i + 4).and_then(|d| {
+                    std::str::from_utf8(d)
+                        .ok()
+                        .and_then(|d| u8::from_str_radix(d, 8).ok())
+                });
+                match (bytes[i], octal) {
+                    (b'\\', Some(byte)) => {
+                        out.push(byte);
+                        i += 4;
+                    }
+                    (byte, _) => {
+                        out.push(byte);
+                        i += 1;
+                    }
+                }
+            }
+            PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out))
+        })
+        .collect()
+}
+
+/// Why a lent routines folder is refused: shell could write it by its
+/// owner and modes (Landlock aside, which may not hold everywhere).
+pub fn check_lent_routines(routines: &Path, shell: Who) -> Result<(), LayoutError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(routines).map_err(|e| err(routines, e.to_string()))?;
+    if permits(shell, meta.uid(), meta.gid(), meta.mode(), MAY_WRITE) {
+        return Err(err(
+            routines,
+            format!(
+                "lent so that shell could write it (owner {}:{}, mode {:04o}): the agent's routines are never shell's",
+                meta.uid(),
+                meta.gid(),
+                meta.mode() & 0o7777
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The directories from just below `base` down to `dir`, when `dir` is
@@ -445,6 +511,23 @@ mod tests {
                 "{uid}:{gid} {mode:o} want {want:o}"
             );
         }
+    }
+
+    #[test]
+    fn mount_points_table() {
+        let info = "22 1 0:21 / / rw - ext4 /dev/vda rw\n\
+                    30 22 0:5 /p /home/runtime/workspace/routines ro - ext4 /dev/x rw\n\
+                    31 22 0:5 /q /lent/a\\040b rw - ext4 /dev/x rw\n\
+                    bad line\n";
+        let points = mount_points(info);
+        assert_eq!(
+            points,
+            vec![
+                PathBuf::from("/"),
+                PathBuf::from("/home/runtime/workspace/routines"),
+                PathBuf::from("/lent/a b"),
+            ]
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! that holds one AI coding agent, runs the agent as `runtime`, and runs
 //! every command the agent asks for as `shell`, through its API.
 
+pub mod activity;
 pub mod admission;
 pub mod api;
 pub mod audit;
@@ -12,6 +13,7 @@ pub mod confine;
 pub mod diag;
 pub mod init;
 pub mod key;
+pub mod keys;
 pub mod launcher;
 pub mod layout;
 pub mod net;

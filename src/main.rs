@@ -189,14 +189,20 @@ enum MachineAction {
     /// Run ARGV as the shell user through the machine's warden.
     Exec {
         id: String,
+        /// Start the machine first when it is stopped.
+        #[arg(long)]
+        start: bool,
         #[command(flatten)]
         command: CommandArgs,
     },
-    /// Show the machine's warden status.
+    /// Show the machine's warden status (and its published ports).
     Status {
         id: String,
         #[arg(long)]
         json: bool,
+        /// Start the machine first when it is stopped.
+        #[arg(long)]
+        start: bool,
     },
     /// Stop the machine (SIGTERM, SIGKILL after 10 s).
     Stop { id: String },
@@ -402,19 +408,30 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             vm,
         } => m::up(&definition, env_file.as_deref(), vm).map(|()| 0),
         MachineAction::Ps => m::ps().map(|()| 0),
-        MachineAction::Exec { id, command } => {
+        MachineAction::Exec { id, start, command } => {
             m::check_id(&id)?;
+            if start {
+                m::start(&id)?;
+            }
             run_on(command.request()?, |first| m::connect(&id, first))
         }
-        MachineAction::Status { id, json } => {
+        MachineAction::Status { id, json, start } => {
             m::check_id(&id)?;
+            if start {
+                m::start(&id)?;
+            }
             let status = m::status(&id)?;
             match json {
                 true => println!(
                     "{}",
                     serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?
                 ),
-                false => print!("{}", describe(&status)),
+                false => {
+                    print!("{}", describe(&status));
+                    for line in m::published(&m::container(&id)) {
+                        println!("published: {line}");
+                    }
+                }
             }
             Ok(0)
         }
@@ -648,6 +665,16 @@ fn describe(s: &Status) -> String {
     match &s.main {
         Some(m) => out += &format!("main process: pid {} {:?}\n", m.pid, m.argv),
         None => out += "main process: none\n",
+    }
+    if let Some(a) = &s.activity {
+        out += &format!("last activity: {:.1} s ago", a.idle_ms as f64 / 1000.0);
+        if let Some(until) = a.held_until_ms {
+            out += &format!(", held by the runtime until {until} (Unix ms)");
+        }
+        out += &match a.idle_stop_s {
+            Some(limit) => format!(", stops itself after {limit} s idle\n"),
+            None => ", no idle stop\n".to_string(),
+        };
     }
     out += &format!(
         "commands: {} started, {} running\n",

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 /// the `shutdown` request (and its `shutting_down` answer); version 3 the
 /// `stop_shell` request (`shell_stopped`), shell's processes in status,
 /// and the runtime's gate (`close_gate`, `open_gate`, `gate`).
-pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3];
+pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3, 4];
 pub const HEADER_LEN: usize = 9;
 /// No frame may carry more than this; a larger one closes the connection.
 pub const MAX_FRAME: u32 = 1 << 20;
@@ -121,6 +121,17 @@ pub enum Request {
     },
     /// Version 3: let shell commands run again.
     OpenGate,
+    /// Version 4, the host's door only: the runtime's keys (a `.env`
+    /// text), written as its `.env` and given to the main process, which
+    /// may wait for them to start.
+    HandKeys {
+        text: String,
+    },
+    /// Version 4: keep the machine awake until `until_ms` (Unix time in
+    /// milliseconds; a time past lets go), whatever its idle stop says.
+    Hold {
+        until_ms: u64,
+    },
 }
 
 fn kill() -> String {
@@ -208,6 +219,15 @@ pub enum Event {
         signalled: usize,
         left: usize,
     },
+    /// Version 4: the answer to `hand_keys`: the names of the keys now in
+    /// the runtime's `.env` (never their values).
+    KeysHanded {
+        names: Vec<String>,
+    },
+    /// Version 4: the answer to `hold`: held until then (0: not held).
+    Held {
+        until_ms: u64,
+    },
     Error {
         code: ErrorCode,
         message: String,
@@ -284,6 +304,9 @@ pub struct Status {
     /// Version 3: the runtime's gate for shell commands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateState>,
+    /// Version 4: when the machine was last used, and its idle stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity: Option<ActivityState>,
     pub commands_started: u64,
     pub audit_log: String,
     /// Each confinement layer of shell commands, as the last probe found it.
@@ -297,6 +320,19 @@ pub struct Status {
     /// The egress proxy, when it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxyState>,
+}
+
+/// How long the machine has been idle, what holds it, and when it stops.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActivityState {
+    /// Since the last request or command's end.
+    pub idle_ms: u64,
+    /// The runtime's hold, when one is in force (Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_until_ms: Option<u64>,
+    /// The machine stops itself after this long idle; absent: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_stop_s: Option<u64>,
 }
 
 /// Whether shell commands may run, as the runtime last said.

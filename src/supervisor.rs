@@ -53,6 +53,10 @@ pub struct Supervisor {
     stop_requested: tokio::sync::Notify,
     /// The runtime's gate: closed (with its reason) or open, and since when.
     gate: Mutex<(Option<String>, Instant)>,
+    /// When the machine was last used, and the runtime's hold.
+    pub activity: crate::activity::Activity,
+    /// The runtime's keys, once the host handed them over.
+    pub keys: crate::keys::HandedKeys,
 }
 
 struct Running {
@@ -72,7 +76,8 @@ impl Supervisor {
         network: crate::network::Network,
         pid1: bool,
     ) -> Supervisor {
-        let paths = Paths::new(&runtime, &shell, config.audit_dir());
+        let paths = Paths::of_machine(&runtime, &shell, config.audit_dir());
+        let config_idle = config.idle_stop_s;
         let specs = layout::specs(&paths, &runtime, &shell);
         let reaper = Arc::new(Reaper::default());
         let started = Spawner::start(
@@ -113,6 +118,8 @@ impl Supervisor {
             main: Mutex::new(None),
             stop_requested: tokio::sync::Notify::new(),
             gate: Mutex::new((None, Instant::now())),
+            activity: crate::activity::Activity::new(config_idle),
+            keys: Default::default(),
         }
     }
 
@@ -332,6 +339,9 @@ impl Supervisor {
         env.insert("HOME".into(), self.runtime.home.display().to_string());
         env.insert("USER".into(), self.runtime.name.clone());
         env.insert("LOGNAME".into(), self.runtime.name.clone());
+        // The runtime's keys, when the host handed them over: the
+        // runtime's own, like its `.env`.
+        env.extend(self.keys.pairs());
         let env: Vec<(String, String)> = env.into_iter().collect();
         let path = env
             .iter()
@@ -371,6 +381,7 @@ impl Supervisor {
     }
 
     pub fn command_ended(&self, command: u64) {
+        self.activity.touch();
         let mut running = self.running();
         running.remove(&command);
         if running.is_empty() && self.shell_space.is_ok() {
@@ -428,6 +439,11 @@ impl Supervisor {
             shell_processes: Some(shell_processes),
             shell_process_count: Some(shell_process_count),
             gate: Some(self.gate()),
+            activity: Some(crate::protocol::ActivityState {
+                idle_ms: self.activity.idle().as_millis() as u64,
+                held_until_ms: self.activity.held_until_ms(),
+                idle_stop_s: self.activity.idle_stop().map(|d| d.as_secs()),
+            }),
             commands_started: self.next_command.load(Ordering::SeqCst) - 1,
             audit_log: self.audit.path().display().to_string(),
             audit_failing: self.audit.failing(),

@@ -104,6 +104,8 @@ impl Fixture {
             "keys": keys,
             "lend": [{"host": lent, "at": "/lent/src", "mode": "read"}],
             "setup": "setup.sh",
+            // A main process that runs until stopped, as an agent would.
+            "command": ["sleep", "infinity"],
         });
         std::fs::write(dir.path().join("def.json"), definition.to_string()).unwrap();
         Fixture { dir, id }
@@ -345,6 +347,15 @@ fn a_failing_setup_fails_up_with_its_output() {
         "{}",
         show("up", &out)
     );
+    // What this `up` made is gone again, and it says so.
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("removed what this `up` made: container"),
+        "{err}"
+    );
+    assert_eq!(leftovers(&fx.id), "", "{err}");
+    let state = warden::launcher::machine::state_dir(&fx.id);
+    assert!(!state.exists(), "{} is left", state.display());
 }
 
 /// The definition, changed by `edit` and written back.

@@ -7,6 +7,7 @@
 //! problem, for example `demo.json: lend[1].at: /etc/x shadows a system
 //! path (/etc)`.
 
+use super::agent::{self, KeepId, Port, Restart};
 use crate::policy::{Limits, Requirement};
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -27,18 +28,25 @@ pub const MAX_KEYS: usize = 64;
 pub const MAX_DNS: usize = 3;
 
 /// A lend may not land on or beneath these (only on `/` itself for `/`):
-/// it would shadow the machine's own files or the users' homes.
-pub const SYSTEM_PATHS: [&str; 17] = [
+/// it would shadow the machine's own files. The users' homes under
+/// `/home` are refused too (`agent::in_a_home`), but for the agent's
+/// folder; the rest of `/home` is free, so a project can be lent at the
+/// path it has on the host.
+pub const SYSTEM_PATHS: [&str; 16] = [
     "/", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys",
-    "/dev", "/run", "/var", "/boot", "/home", "/root",
+    "/dev", "/run", "/var", "/boot", "/root",
 ];
+
+/// The longest idle time a machine may be given before it stops itself:
+/// a week.
+pub const MAX_IDLE_MINUTES: f64 = 7.0 * 24.0 * 60.0;
 
 /// The variables warden sets itself; any name ending in `_proxy` (in any
 /// case) is warden's too.
 const RESERVED_NAMES: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
 
 /// The top-level fields, in the order they are checked.
-const FIELDS: [&str; 16] = [
+const FIELDS: [&str; 21] = [
     "id",
     "image",
     "dockerfile",
@@ -55,6 +63,11 @@ const FIELDS: [&str; 16] = [
     "dns",
     "allow_addresses",
     "kind",
+    "command",
+    "restart",
+    "ports",
+    "requires",
+    "idle_stop_minutes",
 ];
 
 const LEND_FIELDS: [&str; 3] = ["host", "at", "mode"];
@@ -95,9 +108,9 @@ pub struct Definition {
     pub limits: Limits,
     /// The network the machine is on.
     pub network: Network,
-    /// Rootless only: the owner's host uid is shell's uid inside, so what
-    /// shell writes in a lent folder belongs to the owner on the host.
-    pub keep_id: bool,
+    /// Rootless only: which user the owner's host uid is inside, so what
+    /// that user writes in a lent folder belongs to the owner on the host.
+    pub keep_id: KeepId,
     /// What follows when warden's firewall cannot hold (network.json's
     /// `firewall`): None leaves warden's default (required).
     pub firewall: Option<Requirement>,
@@ -109,6 +122,18 @@ pub struct Definition {
     pub allow_addresses: Vec<String>,
     /// A container (the default) or a micro-VM.
     pub kind: Kind,
+    /// The machine's main process, run as `runtime`; None runs the image's
+    /// own (an image built for warden), or none (warden serves alone).
+    pub command: Option<Vec<String>>,
+    /// What the engine does when the main process ends.
+    pub restart: Restart,
+    /// The runtime's server ports, published on the host's 127.0.0.1.
+    pub ports: Vec<Port>,
+    /// Commands the image must hold (looked up on warden's PATH at `up`).
+    pub requires: Vec<String>,
+    /// Minutes with no request, no command and no hold after which warden
+    /// stops the machine; None never.
+    pub idle_stop_minutes: Option<f64>,
 }
 
 /// What the machine is.
@@ -254,6 +279,15 @@ impl Definition {
     }
 }
 
+/// The agent's fields, checked.
+struct AgentFields {
+    command: Option<Vec<String>>,
+    restart: Restart,
+    ports: Vec<Port>,
+    requires: Vec<String>,
+    idle_stop_minutes: Option<f64>,
+}
+
 /// Checks one definition's fields, naming the file in every error.
 struct Parser<'a> {
     path: &'a Path,
@@ -385,9 +419,10 @@ impl Parser<'_> {
                 ))
             }
         };
-        let keep_id: bool = self
+        let keep_id: Value = self
             .take(&mut object, "keep_id", "keep_id")?
-            .unwrap_or(false);
+            .unwrap_or(Value::Null);
+        let keep_id = KeepId::parse(&keep_id).map_err(|e| self.invalid("keep_id", e))?;
         let firewall: Option<Requirement> = self.take(&mut object, "firewall", "firewall")?;
         if firewall == Some(Requirement::Off) {
             return Err(self.invalid(
@@ -408,7 +443,13 @@ impl Parser<'_> {
                 .parse::<crate::net::addr::Cidr>()
                 .map_err(|e| self.invalid(format!("allow_addresses[{i}]"), e.to_string()))?;
         }
+        let agent = self.agent(&mut object, &network, &lend, keep_id)?;
         Ok(Definition {
+            command: agent.command,
+            restart: agent.restart,
+            ports: agent.ports,
+            requires: agent.requires,
+            idle_stop_minutes: agent.idle_stop_minutes,
             id,
             source,
             lend,
@@ -424,6 +465,72 @@ impl Parser<'_> {
             dns,
             allow_addresses,
             kind,
+        })
+    }
+
+    /// The fields of the agent that lives in the machine (`agent.rs`), and
+    /// how they bear on the network, the lends and keep-id.
+    fn agent(
+        &self,
+        object: &mut Map<String, Value>,
+        network: &Network,
+        lend: &[Lend],
+        keep_id: KeepId,
+    ) -> Result<AgentFields, DefinitionError> {
+        let pair = |(field, problem): (String, String)| self.invalid(field, problem);
+        let command: Option<Vec<String>> = self.take(object, "command", "command")?.flatten();
+        if let Some(argv) = &command {
+            agent::command(argv).map_err(|e| self.invalid("command", e))?;
+        }
+        let restart: Restart = self.take(object, "restart", "restart")?.unwrap_or_default();
+        let ports: Vec<Value> = self.take(object, "ports", "ports")?.unwrap_or_default();
+        let ports = agent::ports(ports).map_err(pair)?;
+        if !ports.is_empty() && *network != Network::Private {
+            return Err(self.invalid(
+                "ports",
+                "published from the engine's private network: needs \"network\": \"private\"",
+            ));
+        }
+        let requires: Vec<String> = self
+            .take(object, "requires", "requires")?
+            .unwrap_or_default();
+        agent::requires(&requires).map_err(pair)?;
+        let idle_stop_minutes: Option<f64> = self
+            .take(object, "idle_stop_minutes", "idle_stop_minutes")?
+            .flatten();
+        match idle_stop_minutes {
+            // A second at least (0.1 is six seconds), a week at most.
+            Some(m) if !(1.0 / 60.0..=MAX_IDLE_MINUTES).contains(&m) => {
+                return Err(self.invalid(
+                    "idle_stop_minutes",
+                    format!(
+                        "{m} is not between one second (0.017) and a week ({MAX_IDLE_MINUTES})"
+                    ),
+                ))
+            }
+            Some(_) if restart == Restart::Always => {
+                return Err(self.invalid(
+                    "idle_stop_minutes",
+                    "with \"restart\": \"always\" the engine would start the machine again at once",
+                ))
+            }
+            _ => {}
+        }
+        let routines_written = lend
+            .iter()
+            .any(|l| l.at == Path::new(agent::ROUTINES) && l.mode == LendMode::Write);
+        if routines_written && keep_id == KeepId::Shell {
+            return Err(self.invalid(
+                "keep_id",
+                "\"shell\" would make the owner's routines lent for writing shell's: use \"runtime\", or lend them to read",
+            ));
+        }
+        Ok(AgentFields {
+            command,
+            restart,
+            ports,
+            requires,
+            idle_stop_minutes,
         })
     }
 
@@ -527,6 +634,15 @@ impl Parser<'_> {
                 return Err(
                     self.invalid(at_field, format!("{text} shadows a system path ({system})"))
                 );
+            }
+            if let Some(home) = agent::in_a_home(&at) {
+                return Err(self.invalid(
+                    at_field,
+                    format!(
+                        "{text} overlaps a user's home ({home}); only {} may be lent there",
+                        agent::ROUTINES
+                    ),
+                ));
             }
             // No two earlier ones nest, so at most one is `at` or above
             // it; those below it come right after it in path order.
@@ -739,7 +855,12 @@ mod tests {
                     ..Limits::default()
                 },
                 network: Network::None,
-                keep_id: false,
+                keep_id: KeepId::Off,
+                command: None,
+                restart: Restart::No,
+                ports: vec![],
+                requires: vec![],
+                idle_stop_minutes: None,
                 firewall: None,
                 dns: vec![],
                 allow_addresses: vec![],
@@ -759,7 +880,7 @@ mod tests {
         assert_eq!((d.hosts, d.setup), (None, None));
         assert_eq!(d.workspace, Workspace::Volume);
         assert_eq!(d.limits, Limits::default());
-        assert_eq!((d.network, d.keep_id), (Network::None, false));
+        assert_eq!((d.network, d.keep_id), (Network::None, KeepId::Off));
         assert_eq!((d.firewall, d.dns), (None, vec![]));
     }
 
@@ -892,7 +1013,53 @@ mod tests {
             ),
             (
                 with(&format!(r#"{{"lend": [{}]}}"#, lend("/home"))),
-                Some("lend[0].at: /home shadows a system path (/home)"),
+                Some("lend[0].at: /home overlaps a user's home (/home/runtime); only /home/runtime/workspace/routines may be lent there"),
+            ),
+            (with(&format!(r#"{{"lend": [{}]}}"#, lend("/home/me/project"))), None),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("/home/runtime/workspace/routines"))),
+                None,
+            ),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("/home/runtime/.ssh"))),
+                Some("lend[0].at: /home/runtime/.ssh overlaps a user's home (/home/runtime); only /home/runtime/workspace/routines may be lent there"),
+            ),
+            (
+                with(&format!(r#"{{"lend": [{}]}}"#, lend("/home/shell"))),
+                Some("lend[0].at: /home/shell overlaps a user's home (/home/shell); only /home/runtime/workspace/routines may be lent there"),
+            ),
+            // the agent's fields
+            (with(r#"{"command": ["node", "server.js"], "restart": "on-failure"}"#), None),
+            (with(r#"{"command": []}"#), Some("command: empty")),
+            (with(r#"{"command": "node server.js"}"#), Some("command: invalid type: string")),
+            (with(r#"{"restart": "sometimes"}"#), Some("restart: unknown variant `sometimes`")),
+            (
+                with(r#"{"network": "private", "ports": [{"port": 3000, "host": "auto", "from": 3100}]}"#),
+                None,
+            ),
+            (
+                with(r#"{"ports": [{"port": 3000, "host": 3100}]}"#),
+                Some("ports: published from the engine's private network: needs \"network\": \"private\""),
+            ),
+            (
+                with(r#"{"network": "private", "ports": [{"port": 3000}]}"#),
+                Some("ports[0].host: missing"),
+            ),
+            (with(r#"{"requires": ["python3", "git"]}"#), None),
+            (with(r#"{"requires": ["/usr/bin/python3"]}"#), Some("requires[0]: \"/usr/bin/python3\" is not a command's name")),
+            (with(r#"{"idle_stop_minutes": 0.1}"#), None),
+            (with(r#"{"idle_stop_minutes": 0}"#), Some("idle_stop_minutes: 0 is not between")),
+            (
+                with(r#"{"idle_stop_minutes": 5, "restart": "always"}"#),
+                Some("idle_stop_minutes: with \"restart\": \"always\""),
+            ),
+            (with(r#"{"keep_id": "runtime"}"#), None),
+            (with(r#"{"keep_id": "root"}"#), Some("keep_id: \"root\" is none of")),
+            (
+                with(
+                    r#"{"keep_id": "shell", "lend": [{"host": "/h", "at": "/home/runtime/workspace/routines", "mode": "write"}]}"#,
+                ),
+                Some("keep_id: \"shell\" would make the owner's routines lent for writing shell's"),
             ),
             (
                 with(&format!(r#"{{"lend": [{}]}}"#, lend("/usr/local/src"))),
@@ -1123,7 +1290,7 @@ mod tests {
             (with(r#"{"keep_id": true}"#), None),
             (
                 with(r#"{"keep_id": "yes"}"#),
-                Some("keep_id: invalid type: string"),
+                Some("keep_id: \"yes\" is none of false"),
             ),
             // firewall, dns
             (with(r#"{"firewall": "best-effort"}"#), None),

@@ -14,7 +14,11 @@
 //! line of the engine's stderr, and what it means when it is a known
 //! quirk of hosts (see `host::hint`).
 
-use super::definition::{valid_id, Definition, Kind, LendMode, Network, Source, Workspace};
+use super::agent::{free_port, HostPort, AUTO_SPAN};
+use super::create::{
+    create_args, entrypoint_is_warden, static_warden, CreatePlan, Entry, RUNTIME_UID, SHELL_UID,
+};
+use super::definition::{valid_id, Definition, Kind, LendMode, Network, Workspace};
 use super::host::{self, Engine, Host};
 use super::vm;
 use crate::client::Client;
@@ -29,17 +33,8 @@ use std::time::{Duration, Instant};
 /// Names the containers and volumes.
 pub const PREFIX: &str = "warden";
 
-/// What the image's users are (see machine/README.md).
-const RUNTIME_UID: &str = "2000";
-const SHELL_UID: u32 = 2001;
-
 /// How long `up` waits for warden's host socket to answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Warden needs these as PID 1: users and layout (CHOWN, DAC_OVERRIDE,
-/// FOWNER, SETUID, SETGID, SETPCAP), signals (KILL), the firewall
-/// (NET_ADMIN) and its mounts (SYS_ADMIN). Nothing else is granted.
-const CAPS: &str = "CHOWN,DAC_OVERRIDE,FOWNER,KILL,SETGID,SETUID,SETPCAP,NET_ADMIN,SYS_ADMIN";
 
 /// The host as the engine runs machines on it; an error says why this
 /// host cannot run one.
@@ -93,7 +88,7 @@ fn engine_command() -> Result<Command, String> {
 
 /// Runs the engine; returns its stdout, or one line naming `step` and the
 /// first line of the engine's stderr (with a hint when it is a known one).
-fn podman(step: &str, args: &[&str]) -> Result<String, String> {
+pub(super) fn podman(step: &str, args: &[&str]) -> Result<String, String> {
     podman_with_input(step, args, None)
 }
 
@@ -149,7 +144,7 @@ fn failure(
 
 /// True when the engine can inspect the object (both engines have
 /// `container|image|volume inspect`).
-fn exists(kind: &str, name: &str) -> bool {
+pub(super) fn exists(kind: &str, name: &str) -> bool {
     podman("exists", &[kind, "inspect", name]).is_ok()
 }
 
@@ -163,7 +158,7 @@ fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(bytes)
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(super) fn sha256_hex(bytes: &[u8]) -> String {
     crate::audit::hex(&Sha256::digest(bytes))
 }
 
@@ -178,7 +173,9 @@ pub fn step(start: Instant, what: &str) {
     println!("[{:6.2} s] {what}", start.elapsed().as_secs_f64());
 }
 
-/// Makes (or reuses) and starts the machine `definition` describes.
+/// Makes (or reuses) and starts the machine `definition` describes. When
+/// a step fails, what this `up` made (container, volumes, image, state
+/// folder) is removed again, and the error names the step.
 pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(), String> {
     let host = host()?;
     let start = Instant::now();
@@ -207,27 +204,99 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
         .map(Path::to_path_buf)
         .unwrap_or_else(|| definition.parent().unwrap_or(Path::new(".")).join(".env"));
     let keys_text = read_keys(&def, &env_file)?;
-    let state = prepare_state(&def)?;
+    let mut made = Made::default();
+    let result = bring_up(&def, &text, &keys_text, host, start, &mut made);
+    match result {
+        Ok(()) => {
+            let kind = if def.kind == Kind::Vm { " (VM)" } else { "" };
+            println!(
+                "machine {} up{kind} in {:.2} s",
+                def.id,
+                start.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+        Err(e) => Err(match made.undo() {
+            removed if removed.is_empty() => e,
+            removed => format!("{e}\n  removed what this `up` made: {}", removed.join(", ")),
+        }),
+    }
+}
+
+/// What one `up` made, in the order made: undone in reverse when a later
+/// step fails. What an earlier `up` made is never touched.
+#[derive(Default)]
+struct Made {
+    state: Option<PathBuf>,
+    image: Option<String>,
+    volumes: Vec<String>,
+    container: Option<String>,
+}
+
+impl Made {
+    /// Removes everything recorded; returns what it removed (and what it
+    /// could not, said as such).
+    fn undo(self) -> Vec<String> {
+        let mut said = Vec::new();
+        let mut note = |what: String, done: Result<(), String>| match done {
+            Ok(()) => said.push(what),
+            Err(e) => said.push(format!("{what} NOT removed ({e})")),
+        };
+        if let Some(name) = self.container {
+            note(format!("container {name}"), remove_container("undo", &name));
+        }
+        for volume in self.volumes {
+            let done = podman("undo", &["volume", "rm", "-f", &volume]).map(drop);
+            note(format!("volume {volume}"), done);
+        }
+        if let Some(image) = self.image {
+            note(
+                format!("image {image}"),
+                podman("undo", &["rmi", "-f", &image]).map(drop),
+            );
+        }
+        if let Some(state) = self.state {
+            if host().is_ok_and(|h| h.rootless) {
+                let _ = give(&[state.join("etc"), state.join("run")], false);
+            }
+            let done = std::fs::remove_dir_all(&state).map_err(|e| e.to_string());
+            note(format!("state folder {}", state.display()), done);
+        }
+        said
+    }
+}
+
+/// The steps of `up`, each recording in `made` what it made.
+fn bring_up(
+    def: &Definition,
+    text: &str,
+    keys_text: &str,
+    host: &Host,
+    start: Instant,
+    made: &mut Made,
+) -> Result<(), String> {
+    let fresh_state = !state_dir(&def.id).exists();
+    let state = prepare_state(def)?;
+    if fresh_state {
+        made.state = Some(state.clone());
+    }
     step(start, &format!("state folder {}", state.display()));
-    let image = image(&def, &state, start)?;
+    let built = super::image::image(def, &state, start, host)?;
+    if built.made {
+        made.image = Some(built.name.clone());
+    }
     let image_id = podman(
         "image id",
-        &["image", "inspect", "--format", "{{.Id}}", &image],
+        &["image", "inspect", "--format", "{{.Id}}", &built.name],
     )?;
     let digest = sha256_hex(
         format!("{text}\0{}\0{}", image_id.trim(), env!("CARGO_PKG_VERSION")).as_bytes(),
     );
     if def.kind == Kind::Vm {
-        write_machine_files(&def, &state, host)?;
+        write_machine_files(def, &state, host)?;
         // The keys travel in the VM's initramfs: new values remake it.
         let inputs = sha256_hex(format!("{digest}\0{keys_text}").as_bytes());
-        vm::up(&def, &image, &inputs, &keys_text, start)?;
-        println!(
-            "machine {} up (VM) in {:.2} s",
-            def.id,
-            start.elapsed().as_secs_f64()
-        );
-        return Ok(());
+        return vm::up(def, &built.name, &inputs, keys_text, start);
     }
     let name = def.container(PREFIX);
     let created = match current_inputs(&name).as_deref() {
@@ -243,12 +312,16 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
                     &format!("{name}: inputs changed, old container removed"),
                 );
             }
-            write_machine_files(&def, &state, host)?;
-            create(&def, &state, &image, &digest)?;
+            write_machine_files(def, &state, host)?;
+            create(def, &state, &built.name, &digest, made)?;
+            made.container = Some(name.clone());
             step(start, &format!("{name}: created"));
             true
         }
     };
+    if let Some(old) = &built.replaced {
+        super::image::remove_replaced(old, start);
+    }
     if !running(&name)? {
         podman("start", &["start", &name])?;
         step(start, &format!("{name}: started"));
@@ -256,8 +329,12 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
     let key = key(&def.id)?;
     wait_ready(&def.id, &key)?;
     step(start, "warden answers on the host socket");
-    write_keys(&name, &keys_text)?;
-    step(start, &format!("keys written: {}", def.keys.len()));
+    hand_keys(&def.id, keys_text)?;
+    step(
+        start,
+        &format!("keys handed to the runtime: {}", def.keys.len()),
+    );
+    check_requires(def)?;
     if let Some(script) = &def.setup {
         // Once per container: a failed setup runs again at the next `up`.
         let done = state.join("setup.done");
@@ -268,12 +345,53 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
             step(start, &format!("setup {} ran", script.display()));
         }
     }
-    println!(
-        "machine {} up in {:.2} s",
-        def.id,
-        start.elapsed().as_secs_f64()
-    );
+    for line in published(&name) {
+        step(start, &format!("published: {line}"));
+    }
     Ok(())
+}
+
+/// Each command `requires` names must be on warden's PATH, as shell finds
+/// it; the missing ones are named in one line.
+fn check_requires(def: &Definition) -> Result<(), String> {
+    if def.requires.is_empty() {
+        return Ok(());
+    }
+    let script = "for c; do command -v \"$c\" >/dev/null 2>&1 || printf '%s ' \"$c\"; done";
+    let mut argv = vec!["sh".to_string(), "-c".into(), script.into(), "sh".into()];
+    argv.extend(def.requires.iter().cloned());
+    let request = crate::protocol::RunRequest {
+        argv: Some(argv),
+        ..Default::default()
+    };
+    let mut client = connect(&def.id, None)?;
+    let out = client
+        .run(request)
+        .map_err(|e| format!("requires: the check could not run: {e}"))?;
+    let missing = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !missing.is_empty() {
+        return Err(format!(
+            "requires: the image has no {missing} (looked up on warden's PATH, as shell)"
+        ));
+    }
+    match (out.exit.status, &out.exit.error) {
+        (0, None) => Ok(()),
+        (status, error) => Err(format!(
+            "requires: the check failed (status {status}{}): {}",
+            error
+                .as_deref()
+                .map(|e| format!(", {e}"))
+                .unwrap_or_default(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
+/// The machine's published ports, as the engine lists them.
+pub fn published(name: &str) -> Vec<String> {
+    podman("ports", &["port", name])
+        .map(|out| out.lines().map(str::to_string).collect())
+        .unwrap_or_default()
 }
 
 /// Refuses a definition this host cannot run as written, saying why.
@@ -295,8 +413,8 @@ pub fn fits(def: &Definition, host: &Host) -> Result<(), String> {
     if !def.dns.is_empty() && matches!(def.network, Network::None | Network::Host) {
         return Err("dns: name servers need a network of the machine's own (\"private\" or a namespace); on \"none\" or \"host\" the engine refuses them".into());
     }
-    if def.keep_id && !(rootless && host.engine == Engine::Podman) {
-        return Err(format!("keep_id: needs rootless podman ({engine} {} here): rootful, files shell writes in lent folders belong to uid {} on the host", if rootless { "rootless" } else { "rootful" }, SHELL_UID));
+    if def.keep_id.is_on() && !(rootless && host.engine == Engine::Podman) {
+        return Err(format!("keep_id: needs rootless podman ({engine} {} here): rootful, files written in lent folders belong to the machine's uids on the host ({RUNTIME_UID}, {SHELL_UID})", if rootless { "rootless" } else { "rootful" }));
     }
     Ok(())
 }
@@ -345,6 +463,10 @@ fn write_machine_files(def: &Definition, state: &Path, host: &Host) -> Result<()
     let config = serde_json::json!({
         "host_socket": "/run/warden-host/api.sock",
         "key_file": "/etc/warden/key",
+        // The keys come through the host socket right after boot: a main
+        // process waits for them, to start with them.
+        "main_waits_for_keys": !def.keys.is_empty(),
+        "idle_stop_s": def.idle_stop_minutes.map(|m| (m * 60.0).round().max(1.0) as u64),
     });
     std::fs::write(state.join("etc/machine.json"), format!("{config:#}\n"))
         .map_err(|e| io("machine.json", e))?;
@@ -362,8 +484,8 @@ fn write_machine_files(def: &Definition, state: &Path, host: &Host) -> Result<()
     // Warden inside (root, no user namespace) makes the socket here.
     std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| io("run", e))?;
-    if def.keep_id {
-        // Under keep-id the owner's files are shell's inside: what warden
+    if def.keep_id.is_on() {
+        // Under keep-id the owner's files are a user's inside: what warden
         // alone may read goes to the machine's root (uid 1 of the owner's
         // namespace, the first subordinate id). `run` stays the owner's:
         // warden gives the host socket to its folder's owner (mode 0600),
@@ -435,9 +557,11 @@ fn landlock_for(def: &Definition) -> serde_json::Value {
     let mut read_only = built_in.read_only;
     let mut read_write = built_in.read_write;
     for lend in &def.lend {
+        // The agent's routines are never shell's to write, however lent.
+        let routines = lend.at == Path::new(super::agent::ROUTINES);
         match lend.mode {
-            LendMode::Read => read_only.push(lend.at.clone()),
-            LendMode::Write => read_write.push(lend.at.clone()),
+            LendMode::Write if !routines => read_write.push(lend.at.clone()),
+            _ => read_only.push(lend.at.clone()),
         }
     }
     serde_json::json!({"read_only": read_only, "read_write": read_write})
@@ -452,82 +576,6 @@ fn write_policy(path: &Path, value: Option<serde_json::Value>) -> std::io::Resul
             _ => Ok(()),
         },
     }
-}
-
-/// The image to run: as named, or built from the Dockerfile when its text
-/// changed since the last build.
-fn image(def: &Definition, state: &Path, start: Instant) -> Result<String, String> {
-    let dockerfile = match &def.source {
-        Source::Image(name) => return Ok(name.clone()),
-        Source::Dockerfile(path) => path,
-    };
-    let tag = format!("localhost/{PREFIX}-{}:latest", def.id);
-    let text = std::fs::read(dockerfile)
-        .map_err(|e| format!("dockerfile {}: {e}", dockerfile.display()))?;
-    let digest = sha256_hex(&text);
-    let recorded = state.join("dockerfile.sha256");
-    let same = std::fs::read_to_string(&recorded).is_ok_and(|d| d.trim() == digest);
-    if same && exists("image", &tag) {
-        step(start, &format!("image {tag}: Dockerfile unchanged"));
-        return Ok(tag);
-    }
-    let folder = dockerfile.parent().unwrap_or(Path::new("/"));
-    let ignore = build_ignore(folder, state)?;
-    let host = host()?;
-    let args = build_args(host, &tag, dockerfile, &text, &ignore, folder, state)?;
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    podman("build image", &args)?;
-    std::fs::write(&recorded, &digest).map_err(|e| format!("{}: {e}", recorded.display()))?;
-    step(start, &format!("image {tag}: built"));
-    Ok(tag)
-}
-
-/// The engine's build command. Podman takes the ignore file as an option;
-/// Docker reads `<Dockerfile>.dockerignore` beside the Dockerfile, so the
-/// Dockerfile is copied into the state folder with its ignore file.
-fn build_args(
-    host: &Host,
-    tag: &str,
-    dockerfile: &Path,
-    text: &[u8],
-    ignore: &Path,
-    context: &Path,
-    state: &Path,
-) -> Result<Vec<String>, String> {
-    let mut args = vec!["build".to_string(), "-t".into(), tag.into()];
-    match host.engine {
-        Engine::Podman => args.extend([
-            "--pull=never".into(),
-            "-f".into(),
-            dockerfile.to_string_lossy().into_owned(),
-            "--ignorefile".into(),
-            ignore.to_string_lossy().into_owned(),
-        ]),
-        Engine::Docker => {
-            let copy = state.join("Dockerfile");
-            let io = |e: std::io::Error| format!("{}: {e}", copy.display());
-            std::fs::write(&copy, text).map_err(io)?;
-            std::fs::copy(ignore, state.join("Dockerfile.dockerignore")).map_err(io)?;
-            args.extend(["-f".into(), copy.to_string_lossy().into_owned()]);
-        }
-    }
-    args.extend(host.ulimits.iter().cloned());
-    args.push(context.to_string_lossy().into_owned());
-    Ok(args)
-}
-
-/// The build context's ignore file, kept in the state folder: the
-/// context's own (.containerignore or .dockerignore), plus every `.env`,
-/// so that a `COPY . .` never puts the owner's keys into an image.
-fn build_ignore(context: &Path, state: &Path) -> Result<PathBuf, String> {
-    let own = [".containerignore", ".dockerignore"]
-        .iter()
-        .find_map(|name| std::fs::read_to_string(context.join(name)).ok())
-        .unwrap_or_default();
-    let path = state.join("build.ignore");
-    std::fs::write(&path, format!("{own}\n.env\n**/.env\n"))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(path)
 }
 
 /// The inputs digest of an existing container, None when there is none.
@@ -560,10 +608,11 @@ fn running(name: &str) -> Result<bool, String> {
 
 /// Makes the volumes (labelled with the owner, so `prune` finds them)
 /// when missing; podman would make them unlabelled otherwise.
-fn ensure_volume(name: &str, id: &str) -> Result<(), String> {
+fn ensure_volume(name: &str, id: &str, made: &mut Made) -> Result<(), String> {
     if exists("volume", name) {
         return Ok(());
     }
+    made.volumes.push(name.to_string());
     let owner = format!("warden.owner={}", owner());
     let machine = format!("warden.machine={id}");
     podman(
@@ -575,63 +624,93 @@ fn ensure_volume(name: &str, id: &str) -> Result<(), String> {
     .map(drop)
 }
 
-/// `podman create` with everything the definition asks for.
-fn create(def: &Definition, state: &Path, image: &str, digest: &str) -> Result<(), String> {
+/// `podman create` with everything the definition asks for; the volumes
+/// it makes are recorded in `made`.
+fn create(
+    def: &Definition,
+    state: &Path,
+    image: &str,
+    digest: &str,
+    made: &mut Made,
+) -> Result<(), String> {
     let host = host()?;
     let data = def.data_volume(PREFIX);
-    ensure_volume(&data, &def.id)?;
-    let work = match &def.workspace {
+    ensure_volume(&data, &def.id, made)?;
+    let workspace = match &def.workspace {
         Workspace::Volume => {
             let v = def.work_volume(PREFIX);
-            ensure_volume(&v, &def.id)?;
+            ensure_volume(&v, &def.id, made)?;
             v
         }
         Workspace::Folder(path) => path.to_string_lossy().into_owned(),
     };
-    let s = state.to_string_lossy();
-    let mut args: Vec<String> = vec![
-        "create".into(),
-        format!("--name={}", def.container(PREFIX)),
-        format!("--label=warden.owner={}", owner()),
-        format!("--label=warden.machine={}", def.id),
-        format!("--label=warden.inputs={digest}"),
-        format!("--hostname={}", def.id),
-        format!("--network={}", network_option(&def.network, host.rootless)),
-        "--cap-drop=ALL".into(),
-        format!("--volume={data}:/home/runtime/data"),
-        format!("--volume={work}:/home/runtime/workspace"),
-        format!("--volume={s}/etc/machine.json:/etc/warden/machine.json:ro"),
-        format!("--volume={s}/etc/key:/etc/warden/key:ro"),
-        format!("--volume={s}/etc/policy:/etc/warden/policy:ro"),
-        format!("--volume={s}/run:/run/warden-host"),
-    ];
-    args.extend(CAPS.split(',').map(|c| format!("--cap-add={c}")));
-    args.extend(host.ulimits.iter().cloned());
-    if def.keep_id {
-        // The owner's uid is shell's inside; root inside is the first
-        // subordinate id, so the state files are handed to it (`own_state`).
-        // keep-id would also make shell the default user: warden is root.
-        args.push(format!("--userns=keep-id:uid={SHELL_UID},gid={SHELL_UID}"));
-        args.push("--user=0:0".into());
-    }
-    for lend in &def.lend {
-        let mode = match lend.mode {
-            LendMode::Read => "ro",
-            LendMode::Write => "rw",
-        };
-        args.push(format!(
-            "--volume={}:{}:{mode}",
-            lend.host.display(),
-            lend.at.display()
-        ));
-    }
-    args.extend(def.dns.iter().map(|ip| format!("--dns={ip}")));
-    for (name, value) in &def.env {
-        args.push(format!("--env={name}={value}"));
-    }
-    args.extend([image.into(), "sleep".into(), "infinity".into()]);
+    let entry = match entrypoint_is_warden(&podman(
+        "inspect image",
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{json .Config.Entrypoint}}",
+            image,
+        ],
+    )?) {
+        true => Entry::Image,
+        false => Entry::Lent(static_warden().map_err(|e| format!("lend warden: {e}"))?),
+    };
+    let name = def.container(PREFIX);
+    let plan = CreatePlan {
+        engine: host.engine,
+        name: &name,
+        id: &def.id,
+        owner: owner(),
+        digest,
+        network: network_option(&def.network, host.rootless),
+        data_volume: &data,
+        workspace,
+        state,
+        ulimits: &host.ulimits,
+        keep_id: def.keep_id,
+        lends: &def.lend,
+        dns: &def.dns,
+        env: def
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect(),
+        ports: host_ports(def)?,
+        restart: def.restart,
+        entry,
+        command: def.command.as_deref(),
+        image,
+    };
+    let args = create_args(&plan);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     podman("create container", &args).map(drop)
+}
+
+/// The host port of each of the runtime's ports: as given (when free), or
+/// the first free one from its base.
+fn host_ports(def: &Definition) -> Result<Vec<(u16, u16)>, String> {
+    let mut chosen: Vec<(u16, u16)> = Vec::new();
+    for (i, port) in def.ports.iter().enumerate() {
+        let taken: Vec<u16> = chosen.iter().map(|(h, _)| *h).collect();
+        let host = match port.host {
+            HostPort::Fixed(h) => {
+                if std::net::TcpListener::bind(("127.0.0.1", h)).is_err() {
+                    return Err(format!("ports[{i}]: 127.0.0.1:{h} is taken on this host"));
+                }
+                h
+            }
+            HostPort::Auto { from } => free_port(from, &taken).ok_or_else(|| {
+                format!(
+                    "ports[{i}]: no free port on 127.0.0.1 from {from} to {}",
+                    from.saturating_add(AUTO_SPAN)
+                )
+            })?,
+        };
+        chosen.push((host, port.port));
+    }
+    Ok(chosen)
 }
 
 /// The engine's `--network` value.
@@ -738,19 +817,16 @@ fn read_keys(def: &Definition, env_file: &Path) -> Result<String, String> {
     })
 }
 
-/// Hands the runtime its keys, through podman's stdin (never on a
-/// command line, where `ps` would show them).
-/// Written as the runtime, not root: a link the runtime left at `.env`
-/// then leads only where the runtime could write anyway. warden made the
-/// file the runtime's, mode 0600, at boot; a new one gets 0600 too.
-fn write_keys(name: &str, text: &str) -> Result<(), String> {
-    let script = "umask 077 && cat > /home/runtime/.env";
-    podman_with_input(
-        "write keys",
-        &["exec", "-i", "-u", RUNTIME_UID, name, "sh", "-c", script],
-        Some(text.as_bytes()),
-    )
-    .map(drop)
+/// Hands the runtime its keys through warden's host socket (protocol
+/// version 4): never on a command line, never through the engine. warden
+/// writes them as the runtime's `.env` and starts the main process with
+/// them.
+fn hand_keys(id: &str, text: &str) -> Result<(), String> {
+    let mut client = connect(id, None)?;
+    client
+        .hand_keys(text)
+        .map(drop)
+        .map_err(|e| format!("hand the keys over: {e}"))
 }
 
 /// Runs the setup script once, as runtime, in the workspace.
@@ -762,7 +838,7 @@ fn run_setup(name: &str, script: &Path) -> Result<(), String> {
             "exec",
             "-i",
             "-u",
-            RUNTIME_UID,
+            &RUNTIME_UID.to_string(),
             "-w",
             "/home/runtime/workspace",
             name,
@@ -807,7 +883,14 @@ pub fn ps() -> Result<(), String> {
             "{{.Names}}\t{{.Status}}",
         ],
     )?;
-    print!("{out}");
+    for line in out.lines() {
+        let name = line.split('\t').next().unwrap_or_default();
+        let ports = published(name).join(", ");
+        match ports.is_empty() {
+            true => println!("{line}"),
+            false => println!("{line}\t{ports}"),
+        }
+    }
     for line in vm::list() {
         println!("{line}");
     }
@@ -990,6 +1073,33 @@ pub fn connect(
     let socket = socket(id);
     Client::connect_keyed(&socket, Some(&key), first)
         .map_err(|e| format!("{}: {e}", socket.display()))
+}
+
+/// Starts a machine that exists but is stopped, and waits for its warden
+/// (`exec --start`, `status --start`). A running one is left as it is.
+pub fn start(id: &str) -> Result<(), String> {
+    host()?;
+    if vm::is_vm(id) {
+        return Err(format!(
+            "machine {id}: --start is for containers; `warden machine up` starts a VM"
+        ));
+    }
+    let name = container(id);
+    if !exists("container", &name) {
+        return Err(format!(
+            "machine {id}: no such machine (make it with `warden machine up`)"
+        ));
+    }
+    if !running(&name)? {
+        let started = Instant::now();
+        podman("start", &["start", &name])?;
+        wait_ready(id, &key(id)?)?;
+        eprintln!(
+            "machine {id} started in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 /// Warden's status of the machine.

@@ -1,7 +1,10 @@
 //! The host side: `warden machine ...` makes containers with podman (or
 //! Docker) from machine definitions.
 
+pub mod agent;
+pub mod create;
 pub mod definition;
 pub mod host;
+pub mod image;
 pub mod machine;
 pub mod vm;

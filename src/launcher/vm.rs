@@ -110,8 +110,21 @@ pub fn fits(def: &Definition, rootless: bool) -> Result<(), String> {
     if def.network != Network::None {
         return refuse("network", "a VM has no network device yet; only \"none\"");
     }
-    if def.keep_id {
+    if def.keep_id.is_on() {
         return refuse("keep_id", "a VM has no host folders to keep ids in");
+    }
+    let agent_fields = [
+        ("command", def.command.is_some()),
+        ("restart", def.restart != super::agent::Restart::No),
+        ("ports", !def.ports.is_empty()),
+        ("requires", !def.requires.is_empty()),
+        ("idle_stop_minutes", def.idle_stop_minutes.is_some()),
+    ];
+    if let Some((field, _)) = agent_fields.iter().find(|(_, given)| *given) {
+        return refuse(
+            field,
+            "not for VMs yet: a VM runs warden alone, with no network device to publish on",
+        );
     }
     if def.setup.is_some() {
         return refuse(

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod internet;
+pub mod machine;
 pub mod vm;
 
 use serde_json::{json, Value};

@@ -1,0 +1,146 @@
+//! When the machine was last used, and whether it may stop for being
+//! idle (`idle_stop_s`): no API request, no command running and no hold
+//! for that long. The runtime holds the machine awake until a time with
+//! `hold` (protocol version 4), e.g. for a job that is due then.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The longest hold: a week from now.
+pub const MAX_HOLD_MS: u64 = 7 * 24 * 3600 * 1000;
+
+pub struct Activity {
+    idle_stop: Option<Duration>,
+    last: Mutex<Instant>,
+    /// Unix time in milliseconds; 0 when nothing holds the machine.
+    held_until_ms: AtomicU64,
+    stopped_idle: AtomicBool,
+}
+
+/// Now, as Unix milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+/// Pure: whether a machine idle for `idle`, with `running` commands and
+/// held until `held_until_ms`, stops now.
+pub fn due(
+    idle: Duration,
+    idle_stop: Duration,
+    running: usize,
+    held_until_ms: u64,
+    now_ms: u64,
+) -> bool {
+    running == 0 && idle >= idle_stop && held_until_ms <= now_ms
+}
+
+impl Activity {
+    pub fn new(idle_stop_s: Option<u64>) -> Activity {
+        Activity {
+            idle_stop: idle_stop_s.map(Duration::from_secs),
+            last: Mutex::new(Instant::now()),
+            held_until_ms: AtomicU64::new(0),
+            stopped_idle: AtomicBool::new(false),
+        }
+    }
+
+    /// Something happened: a request, a command's end.
+    pub fn touch(&self) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    pub fn idle(&self) -> Duration {
+        self.last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+    }
+
+    pub fn idle_stop(&self) -> Option<Duration> {
+        self.idle_stop
+    }
+
+    /// Holds the machine awake until `until_ms` (Unix ms; 0 lets go);
+    /// returns the hold now in force, or why it is refused.
+    pub fn hold(&self, until_ms: u64) -> Result<u64, String> {
+        let now = now_ms();
+        if until_ms > now.saturating_add(MAX_HOLD_MS) {
+            return Err(format!(
+                "until_ms {until_ms} is more than a week from now ({now})"
+            ));
+        }
+        let until = if until_ms <= now { 0 } else { until_ms };
+        self.held_until_ms.store(until, Ordering::SeqCst);
+        self.touch();
+        Ok(until)
+    }
+
+    pub fn held_until_ms(&self) -> Option<u64> {
+        match self.held_until_ms.load(Ordering::SeqCst) {
+            0 => None,
+            t if t <= now_ms() => None,
+            t => Some(t),
+        }
+    }
+
+    /// Whether the machine stops now for being idle, with `running`
+    /// commands; once true, it is recorded as the reason of the stop.
+    pub fn stop_now(&self, running: usize) -> bool {
+        let Some(limit) = self.idle_stop else {
+            return false;
+        };
+        let held = self.held_until_ms.load(Ordering::SeqCst);
+        let stop = due(self.idle(), limit, running, held, now_ms());
+        if stop {
+            self.stopped_idle.store(true, Ordering::SeqCst);
+        }
+        stop
+    }
+
+    /// Whether the machine stopped because it was idle.
+    pub fn stopped_idle(&self) -> bool {
+        self.stopped_idle.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_table() {
+        let s = Duration::from_secs;
+        // (idle, limit, running, held until, now) -> due
+        let cases = [
+            (s(10), s(10), 0, 0, 1000, true),
+            (s(9), s(10), 0, 0, 1000, false),
+            (s(60), s(10), 1, 0, 1000, false),
+            (s(60), s(10), 0, 2000, 1000, false),
+            (s(60), s(10), 0, 1000, 1000, true),
+            (s(60), s(10), 0, 999, 1000, true),
+        ];
+        for (idle, limit, running, held, now, want) in cases {
+            assert_eq!(
+                due(idle, limit, running, held, now),
+                want,
+                "{idle:?} {limit:?} {running} {held} {now}"
+            );
+        }
+    }
+
+    #[test]
+    fn holds_are_bounded_and_lapse() {
+        let a = Activity::new(Some(1));
+        assert!(a.hold(now_ms() + MAX_HOLD_MS + 60_000).is_err());
+        let until = now_ms() + 60_000;
+        assert_eq!(a.hold(until), Ok(until));
+        assert_eq!(a.held_until_ms(), Some(until));
+        assert_eq!(a.hold(1), Ok(0), "a time past lets go");
+        assert_eq!(a.held_until_ms(), None);
+        assert!(!Activity::new(None).stop_now(0), "no idle stop set: never");
+    }
+}

@@ -1,0 +1,223 @@
+//! The runtime's keys, handed over by the owner through the host's door
+//! (`hand_keys`, protocol version 4) rather than through the engine: they
+//! become the runtime's `.env` (its own, mode 0600) and the main process's
+//! environment, which can wait for them to start (`main_waits_for_keys`).
+//! Only their names are ever audited.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::Mutex;
+
+/// The largest `.env` the host may hand over.
+pub const MAX_BYTES: usize = 64 * 1024;
+
+/// Pure: the names a `.env` text gives, in order, or why it is not one
+/// (every line is blank, a `#` comment, or `NAME=VALUE`).
+pub fn names(text: &str) -> Result<Vec<String>, String> {
+    if text.len() > MAX_BYTES {
+        return Err(format!("{} bytes, at most {MAX_BYTES}", text.len()));
+    }
+    if text.contains('\0') {
+        return Err("holds a NUL byte".into());
+    }
+    let mut names = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let name = line.split_once('=').map(|(n, _)| n.trim()).unwrap_or("");
+        let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!("line {} is not NAME=VALUE", i + 1));
+        }
+        names.push(name.to_string());
+    }
+    Ok(names)
+}
+
+/// The keys handed over so far, and a wake-up for the main process that
+/// waits for them.
+#[derive(Default)]
+pub struct HandedKeys {
+    pairs: Mutex<Option<Vec<(String, String)>>>,
+    arrived: tokio::sync::Notify,
+}
+
+impl HandedKeys {
+    /// Records the keys and wakes whoever waits for them.
+    pub fn arrive(&self, text: &str) {
+        let pairs = crate::redact::env_pairs(text)
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        *self.pairs.lock().unwrap_or_else(|e| e.into_inner()) = Some(pairs);
+        self.arrived.notify_one();
+    }
+
+    /// The pairs, once handed over.
+    pub fn pairs(&self) -> Vec<(String, String)> {
+        self.pairs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default()
+    }
+
+    /// Resolves once keys have been handed over (at once if they were).
+    pub async fn wait(&self) {
+        if self
+            .pairs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            return;
+        }
+        self.arrived.notified().await;
+    }
+}
+
+/// The runtime's `.env` when it holds keys from an earlier hand-over: a
+/// regular file of the runtime's own with one link, read without
+/// following a link (what the runtime could swap in is not read as root).
+pub fn earlier(env_file: &Path, runtime_uid: u32) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(env_file)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file()
+        || meta.uid() != runtime_uid
+        || meta.nlink() != 1
+        || meta.len() > MAX_BYTES as u64
+    {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(MAX_BYTES as u64).read_to_string(&mut text).ok()?;
+    (names(&text).is_ok_and(|n| !n.is_empty())).then_some(text)
+}
+
+/// Writes `text` as the runtime's `.env`: a new file made in its home
+/// (never through a link the runtime left there), given to the runtime
+/// with mode 0600, then renamed over the old one.
+pub fn write_env(env_file: &Path, text: &str, uid: u32, gid: u32) -> Result<(), String> {
+    use nix::fcntl::{openat, renameat, OFlag};
+    use nix::sys::stat::Mode;
+    let home = env_file.parent().ok_or("no folder")?;
+    let name = env_file.file_name().ok_or("no file name")?;
+    let fail = |what: &str, e: nix::Error| format!("{}: {what}: {e}", env_file.display());
+    let dir_flags = OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+    let dir = nix::fcntl::open(home, dir_flags, Mode::empty()).map_err(|e| fail("open home", e))?;
+    // SAFETY: `dir` was just returned by open(2) and is owned by nobody else.
+    let dir = unsafe { OwnedFd::from_raw_fd(dir) };
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let temp = format!(".env.warden-{}-{stamp}", std::process::id());
+    let temp_c = CString::new(temp.clone()).map_err(|e| e.to_string())?;
+    let file_flags =
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(
+        Some(dir.as_raw_fd()),
+        temp_c.as_c_str(),
+        file_flags,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| fail("create", e))?;
+    // SAFETY: `fd` was just returned by openat(2) and is owned by nobody else.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let written = (|| {
+        nix::unistd::fchown(
+            file.as_raw_fd(),
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+        )
+        .map_err(|e| fail("chown", e))?;
+        use std::io::Write;
+        (&file)
+            .write_all(text.as_bytes())
+            .map_err(|e| format!("{}: write: {e}", env_file.display()))?;
+        file.sync_all()
+            .map_err(|e| format!("{}: sync: {e}", env_file.display()))?;
+        renameat(
+            Some(dir.as_raw_fd()),
+            temp_c.as_c_str(),
+            Some(dir.as_raw_fd()),
+            name,
+        )
+        .map_err(|e| fail("rename", e))
+    })();
+    if written.is_err() {
+        let _ = nix::unistd::unlinkat(
+            Some(dir.as_raw_fd()),
+            temp_c.as_c_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn names_table() {
+        let cases: [(&str, Result<Vec<&str>, ()>); 7] = [
+            ("", Ok(vec![])),
+            ("A=1\n# c\n\nexport B_2=x=y\n", Ok(vec!["A", "B_2"])),
+            ("A=\n", Ok(vec!["A"])),
+            ("no equals\n", Err(())),
+            ("1A=x\n", Err(())),
+            ("A-B=x\n", Err(())),
+            ("A=\0\n", Err(())),
+        ];
+        for (text, want) in cases {
+            let got = names(text).map_err(|_| ());
+            let want = want.map(|v| v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+            assert_eq!(got, want, "{text:?}");
+        }
+        assert!(names(&"A=1\n".repeat(MAX_BYTES)).is_err());
+    }
+
+    #[test]
+    fn the_env_replaces_a_link_and_does_not_follow_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "untouched").unwrap();
+        let env = dir.path().join(".env");
+        std::os::unix::fs::symlink(&target, &env).unwrap();
+        let me = (
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+        );
+        write_env(&env, "K=v\n", me.0, me.1).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
+        let meta = std::fs::symlink_metadata(&env).unwrap();
+        assert!(meta.is_file());
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&env).unwrap(), "K=v\n");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(left.len(), 2, "no temporary file is left");
+    }
+
+    #[test]
+    fn keys_wake_a_waiter() {
+        let keys = HandedKeys::default();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        keys.arrive("A=1\n");
+        rt.block_on(keys.wait());
+        assert_eq!(keys.pairs(), vec![("A".to_string(), "1".to_string())]);
+    }
+}

@@ -1,0 +1,354 @@
+//! The image a machine runs: as named, or built from its Dockerfile. A
+//! build is redone when anything it is made of changed: the Dockerfile's
+//! text, the image each `FROM` names (by the engine's id, so rebuilding
+//! the base image rebuilds the agents' images), and the build context's
+//! files (names, sizes, modes and times). The image a rebuild replaced is
+//! removed once no container uses it.
+
+use super::definition::{Definition, Source};
+use super::host::{Engine, Host};
+use super::machine::{exists, podman, sha256_hex, step, PREFIX};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The most files a build context may hold for its fingerprint.
+const MAX_CONTEXT_FILES: usize = 200_000;
+
+/// What `image` found or made.
+pub struct Image {
+    /// The name the container is made from.
+    pub name: String,
+    /// Built by this `up` (and not there before it): removed again if the
+    /// `up` fails.
+    pub made: bool,
+    /// The engine's id of the image this build replaced, to remove once
+    /// the container made from it is gone.
+    pub replaced: Option<String>,
+}
+
+/// The machine's image: as named, or built when its inputs changed.
+pub fn image(def: &Definition, state: &Path, start: Instant, host: &Host) -> Result<Image, String> {
+    let dockerfile = match &def.source {
+        Source::Image(name) => {
+            return Ok(Image {
+                name: name.clone(),
+                made: false,
+                replaced: None,
+            })
+        }
+        Source::Dockerfile(path) => path,
+    };
+    let tag = format!("localhost/{PREFIX}-{}:latest", def.id);
+    let text = std::fs::read(dockerfile)
+        .map_err(|e| format!("dockerfile {}: {e}", dockerfile.display()))?;
+    let folder = dockerfile.parent().unwrap_or(Path::new("/"));
+    let digest = inputs_digest(&text, folder)?;
+    let recorded = state.join("image.sha256");
+    let before = image_id(&tag);
+    let same = std::fs::read_to_string(&recorded).is_ok_and(|d| d.trim() == digest);
+    if same && before.is_some() {
+        step(
+            start,
+            &format!("image {tag}: Dockerfile, its FROM images and context unchanged"),
+        );
+        return Ok(Image {
+            name: tag,
+            made: false,
+            replaced: None,
+        });
+    }
+    let ignore = build_ignore(folder, state)?;
+    let args = build_args(host, &tag, dockerfile, &text, &ignore, folder, state)?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    podman("build image", &args)?;
+    std::fs::write(&recorded, &digest).map_err(|e| format!("{}: {e}", recorded.display()))?;
+    let after = image_id(&tag);
+    step(start, &format!("image {tag}: built"));
+    Ok(Image {
+        name: tag,
+        made: before.is_none(),
+        replaced: before.filter(|old| Some(old) != after.as_ref()),
+    })
+}
+
+/// Removes an image a rebuild replaced; one still used by a container of
+/// another machine stays, and that is said.
+pub fn remove_replaced(id: &str, start: Instant) {
+    match podman("remove the replaced image", &["rmi", id]) {
+        Ok(_) => step(start, &format!("old image {} removed", short(id))),
+        Err(e) => step(start, &format!("old image {} kept: {e}", short(id))),
+    }
+}
+
+fn short(id: &str) -> &str {
+    let id = id.strip_prefix("sha256:").unwrap_or(id);
+    &id[..id.len().min(12)]
+}
+
+/// The engine's id of an image, None when it has none by that name.
+pub fn image_id(name: &str) -> Option<String> {
+    if !exists("image", name) {
+        return None;
+    }
+    podman(
+        "image id",
+        &["image", "inspect", "--format", "{{.Id}}", name],
+    )
+    .ok()
+    .map(|s| s.trim().to_string())
+}
+
+/// The digest of everything a build is made of.
+fn inputs_digest(dockerfile: &[u8], context: &Path) -> Result<String, String> {
+    let mut inputs = String::from_utf8_lossy(dockerfile).into_owned();
+    for from in from_images(&String::from_utf8_lossy(dockerfile)) {
+        // An image not here yet makes the build fail with the engine's
+        // own words; the digest just records that it was missing.
+        let id = image_id(&from).unwrap_or_else(|| "missing".into());
+        inputs.push_str(&format!("\0FROM {from} {id}"));
+    }
+    inputs.push('\0');
+    inputs.push_str(&context_fingerprint(context)?);
+    Ok(sha256_hex(inputs.as_bytes()))
+}
+
+/// Pure: the images a Dockerfile's `FROM` lines name, with `ARG` defaults
+/// given before the first `FROM` substituted; build stages named by `AS`
+/// and `scratch` are not images.
+pub fn from_images(text: &str) -> Vec<String> {
+    let mut args: Vec<(String, String)> = Vec::new();
+    let mut stages: Vec<String> = Vec::new();
+    let mut images: Vec<String> = Vec::new();
+    for line in instructions(text) {
+        let mut words = line.split_whitespace();
+        let Some(keyword) = words.next() else {
+            continue;
+        };
+        let rest: Vec<&str> = words.collect();
+        if keyword.eq_ignore_ascii_case("ARG") && images.is_empty() && stages.is_empty() {
+            for arg in rest {
+                let (name, value) = arg.split_once('=').unwrap_or((arg, ""));
+                args.push((name.to_string(), value.trim_matches('"').to_string()));
+            }
+        } else if keyword.eq_ignore_ascii_case("FROM") {
+            let words: Vec<&str> = rest.into_iter().filter(|w| !w.starts_with("--")).collect();
+            let Some(image) = words.first() else { continue };
+            let image = substitute(image, &args);
+            let is_stage = stages.iter().any(|s| s.eq_ignore_ascii_case(&image));
+            if !is_stage && image != "scratch" && !images.contains(&image) {
+                images.push(image);
+            }
+            if let [_, as_word, stage] = words[..] {
+                if as_word.eq_ignore_ascii_case("as") {
+                    stages.push(stage.to_ascii_lowercase());
+                }
+            }
+        }
+    }
+    images
+}
+
+/// The Dockerfile's instructions: comments dropped, `\` continuations
+/// joined.
+fn instructions(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('#') {
+            continue;
+        }
+        match trimmed.strip_suffix('\\') {
+            Some(part) => {
+                current.push_str(part);
+                current.push(' ');
+            }
+            None => {
+                current.push_str(trimmed);
+                out.push(std::mem::take(&mut current));
+            }
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// `${NAME}`, `${NAME:-default}` and `$NAME` from the ARG defaults.
+fn substitute(word: &str, args: &[(String, String)]) -> String {
+    let value = |name: &str, default: &str| {
+        args.iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| default.to_string())
+    };
+    let mut out = String::new();
+    let mut rest = word;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at + 1..];
+        if let Some(inner) = rest.strip_prefix('{') {
+            let Some(end) = inner.find('}') else {
+                out.push('$');
+                continue;
+            };
+            let (name, default) = inner[..end].split_once(":-").unwrap_or((&inner[..end], ""));
+            out.push_str(&value(name, default));
+            rest = &inner[end + 1..];
+        } else {
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            out.push_str(&value(&rest[..end], ""));
+            rest = &rest[end..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Every file of the build context by name, size, mode and modification
+/// time (not by content: cheap on a large project, and any edit changes
+/// the time). `.env` files never reach an image and `.git` is not built
+/// from, so neither counts.
+fn context_fingerprint(context: &Path) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut entries: Vec<String> = Vec::new();
+    let mut pending: Vec<PathBuf> = vec![context.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let listing =
+            std::fs::read_dir(&dir).map_err(|e| format!("build context {}: {e}", dir.display()))?;
+        for entry in listing.flatten() {
+            let name = entry.file_name();
+            if name == ".env" || name == ".git" {
+                continue;
+            }
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let relative = path.strip_prefix(context).unwrap_or(&path);
+            entries.push(format!(
+                "{}\0{}\0{:o}\0{}.{}",
+                relative.display(),
+                meta.len(),
+                meta.mode(),
+                meta.mtime(),
+                meta.mtime_nsec()
+            ));
+            if entries.len() > MAX_CONTEXT_FILES {
+                return Err(format!(
+                    "build context {}: more than {MAX_CONTEXT_FILES} files; give the Dockerfile a folder of its own",
+                    context.display()
+                ));
+            }
+            if meta.is_dir() {
+                pending.push(path);
+            }
+        }
+    }
+    entries.sort_unstable();
+    Ok(sha256_hex(entries.join("\n").as_bytes()))
+}
+
+/// The engine's build command. Podman takes the ignore file as an option;
+/// Docker reads `<Dockerfile>.dockerignore` beside the Dockerfile, so the
+/// Dockerfile is copied into the state folder with its ignore file.
+fn build_args(
+    host: &Host,
+    tag: &str,
+    dockerfile: &Path,
+    text: &[u8],
+    ignore: &Path,
+    context: &Path,
+    state: &Path,
+) -> Result<Vec<String>, String> {
+    let mut args = vec!["build".to_string(), "-t".into(), tag.into()];
+    match host.engine {
+        Engine::Podman => args.extend([
+            "--pull=never".into(),
+            "-f".into(),
+            dockerfile.to_string_lossy().into_owned(),
+            "--ignorefile".into(),
+            ignore.to_string_lossy().into_owned(),
+        ]),
+        Engine::Docker => {
+            let copy = state.join("Dockerfile");
+            let io = |e: std::io::Error| format!("{}: {e}", copy.display());
+            std::fs::write(&copy, text).map_err(io)?;
+            std::fs::copy(ignore, state.join("Dockerfile.dockerignore")).map_err(io)?;
+            args.extend(["-f".into(), copy.to_string_lossy().into_owned()]);
+        }
+    }
+    args.extend(host.ulimits.iter().cloned());
+    args.push(context.to_string_lossy().into_owned());
+    Ok(args)
+}
+
+/// The build context's ignore file, kept in the state folder: the
+/// context's own (.containerignore or .dockerignore), plus every `.env`,
+/// so that a `COPY . .` never puts the owner's keys into an image.
+fn build_ignore(context: &Path, state: &Path) -> Result<PathBuf, String> {
+    let own = [".containerignore", ".dockerignore"]
+        .iter()
+        .find_map(|name| std::fs::read_to_string(context.join(name)).ok())
+        .unwrap_or_default();
+    let path = state.join("build.ignore");
+    std::fs::write(&path, format!("{own}\n.env\n**/.env\n"))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_lines_table() {
+        let cases: [(&str, &[&str]); 9] = [
+            (
+                "FROM localhost/warden-machine:latest\nRUN true\n",
+                &["localhost/warden-machine:latest"],
+            ),
+            (
+                "from debian:bookworm AS build\nFROM build\n",
+                &["debian:bookworm"],
+            ),
+            (
+                "FROM --platform=linux/amd64 a:1 AS x\nFROM x AS y\nFROM b:2\n",
+                &["a:1", "b:2"],
+            ),
+            (
+                "ARG SUITE=bookworm\nFROM localhost/warden-rootfs:${SUITE}\n",
+                &["localhost/warden-rootfs:bookworm"],
+            ),
+            ("ARG T\nFROM img:${T:-latest}\n", &["img:latest"]),
+            ("ARG B=\"base\"\nFROM $B\n", &["base"]),
+            ("# FROM commented:out\nFROM \\\n  real:1\n", &["real:1"]),
+            ("FROM scratch\nCOPY x /\n", &[]),
+            ("FROM a\nFROM a\n", &["a"]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(from_images(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_context_fingerprint_follows_files_but_not_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "1").unwrap();
+        let first = context_fingerprint(dir.path()).unwrap();
+        assert_eq!(context_fingerprint(dir.path()).unwrap(), first);
+        std::fs::write(dir.path().join(".env"), "KEY=x").unwrap();
+        assert_eq!(context_fingerprint(dir.path()).unwrap(), first);
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/b.txt"), "2").unwrap();
+        let second = context_fingerprint(dir.path()).unwrap();
+        assert_ne!(second, first);
+        std::fs::write(dir.path().join("sub/b.txt"), "22").unwrap();
+        assert_ne!(context_fingerprint(dir.path()).unwrap(), second);
+    }
+}

@@ -1,0 +1,411 @@
+//! The agent lives in its machine (rootful podman, real containers): a
+//! Node runtime as the main process, reached on a published port, running
+//! commands through warden with the Node client; an image with no warden
+//! in it; `requires`; a base image rebuilt; an idle machine that stops
+//! itself and wakes when asked.
+
+mod common;
+
+use common::machine::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const CANARY: &str = "agent-canary-7f3a91";
+
+/// A folder the machine's users can read (tempdirs are 0700).
+fn open_folder() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+fn write_json(path: &Path, value: &serde_json::Value) {
+    std::fs::write(path, value.to_string()).unwrap();
+}
+
+fn up(definition: &Path) -> std::process::Output {
+    let started = Instant::now();
+    let out = warden_with(&["machine", "up", definition.to_str().unwrap()], &[]);
+    eprintln!("up took {:.2} s", started.elapsed().as_secs_f64());
+    out
+}
+
+/// Runs one shell command through the agent's own page; its JSON answer.
+fn agent_run(port: u16, cmd: &str) -> serde_json::Value {
+    let query: String = cmd
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let body = http_get(
+        port,
+        &format!("/run?folder=job&cmd={query}"),
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| panic!("/run {cmd}: {e}"));
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{body}: {e}"))
+}
+
+#[test]
+fn a_node_runtime_lives_in_its_machine() {
+    let test = "a_node_runtime_lives_in_its_machine";
+    if !ready(test) {
+        return;
+    }
+    let id = machine_id("node");
+    let _cleanup = Cleanup(id.clone());
+    let dir = open_folder();
+    // The agent's folder, lent at routines: its program is there.
+    let routines = dir.path().join("agent");
+    std::fs::create_dir(&routines).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agent/server.mjs"),
+        routines.join("server.mjs"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join(".env"), format!("API_TOKEN={CANARY}\n")).unwrap();
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/node");
+    let definition = dir.path().join("def.json");
+    write_json(
+        &definition,
+        &serde_json::json!({
+            "id": id,
+            "image": IMAGE,
+            "network": "private",
+            "command": ["node", "/home/runtime/workspace/routines/server.mjs"],
+            "env": {"AGENT_PORT": "3000"},
+            "ports": [{"port": 3000, "host": "auto", "from": 18300}],
+            "keys": ["API_TOKEN"],
+            "lend": [
+                {"host": routines, "at": "/home/runtime/workspace/routines", "mode": "read"},
+                {"host": client, "at": "/opt/warden-client", "mode": "read"},
+            ],
+        }),
+    );
+    let out = up(&definition);
+    assert!(out.status.success(), "{}", show("up", &out));
+    let container = format!("warden-{id}");
+    let port = host_port(&container, 3000).expect("port 3000 published");
+    assert!(port >= 18300, "auto port {port}");
+    let published = inspect(&container, "{{json .HostConfig.PortBindings}}");
+    assert!(
+        published.contains("\"HostIp\":\"127.0.0.1\""),
+        "loopback only: {published}"
+    );
+
+    // The runtime's page, from the host, through the published port.
+    let page = http_get(port, "/", Duration::from_secs(20)).expect("the agent's page");
+    assert!(page.contains("alive"), "{page}");
+    // Its key reached it, in its environment, from the start.
+    let key = http_get(port, "/key", Duration::from_secs(5)).unwrap();
+    assert!(key.contains(CANARY), "{key}");
+
+    // A command through warden, in a folder, with its code and outputs.
+    let ran = agent_run(port, "id -un; pwd; echo oops >&2; exit 3");
+    assert_eq!(ran["exitCode"], 3, "{ran}");
+    let stdout = ran["stdout"].as_str().unwrap();
+    assert!(
+        stdout.starts_with("shell\n/home/runtime/workspace/job"),
+        "{ran}"
+    );
+    assert_eq!(ran["stderr"], "oops\n", "{ran}");
+
+    // shell never gets the key: not in its environment, not from .env.
+    let ran = agent_run(port, "env; cat /home/runtime/.env; cat /proc/1/environ");
+    assert!(!ran.to_string().contains(CANARY), "{ran}");
+    // shell cannot write the routines, however lent.
+    let ran = agent_run(
+        port,
+        "touch /home/runtime/workspace/routines/x && echo WROTE",
+    );
+    assert!(!ran["stdout"].as_str().unwrap().contains("WROTE"), "{ran}");
+    // shell can neither reach the runtime's port (directly or by the
+    // proxy) nor bind one of its own.
+    let ran = agent_run(
+        port,
+        "curl -s -m 5 http://127.0.0.1:3000/ ; curl -s -m 5 --noproxy '*' http://127.0.0.1:3000/ ; echo done",
+    );
+    assert!(!ran["stdout"].as_str().unwrap().contains("alive"), "{ran}");
+    let ran = agent_run(
+        port,
+        "python3 -c 'import socket; s=socket.socket(); s.bind((\"0.0.0.0\", 3001)); s.listen(); print(\"BOUND\")'",
+    );
+    assert!(!ran["stdout"].as_str().unwrap().contains("BOUND"), "{ran}");
+
+    // The runtime's output is the machine's log.
+    let logs = warden(&["machine", "logs", &id]);
+    assert!(
+        text(&logs.stdout).contains("agent: serving on port 3000"),
+        "{}",
+        show("logs", &logs)
+    );
+    // `status` shows the main process and the published port.
+    let status = warden(&["machine", "status", &id]);
+    let said = text(&status.stdout);
+    assert!(said.contains("main process: pid"), "{said}");
+    assert!(said.contains(&format!("127.0.0.1:{port}")), "{said}");
+
+    // podman stop: the runtime gets SIGTERM, and the machine ends with it.
+    let out = podman(&["stop", "-t", "10", &container]);
+    assert!(out.status.success(), "{}", show("stop", &out));
+    assert_eq!(inspect(&container, "{{.State.ExitCode}}"), "143");
+}
+
+#[test]
+fn an_image_without_warden_runs_with_the_lent_one() {
+    let test = "an_image_without_warden_runs_with_the_lent_one";
+    if !ready_with(test, ROOTFS) {
+        return;
+    }
+    let Some(binary) = static_warden(test) else {
+        return;
+    };
+    let id = machine_id("bare");
+    let _cleanup = Cleanup(id.clone());
+    // A project at the path it has on the host, under /home.
+    let home = Path::new("/home").join(format!("wt-{}", std::process::id()));
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(home.clone());
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&project, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let dir = open_folder();
+    let definition = dir.path().join("def.json");
+    write_json(
+        &definition,
+        &serde_json::json!({
+            "id": id,
+            "image": ROOTFS,
+            "requires": ["python3", "git"],
+            "lend": [{"host": project, "at": project, "mode": "write"}],
+        }),
+    );
+    let out = warden_with(
+        &["machine", "up", definition.to_str().unwrap()],
+        &[("WARDEN_MACHINE_BINARY", &binary)],
+    );
+    assert!(out.status.success(), "{}", show("up", &out));
+    let container = format!("warden-{id}");
+    let entry = inspect(&container, "{{json .Config.Entrypoint}}");
+    assert!(entry.contains("/usr/local/lib/warden/warden"), "{entry}");
+
+    // A command writes in the project; the file is on the host.
+    let line = format!(
+        "cd {} && python3 -c 'open(\"made-inside.txt\", \"w\").write(\"hi\")' && id -un",
+        project.display()
+    );
+    let out = warden(&["machine", "exec", &id, "--shell", &line]);
+    assert!(out.status.success(), "{}", show("exec", &out));
+    assert_eq!(text(&out.stdout).trim(), "shell");
+    assert_eq!(
+        std::fs::read_to_string(project.join("made-inside.txt")).unwrap(),
+        "hi"
+    );
+    // Every layer holds, with warden's users made at boot.
+    let status = warden(&["machine", "status", &id]);
+    let said = text(&status.stdout);
+    assert!(status.status.success(), "{}", show("status", &status));
+    assert!(
+        !said.contains("does not hold") && !said.contains("BAD"),
+        "{said}"
+    );
+}
+
+#[test]
+fn requires_refuses_an_image_without_the_command_and_leaves_nothing() {
+    let test = "requires_refuses_an_image_without_the_command_and_leaves_nothing";
+    if !ready_with(test, ROOTFS) {
+        return;
+    }
+    let Some(binary) = static_warden(test) else {
+        return;
+    };
+    let id = machine_id("nopy");
+    let _cleanup = Cleanup(id.clone());
+    let dir = open_folder();
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        format!("FROM {ROOTFS}\nRUN rm -f /usr/bin/python3 /usr/bin/python3.*\n"),
+    )
+    .unwrap();
+    let definition = dir.path().join("def.json");
+    write_json(
+        &definition,
+        &serde_json::json!({"id": id, "dockerfile": "Dockerfile", "requires": ["python3"]}),
+    );
+    let out = warden_with(
+        &["machine", "up", definition.to_str().unwrap()],
+        &[("WARDEN_MACHINE_BINARY", &binary)],
+    );
+    assert!(!out.status.success(), "{}", show("up", &out));
+    let err = text(&out.stderr);
+    assert!(err.contains("requires: the image has no python3"), "{err}");
+    assert_eq!(leftovers(&id), "", "{err}");
+    let image = format!("localhost/warden-{id}:latest");
+    let exists = podman(&["image", "exists", &image]);
+    assert!(
+        !exists.status.success(),
+        "the image this up built is removed: {err}"
+    );
+}
+
+#[test]
+fn a_rebuilt_base_image_rebuilds_the_agent_image() {
+    let test = "a_rebuilt_base_image_rebuilds_the_agent_image";
+    if !ready(test) {
+        return;
+    }
+    let id = machine_id("rebase");
+    let _cleanup = Cleanup(id.clone());
+    let base = format!("localhost/wt-base-{}:latest", std::process::id());
+    struct Untag(String);
+    impl Drop for Untag {
+        fn drop(&mut self) {
+            let _ = podman(&["rmi", "-f", &self.0]);
+        }
+    }
+    let _untag = Untag(base.clone());
+    let build_base = |mark: &str| {
+        let dir = open_folder();
+        std::fs::write(
+            dir.path().join("Dockerfile"),
+            format!("FROM {IMAGE}\nLABEL wt.mark={mark}\n"),
+        )
+        .unwrap();
+        let out = podman(&[
+            "build",
+            "--pull=never",
+            "-t",
+            &base,
+            dir.path().to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", show("build base", &out));
+    };
+    build_base("one");
+    let dir = open_folder();
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        format!("FROM {base}\nRUN echo agent > /agent-layer\n"),
+    )
+    .unwrap();
+    let definition = dir.path().join("def.json");
+    write_json(
+        &definition,
+        &serde_json::json!({"id": id, "dockerfile": "Dockerfile"}),
+    );
+    let image = format!("localhost/warden-{id}:latest");
+    let out = up(&definition);
+    assert!(out.status.success(), "{}", show("up", &out));
+    let first = inspect(&image, "{{.Id}}");
+    // Unchanged: kept.
+    let out = up(&definition);
+    assert!(
+        text(&out.stdout).contains("unchanged"),
+        "{}",
+        show("up again", &out)
+    );
+    assert_eq!(inspect(&image, "{{.Id}}"), first);
+    // The base is rebuilt: the agent image follows, and the old one goes.
+    build_base("two");
+    let out = up(&definition);
+    assert!(
+        out.status.success(),
+        "{}",
+        show("up after the base changed", &out)
+    );
+    assert!(
+        text(&out.stdout).contains(": built"),
+        "{}",
+        show("up", &out)
+    );
+    let second = inspect(&image, "{{.Id}}");
+    assert_ne!(second, first);
+    let old = podman(&["image", "exists", &first]);
+    assert!(
+        !old.status.success(),
+        "the replaced image {first} is removed:\n{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn an_idle_machine_stops_itself_a_hold_keeps_it_and_exec_start_wakes_it() {
+    let test = "an_idle_machine_stops_itself_a_hold_keeps_it_and_exec_start_wakes_it";
+    if !ready(test) {
+        return;
+    }
+    let id = machine_id("idle");
+    let _cleanup = Cleanup(id.clone());
+    let dir = open_folder();
+    let definition = dir.path().join("def.json");
+    // Three seconds idle, and a main process that would run forever.
+    write_json(
+        &definition,
+        &serde_json::json!({"id": id, "image": IMAGE, "idle_stop_minutes": 0.05,
+                            "command": ["sleep", "infinity"], "restart": "on-failure"}),
+    );
+    let out = up(&definition);
+    assert!(out.status.success(), "{}", show("up", &out));
+    let container = format!("warden-{id}");
+    let started = Instant::now();
+    assert!(
+        wait_exited(&container, Duration::from_secs(30)),
+        "still up after 30 s idle"
+    );
+    eprintln!(
+        "stopped itself {:.1} s after up",
+        started.elapsed().as_secs_f64()
+    );
+    // An idle stop is no failure: status 0, and on-failure does not restart it.
+    assert_eq!(inspect(&container, "{{.State.ExitCode}}"), "0");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(inspect(&container, "{{.State.Running}}"), "false");
+
+    // exec --start wakes it and runs the command.
+    let out = warden(&["machine", "exec", &id, "--start", "--", "echo", "awake"]);
+    assert!(out.status.success(), "{}", show("exec --start", &out));
+    assert_eq!(text(&out.stdout), "awake\n");
+    // A hold from the runtime keeps it up past its idle time...
+    let mut client = warden::launcher::machine::connect(&id, None).unwrap();
+    let until = warden::activity::now_ms() + 60_000;
+    assert_eq!(client.hold(until).unwrap(), until);
+    drop(client);
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(
+        inspect(&container, "{{.State.Running}}"),
+        "true",
+        "held, yet stopped"
+    );
+    let status = warden(&["machine", "status", &id]);
+    assert!(
+        text(&status.stdout).contains("held by the runtime until"),
+        "{}",
+        show("status", &status)
+    );
+    // ...and once let go, it stops again.
+    let mut client = warden::launcher::machine::connect(&id, None).unwrap();
+    assert_eq!(client.hold(0).unwrap(), 0);
+    drop(client);
+    assert!(
+        wait_exited(&container, Duration::from_secs(30)),
+        "still up 30 s after the hold ended"
+    );
+    let audit = warden(&["machine", "audit", &id]);
+    let said = text(&audit.stdout);
+    assert!(
+        said.contains("idle_stop") && said.contains("hold"),
+        "{}",
+        show("audit", &audit)
+    );
+}
