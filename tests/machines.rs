@@ -444,7 +444,7 @@ fn a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data() {
 
     // Nothing changed: neither rebuilt nor recreated.
     let (second, second_s) = timed_up(&fx, "second up");
-    assert!(second.contains("Dockerfile unchanged"), "{second}");
+    assert!(second.contains("context unchanged"), "{second}");
     assert!(!second.contains(": built"), "{second}");
     assert!(second.contains("unchanged, kept"), "{second}");
     assert!(!second.contains(": created"), "{second}");

@@ -1,10 +1,10 @@
-// Types of @warden/client: a client of warden's API (protocol versions 1 to 3).
+// Types of @warden/client: a client of warden's API (protocol versions 1 to 4).
 
 /// <reference types="node" />
 import type { Buffer } from 'node:buffer';
 
 export declare const VERSION: string;
-/** The protocol versions offered in every hello: [1, 2, 3]. */
+/** The protocol versions offered in every hello: [1, 2, 3, 4]. */
 export declare const PROTOCOL_VERSIONS: readonly number[];
 export declare const HEADER_LEN: 9;
 /** No frame carries more than this (1 MiB), either way. */
@@ -33,21 +33,21 @@ export declare const ERROR_CODES: readonly ErrorCode[];
 
 /** What warden answered with an error event. */
 export declare class WardenError extends Error {
-  constructor(code: string, message: string, options?: { id?: number });
+  constructor(code: string, message: string, options?: { id?: number; fatal?: boolean });
   /** The protocol's code (a string of a later version is kept as it is). */
   readonly code: ErrorCode | (string & {});
   /** warden's own message, unchanged. */
   readonly wardenMessage: string;
   /** The frame id the error answered (0: the connection). */
   readonly id: number;
-  /** Whether warden closes the connection after it. */
+  /** Whether warden closes the connection after it (not after a refused hand_keys). */
   readonly fatal: boolean;
   /** An error of the subclass for `code`. */
-  static from(code: string, message: string, options?: { id?: number }): WardenError;
+  static from(code: string, message: string, options?: { id?: number; fatal?: boolean }): WardenError;
 }
 
 type WardenErrorClass<C extends ErrorCode> = {
-  new (message: string, options?: { id?: number }): WardenError & { readonly code: C };
+  new (message: string, options?: { id?: number; fatal?: boolean }): WardenError & { readonly code: C };
 };
 export declare const RefusedError: WardenErrorClass<'refused'>;
 export declare const HelloRequiredError: WardenErrorClass<'hello_required'>;
@@ -246,6 +246,15 @@ export interface ProxyState {
   carried: number;
   refused: number;
 }
+/** Version 4: when the machine was last used, what holds it, and when it stops. */
+export interface ActivityState {
+  /** Since the last request or command's end. */
+  idle_ms: number;
+  /** The runtime's hold, when one is in force (Unix ms). */
+  held_until_ms?: number;
+  /** The machine stops itself after this long idle; absent: never. */
+  idle_stop_s?: number;
+}
 export interface Status {
   type: 'status';
   version: string;
@@ -260,6 +269,10 @@ export interface Status {
   /** Version 3. */
   shell_processes?: { pid: number; name: string }[];
   shell_process_count?: number;
+  /** Version 3: the runtime's gate for shell commands. */
+  gate?: { closed: boolean; reason?: string; since_ms: number };
+  /** Version 4. */
+  activity?: ActivityState;
   commands_started: number;
   audit_log: string;
   layers: LayerState[];
@@ -308,6 +321,10 @@ export declare class Client {
   closeGate(reason: string): Promise<{ type: 'gate'; closed: true; reason: string; since_ms: number }>;
   /** Version 3: opens the gate again. */
   openGate(): Promise<{ type: 'gate'; closed: false; since_ms: number }>;
+  /** Version 4: keeps the machine awake until untilMs (Unix ms; a time past or 0 lets go); resolves to the hold in force (0: none). */
+  hold(untilMs: number): Promise<number>;
+  /** Version 4, the host's door only: hands the runtime its keys (a .env text); resolves to their names. On the machine's own socket: RefusedError, the connection stays open. */
+  handKeys(text: string): Promise<string[]>;
   /** Version 2: stops the machine. */
   shutdown(): Promise<{ type: 'shutting_down' }>;
   /** Closes the connection; warden kills the commands still running on it. */

@@ -1,4 +1,4 @@
-// A client of warden's API (protocol versions 1 to 3): frames over a unix
+// A client of warden's API (protocol versions 1 to 4): frames over a unix
 // socket, many commands at once on one connection, output streamed with
 // back-pressure. No dependencies; Node 18 or later. docs/protocol.md in
 // warden's repository is the reference for everything said on the wire.
@@ -8,7 +8,7 @@ import { Buffer } from 'node:buffer';
 
 export const VERSION = '0.1.0';
 /** The protocol versions this client speaks, offered in every hello. */
-export const PROTOCOL_VERSIONS = Object.freeze([1, 2, 3]);
+export const PROTOCOL_VERSIONS = Object.freeze([1, 2, 3, 4]);
 export const HEADER_LEN = 9;
 /** No frame carries more than this, either way. */
 export const MAX_FRAME = 1 << 20;
@@ -35,10 +35,15 @@ export const ERROR_CODES = Object.freeze([
 
 /** The codes after which warden closes the connection. */
 const FATAL = new Set(['refused', 'hello_required', 'unsupported_version', 'bad_frame', 'frame_too_large']);
+/**
+ * Requests whose `refused` answer is not fatal: warden refuses them and
+ * keeps the connection (hand_keys on any door but the host's).
+ */
+const REFUSED_IN_PLACE = new Set(['keys_handed']);
 
 /** What warden answered with an error event: `.code` is the protocol's code. */
 export class WardenError extends Error {
-  constructor(code, message, { id = 0 } = {}) {
+  constructor(code, message, { id = 0, fatal = FATAL.has(code) } = {}) {
     super(`warden: ${code}: ${message}`);
     this.name = 'WardenError';
     this.code = code;
@@ -47,7 +52,7 @@ export class WardenError extends Error {
     /** The frame id the error answered (0: the connection). */
     this.id = id;
     /** Whether warden closes the connection after this error. */
-    this.fatal = FATAL.has(code);
+    this.fatal = fatal;
   }
 
   /** The error of the right subclass for `code` (a WardenError for a code this client does not know). */
@@ -672,7 +677,10 @@ export class Client {
 
   #event(id, event) {
     if (id === 0) {
-      if (event.type === 'error' && FATAL.has(event.code)) {
+      // A refusal of the request it answers (hand_keys on the machine's
+      // own socket) leaves the connection open; any other is its end.
+      const inPlace = event.code === 'refused' && REFUSED_IN_PLACE.has(this.#pending[0]?.expect);
+      if (event.type === 'error' && FATAL.has(event.code) && !inPlace) {
         // The connection's end (warden closes it next); every waiter learns why.
         this.#fail(WardenError.from(String(event.code), String(event.message ?? ''), { id: 0 }));
         return;
@@ -681,7 +689,7 @@ export class Client {
       if (!waiter) return; // nothing asked: an event of a later version, ignored
       this.#idleCheck();
       if (event.type === 'error') {
-        waiter.reject(WardenError.from(String(event.code), String(event.message ?? ''), { id: 0 }));
+        waiter.reject(WardenError.from(String(event.code), String(event.message ?? ''), { id: 0, fatal: false }));
       } else if (waiter.expect === event.type) {
         waiter.resolve(event);
       } else {
@@ -852,7 +860,7 @@ export class Client {
     return command.exit;
   }
 
-  /** warden's status event (version 3 adds shell_processes). */
+  /** warden's status event (version 3 adds shell_processes and gate, version 4 activity). */
   status() {
     return this._request({ type: 'status' }, 'status');
   }
@@ -882,6 +890,30 @@ export class Client {
   /** Opens the runtime's gate again (version 3); resolves to {type:'gate', closed:false, since_ms}. */
   openGate() {
     return this._request({ type: 'open_gate' }, 'gate');
+  }
+
+  /**
+   * Keeps the machine awake until `untilMs` (Unix time in milliseconds;
+   * version 4), whatever its idle stop says; a time past, or 0, lets go.
+   * Resolves to the hold now in force (Unix ms; 0: none). More than a week
+   * ahead is a BadRequestError.
+   */
+  async hold(untilMs) {
+    if (!Number.isSafeInteger(untilMs) || untilMs < 0) throw new TypeError('untilMs is a time in Unix milliseconds: an integer, 0 or more');
+    const event = await this._request({ type: 'hold', until_ms: untilMs }, 'held');
+    return event.until_ms;
+  }
+
+  /**
+   * Hands the runtime its keys (version 4, the host's door only): `text` is
+   * a .env text (NAME=VALUE lines), written as the runtime's .env and given
+   * to the main process. Resolves to the keys' names; on the machine's own
+   * socket it is refused (a RefusedError that leaves the connection open).
+   */
+  async handKeys(text) {
+    if (typeof text !== 'string') throw new TypeError('text is a .env text: a string');
+    const event = await this._request({ type: 'hand_keys', text }, 'keys_handed');
+    return event.names;
   }
 
   /** Stops the machine (version 2); resolves to {type:'shutting_down'}, or when warden closes the connection first. */

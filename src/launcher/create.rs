@@ -92,17 +92,19 @@ pub fn create_args(plan: &CreatePlan) -> Vec<String> {
     args.extend(plan.ulimits.iter().cloned());
     let keep = match plan.keep_id {
         KeepId::Off => None,
-        KeepId::Shell => Some(SHELL_UID),
-        KeepId::Runtime => Some(RUNTIME_UID),
+        KeepId::Shell => Some(("shell", SHELL_UID)),
+        KeepId::Runtime => Some(("runtime", RUNTIME_UID)),
     };
-    if let Some(uid) = keep {
+    if let Some((user, uid)) = keep {
         // The owner's uid is this user's inside; root inside is the first
         // subordinate id. keep-id would also make that user the default
-        // one, and add it to /etc/passwd under the owner's name: warden is
-        // root, and makes its users itself.
+        // one (warden is root), and, in an image without the user, add it
+        // to /etc/passwd under the owner's name: under warden's instead.
         args.push(format!("--userns=keep-id:uid={uid},gid={uid}"));
         args.push("--user=0:0".into());
-        args.push("--passwd=false".into());
+        args.push(format!(
+            "--passwd-entry={user}:x:{uid}:{uid}:warden {user}:/home/{user}:/bin/sh"
+        ));
     }
     for lend in plan.lends {
         let mode = match lend.mode {
@@ -288,7 +290,7 @@ mod tests {
                 vec![
                     "--userns=keep-id:uid=2000,gid=2000",
                     "--user=0:0",
-                    "--passwd=false",
+                    "--passwd-entry=runtime:x:2000:2000:warden runtime:/home/runtime:/bin/sh",
                     "--volume=/home/me/p:/home/me/p:rw",
                 ],
                 vec![],

@@ -1437,15 +1437,19 @@ mod tests {
     }
 
     #[test]
-    fn the_docs_example_parses() {
+    fn the_docs_examples_parse() {
         let docs = include_str!("../../docs/machine-definition.md");
-        let example = docs
+        let examples: Vec<&str> = docs
             .split("```json\n")
-            .nth(1)
-            .and_then(|rest| rest.split("```").next())
-            .expect("a json block in the docs");
-        let d = Definition::parse(Path::new("/home/me/machines/demo.json"), example).unwrap();
-        assert_eq!(d.id, "demo");
+            .skip(1)
+            .filter_map(|rest| rest.split("```").next())
+            .collect();
+        assert!(examples.len() >= 3, "the example and the two setups");
+        for example in examples {
+            let d = Definition::parse(Path::new("/home/me/machines/demo.json"), example)
+                .unwrap_or_else(|e| panic!("{example}: {e}"));
+            assert!(!d.id.is_empty());
+        }
     }
 
     #[test]

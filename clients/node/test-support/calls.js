@@ -63,6 +63,8 @@ export async function perform(client, call) {
       return client.audit(args.kind, args.fields);
     case 'stop_shell':
       return client.stopShell(args.signal);
+    case 'hold':
+      return { type: 'held', until_ms: await client.hold(args.until_ms) };
     default:
       throw new Error(`unknown fixture method ${call.method}`);
   }

@@ -10,6 +10,7 @@ import {
   BadRequestError,
   ConnectionError,
   ERROR_CLASSES,
+  RefusedError,
   ERROR_CODES,
   MAX_FRAME,
   UnknownIdError,
@@ -80,7 +81,7 @@ test('the default socket is $WARDEN_SOCKET', async () => {
   }
 });
 
-test('the hello offers [1,2,3], names the client, and carries the key only when given', async () => {
+test('the hello offers [1,2,3,4], names the client, and carries the key only when given', async () => {
   const hellos = [];
   const warden = await scriptedWarden(async (peer) => {
     hellos.push((await peer.hello(2)).json);
@@ -91,7 +92,7 @@ test('the hello offers [1,2,3], names the client, and carries the key only when 
     assert.equal(a.version, 2);
     await a.close();
     await b.close();
-    assert.deepEqual(hellos[0], { type: 'hello', versions: [1, 2, 3], client: 'warden-node 0.1.0' });
+    assert.deepEqual(hellos[0], { type: 'hello', versions: [1, 2, 3, 4], client: 'warden-node 0.1.0' });
     assert.equal(hellos[1].key, 'k'.repeat(64));
   } finally {
     await warden.close();
@@ -191,6 +192,93 @@ test('requests on id 0 are answered in the order sent, errors included', async (
     await client.close();
   } finally {
     await warden.close();
+  }
+});
+
+test('hold and handKeys (version 4): requests on id 0, resolving to the hold in force and the names', async () => {
+  const requests = [];
+  const warden = await scriptedWarden(async (peer) => {
+    await peer.hello(4);
+    for (let i = 0; i < 4; i++) requests.push((await peer.next()).json);
+    peer.send('control', 0, { type: 'held', until_ms: 1798761600000 });
+    peer.send('control', 0, { type: 'held', until_ms: 0 });
+    peer.send('control', 0, { type: 'keys_handed', names: ['API_TOKEN', 'OTHER'] });
+    peer.send('control', 0, { type: 'error', code: 'bad_request', message: 'hold: until_ms 9999999999999 is more than a week from now (1)' });
+    await peer.next();
+  });
+  try {
+    const client = await connect({ socket: warden.path });
+    assert.equal(client.version, 4);
+    const [held, released, names, far] = await Promise.allSettled([
+      client.hold(1798761600000),
+      client.hold(0),
+      client.handKeys('API_TOKEN=abc\nOTHER=1\n'),
+      client.hold(9999999999999),
+    ]);
+    assert.deepEqual(requests, [
+      { type: 'hold', until_ms: 1798761600000 },
+      { type: 'hold', until_ms: 0 },
+      { type: 'hand_keys', text: 'API_TOKEN=abc\nOTHER=1\n' },
+      { type: 'hold', until_ms: 9999999999999 },
+    ]);
+    assert.equal(held.value, 1798761600000);
+    assert.equal(released.value, 0);
+    assert.deepEqual(names.value, ['API_TOKEN', 'OTHER']);
+    assert.ok(far.reason instanceof BadRequestError && /more than a week/.test(far.reason.message));
+    await assert.rejects(client.hold(-1), TypeError);
+    await assert.rejects(client.hold(1.5), TypeError);
+    await assert.rejects(client.handKeys(undefined), TypeError);
+    assert.equal(client.closed, false);
+    await client.close();
+  } finally {
+    await warden.close();
+  }
+});
+
+test('a refused hand_keys answers that request and leaves the connection open; a refusal of the hello ends it', async () => {
+  const warden = await scriptedWarden(async (peer) => {
+    await peer.hello(4);
+    const run = await peer.next();
+    assert.equal(run.json.type, 'run');
+    peer.send('control', run.id, { type: 'started', command: 1, pid: 10 });
+    assert.equal((await peer.next()).json.type, 'hand_keys');
+    peer.send('control', 0, {
+      type: 'error',
+      code: 'refused',
+      message: "hand_keys comes through the host's door only (the runtime writes its own .env)",
+    });
+    assert.equal((await peer.next()).json.type, 'status');
+    peer.send('control', 0, { type: 'status', version: '0', protocol: 4 });
+    peer.send('stdout', run.id, Buffer.from('still\n'));
+    peer.send('control', run.id, exitEvent({ stdout_bytes: 6 }));
+    await peer.next();
+  });
+  try {
+    const client = await connect({ socket: warden.path });
+    const command = client.spawn({ argv: ['sleep', '1'] });
+    const output = command.stdout.text();
+    await command.started;
+    await assert.rejects(
+      client.handKeys('A=1\n'),
+      (e) => e instanceof RefusedError && e.code === 'refused' && e.fatal === false && /host's door only/.test(e.wardenMessage),
+    );
+    assert.equal(client.closed, false);
+    assert.equal((await client.status()).protocol, 4);
+    assert.equal((await command.exit).status, 0);
+    assert.equal(await output, 'still\n');
+    await client.close();
+  } finally {
+    await warden.close();
+  }
+  const refusing = await scriptedWarden(async (peer) => {
+    await peer.next();
+    peer.send('control', 0, { type: 'error', code: 'refused', message: 'wrong key' });
+    peer.socket.end();
+  });
+  try {
+    await assert.rejects(connect({ socket: refusing.path, key: 'x'.repeat(64) }), (e) => e instanceof RefusedError && e.fatal === true);
+  } finally {
+    await refusing.close();
   }
 });
 

@@ -11,7 +11,7 @@ import { replayWarden } from '../test-support/fake-warden.js';
 import { loadFixtures } from '../test-support/frames.js';
 
 const fixtures = loadFixtures();
-const METHODS = new Set(['run', 'status', 'reload', 'audit', 'stop_shell', 'signal_after_start', 'hello_only']);
+const METHODS = new Set(['run', 'status', 'reload', 'audit', 'stop_shell', 'hold', 'signal_after_start', 'hello_only']);
 
 test('the fixtures are there, and well formed', () => {
   assert.ok(fixtures.length >= 13, `only ${fixtures.length} fixtures`);
@@ -24,7 +24,7 @@ test('the fixtures are there, and well formed', () => {
     const first = f.frames[0];
     assert.equal(first.from, 'client');
     assert.equal(first.json.type, 'hello');
-    assert.deepEqual(first.json.versions, [1, 2, 3]);
+    assert.deepEqual(first.json.versions, [1, 2, 3, 4]);
     for (const frame of f.frames) {
       assert.ok(['client', 'warden'].includes(frame.from));
       assert.ok(['control', 'stdout', 'stderr', 'stdin'].includes(frame.kind));
@@ -39,7 +39,7 @@ test('the fixtures are there, and well formed', () => {
 test('the fixtures cover what every client must handle', () => {
   const names = new Set(fixtures.map((f) => f.name));
   for (const name of [
-    'hello_version_3',
+    'hello_version_4',
     'hello_unsupported_version',
     'run_stdout_stderr',
     'run_stdin_pipe',
@@ -50,6 +50,7 @@ test('the fixtures cover what every client must handle', () => {
     'audit',
     'reload_bad_request',
     'stop_shell',
+    'hold',
     'host_refused_wrong_key',
     'run_unknown_field',
   ]) {

@@ -63,8 +63,8 @@ if (!pre.run && pre.skip) {
       }
     });
 
-    test('the hello agrees on version 3', () => {
-      assert.equal(client.version, 3);
+    test('the hello agrees on version 4', () => {
+      assert.equal(client.version, 4);
       assert.match(client.server, /^warden \d+\.\d+\.\d+/);
     });
 
@@ -262,13 +262,15 @@ if (!pre.run && pre.skip) {
       parallel.forEach((p, i) => assert.equal(p.stdout, `${i}\n`));
     });
 
-    test('status: pid 1, protocol 3, users, layers, the running command', async () => {
+    test('status: pid 1, protocol 4, users, layers, the running command, activity', async () => {
       const command = client.spawn({ argv: ['sleep', '10'], folder: 'st' });
       await command.started;
       const status = await client.status();
       assert.equal(status.type, 'status');
-      assert.equal(status.protocol, 3);
+      assert.equal(status.protocol, 4);
       assert.equal(status.pid1, true);
+      assert.ok(Number.isInteger(status.activity.idle_ms) && status.activity.idle_ms >= 0);
+      assert.equal(status.activity.idle_stop_s, undefined, 'no idle stop in this config');
       assert.deepEqual(
         status.users.map((u) => [u.name, u.uid]),
         [
@@ -351,6 +353,39 @@ if (!pre.run && pre.skip) {
       assert.equal((await client.run({ argv: ['true'] })).status, 0);
     });
 
+    test('hold (version 4): in force and in status().activity until a time past lets go; a week ahead at most', async () => {
+      assert.equal((await client.status()).activity.held_until_ms, undefined);
+      const until = Date.now() + 3_600_000;
+      assert.equal(await client.hold(until), until);
+      try {
+        assert.equal((await client.status()).activity.held_until_ms, until);
+        await assert.rejects(
+          client.hold(Date.now() + 8 * 24 * 3_600_000),
+          (e) => e instanceof BadRequestError && /more than a week/.test(e.message) && !e.fatal,
+        );
+        assert.equal((await client.status()).activity.held_until_ms, until, 'a refused hold leaves the one in force');
+        const line = await eventually(() => auditLines(w).find((l) => l.kind === 'hold' && l.until_ms === until), 5000, 'the hold in the audit log');
+        assert.equal(line.requester_uid, 0);
+      } finally {
+        assert.equal(await client.hold(Date.now() - 1000), 0, 'a time past lets go');
+      }
+      assert.equal((await client.status()).activity.held_until_ms, undefined);
+      assert.equal(await client.hold(Date.now() + 60_000) > 0, true);
+      assert.equal(await client.hold(0), 0);
+      assert.equal((await client.status()).activity.held_until_ms, undefined);
+    });
+
+    test('handKeys on the machine\'s own socket: a RefusedError, and the connection goes on', async () => {
+      const env = path.join(w.dir, 'home/runtime/.env');
+      await assert.rejects(
+        client.handKeys('API_TOKEN=canary-local-123\n'),
+        (e) => e instanceof RefusedError && e.code === 'refused' && e.fatal === false && /host's door only/.test(e.message),
+      );
+      assert.equal(client.closed, false);
+      assert.equal((await client.run({ argv: ['echo', 'still here'] })).stdout.toString(), 'still here\n');
+      assert.ok(!fs.existsSync(env) || !fs.readFileSync(env, 'utf8').includes('canary-local-123'), '.env was not written');
+    });
+
     test('as the runtime user the client gets in; as another uid it is refused', async () => {
       const index = fileURLToPath(new URL('../index.js', import.meta.url));
       const script = `
@@ -421,7 +456,7 @@ if (!pre.run && pre.skip) {
 
     test('the machine\'s key lets the client in, and it runs a command', async () => {
       const client = await connect({ socket: w.hostSocket, key: w.key });
-      assert.equal(client.version, 3);
+      assert.equal(client.version, 4);
       const r = await client.run({ argv: ['id', '-un'] });
       assert.equal(r.stdout.toString(), 'shell\n');
       const viaShellRun = await shellRun('echo from the host', { socket: w.hostSocket, key: w.key });
@@ -437,6 +472,27 @@ if (!pre.run && pre.skip) {
       await assert.rejects(shellRun('true', { socket: w.hostSocket, key: 'wrong'.repeat(13) }), RefusedError);
       const refusals = auditLines(w).filter((l) => l.kind === 'connection_refused');
       assert.ok(refusals.length >= 2);
+    });
+
+    test('handKeys (version 4) through the host socket: the runtime\'s .env, its names only in the audit log', async () => {
+      const client = await connect({ socket: w.hostSocket, key: w.key });
+      try {
+        const text = 'API_TOKEN=canary-node-123\n# a comment\n\nexport OTHER=x=y\n';
+        assert.deepEqual(await client.handKeys(text), ['API_TOKEN', 'OTHER']);
+        const env = path.join(w.dir, 'home/runtime/.env');
+        assert.equal(fs.readFileSync(env, 'utf8'), text);
+        const meta = fs.lstatSync(env);
+        assert.equal(meta.mode & 0o777, 0o600);
+        assert.equal(meta.uid, 2000);
+        await assert.rejects(client.handKeys('not a key line\n'), (e) => e instanceof BadRequestError && /line 1/.test(e.message));
+        assert.equal(fs.readFileSync(env, 'utf8'), text, 'a refused text changes nothing');
+        const line = await eventually(() => auditLines(w).find((l) => l.kind === 'keys_handed'), 5000, 'keys_handed in the audit log');
+        assert.deepEqual(line.names, ['API_TOKEN', 'OTHER']);
+        assert.ok(!fs.readFileSync(w.auditLog, 'utf8').includes('canary-node-123'), 'no value in the audit log');
+        assert.equal((await client.run({ argv: ['true'] })).status, 0);
+      } finally {
+        await client.close();
+      }
     });
 
     test('shutdown (version 2) through the host socket stops the machine', async () => {

@@ -2,8 +2,9 @@
 // Records clients/fixtures from a real warden: each exchange is played by
 // this client through a recording proxy (a unix socket in front of
 // warden's), in a warden booted afresh for it, then the values that vary
-// from run to run (pids, durations, paths, keys, uptimes) are set to
-// stable ones and long lists in status are trimmed. Needs root.
+// from run to run (pids, durations, paths, keys, uptimes, idle times, the
+// time a hold is asked for) are set to stable ones and long lists in
+// status are trimmed. Needs root.
 //
 //   node clients/node/tools/record-fixtures.js [NAME...]
 //
@@ -24,6 +25,8 @@ import { play } from '../test-support/calls.js';
 const MACHINE = '/machine';
 const RIGHT_KEY = '5f0c6a1e9b7d42c38e1f0a9b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d';
 const WRONG_KEY = '0000000000000000000000000000000000000000000000000000000000000000';
+/** A hold's time in the fixtures (2027-01-01T00:00:00Z); recorded as an hour from then. */
+const HOLD_UNTIL = 1798761600000;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A proxy that records every frame each way, in the order each is whole. */
@@ -86,23 +89,23 @@ async function background(w, request) {
 
 const SCENARIOS = [
   {
-    name: 'hello_version_3',
-    about: 'Version negotiation: the client offers [1,2,3]; warden answers with the highest both speak, 3, and its name.',
+    name: 'hello_version_4',
+    about: 'Version negotiation: the client offers [1,2,3,4]; warden answers with the highest both speak, 4, and its name.',
     call: { method: 'hello_only', args: {} },
   },
   {
     name: 'hello_unsupported_version',
     about:
-      'No version in common (synthetic: a warden that speaks only version 4, its message formatted as src/api.rs does): unsupported_version on id 0, then warden closes the connection.',
+      'No version in common (synthetic: a warden that speaks only version 5, its message formatted as src/api.rs does): unsupported_version on id 0, then warden closes the connection.',
     synthetic: {
       call: { method: 'hello_only', args: {} },
       frames: [
-        { from: 'client', kind: 'control', id: 0, json: { type: 'hello', versions: [1, 2, 3], client: 'warden-node 0.1.0' } },
+        { from: 'client', kind: 'control', id: 0, json: { type: 'hello', versions: [1, 2, 3, 4], client: 'warden-node 0.1.0' } },
         {
           from: 'warden',
           kind: 'control',
           id: 0,
-          json: { type: 'error', code: 'unsupported_version', message: 'no common version: warden speaks [4], client [1, 2, 3]' },
+          json: { type: 'error', code: 'unsupported_version', message: 'no common version: warden speaks [5], client [1, 2, 3, 4]' },
         },
       ],
       error: { code: 'unsupported_version', message_contains: 'no common version' },
@@ -208,6 +211,14 @@ const SCENARIOS = [
     },
   },
   {
+    name: 'hold',
+    about:
+      'hold (version 4): keep the machine awake until a time (Unix ms; recorded an hour ahead, set here to 2027-01-01T00:00:00Z); warden answers held with the hold now in force.',
+    call: { method: 'hold', args: { until_ms: HOLD_UNTIL } },
+    // Asked for this far ahead of the recording (warden takes at most a week).
+    holdAheadMs: 3600 * 1000,
+  },
+  {
     name: 'host_refused_wrong_key',
     about: 'The host socket with a wrong key in the hello: refused on id 0 (half a second later), then warden closes the connection.',
     call: { method: 'hello_only', args: {} },
@@ -224,8 +235,8 @@ const SCENARIOS = [
   },
 ];
 
-/** Replaces every occurrence of the machine's folder, and pids, with stable values. */
-function normalizer(w) {
+/** Replaces every occurrence of the machine's folder, pids, and the hold's time asked for, with stable values. */
+function normalizer(w, { holdUntil = null } = {}) {
   const pids = new Map();
   let nextPid = 101;
   const pid = (value) => {
@@ -243,6 +254,7 @@ function normalizer(w) {
       const out = {};
       for (const [k, v] of Object.entries(value)) {
         if (k === 'pid' && typeof v === 'number') out[k] = pid(v);
+        else if (k === 'until_ms' && holdUntil !== null && v === holdUntil) out[k] = HOLD_UNTIL;
         else out[k] = walk(v, k);
       }
       return out;
@@ -260,6 +272,8 @@ function trimStatus(status) {
   out.layout = status.layout.slice(0, 2);
   out.layers = status.layers.filter((l) => keepLayers.has(l.layer));
   out.running = status.running.map((r) => ({ ...r, running_ms: 250 }));
+  if (status.gate) out.gate = { ...status.gate, since_ms: 5010 };
+  if (status.activity) out.activity = { ...status.activity, idle_ms: 3 };
   if (status.proxy) out.proxy = { ...status.proxy, hosts: ['github.com'] };
   return out;
 }
@@ -321,20 +335,23 @@ async function record(scenario, scratch) {
     state = scenario.setup ? await scenario.setup(w) : null;
     proxy = await recordingProxy(scenario.host ? w.hostSocket : w.socket, scratch);
     const key = scenario.key === 'right' ? w.key : scenario.key;
+    // A hold is asked for a time ahead of now; the fixture says HOLD_UNTIL.
+    const holdUntil = scenario.holdAheadMs ? Date.now() + scenario.holdAheadMs : null;
+    const call = holdUntil === null ? scenario.call : { ...scenario.call, args: { ...scenario.call.args, until_ms: holdUntil } };
     // play() takes the key from the fixture's first client frame, as replays do.
-    const skeleton = { call: scenario.call, frames: key ? [{ from: 'client', json: { key } }] : [] };
+    const skeleton = { call, frames: key ? [{ from: 'client', json: { key } }] : [] };
     const played = await play(skeleton, proxy.path, { timeoutMs: 15000 });
     await played.client?.close();
     await proxy.close();
     const live = played.error ? { error: played.error } : { result: played.result };
     const frames = proxy.frames;
-    const derived = resultFromFrames(scenario.call, frames);
+    const derived = resultFromFrames(call, frames);
     if (!isDeepStrictEqual(derived, live)) {
       throw new Error(`${scenario.name}: the client's outcome differs from the frames':\n${JSON.stringify(live)}\n${JSON.stringify(derived)}`);
     }
     if (scenario.teardown) await scenario.teardown(state);
     // Stable values.
-    const normalize = normalizer(w);
+    const normalize = normalizer(w, { holdUntil });
     let fixed = canonicalOrder(normalize(frames));
     fixed = fixed.map((f) => {
       if (f.from === 'client' && f.json?.type === 'hello') return { ...f, json: { ...f.json, client: 'warden-node 0.1.0' } };

@@ -225,6 +225,8 @@ def _outcome_sync(fixture: dict[str, Any], path: str) -> Any:
         if method == "stop_shell":
             stopped = c.stop_shell(args.get("signal", "KILL"))
             return {"type": "shell_stopped", "signalled": stopped.signalled, "left": stopped.left}
+        if method == "hold":
+            return {"type": "held", "until_ms": c.hold(args["until_ms"])}
     raise AssertionError(f"unknown method {method!r}: the replayer needs teaching")
 
 
@@ -258,6 +260,8 @@ async def _outcome_async(fixture: dict[str, Any], path: str) -> Any:
         if method == "stop_shell":
             stopped = await c.stop_shell(args.get("signal", "KILL"))
             return {"type": "shell_stopped", "signalled": stopped.signalled, "left": stopped.left}
+        if method == "hold":
+            return {"type": "held", "until_ms": await c.hold(args["until_ms"])}
     finally:
         await c.close()
     raise AssertionError(f"unknown method {method!r}: the replayer needs teaching")
@@ -305,4 +309,5 @@ def test_fixtures_are_there() -> None:
     if not FILES:
         pytest.skip(f"{FIXTURES} holds no fixture yet")
     names = {_load(p)["call"]["method"] for p in FILES}
-    assert names <= {"run", "status", "reload", "audit", "stop_shell", "signal_after_start", "hello_only"}, names
+    assert names <= {"run", "status", "reload", "audit", "stop_shell", "hold", "signal_after_start",
+                     "hello_only"}, names

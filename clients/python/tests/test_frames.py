@@ -77,6 +77,7 @@ def test_error_classes() -> None:
     assert isinstance(e, WardenError) and isinstance(e, OSError)
     assert isinstance(TimeoutError("slow"), builtins.TimeoutError)
     assert not WardenError("bad_request", "x").fatal and WardenError("refused", "x").fatal
+    assert not WardenError("refused", "x", fatal=False).fatal
     assert str(WardenError("bad_json", "oops")) == "bad_json: oops"
     assert warden_client.CODES >= warden_client.FATAL_CODES
 
@@ -361,7 +362,7 @@ def test_the_default_socket_and_key_come_from_the_environment(peer: Any, monkeyp
 
     def script(conn: socket.socket) -> None:
         _, hello = read_json(conn)
-        assert hello == {"type": "hello", "versions": [1, 2, 3],
+        assert hello == {"type": "hello", "versions": [1, 2, 3, 4],
                          "client": f"warden-python {warden_client.__version__}", "key": "k" * 40}
         conn.sendall(HELLO)
 
@@ -454,3 +455,100 @@ def test_unknown_id_on_a_run_never_refuses_it(peer: Any) -> None:
     with Client.connect(p.path, timeout=10) as c:
         r = c.run(["x"])
     assert (r.stdout, r.command) == (b"ran", 4)
+
+
+HELLO_4 = control(0, {"type": "hello", "version": 4, "server": "warden test"})
+REFUSED_KEYS = {"type": "error", "code": "refused",
+                "message": "hand_keys comes through the host's door only (the runtime writes its own .env)"}
+
+
+def _version_4_script(conn: socket.socket) -> None:
+    """hold and hand_keys as warden answers them: the hold in force, the
+    names, a bad_request, and a refused hand_keys after which the
+    connection goes on (a command that was running ends as usual)."""
+    read_json(conn)
+    conn.sendall(HELLO_4)
+    assert read_json(conn) == (0, {"type": "hold", "until_ms": 1798761600000})
+    conn.sendall(control(0, {"type": "held", "until_ms": 1798761600000}))
+    assert read_json(conn) == (0, {"type": "hold", "until_ms": 0})
+    conn.sendall(control(0, {"type": "held", "until_ms": 0}))
+    assert read_json(conn) == (0, {"type": "hold", "until_ms": 9999999999999})
+    conn.sendall(control(0, {"type": "error", "code": "bad_request",
+                             "message": "hold: until_ms 9999999999999 is more than a week from now"}))
+    assert read_json(conn) == (0, {"type": "hand_keys", "text": "API_TOKEN=abc\nOTHER=1\n"})
+    conn.sendall(control(0, {"type": "keys_handed", "names": ["API_TOKEN", "OTHER"]}))
+    _, run = read_json(conn)
+    assert run == {"type": "run", "argv": ["sleep", "1"]}
+    conn.sendall(control(1, {"type": "started", "command": 1, "pid": 10}))
+    assert read_json(conn) == (0, {"type": "hand_keys", "text": "A=1\n"})
+    conn.sendall(control(0, REFUSED_KEYS))
+    assert read_json(conn) == (0, {"type": "status"})
+    conn.sendall(control(0, {"type": "status", "protocol": 4, "activity": {"idle_ms": 1}}))
+    conn.sendall(fr.encode(fr.STDOUT, 1, b"still\n")
+                 + control(1, {"type": "exit", "status": 0, "code": 0, "duration_ms": 1,
+                               "stdout_bytes": 6, "stderr_bytes": 0, "drained": True}))
+    try:
+        read_frame(conn)
+    except EOFError:
+        pass
+
+
+def test_hold_and_hand_keys_and_a_refusal_that_is_not_fatal(peer: Any) -> None:
+    p = peer(_version_4_script)
+    with Client.connect(p.path, timeout=10) as c:
+        assert c.version == 4
+        assert c.hold(1798761600000) == 1798761600000
+        assert c.hold(0) == 0
+        with pytest.raises(WardenError) as caught:
+            c.hold(9999999999999)
+        assert caught.value.code == "bad_request" and not caught.value.fatal
+        assert c.hand_keys("API_TOKEN=abc\nOTHER=1\n") == ["API_TOKEN", "OTHER"]
+        with pytest.raises(TypeError):
+            c.hold(True)
+        with pytest.raises(ValueError):
+            c.hold(-1)
+        with pytest.raises(TypeError):
+            c.hand_keys(b"A=1\n")  # type: ignore[arg-type]
+        proc = c.spawn(["sleep", "1"])
+        with pytest.raises(WardenError) as caught:
+            c.hand_keys("A=1\n")
+        assert caught.value.code == "refused" and not caught.value.fatal
+        assert "host's door only" in caught.value.message
+        assert c._link.failure is None, "the connection goes on"
+        assert c.status()["activity"] == {"idle_ms": 1}
+        r = proc.wait(collect=True)
+        assert (r.status, r.stdout) == (0, b"still\n")
+
+
+def test_async_hold_and_hand_keys_and_a_refusal_that_is_not_fatal(peer: Any) -> None:
+    async def main() -> None:
+        async with await AsyncClient.connect(p.path, timeout=10) as c:
+            assert c.version == 4
+            assert await c.hold(1798761600000) == 1798761600000
+            assert await c.hold(0) == 0
+            with pytest.raises(WardenError) as caught:
+                await c.hold(9999999999999)
+            assert caught.value.code == "bad_request"
+            assert await c.hand_keys("API_TOKEN=abc\nOTHER=1\n") == ["API_TOKEN", "OTHER"]
+            proc = await c.spawn(["sleep", "1"])
+            with pytest.raises(WardenError) as caught:
+                await c.hand_keys("A=1\n")
+            assert caught.value.code == "refused" and not caught.value.fatal
+            assert c._link.failure is None, "the connection goes on"
+            assert (await c.status())["activity"] == {"idle_ms": 1}
+            r = await proc.wait(collect=True)
+            assert (r.status, r.stdout) == (0, b"still\n")
+
+    p = peer(_version_4_script)
+    asyncio.run(main())
+
+
+def test_a_refused_hello_is_still_fatal_with_a_key(peer: Any) -> None:
+    def script(conn: socket.socket) -> None:
+        read_json(conn)
+        conn.sendall(control(0, {"type": "error", "code": "refused", "message": "wrong key"}))
+
+    p = peer(script)
+    with pytest.raises(WardenError) as caught:
+        Client.connect(p.path, "k" * 64, timeout=5)
+    assert caught.value.code == "refused" and caught.value.fatal

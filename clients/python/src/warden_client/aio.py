@@ -18,6 +18,7 @@ from . import frames as fr
 from .client import _BOTH, _END, _NAMES, DEFAULT, Stream, _Default, _deadline, _remaining, _Route
 from .common import (
     FRAME_TIMEOUT,
+    REFUSED_IN_PLACE,
     STDIN_CHUNK,
     SUPPORTED_VERSIONS,
     Hello,
@@ -27,6 +28,7 @@ from .common import (
     client_name,
     default_socket,
     error_of,
+    hold_until,
     read_key,
     result_of,
     run_request,
@@ -57,6 +59,8 @@ class _AsyncLink:
         self._failure: WardenError | None = None
         self._reading: asyncio.Task[None] | None = None
         self._wlock = asyncio.Lock()
+        #: The type of the request awaiting its answer on id 0 (one at a time).
+        self.asking: str | None = None
 
     @property
     def failure(self) -> WardenError | None:
@@ -112,7 +116,11 @@ class _AsyncLink:
     def _dispatch(self, frame: fr.Frame) -> None:
         if frame.kind == fr.CONTROL:
             event = frame.json()
-            if event["type"] == "error" and event.get("code") in FATAL_CODES:
+            code = event.get("code")
+            # A refusal of the request it answers (hand_keys on the
+            # machine's own socket) leaves the connection open.
+            in_place = frame.id == 0 and code == "refused" and self.asking in REFUSED_IN_PLACE
+            if event["type"] == "error" and code in FATAL_CODES and not in_place:
                 self._fail(error_of(event))
                 return
             route = self._routes.get(frame.id)
@@ -305,12 +313,17 @@ class AsyncClient:
     async def _request(self, message: dict[str, Any], answer: str) -> dict[str, Any]:
         async with self._requests:
             replies = self._link.route(0)
-            await self._link.send(fr.encode_control(0, message), self._link.timeout)
-            event = await self._link.wait(
-                lambda: replies.events.popleft() if replies.events else None, self._link.timeout
-            )
+            self._link.asking = message["type"]
+            try:
+                await self._link.send(fr.encode_control(0, message), self._link.timeout)
+                event = await self._link.wait(
+                    lambda: replies.events.popleft() if replies.events else None, self._link.timeout
+                )
+            finally:
+                self._link.asking = None
         if event["type"] == "error":
-            raise error_of(event)
+            # It answered this request: the connection goes on.
+            raise error_of(event, fatal=False)
         if event["type"] != answer:
             raise ProtocolError(f"{message['type']}: expected {answer}, got {event!r:.200}")
         return event
@@ -409,6 +422,24 @@ class AsyncClient:
 
     async def open_gate(self) -> dict[str, Any]:
         return await self._request({"type": "open_gate"}, "gate")
+
+    async def hold(self, until_ms: int) -> int:
+        """See :meth:`Client.hold`."""
+        event = await self._request({"type": "hold", "until_ms": hold_until(until_ms)}, "held")
+        until = event.get("until_ms")
+        if isinstance(until, bool) or not isinstance(until, int):
+            raise ProtocolError(f"held without an until_ms: {event!r:.200}")
+        return until
+
+    async def hand_keys(self, text: str) -> list[str]:
+        """See :meth:`Client.hand_keys`."""
+        if not isinstance(text, str):
+            raise TypeError(f"text is a .env text (a str), not {type(text).__name__}")
+        event = await self._request({"type": "hand_keys", "text": text}, "keys_handed")
+        names = event.get("names")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ProtocolError(f"keys_handed without names: {event!r:.200}")
+        return names
 
     async def shutdown(self) -> None:
         try:

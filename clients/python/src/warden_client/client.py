@@ -28,6 +28,7 @@ from typing import Any, Literal, TypeVar
 from . import frames as fr
 from .common import (
     FRAME_TIMEOUT,
+    REFUSED_IN_PLACE,
     STDIN_CHUNK,
     SUPPORTED_VERSIONS,
     Hello,
@@ -37,6 +38,7 @@ from .common import (
     client_name,
     default_socket,
     error_of,
+    hold_until,
     read_key,
     result_of,
     run_request,
@@ -129,6 +131,8 @@ class _Link:
         self._routes: dict[int, _Route] = {0: _Route()}
         self._failure: WardenError | None = None
         self._wlock = threading.Lock()
+        #: The type of the request awaiting its answer on id 0 (one at a time).
+        self.asking: str | None = None
 
     # -- routes ------------------------------------------------------------
 
@@ -216,7 +220,11 @@ class _Link:
         """Under the lock: hands a frame to its route."""
         if frame.kind == fr.CONTROL:
             event = frame.json()
-            if event["type"] == "error" and event.get("code") in FATAL_CODES:
+            code = event.get("code")
+            # A refusal of the request it answers (hand_keys on the
+            # machine's own socket) leaves the connection open.
+            in_place = frame.id == 0 and code == "refused" and self.asking in REFUSED_IN_PLACE
+            if event["type"] == "error" and code in FATAL_CODES and not in_place:
                 self._fail(error_of(event))
                 return
             route = self._routes.get(frame.id)
@@ -521,12 +529,17 @@ class Client:
         one at a time here)."""
         with self._requests:
             replies = self._link.route(0)
-            self._link.send(fr.encode_control(0, message), self._link.timeout)
-            event = self._link.wait(
-                lambda: replies.events.popleft() if replies.events else None, self._link.timeout
-            )
+            self._link.asking = message["type"]
+            try:
+                self._link.send(fr.encode_control(0, message), self._link.timeout)
+                event = self._link.wait(
+                    lambda: replies.events.popleft() if replies.events else None, self._link.timeout
+                )
+            finally:
+                self._link.asking = None
         if event["type"] == "error":
-            raise error_of(event)
+            # It answered this request: the connection goes on.
+            raise error_of(event, fatal=False)
         if event["type"] != answer:
             raise ProtocolError(f"{message['type']}: expected {answer}, got {event!r:.200}")
         return event
@@ -616,7 +629,9 @@ class Client:
 
     def status(self) -> dict[str, Any]:
         """warden's status: users, layout, layers as a probe found them
-        just now, running commands, shell's processes (version 3)."""
+        just now, running commands, shell's processes and the gate
+        (version 3), ``activity`` (version 4: ``idle_ms``, and
+        ``held_until_ms`` and ``idle_stop_s`` when they apply)."""
         return self._request({"type": "status"}, "status")
 
     def reload(self) -> dict[str, Any]:
@@ -650,6 +665,33 @@ class Client:
     def open_gate(self) -> dict[str, Any]:
         """Opens the runtime's gate again (protocol version 3)."""
         return self._request({"type": "open_gate"}, "gate")
+
+    def hold(self, until_ms: int) -> int:
+        """Keeps the machine awake until ``until_ms`` (Unix time in
+        milliseconds; protocol version 4), whatever its idle stop says; a
+        time past, or 0, lets go. Returns the hold now in force (0: none),
+        which ``status()["activity"]["held_until_ms"]`` shows too. More
+        than a week ahead is refused (``bad_request``)."""
+        event = self._request({"type": "hold", "until_ms": hold_until(until_ms)}, "held")
+        until = event.get("until_ms")
+        if isinstance(until, bool) or not isinstance(until, int):
+            raise ProtocolError(f"held without an until_ms: {event!r:.200}")
+        return until
+
+    def hand_keys(self, text: str) -> list[str]:
+        """Hands the runtime its keys (protocol version 4, the host's door
+        only): ``text`` is a ``.env`` text (``NAME=VALUE`` lines), written
+        as the runtime's ``.env`` and given to the main process. Returns
+        the keys' names. On the machine's own socket warden refuses it
+        (``WardenError`` ``refused``, not fatal: the connection goes on);
+        a text that is not a ``.env`` is a ``bad_request``."""
+        if not isinstance(text, str):
+            raise TypeError(f"text is a .env text (a str), not {type(text).__name__}")
+        event = self._request({"type": "hand_keys", "text": text}, "keys_handed")
+        names = event.get("names")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ProtocolError(f"keys_handed without names: {event!r:.200}")
+        return names
 
     def shutdown(self) -> None:
         """Stops the machine, as SIGTERM would (protocol version 2)."""

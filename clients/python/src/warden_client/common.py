@@ -22,6 +22,7 @@ __all__ = [
     "Started",
     "client_name",
     "error_of",
+    "hold_until",
     "read_key",
     "result_of",
     "run_request",
@@ -30,7 +31,10 @@ __all__ = [
 
 VERSION = "0.1.0"
 #: The protocol versions this client speaks.
-SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2, 3)
+SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2, 3, 4)
+#: Requests whose ``refused`` answer refuses that request alone: warden
+#: keeps the connection (``hand_keys`` anywhere but the host's door).
+REFUSED_IN_PLACE: frozenset[str] = frozenset({"hand_keys"})
 #: Where warden serves the machine's own API.
 DEFAULT_SOCKET = "/run/warden/api.sock"
 #: How many bytes one stdin frame carries at most (warden takes 1 MiB).
@@ -111,6 +115,15 @@ def signal_name(signal: str | int) -> str:
     return str(signal)
 
 
+def hold_until(until_ms: int) -> int:
+    """A hold's time as warden takes it: Unix milliseconds, 0 or more."""
+    if isinstance(until_ms, bool) or not isinstance(until_ms, int):
+        raise TypeError(f"until_ms is a time in Unix milliseconds (an int), not {until_ms!r}")
+    if until_ms < 0:
+        raise ValueError(f"until_ms {until_ms}: Unix milliseconds, not negative")
+    return until_ms
+
+
 @dataclass(slots=True)
 class Result:
     """How a command ended, and its output (when collected).
@@ -183,9 +196,12 @@ class Started:
     pid: int
 
 
-def error_of(event: Mapping[str, Any]) -> WardenError:
-    """The exception an ``error`` event stands for."""
-    return WardenError(str(event.get("code", "internal")), str(event.get("message", "")))
+def error_of(event: Mapping[str, Any], fatal: bool | None = None) -> WardenError:
+    """The exception an ``error`` event stands for (``fatal``: whether the
+    connection is over, when the code alone does not say)."""
+    return WardenError(
+        str(event.get("code", "internal")), str(event.get("message", "")), fatal=fatal
+    )
 
 
 def _int(event: Mapping[str, Any], name: str, default: int | None = None) -> int | None:

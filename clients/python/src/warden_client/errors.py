@@ -59,14 +59,18 @@ class WardenError(Exception):
     code: str
     message: str
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, fatal: bool | None = None) -> None:
         Exception.__init__(self, code, message)
         self.code = code
         self.message = message
+        self._fatal = fatal
 
     @property
     def fatal(self) -> bool:
-        """True when the connection is over after this error."""
+        """True when the connection is over after this error (a ``refused``
+        that answered ``hand_keys`` is not: warden keeps the connection)."""
+        if self._fatal is not None:
+            return self._fatal
         return self.code in FATAL_CODES or self.code in ("connection", "protocol")
 
     def __str__(self) -> str:
