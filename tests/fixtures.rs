@@ -176,6 +176,10 @@ fn call(client: Result<Client, ClientError>, call: &Value) -> Result<Value, Clie
             let (signalled, left) = c.stop_shell(signal)?;
             serde_json::to_value(Event::ShellStopped { signalled, left }).unwrap()
         }
+        "hold" => {
+            let until_ms = c.hold(args["until_ms"].as_u64().unwrap())?;
+            serde_json::to_value(Event::Held { until_ms }).unwrap()
+        }
         other => panic!("not replayed here: {other}"),
     })
 }

@@ -57,10 +57,15 @@ pub fn image(def: &Definition, state: &Path, start: Instant, host: &Host) -> Res
             replaced: None,
         });
     }
-    let ignore = build_ignore(folder, state)?;
-    let args = build_args(host, &tag, dockerfile, &text, &ignore, folder, state)?;
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    podman("build image", &args)?;
+    match host.engine {
+        Engine::Podman => {
+            let ignore = build_ignore(folder, state)?;
+            let args = podman_build_args(host, &tag, dockerfile, &ignore, folder);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            podman("build image", &args)?;
+        }
+        Engine::Docker => docker_build(host, &tag, dockerfile, folder)?,
+    }
     std::fs::write(&recorded, &digest).map_err(|e| format!("{}: {e}", recorded.display()))?;
     let after = image_id(&tag);
     step(start, &format!("image {tag}: built"));
@@ -254,38 +259,110 @@ fn context_fingerprint(context: &Path) -> Result<String, String> {
     Ok(sha256_hex(entries.join("\n").as_bytes()))
 }
 
-/// The engine's build command. Podman takes the ignore file as an option;
-/// Docker reads `<Dockerfile>.dockerignore` beside the Dockerfile, so the
-/// Dockerfile is copied into the state folder with its ignore file.
-fn build_args(
+/// Pure: podman's build command; the ignore file (the context's own and
+/// every `.env`) is an option of its own.
+fn podman_build_args(
     host: &Host,
     tag: &str,
     dockerfile: &Path,
-    text: &[u8],
     ignore: &Path,
     context: &Path,
-    state: &Path,
-) -> Result<Vec<String>, String> {
-    let mut args = vec!["build".to_string(), "-t".into(), tag.into()];
-    match host.engine {
-        Engine::Podman => args.extend([
-            "--pull=never".into(),
-            "-f".into(),
-            dockerfile.to_string_lossy().into_owned(),
-            "--ignorefile".into(),
-            ignore.to_string_lossy().into_owned(),
-        ]),
-        Engine::Docker => {
-            let copy = state.join("Dockerfile");
-            let io = |e: std::io::Error| format!("{}: {e}", copy.display());
-            std::fs::write(&copy, text).map_err(io)?;
-            std::fs::copy(ignore, state.join("Dockerfile.dockerignore")).map_err(io)?;
-            args.extend(["-f".into(), copy.to_string_lossy().into_owned()]);
-        }
-    }
+) -> Vec<String> {
+    let mut args = vec![
+        "build".to_string(),
+        "-t".into(),
+        tag.into(),
+        "--pull=never".into(),
+        "-f".into(),
+        dockerfile.to_string_lossy().into_owned(),
+        "--ignorefile".into(),
+        ignore.to_string_lossy().into_owned(),
+    ];
     args.extend(host.ulimits.iter().cloned());
     args.push(context.to_string_lossy().into_owned());
-    Ok(args)
+    args
+}
+
+/// Pure: Docker's build command, reading the context as a tar stream on
+/// stdin. On a daemon without its bridge network (`--bridge=none`), `RUN`
+/// steps use the host's network, or they would have none.
+fn docker_build_args(
+    host: &Host,
+    tag: &str,
+    dockerfile_in_context: &str,
+    bridge: bool,
+) -> Vec<String> {
+    let mut args = vec![
+        "build".to_string(),
+        "-t".into(),
+        tag.into(),
+        "-f".into(),
+        dockerfile_in_context.into(),
+    ];
+    if !bridge {
+        args.push("--network=host".into());
+    }
+    args.extend(host.ulimits.iter().cloned());
+    args.push("-".into());
+    args
+}
+
+/// Docker: the context goes to the daemon as a tar stream made here, with
+/// every `.env` left out, so the owner's keys never reach an image whatever
+/// the client's builder (a legacy builder reads no ignore file beside the
+/// Dockerfile); the daemon still applies the context's own
+/// `.dockerignore`.
+fn docker_build(host: &Host, tag: &str, dockerfile: &Path, context: &Path) -> Result<(), String> {
+    use std::process::{Command, Stdio};
+    let name = dockerfile
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| format!("dockerfile {}: no file name", dockerfile.display()))?;
+    let bridge = podman("bridge network", &["network", "inspect", "bridge"]).is_ok();
+    let args = docker_build_args(host, tag, &name, bridge);
+    let mut tar = Command::new("tar")
+        .args(["-C"])
+        .arg(context)
+        .args(["--exclude=.env", "--exclude=./.git", "-cf", "-", "."])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("build image: cannot run tar: {e}"))?;
+    let stream = tar.stdout.take().ok_or("build image: tar gave no output")?;
+    let out = super::machine::engine_command()?
+        // The legacy builder, when the client has no BuildKit component:
+        // the context is ours already.
+        .env_remove("DOCKER_BUILDKIT")
+        .args(&args)
+        .stdin(Stdio::from(stream))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("build image: cannot run docker: {e}"))?;
+    let tar_out = tar
+        .wait_with_output()
+        .map_err(|e| format!("build image: tar: {e}"))?;
+    if !tar_out.status.success() {
+        return Err(format!(
+            "build image: tar of {} failed: {}",
+            context.display(),
+            String::from_utf8_lossy(&tar_out.stderr).trim()
+        ));
+    }
+    if out.status.success() {
+        return Ok(());
+    }
+    let (stderr, stdout) = (
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout),
+    );
+    Err(super::machine::failure(
+        "build image",
+        "docker",
+        &out.status,
+        &stderr,
+        &stdout,
+    ))
 }
 
 /// The build context's ignore file, kept in the state folder: the
@@ -350,5 +427,57 @@ mod tests {
         assert_ne!(second, first);
         std::fs::write(dir.path().join("sub/b.txt"), "22").unwrap();
         assert_ne!(context_fingerprint(dir.path()).unwrap(), second);
+    }
+
+    #[test]
+    fn build_args_table() {
+        let host = Host {
+            engine: Engine::Docker,
+            rootless: false,
+            cgroups: super::super::host::Cgroups::Unified,
+            global: vec![],
+            ulimits: vec!["--ulimit".into(), "nofile=10:10".into()],
+            facts: vec![],
+        };
+        let docker = docker_build_args(&host, "t:1", "Dockerfile", false);
+        assert_eq!(
+            docker,
+            [
+                "build",
+                "-t",
+                "t:1",
+                "-f",
+                "Dockerfile",
+                "--network=host",
+                "--ulimit",
+                "nofile=10:10",
+                "-"
+            ]
+        );
+        assert!(!docker_build_args(&host, "t:1", "Dockerfile", true)
+            .contains(&"--network=host".to_string()));
+        let podman = podman_build_args(
+            &host,
+            "t:1",
+            Path::new("/c/Dockerfile"),
+            Path::new("/s/build.ignore"),
+            Path::new("/c"),
+        );
+        assert_eq!(
+            podman,
+            [
+                "build",
+                "-t",
+                "t:1",
+                "--pull=never",
+                "-f",
+                "/c/Dockerfile",
+                "--ignorefile",
+                "/s/build.ignore",
+                "--ulimit",
+                "nofile=10:10",
+                "/c"
+            ]
+        );
     }
 }

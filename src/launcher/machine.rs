@@ -74,7 +74,7 @@ pub fn key(id: &str) -> Result<String, String> {
 }
 
 /// The engine's command, with the options this host needs.
-fn engine_command() -> Result<Command, String> {
+pub(super) fn engine_command() -> Result<Command, String> {
     let host = host()?;
     let mut command = Command::new(host.engine.program());
     command.args(&host.global);
@@ -124,7 +124,7 @@ fn podman_with_input(step: &str, args: &[&str], input: Option<&[u8]>) -> Result<
 
 /// One line: the step, the engine's first line of output, and a hint
 /// when the error is a known quirk of hosts.
-fn failure(
+pub(super) fn failure(
     step: &str,
     engine: &str,
     status: &std::process::ExitStatus,

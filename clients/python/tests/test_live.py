@@ -1,7 +1,8 @@
 """Against a real warden, booted as PID 1 of fresh namespaces (see
 wardenbox.py): output, exit codes, signals, stdin, binary data, a large
 stream in bounded memory, errors, status, audit, stop_shell, reload, the
-asyncio client, and the host socket with a right and a wrong key."""
+gate, hold, the asyncio client, and the host socket with a right and a
+wrong key, and hand_keys through it."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ def client(warden: Warden) -> Any:
         yield c
 
 
-def test_hello_agrees_on_version_3(client: Client, warden: Warden) -> None:
-    assert client.version == 3
+def test_hello_agrees_on_version_4(client: Client, warden: Warden) -> None:
+    assert client.version == 4
     assert client.server.startswith("warden ")
     with Client.connect(warden.socket, versions=[1], timeout=PATIENCE) as old:
         assert old.version == 1
@@ -216,7 +217,9 @@ def test_refused_requests_are_typed_errors_and_not_fatal(client: Client) -> None
 def test_status_lists_users_layers_and_running_commands(client: Client) -> None:
     with client.spawn(["sleep", "30"]) as sleeper:
         status = client.status()
-        assert status["type"] == "status" and status["protocol"] == 3 and status["pid1"] is True
+        assert status["type"] == "status" and status["protocol"] == 4 and status["pid1"] is True
+        assert isinstance(status["activity"]["idle_ms"], int)
+        assert "idle_stop_s" not in status["activity"], "no idle stop in this config"
         users = {u["name"]: u for u in status["users"]}
         assert users["shell"]["uid"] == SHELL_UID
         running = [r for r in status["running"] if r["command"] == sleeper.command]
@@ -287,7 +290,7 @@ def test_closing_the_connection_kills_its_commands(warden: Warden, client: Clien
 def test_asyncio_client(warden: Warden) -> None:
     async def main() -> None:
         async with await AsyncClient.connect(warden.socket, timeout=PATIENCE) as c:
-            assert c.version == 3
+            assert c.version == 4
             r = await c.run(["id", "-un"])
             assert r.stdout == b"shell\n"
             echoed = await c.run(["cat"], stdin=os.urandom(2 * 1024 * 1024 + 1))
@@ -303,7 +306,12 @@ def test_asyncio_client(warden: Warden) -> None:
             assert await sleeper.kill("TERM") == "SIGTERM"
             assert (await sleeper.wait()).status == 143
             status = await c.status()
-            assert status["protocol"] == 3
+            assert status["protocol"] == 4 and "activity" in status
+            until = int(time.time() * 1000) + 600_000
+            assert await c.hold(until) == until
+            assert (await c.status())["activity"]["held_until_ms"] == until
+            assert await c.hold(0) == 0
+            assert "held_until_ms" not in (await c.status())["activity"]
             assert isinstance(await c.audit("py_async_test", {"n": 1}), int)
             with pytest.raises(WardenError) as caught:
                 await c.run(["true"], folder="/abs")
@@ -324,7 +332,7 @@ def test_the_host_socket_lets_in_only_the_key(keyed_warden: Warden) -> None:
     before = len(refusals())
     key_file = keyed_warden.root / "key"
     with Client.connect(host, key_file=key_file, timeout=PATIENCE) as c:
-        assert c.status()["protocol"] == 3
+        assert c.status()["protocol"] == 4
     for key, reason in ((HOST_KEY[:-1] + "X", "wrong key"), (None, "no key")):
         t0 = time.monotonic()
         with pytest.raises(WardenError) as caught:
@@ -382,3 +390,68 @@ def test_the_gate_refuses_every_run_with_its_reason_until_opened(client: Client)
     finally:
         assert client.open_gate()["closed"] is False
     assert client.run(["true"]).status == 0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def test_hold_is_in_force_and_in_status_until_a_time_past_lets_go(client: Client, warden: Warden) -> None:
+    assert "held_until_ms" not in client.status()["activity"]
+    until = _now_ms() + 3_600_000
+    assert client.hold(until) == until
+    try:
+        assert client.status()["activity"]["held_until_ms"] == until
+        with pytest.raises(WardenError) as caught:
+            client.hold(_now_ms() + 8 * 24 * 3_600_000)
+        assert caught.value.code == "bad_request" and "more than a week" in caught.value.message
+        assert not caught.value.fatal
+        assert client.status()["activity"]["held_until_ms"] == until, "a refused hold leaves the one in force"
+        lines = [line for line in warden.audit_lines() if line.get("kind") == "hold"]
+        assert any(line.get("until_ms") == until for line in lines), lines
+    finally:
+        assert client.hold(_now_ms() - 1000) == 0, "a time past lets go"
+    assert "held_until_ms" not in client.status()["activity"]
+    assert client.hold(_now_ms() + 60_000) > 0
+    assert client.hold(0) == 0
+    assert "held_until_ms" not in client.status()["activity"]
+
+
+def test_version_3_sees_no_activity_and_may_not_hold(warden: Warden) -> None:
+    with Client.connect(warden.socket, versions=[1, 2, 3], timeout=PATIENCE) as old:
+        assert old.version == 3
+        assert "activity" not in old.status()
+        with pytest.raises(WardenError) as caught:
+            old.hold(_now_ms() + 60_000)
+        assert caught.value.code == "bad_request" and "version 4" in caught.value.message
+        assert old.run(["true"]).ok
+
+
+def test_hand_keys_on_the_machine_socket_is_refused_and_not_fatal(client: Client, warden: Warden) -> None:
+    with pytest.raises(WardenError) as caught:
+        client.hand_keys("API_TOKEN=canary-local-py\n")
+    assert caught.value.code == "refused" and not caught.value.fatal
+    assert "host's door only" in caught.value.message
+    assert client.run(["echo", "still here"]).stdout == b"still here\n"
+    env = warden.home / ".env"
+    assert not env.exists() or "canary-local-py" not in env.read_text()
+
+
+def test_hand_keys_through_the_host_socket(keyed_warden: Warden) -> None:
+    text = "PY_TOKEN=canary-py-hand\n# a comment\n\nexport PY_OTHER=x=y\n"
+    with Client.connect(keyed_warden.host_socket, HOST_KEY, timeout=PATIENCE) as c:
+        assert c.version == 4
+        assert c.hand_keys(text) == ["PY_TOKEN", "PY_OTHER"]
+        env = keyed_warden.home / ".env"
+        assert env.read_text() == text
+        meta = os.lstat(env)
+        assert stat.S_IMODE(meta.st_mode) == 0o600 and meta.st_uid == 2000
+        with pytest.raises(WardenError) as caught:
+            c.hand_keys("not a key line\n")
+        assert caught.value.code == "bad_request" and "line 1" in caught.value.message
+        assert env.read_text() == text, "a refused text changes nothing"
+        assert c.run(["true"]).ok
+    lines = [line for line in keyed_warden.audit_lines() if line.get("kind") == "keys_handed"]
+    assert lines and lines[-1]["names"] == ["PY_TOKEN", "PY_OTHER"], lines
+    log = (keyed_warden.home / "data/audit/warden.jsonl").read_text()
+    assert "canary-py-hand" not in log, "no value in the audit log"

@@ -1,0 +1,180 @@
+//! `warden machine ...` on Docker (`WARDEN_ENGINE=docker`), with a real
+//! Docker daemon (Debian's docker.io; scripts/test starts it and loads the
+//! base image into it): a machine built from a Dockerfile whose context
+//! holds a `.env`, made, confined, keyed, stopped with 143 and removed
+//! without a trace.
+
+mod common;
+
+use common::machine::{machine_id, show, text, IMAGE};
+use common::{privileged, skipped, warden_bin};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const CANARY: &str = "docker-canary-51c2";
+
+/// Root, a Docker daemon that answers, and the base image in it.
+fn docker_ready(test: &str) -> bool {
+    if !privileged(test) {
+        return false;
+    }
+    let problem = match docker(&["image", "inspect", "--format", "{{.Id}}", IMAGE]) {
+        out if out.status.success() => return true,
+        out => format!("{test}: needs a Docker daemon with {IMAGE} (scripts/test starts dockerd and loads it): {}", text(&out.stderr).trim()),
+    };
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{problem}, and CI=true forbids skipping");
+    }
+    skipped(&problem);
+    false
+}
+
+fn docker(args: &[&str]) -> Output {
+    Command::new("docker").args(args).output().unwrap()
+}
+
+/// `warden ARGS` with Docker as the engine.
+fn warden(args: &[&str]) -> Output {
+    Command::new(warden_bin())
+        .args(args)
+        .env("WARDEN_ENGINE", "docker")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = warden(&["machine", "rm", &self.0, "--volumes"]);
+    }
+}
+
+/// Containers, volumes and the state folder the machine left.
+fn leftovers(id: &str) -> String {
+    let label = format!("label=warden.machine={id}");
+    let containers = docker(&["ps", "-a", "--filter", &label, "-q"]);
+    let volumes = docker(&["volume", "ls", "--filter", &label, "-q"]);
+    let state = warden::launcher::machine::state_dir(id);
+    let state = if state.exists() {
+        format!("{}\n", state.display())
+    } else {
+        String::new()
+    };
+    format!(
+        "{}{}{state}",
+        text(&containers.stdout),
+        text(&volumes.stdout)
+    )
+}
+
+fn inspect(container: &str, format: &str) -> String {
+    text(&docker(&["inspect", "--format", format, container]).stdout)
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn a_docker_machine_is_built_confined_keyed_stopped_and_removed() {
+    let test = "a_docker_machine_is_built_confined_keyed_stopped_and_removed";
+    if !docker_ready(test) {
+        return;
+    }
+    let id = machine_id("docker");
+    let _cleanup = Cleanup(id.clone());
+    let dir = tempfile::tempdir().unwrap();
+    // The context holds the owner's keys: they must not reach the image.
+    std::fs::write(dir.path().join(".env"), format!("API_TOKEN={CANARY}\n")).unwrap();
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        format!("FROM {IMAGE}\nCOPY . /ctx\nRUN echo built-on-docker > /etc/marker\n"),
+    )
+    .unwrap();
+    let definition = dir.path().join("def.json");
+    let value = serde_json::json!({
+        "id": id, "dockerfile": "Dockerfile", "keys": ["API_TOKEN"],
+        "command": ["sleep", "infinity"],
+    });
+    std::fs::write(&definition, value.to_string()).unwrap();
+    let up = || warden(&["machine", "up", definition.to_str().unwrap()]);
+    let out = up();
+    assert!(out.status.success(), "{}", show("up", &out));
+    assert!(
+        text(&out.stdout).contains(": built"),
+        "{}",
+        show("up", &out)
+    );
+
+    // Built from the context, without its .env.
+    let container = format!("warden-{id}");
+    // As root (the context was copied with its folder's 0700).
+    let out = docker(&[
+        "exec",
+        &container,
+        "sh",
+        "-c",
+        "cat /etc/marker; ls -a /ctx",
+    ]);
+    let listed = text(&out.stdout);
+    assert!(
+        listed.starts_with("built-on-docker\n") && listed.contains("Dockerfile"),
+        "{}",
+        show("exec", &out)
+    );
+    assert!(!listed.contains(".env"), "{listed}");
+    // Commands run as shell, every required layer holds, the key stays the runtime's.
+    let out = warden(&["machine", "exec", &id, "--", "id", "-un"]);
+    assert_eq!(text(&out.stdout), "shell\n", "{}", show("exec", &out));
+    let out = warden(&[
+        "machine",
+        "exec",
+        &id,
+        "--shell",
+        "env; cat /home/runtime/.env; cat /proc/1/environ",
+    ]);
+    assert!(
+        !text(&out.stdout).contains(CANARY) && !text(&out.stderr).contains(CANARY),
+        "{}",
+        show("exec", &out)
+    );
+    let status = warden(&["machine", "status", &id]);
+    let said = text(&status.stdout);
+    assert!(status.status.success(), "{}", show("status", &status));
+    for line in said.lines().filter(|l| l.starts_with("layer ")) {
+        assert!(
+            !(line.contains("DOES NOT HOLD") && line.contains("required")),
+            "{line}"
+        );
+    }
+    assert!(said.contains("layer firewall      holds"), "{said}");
+    // Nothing changed: kept, not rebuilt.
+    let out = up();
+    assert!(
+        text(&out.stdout).contains("unchanged, kept"),
+        "{}",
+        show("up again", &out)
+    );
+
+    // docker stop: warden passes SIGTERM on and ends with its main's 143.
+    let out = docker(&["stop", "-t", "10", &container]);
+    assert!(out.status.success(), "{}", show("docker stop", &out));
+    assert_eq!(inspect(&container, "{{.State.ExitCode}}"), "143");
+    let audit = warden(&["machine", "audit", &id]);
+    assert!(audit.status.success(), "{}", show("audit", &audit));
+    assert!(
+        text(&audit.stdout).contains("chain intact"),
+        "{}",
+        show("audit", &audit)
+    );
+
+    let out = warden(&["machine", "rm", &id, "--volumes"]);
+    assert!(out.status.success(), "{}", show("rm", &out));
+    assert_eq!(leftovers(&id), "");
+    let image = docker(&["image", "inspect", &format!("localhost/warden-{id}:latest")]);
+    assert!(
+        !image.status.success(),
+        "the machine's image is removed with it"
+    );
+    assert!(Path::new(&definition).exists());
+}
