@@ -409,3 +409,156 @@ fn an_idle_machine_stops_itself_a_hold_keeps_it_and_exec_start_wakes_it() {
         show("audit", &audit)
     );
 }
+
+/// The attack suite, in a machine the launcher made with the agent's
+/// fields in use: a main process (Node, serving on a published port, with
+/// a key), `restart`, `requires`, `idle_stop_minutes`, the routines and a
+/// project under /home lent for writing. (keep_id needs a rootless owner:
+/// `tests/machines.rs` covers it.)
+#[test]
+fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
+    use common::attacks::*;
+    let test = "the_attack_suite_fails_in_a_machine_with_every_agent_field";
+    if !ready(test) {
+        return;
+    }
+    let id = machine_id("attacked");
+    let _cleanup = Cleanup(id.clone());
+    let (attack_dir, _) = build_attack_program();
+    let dir = open_folder();
+    let routines = dir.path().join("agent");
+    std::fs::create_dir(&routines).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agent/server.mjs"),
+        routines.join("server.mjs"),
+    )
+    .unwrap();
+    std::fs::write(routines.join("agent.md"), ROUTINE_CANARY).unwrap();
+    let home = Path::new("/home").join(format!("wt-{}-a", std::process::id()));
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(home.clone());
+    {
+        // Rootful, the owner's project is open to the machine's users.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&project, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    std::fs::write(dir.path().join(".env"), format!("API_KEY={ENV_CANARY}\n")).unwrap();
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/node");
+    let definition = dir.path().join("def.json");
+    write_json(
+        &definition,
+        &serde_json::json!({
+            "id": id,
+            "image": IMAGE,
+            "network": "private",
+            "command": ["node", "/home/runtime/workspace/routines/server.mjs"],
+            "restart": "on-failure",
+            "ports": [{"port": 3000, "host": "auto", "from": 18400}],
+            "requires": ["node", "python3"],
+            "idle_stop_minutes": 60,
+            "keys": ["API_KEY"],
+            "lend": [
+                {"host": routines, "at": "/home/runtime/workspace/routines", "mode": "write"},
+                {"host": project, "at": project, "mode": "write"},
+                {"host": client, "at": "/opt/warden-client", "mode": "read"},
+                {"host": attack_dir.path(), "at": "/opt/attack", "mode": "read"},
+            ],
+        }),
+    );
+    let out = up(&definition);
+    assert!(out.status.success(), "{}", show("up", &out));
+    let container = format!("warden-{id}");
+    // The runtime's memory and a folder of its own in the workspace.
+    let exec = |user: &str, line: &str| {
+        let out = podman(&["exec", "-u", user, &container, "sh", "-c", line]);
+        assert!(out.status.success(), "{}", show(line, &out));
+    };
+    exec(
+        "2000",
+        &format!("echo {DATA_CANARY} > /home/runtime/data/memory.txt"),
+    );
+    exec("2000", "mkdir /home/runtime/workspace/runtime-notes && echo notes > /home/runtime/workspace/runtime-notes/n.txt");
+    let port = host_port(&container, 3000).unwrap();
+    http_get(port, "/", Duration::from_secs(20)).expect("the runtime serves");
+    let mut client = warden::launcher::machine::connect(&id, None).unwrap();
+    let main = client.status().unwrap().main.expect("a main process").pid;
+    let targets = Targets {
+        home: "/home/runtime".into(),
+        main: main.to_string(),
+        audit: "/home/runtime/data/audit/warden.jsonl".into(),
+        config: "/etc/warden/machine.json".into(),
+        socket: "/run/warden/api.sock".into(),
+        port: "3000".into(),
+        abstract_name: None,
+    };
+    let run = |client: &mut warden::client::Client, request: warden::protocol::RunRequest| {
+        let request = warden::protocol::RunRequest {
+            folder: Some("attacks".into()),
+            ..request
+        };
+        client.run(request).unwrap()
+    };
+    let mut tried = 0;
+    for (name, line) in shell_lines(&targets) {
+        let o = run(
+            &mut client,
+            warden::protocol::RunRequest {
+                shell: Some(line),
+                ..Default::default()
+            },
+        );
+        assert_ne!(o.exit.status, 0, "{name} succeeded: {}", text(&o));
+        assert_no_secret(name, &o);
+        tried += 1;
+    }
+    for (name, args) in programs(&targets) {
+        let mut argv = vec!["/opt/attack/attack".to_string()];
+        argv.extend(args);
+        let o = run(
+            &mut client,
+            warden::protocol::RunRequest {
+                argv: Some(argv),
+                ..Default::default()
+            },
+        );
+        assert_eq!(o.exit.status, 0, "{name}: {}", text(&o));
+        assert!(text(&o).starts_with("blocked: "), "{name}: {}", text(&o));
+        assert_no_secret(name, &o);
+        tried += 1;
+    }
+    // Through the project lent for writing, shell writes the project only.
+    let o = run(
+        &mut client,
+        warden::protocol::RunRequest {
+            shell: Some(format!(
+                "echo made > {}/by-shell && echo ok",
+                project.display()
+            )),
+            ..Default::default()
+        },
+    );
+    assert_eq!(text(&o), "ok\n", "{:?}", o.exit);
+    assert_eq!(
+        std::fs::read_to_string(project.join("by-shell")).unwrap(),
+        "made\n"
+    );
+    eprintln!("{tried} attacks tried in the launcher's machine, all stopped");
+    assert!(tried >= 40);
+    assert_eq!(
+        std::fs::read_to_string(routines.join("agent.md")).unwrap(),
+        ROUTINE_CANARY
+    );
+    assert!(!routines.join("planted").exists());
+    let status = client.status().unwrap();
+    assert_eq!(status.refusing, None);
+    for layer in status.layers.iter().filter(|l| l.required) {
+        assert!(layer.holds, "{layer:?}");
+    }
+}

@@ -706,37 +706,48 @@ fn owner() -> &'static Owner {
             uid,
             bin,
         };
-        let theirs = text(
-            &owner
-                .command(
-                    "podman",
-                    &["image", "inspect", "--format", "{{.Id}}", IMAGE],
-                )
-                .output()
-                .unwrap()
-                .stdout,
-        );
-        if theirs.trim() != image_id(IMAGE) {
-            let started = Instant::now();
-            let out = Command::new("sh")
-                .args([
-                    "-c",
-                    &format!("podman save {IMAGE} | runuser -u {OWNER} -- podman load"),
-                ])
-                .current_dir("/")
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{}", show("podman load", &out));
-            eprintln!(
-                "image loaded for {OWNER} in {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-        }
+        owner.load(IMAGE);
         owner
     })
 }
 
 impl Owner {
+    /// Loads `image` from root's storage into the owner's, when theirs
+    /// differs.
+    fn load(&self, image: &str) {
+        let theirs = text(
+            &self
+                .command(
+                    "podman",
+                    &["image", "inspect", "--format", "{{.Id}}", image],
+                )
+                .output()
+                .unwrap()
+                .stdout,
+        );
+        if theirs.trim() == image_id(image) {
+            return;
+        }
+        let started = Instant::now();
+        let out = Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "podman save {image} | runuser -u {} -- podman load",
+                    self.name
+                ),
+            ])
+            .current_dir("/")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", show("podman load", &out));
+        eprintln!(
+            "{image} loaded for {} in {:.1} s",
+            self.name,
+            started.elapsed().as_secs_f64()
+        );
+    }
+
     /// `program args` as the owner (runuser sets HOME and USER).
     fn command(&self, program: &str, args: &[&str]) -> Command {
         let mut command = Command::new("runuser");
@@ -868,6 +879,72 @@ fn a_rootless_owner_gets_what_shell_writes_with_keep_id() {
     assert!(!owner.state(&id).exists(), "the state folder is gone");
 }
 
+/// The Python framework's case: a container of the agent's own from an
+/// image with no warden in it, the project lent at the path it has on the
+/// host (in the owner's home), `requires` checked, keep-id as shell: what a
+/// command writes there is the owner's.
+#[test]
+fn a_container_of_the_agents_own_from_any_image_writes_as_the_owner() {
+    let test = "a_container_of_the_agents_own_from_any_image_writes_as_the_owner";
+    if !ready(test) || !common::machine::ready_with(test, common::machine::ROOTFS) {
+        return;
+    }
+    let owner = owner();
+    owner.load(common::machine::ROOTFS);
+    let project = PathBuf::from(format!("/home/{}/proj-{}", owner.name, std::process::id()));
+    struct Gone(PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(project.clone());
+    let out = owner
+        .command("mkdir", &["-p", project.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show("mkdir", &out));
+    let (_dir, id, file) = rootless_fixture(
+        "pyfw",
+        serde_json::json!({
+            "image": common::machine::ROOTFS,
+            "keep_id": "shell",
+            "requires": ["python3", "git"],
+            "lend": [{"host": project, "at": project, "mode": "write"}],
+        }),
+    );
+    let _cleanup = OwnerCleanup(id.clone());
+    let out = owner.warden(&["machine", "up", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", show("up", &out));
+    let line = format!(
+        "cd {} && python3 -c 'open(\"from-python.txt\", \"w\").write(\"py\")' && id -un",
+        project.display()
+    );
+    let out = owner.warden(&["machine", "exec", &id, "--shell", &line]);
+    assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("exec", &out));
+    use std::os::unix::fs::MetadataExt;
+    let made = std::fs::metadata(project.join("from-python.txt")).unwrap();
+    assert_eq!(
+        made.uid(),
+        owner.uid,
+        "the command's file is the owner's on the host"
+    );
+    let out = owner.warden(&["machine", "status", &id]);
+    let status = text(&out.stdout);
+    for line in status
+        .lines()
+        .filter(|l| l.starts_with("layer ") && l.contains("(required)"))
+    {
+        assert!(line.contains(" holds "), "{status}");
+    }
+    let out = owner.warden(&["machine", "rm", &id, "--volumes"]);
+    assert!(out.status.success(), "{}", show("rm", &out));
+    assert!(
+        project.join("from-python.txt").exists(),
+        "the project stays"
+    );
+}
+
 #[test]
 fn a_rootless_machine_on_the_hosts_network_says_its_firewall_cannot_hold() {
     let test = "a_rootless_machine_on_the_hosts_network_says_its_firewall_cannot_hold";
@@ -971,7 +1048,8 @@ fn the_launcher_refuses_what_this_host_cannot_hold_and_says_why() {
         );
         assert_eq!(leftovers(&fx.id), "", "nothing made for {extra}");
     }
-    // An engine that is not there, or not running, is named as such.
+    // An engine that is not there, or not running (a Docker client whose
+    // daemon does not answer), is named as such.
     for (engine, want) in [
         ("docker", "docker"),
         ("lxc", "the engines are podman and docker"),
@@ -979,6 +1057,7 @@ fn the_launcher_refuses_what_this_host_cannot_hold_and_says_why() {
         let out = Command::new(warden_bin())
             .args(["machine", "check"])
             .env("WARDEN_ENGINE", engine)
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
             .output()
             .unwrap();
         assert!(!out.status.success(), "{}", show(engine, &out));

@@ -479,6 +479,9 @@ fn write_machine_files(def: &Definition, state: &Path, host: &Host) -> Result<()
     let limits = (def.limits != Default::default())
         .then(|| serde_json::to_value(def.limits).unwrap_or_default());
     write_policy(&state.join("etc/policy/limits.json"), limits).map_err(|e| io("limits", e))?;
+    // warden alone reads them (as root): not shell, whose Landlock grants
+    // it /etc to read.
+    close_to_all_but_root(&state.join("etc")).map_err(|e| io("etc modes", e))?;
     let run = state.join("run");
     std::fs::create_dir_all(&run).map_err(|e| io("run", e))?;
     // Warden inside (root, no user namespace) makes the socket here.
@@ -491,6 +494,21 @@ fn write_machine_files(def: &Definition, state: &Path, host: &Host) -> Result<()
         // warden gives the host socket to its folder's owner (mode 0600),
         // and refuses shell, who is that uid inside, by its pid.
         give(&seen[..1], true)?;
+    }
+    Ok(())
+}
+
+/// Folders 0700 and files 0600, all the way down (no link is followed).
+fn close_to_all_but_root(dir: &Path) -> std::io::Result<()> {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            close_to_all_but_root(&entry.path())?;
+        } else if kind.is_file() {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
+        }
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! temp folder. `internet` builds a network for it to reach.
 #![allow(dead_code)]
 
+pub mod attacks;
 pub mod internet;
 pub mod machine;
 pub mod vm;
