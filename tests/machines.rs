@@ -945,6 +945,82 @@ fn a_container_of_the_agents_own_from_any_image_writes_as_the_owner() {
     );
 }
 
+/// The Node runtime's case, rootless: keep-id as runtime, its agent folder
+/// lent for writing at routines: what the agent writes there (its
+/// self-changes) is the owner's on the host, and shell still cannot write.
+#[test]
+fn keep_id_runtime_makes_the_agents_own_changes_the_owners() {
+    let test = "keep_id_runtime_makes_the_agents_own_changes_the_owners";
+    if !ready(test) {
+        return;
+    }
+    let owner = owner();
+    let agent = PathBuf::from(format!("/home/{}/agent-{}", owner.name, std::process::id()));
+    struct Gone(PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(agent.clone());
+    let out = owner
+        .command("mkdir", &["-p", agent.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show("mkdir", &out));
+    let routines = "/home/runtime/workspace/routines";
+    let (_dir, id, file) = rootless_fixture(
+        "keeprt",
+        serde_json::json!({
+            "keep_id": "runtime",
+            "command": ["sleep", "infinity"],
+            "lend": [{"host": agent, "at": routines, "mode": "write"}],
+        }),
+    );
+    let _cleanup = OwnerCleanup(id.clone());
+    let out = owner.warden(&["machine", "up", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", show("up", &out));
+    // The agent (runtime) changes its own routines.
+    let container = format!("warden-{id}");
+    let line = format!("echo self-change > {routines}/skill.md && id -un");
+    let out = owner
+        .command(
+            "podman",
+            &["exec", "-u", "2000", &container, "sh", "-c", &line],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "runtime",
+        "{}",
+        show("exec as runtime", &out)
+    );
+    use std::os::unix::fs::MetadataExt;
+    let made = std::fs::metadata(agent.join("skill.md")).unwrap();
+    assert_eq!(
+        made.uid(),
+        owner.uid,
+        "the agent's change is the owner's on the host"
+    );
+    // shell cannot write them, nor change what the agent wrote.
+    let line = format!(
+        "touch {routines}/planted; echo evil >> {routines}/skill.md; cat {routines}/skill.md"
+    );
+    let out = owner.warden(&["machine", "exec", &id, "--shell", &line]);
+    assert_eq!(
+        text(&out.stdout),
+        "self-change\n",
+        "{}",
+        show("shell", &out)
+    );
+    assert!(!agent.join("planted").exists());
+    assert_eq!(
+        std::fs::read_to_string(agent.join("skill.md")).unwrap(),
+        "self-change\n"
+    );
+}
+
 #[test]
 fn a_rootless_machine_on_the_hosts_network_says_its_firewall_cannot_hold() {
     let test = "a_rootless_machine_on_the_hosts_network_says_its_firewall_cannot_hold";

@@ -443,11 +443,20 @@ fn launch(kit: &Kit, id: &str, rootfs: &Path) -> Result<(), String> {
         std::fs::File::create(vm.join(name))
             .map_err(|e| format!("{}: {e}", vm.join(name).display()))
     };
-    let vhost = Command::new(&kit.vhost)
-        .args(["--guest-cid", &GUEST_CID.to_string(), "--socket"])
-        .arg(vm.join("vhost.sock"))
-        .arg("--uds-path")
-        .arg(vm.join("vsock.sock"))
+    let systemd = systemd_runs();
+    let vhost_args = vec![
+        "--guest-cid".to_string(),
+        GUEST_CID.to_string(),
+        "--socket".into(),
+        vm.join("vhost.sock").display().to_string(),
+        "--uds-path".into(),
+        vm.join("vsock.sock").display().to_string(),
+    ];
+    let unit = format!("warden-{id}-vsock");
+    let (program, args) =
+        in_own_scope(systemd, &unit, &kit.vhost.display().to_string(), vhost_args);
+    let vhost = Command::new(program)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(log("vhost.log")?)
         .stderr(log("vhost.err")?)
@@ -474,8 +483,11 @@ fn launch(kit: &Kit, id: &str, rootfs: &Path) -> Result<(), String> {
         stop_backend(id);
         return Err("no cpu MHz in /proc/cpuinfo (microvm needs it)".into());
     };
-    let out = Command::new(&kit.qemu)
-        .args(qemu_args(id, &kit.dir.join("vmlinuz"), rootfs, &vm, khz))
+    let qemu = qemu_args(id, &kit.dir.join("vmlinuz"), rootfs, &vm, khz);
+    let unit = format!("warden-{id}-qemu");
+    let (program, args) = in_own_scope(systemd, &unit, &kit.qemu.display().to_string(), qemu);
+    let out = Command::new(program)
+        .args(args)
         .stdin(Stdio::null())
         .process_group(0)
         .output()
@@ -489,6 +501,39 @@ fn launch(kit: &Kit, id: &str, rootfs: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Whether systemd manages this host (and `systemd-run` is here).
+fn systemd_runs() -> bool {
+    Path::new("/run/systemd/system").is_dir()
+        && std::env::var_os("PATH").is_some_and(|path| {
+            std::env::split_paths(&path).any(|dir| dir.join("systemd-run").is_file())
+        })
+}
+
+/// Pure: the command that runs `program args` in a systemd scope of its
+/// own where systemd runs, so that stopping or restarting the owner's
+/// program (its unit's cgroup) does not stop the VM; as given elsewhere
+/// (the processes are in sessions of their own either way).
+pub fn in_own_scope(
+    systemd: bool,
+    unit: &str,
+    program: &str,
+    args: Vec<String>,
+) -> (String, Vec<String>) {
+    if !systemd {
+        return (program.to_string(), args);
+    }
+    let mut scoped = vec![
+        "--scope".to_string(),
+        "--quiet".into(),
+        "--collect".into(),
+        format!("--unit={unit}"),
+        "--".into(),
+        program.to_string(),
+    ];
+    scoped.extend(args);
+    ("systemd-run".into(), scoped)
 }
 
 /// QEMU's pid, when that process is this machine's QEMU.
@@ -780,5 +825,29 @@ mod tests {
         assert!(line.contains("tsc_early_khz=2000000"), "{line}");
         assert!(line.contains("warden.hostname=demo"), "{line}");
         assert!(line.contains("-pidfile /s/demo/vm/qemu.pid"), "{line}");
+    }
+
+    #[test]
+    fn a_scope_of_its_own_only_where_systemd_runs() {
+        let args = vec!["-m".to_string(), "512".into()];
+        assert_eq!(
+            in_own_scope(false, "warden-a-qemu", "/usr/bin/qemu", args.clone()),
+            ("/usr/bin/qemu".to_string(), args.clone())
+        );
+        let (program, scoped) = in_own_scope(true, "warden-a-qemu", "/usr/bin/qemu", args);
+        assert_eq!(program, "systemd-run");
+        assert_eq!(
+            scoped,
+            [
+                "--scope",
+                "--quiet",
+                "--collect",
+                "--unit=warden-a-qemu",
+                "--",
+                "/usr/bin/qemu",
+                "-m",
+                "512"
+            ]
+        );
     }
 }
