@@ -2,7 +2,7 @@
 //! by behaviour (at boot and on every status), and the egress proxy that
 //! is the one way out for `shell`.
 
-use crate::net::firewall::{self, Findings, Scope, Verdict};
+use crate::net::firewall::{self, Findings, Scope, Verdict, Way};
 use crate::net::proxy::{Proxy, Rules};
 use crate::net::registries;
 use crate::policy::{NetworkPolicy, Requirement};
@@ -15,12 +15,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const NFT_DEADLINE: Duration = Duration::from_secs(10);
+/// Where `nft` is looked for (and the PATH it runs with).
+const NFT_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 
 pub struct Network {
     pub policy: NetworkPolicy,
     pub scope: Scope,
-    /// How applying the rules went (Err: why they are not there).
-    applied: Mutex<Result<(), String>>,
+    /// How applying the rules went: which way they were applied, or
+    /// why they are not there.
+    applied: Mutex<Result<Way, String>>,
     proxy: Mutex<Option<Arc<Proxy>>>,
     /// Where the proxy listens, and what it could not bind.
     pub listening: Vec<String>,
@@ -53,31 +56,43 @@ impl Network {
         }
     }
 
-    /// Applies warden's table (unless the policy turns the firewall off).
-    pub fn apply(&self, reaper: &Reaper) -> Result<(), String> {
+    /// Applies warden's table (unless the policy turns the firewall off:
+    /// then None): with `nft` where the image has it, else over netlink.
+    pub fn apply(&self, reaper: &Reaper) -> Option<Result<Way, String>> {
         if self.policy.firewall == Requirement::Off {
-            return Ok(());
+            return None;
         }
-        let batch = serde_json::to_string(&firewall::batch(self.scope))
-            .map_err(|e| format!("cannot write the ruleset: {e}"));
-        let result = batch.and_then(|b| nft(reaper, &["-j", "-f", "-"], b.as_bytes()).map(drop));
+        let result = if nft_present() {
+            let batch = serde_json::to_string(&firewall::batch(self.scope))
+                .map_err(|e| format!("cannot write the ruleset: {e}"));
+            batch.and_then(|b| nft(reaper, &["-j", "-f", "-"], b.as_bytes()).map(|_| Way::Nft))
+        } else {
+            crate::net::nft_netlink::apply(self.scope)
+                .map(|()| Way::Netlink)
+                .map_err(|e| format!("over netlink (no nft in the image): {e}"))
+        };
         *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = result.clone();
-        result
+        Some(result)
     }
 
     /// Removes warden's table at shutdown, once every command is gone: a
     /// warden that is not PID 1 must not leave rules in a namespace that
     /// outlives it.
     pub fn remove(&self, reaper: &Reaper) {
-        if self
+        let applied = self
             .applied
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .is_ok()
-        {
-            if let Err(e) = nft(reaper, &["delete", "table", "inet", firewall::TABLE], b"") {
-                crate::say!("cannot remove its firewall table: {e}");
+            .clone();
+        let removed = match applied {
+            Ok(Way::Nft) => {
+                nft(reaper, &["delete", "table", "inet", firewall::TABLE], b"").map(drop)
             }
+            Ok(Way::Netlink) => crate::net::nft_netlink::delete_table(),
+            Err(_) => return,
+        };
+        if let Err(e) = removed {
+            crate::say!("cannot remove its firewall table: {e}");
         }
     }
 
@@ -89,7 +104,8 @@ impl Network {
         self.proxy.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The firewall layer, proven now: the table read back and compared,
+    /// The firewall layer, proven now: the table read back and compared
+    /// (where nft applied it: over netlink there is no nft to list it),
     /// and the probe's findings. `probe` runs the probe child as shell
     /// with the knocking ports it is given.
     pub fn prove(
@@ -114,12 +130,18 @@ impl Network {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let readback = nft(
-            reaper,
-            &["-j", "list", "table", "inet", firewall::TABLE],
-            b"",
-        )
-        .and_then(|listing| firewall::compare(&listing, self.scope));
+        // Not applied: the verdict says so, and nothing is read back.
+        let readback = match applied {
+            Ok(Way::Nft) => Some(
+                nft(
+                    reaper,
+                    &["-j", "list", "table", "inet", firewall::TABLE],
+                    b"",
+                )
+                .and_then(|listing| firewall::compare(&listing, self.scope)),
+            ),
+            Ok(Way::Netlink) | Err(_) => None,
+        };
         let findings = knock(port, probe);
         match firewall::judge(self.scope, &applied, &readback, &findings) {
             Verdict::Holds(detail) => crate::confine::state("firewall", required, true, detail),
@@ -203,14 +225,18 @@ fn knock(
     })
 }
 
+/// Whether the image has `nft` where warden runs it from.
+fn nft_present() -> bool {
+    crate::spawn::candidates("nft", NFT_PATH)
+        .iter()
+        .any(|p| std::path::Path::new(p).is_file())
+}
+
 /// Runs nft as root; its output, or why it failed.
 fn nft(reaper: &Reaper, args: &[&str], stdin: &[u8]) -> Result<String, String> {
     let mut argv = vec!["nft".to_string()];
     argv.extend(args.iter().map(|a| a.to_string()));
-    let env = [(
-        "PATH".to_string(),
-        "/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
-    )];
+    let env = [("PATH".to_string(), NFT_PATH.to_string())];
     let root = Identity {
         uid: 0,
         gid: 0,

@@ -5,7 +5,9 @@
 //!
 //! The rules are built with the `nftables` crate and handed to `nft` as one
 //! atomic JSON batch; they are then read back and compared, and proven by a
-//! probe running as `shell` (see `Verdict`).
+//! probe running as `shell` (see `Verdict`). Where the image has no `nft`,
+//! warden sends the same batch over netlink itself (`nft_netlink`); the
+//! table cannot be read back then, and the probe alone proves it.
 
 use nftables::batch::Batch;
 use nftables::expr::{Expression, Meta, MetaKey, NamedExpression, Payload, PayloadField};
@@ -196,6 +198,34 @@ pub struct Findings {
     pub v6: bool,
 }
 
+/// How warden's table was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    /// By the `nft` binary, with the JSON batch (`batch`).
+    Nft,
+    /// By warden itself over a netfilter netlink socket, where the image
+    /// has no `nft` (`nft_netlink`).
+    Netlink,
+}
+
+impl Way {
+    /// Its name in the audit log.
+    pub fn name(self) -> &'static str {
+        match self {
+            Way::Nft => "nft",
+            Way::Netlink => "netlink",
+        }
+    }
+
+    /// How it is said in the firewall's detail.
+    fn said(self) -> &'static str {
+        match self {
+            Way::Nft => "applied with nft",
+            Way::Netlink => "applied over netlink (no nft in the image)",
+        }
+    }
+}
+
 /// The firewall as warden last found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -203,8 +233,6 @@ pub enum Verdict {
     DidNotHold(String),
 }
 
-/// Judges the layer from the three pieces of evidence: applying, reading
-/// back, and the probe.
 /// Says in plain words what a permission error from nft means: the
 /// network namespace belongs to someone else (rootless podman with the
 /// host's network), or warden lacks CAP_NET_ADMIN.
@@ -215,10 +243,14 @@ fn why_refused(error: &str) -> &'static str {
     }
 }
 
+/// Judges the layer from the three pieces of evidence: applying, reading
+/// back, and the probe. `readback` is None where the table cannot be read
+/// back (applied over netlink: no `nft` to list it); the probe alone then
+/// decides, and the detail says so.
 pub fn judge(
     scope: Scope,
-    applied: &Result<(), String>,
-    readback: &Result<(), String>,
+    applied: &Result<Way, String>,
+    readback: &Option<Result<(), String>>,
     probe: &Result<Findings, String>,
 ) -> Verdict {
     let Scope {
@@ -230,17 +262,34 @@ pub fn judge(
         true => String::new(),
         false => format!(" ({network_uid} to this network, whose namespace belongs to the parent user namespace)"),
     };
-    if let Err(e) = applied {
-        return Verdict::DidNotHold(format!("cannot apply the rules: {e}{}", why_refused(e)));
-    }
+    let way = match applied {
+        Ok(way) => *way,
+        Err(e) => {
+            return Verdict::DidNotHold(format!("cannot apply the rules: {e}{}", why_refused(e)))
+        }
+    };
     let findings = match probe {
         Ok(f) => f,
-        Err(e) => return Verdict::DidNotHold(format!("the network probe failed: {e}")),
+        Err(e) => {
+            return Verdict::DidNotHold(format!(
+                "the network probe failed: {e} (table inet {TABLE} {})",
+                way.said()
+            ))
+        }
     };
     let mut problems = Vec::new();
-    if let Err(e) = readback {
-        problems.push(format!("table inet {TABLE} read back: {e}"));
-    }
+    // How the table was applied, and read back: said whatever the verdict.
+    let how = match readback {
+        Some(Ok(())) => format!("{}, read back and compared", way.said()),
+        Some(Err(e)) => {
+            problems.push(format!("table inet {TABLE} read back: {e}"));
+            way.said().to_string()
+        }
+        None => format!(
+            "{}, read back: not available, proven by the probe alone",
+            way.said()
+        ),
+    };
     if !findings.tcp_refused {
         problems.push("shell connected over TCP to a loopback port that is not the proxy".into());
     } else if !findings.refused_fast {
@@ -259,10 +308,13 @@ pub fn judge(
             " (no IPv6 loopback here)"
         };
         Verdict::Holds(format!(
-            "table inet {TABLE}: sockets of uid {shell_uid}{counted} reach only the proxy on 127.0.0.1{v6}:{proxy_port}; a probe as shell was refused at once over TCP, its UDP datagram did not arrive, and it reached the proxy"
+            "table inet {TABLE}, {how}: sockets of uid {shell_uid}{counted} reach only the proxy on 127.0.0.1{v6}:{proxy_port}; a probe as shell was refused at once over TCP, its UDP datagram did not arrive, and it reached the proxy"
         ))
     } else {
-        Verdict::DidNotHold(problems.join("; "))
+        Verdict::DidNotHold(format!(
+            "{} (table inet {TABLE} {how})",
+            problems.join("; ")
+        ))
     }
 }
 
@@ -418,80 +470,132 @@ mod tests {
             proxy_reached: true,
             v6: true,
         };
-        let ok: Result<(), String> = Ok(());
+        let nft: Result<Way, String> = Ok(Way::Nft);
+        let netlink: Result<Way, String> = Ok(Way::Netlink);
+        let read: Option<Result<(), String>> = Some(Ok(()));
+        // (applied, read back, probe, Ok: holds / Err: does not; with
+        // what the detail must say)
         type Case = (
-            Result<(), String>,
-            Result<(), String>,
+            Result<Way, String>,
+            Option<Result<(), String>>,
             Result<Findings, String>,
-            Option<&'static str>,
+            Result<&'static [&'static str], &'static [&'static str]>,
         );
         let cases: Vec<Case> = vec![
-            (ok.clone(), ok.clone(), Ok(good), None),
             (
-                Err("nft: not found".into()),
-                ok.clone(),
+                nft.clone(),
+                read.clone(),
                 Ok(good),
-                Some("cannot apply the rules: nft: not found"),
+                Ok(&["[::1]", "applied with nft, read back and compared"]),
+            ),
+            // No nft: applied over netlink, and only the probe proves it.
+            (
+                netlink.clone(),
+                None,
+                Ok(good),
+                Ok(&[
+                    "[::1]",
+                    "applied over netlink (no nft in the image), read back: not available, proven by the probe alone",
+                ]),
             ),
             (
-                Err("nft: netlink: Error: Operation not permitted".into()),
-                ok.clone(),
-                Ok(good),
-                Some("shares a network it does not own"),
-            ),
-            (
-                ok.clone(),
-                Err("rule 1 differs".into()),
-                Ok(good),
-                Some("rule 1 differs"),
-            ),
-            (
-                ok.clone(),
-                ok.clone(),
+                netlink.clone(),
+                None,
                 Ok(Findings {
                     tcp_refused: false,
                     ..good
                 }),
-                Some("connected over TCP"),
+                Err(&["connected over TCP", "applied over netlink", "not available"]),
             ),
             (
-                ok.clone(),
-                ok.clone(),
-                Ok(Findings {
-                    refused_fast: false,
-                    ..good
-                }),
-                Some("not refused at once"),
-            ),
-            (
-                ok.clone(),
-                ok.clone(),
+                netlink.clone(),
+                None,
                 Ok(Findings {
                     udp_blocked: false,
                     ..good
                 }),
-                Some("UDP datagram"),
+                Err(&["UDP datagram", "applied over netlink"]),
             ),
             (
-                ok.clone(),
-                ok.clone(),
+                netlink.clone(),
+                None,
+                Err("fork: EAGAIN".into()),
+                Err(&["probe failed", "applied over netlink"]),
+            ),
+            (
+                Err("over netlink (no nft in the image): the batch: EPERM: Operation not permitted".into()),
+                None,
+                Ok(good),
+                Err(&["cannot apply the rules: over netlink", "shares a network it does not own"]),
+            ),
+            (
+                Err("nft: not found".into()),
+                read.clone(),
+                Ok(good),
+                Err(&["cannot apply the rules: nft: not found"]),
+            ),
+            (
+                Err("nft: netlink: Error: Operation not permitted".into()),
+                read.clone(),
+                Ok(good),
+                Err(&["shares a network it does not own"]),
+            ),
+            (
+                nft.clone(),
+                Some(Err("rule 1 differs".into())),
+                Ok(good),
+                Err(&["read back: rule 1 differs", "applied with nft"]),
+            ),
+            (
+                nft.clone(),
+                read.clone(),
+                Ok(Findings {
+                    tcp_refused: false,
+                    ..good
+                }),
+                Err(&["connected over TCP"]),
+            ),
+            (
+                nft.clone(),
+                read.clone(),
+                Ok(Findings {
+                    refused_fast: false,
+                    ..good
+                }),
+                Err(&["not refused at once"]),
+            ),
+            (
+                nft.clone(),
+                read.clone(),
+                Ok(Findings {
+                    udp_blocked: false,
+                    ..good
+                }),
+                Err(&["UDP datagram"]),
+            ),
+            (
+                nft.clone(),
+                read.clone(),
                 Ok(Findings {
                     proxy_reached: false,
                     ..good
                 }),
-                Some("cannot reach the proxy"),
+                Err(&["cannot reach the proxy"]),
             ),
             (
-                ok.clone(),
-                ok.clone(),
+                nft.clone(),
+                read.clone(),
                 Err("fork: EAGAIN".into()),
-                Some("probe failed"),
+                Err(&["probe failed"]),
             ),
         ];
         for (applied, readback, probe, want) in cases {
             match (judge(SCOPE, &applied, &readback, &probe), want) {
-                (Verdict::Holds(d), None) => assert!(d.contains("[::1]"), "{d}"),
-                (Verdict::DidNotHold(d), Some(w)) => assert!(d.contains(w), "{d}"),
+                (Verdict::Holds(d), Ok(says)) | (Verdict::DidNotHold(d), Err(says)) => {
+                    for w in says {
+                        assert!(d.contains(w), "{w:?} not in {d}");
+                    }
+                }
                 (v, w) => panic!("{v:?} but wanted {w:?}"),
             }
         }

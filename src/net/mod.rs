@@ -4,6 +4,7 @@
 pub mod addr;
 pub mod firewall;
 pub mod hosts;
+pub mod nft_netlink;
 pub mod proxy;
 pub mod registries;
 pub mod target;
