@@ -160,6 +160,8 @@ struct Slots {
 struct Slot {
     pid: Option<Pid>,
     stdin: Option<mpsc::Sender<Vec<u8>>>,
+    /// The command's terminal, when it runs on one.
+    terminal: Option<Arc<crate::pty::Terminal>>,
 }
 
 async fn connection(
@@ -409,6 +411,7 @@ impl Conn {
             Request::CloseGate { reason } => Some(self.gate(Some(reason))),
             Request::OpenGate => Some(self.gate(None)),
             Request::HandKeys { text } => Some(self.hand_keys(&text)),
+            Request::Resize { target, rows, cols } => Some(self.resize(target, rows, cols)),
             Request::Hold { until_ms } => Some(self.hold(until_ms)),
             Request::Shutdown => {
                 // Answered first: the stop begins once the answer is queued.
@@ -458,6 +461,35 @@ impl Conn {
             .audit
             .record("keys_handed", json!({"names": names}));
         Event::KeysHanded { names }
+    }
+
+    /// `resize` (version 4): the terminal of a running command of this
+    /// connection takes a new size.
+    fn resize(&self, target: u32, rows: u16, cols: u16) -> Event {
+        if self.version.load(Ordering::SeqCst) < 4 {
+            return error(
+                ErrorCode::BadRequest,
+                "resize is a protocol version 4 request",
+            );
+        }
+        if let Err(e) = crate::pty::valid_size(rows, cols) {
+            return error(ErrorCode::BadRequest, e);
+        }
+        let terminal = self
+            .slots()
+            .by_id
+            .get(&target)
+            .and_then(|slot| slot.terminal.clone());
+        match terminal {
+            None => error(
+                ErrorCode::UnknownId,
+                format!("id {target} runs no command on a terminal"),
+            ),
+            Some(terminal) => match terminal.resize(rows, cols) {
+                Ok(()) => Event::Resized { target, rows, cols },
+                Err(e) => error(ErrorCode::Internal, format!("resize: {e}")),
+            },
+        }
     }
 
     /// `hold` (version 4): keeps the machine awake until a time.
@@ -626,16 +658,23 @@ impl Conn {
                 format!("commands are refused: {reason}"),
             ));
         }
+        if run.pty.is_some() && self.version.load(Ordering::SeqCst) < 4 {
+            return Some(error(
+                ErrorCode::BadRequest,
+                "pty is a protocol version 4 field",
+            ));
+        }
         let run = match request::validate(run) {
             Ok(run) => run,
             Err(e) => return Some(error(ErrorCode::BadRequest, e)),
         };
-        let (stdin_tx, stdin_rx) = match run.stdin {
-            StdinMode::Pipe => {
+        // A terminal always takes input: it is what is typed.
+        let (stdin_tx, stdin_rx) = match (run.stdin, run.pty) {
+            (StdinMode::Pipe, _) | (_, Some(_)) => {
                 let (tx, rx) = mpsc::channel(8);
                 (Some(tx), Some(rx))
             }
-            StdinMode::Null => (None, None),
+            (StdinMode::Null, None) => (None, None),
         };
         {
             let mut slots = self.slots();
@@ -650,6 +689,7 @@ impl Conn {
                 Slot {
                     pid: None,
                     stdin: stdin_tx,
+                    terminal: None,
                 },
             );
         }
@@ -724,15 +764,23 @@ impl Conn {
             Ok(launch) => launch,
             Err(e) => return failed(125, e.to_string()),
         };
-        let pipes = match CommandPipes::new(run.stdin) {
-            Ok(p) => p,
-            Err(e) => return failed(125, format!("pipe: {e}")),
+        let io = match run.pty {
+            None => CommandPipes::new(run.stdin).map(Io::Pipes),
+            Some(size) => crate::command::terminal(size.rows, size.cols, 0)
+                .map(|(terminal, child)| Io::Terminal(Arc::new(terminal), Some(child))),
         };
-        let spawned = match sup
-            .spawner
-            .spawn(launch, pipes.child, !run.keep_background)
-            .await
-        {
+        let mut io = match io {
+            Ok(io) => io,
+            Err(e) => return failed(125, format!("stdio: {e}")),
+        };
+        let child = match &mut io {
+            Io::Pipes(pipes) => pipes.child.take(),
+            Io::Terminal(_, child) => child.take(),
+        };
+        let Some(child) = child else {
+            return failed(125, "stdio: already handed out".into());
+        };
+        let spawned = match sup.spawner.spawn(launch, child, !run.keep_background).await {
             Ok(s) => s,
             Err(SpawnError::Child(f)) => return failed(f.status(), f.to_string()),
             Err(e) => return failed(125, e.to_string()),
@@ -743,6 +791,9 @@ impl Conn {
             let mut slots = self.slots();
             if let Some(slot) = slots.by_id.get_mut(&id) {
                 slot.pid = Some(pid);
+                if let Io::Terminal(terminal, _) = &io {
+                    slot.terminal = Some(terminal.clone());
+                }
             }
             if slots.closed {
                 sup.reaper.signal(pid, Signal::SIGKILL, true);
@@ -776,11 +827,29 @@ impl Conn {
                 budget.clone(),
             ))
         };
-        let mut out = stream(pipes.stdout, Kind::Stdout, &counts[0]);
-        let mut err = stream(pipes.stderr, Kind::Stderr, &counts[1]);
-        let feeder = match (pipes.stdin, stdin_rx) {
-            (Some(pipe), Some(rx)) => Some(tokio::spawn(feed(pipe, rx))),
-            _ => None,
+        let (mut out, mut err, feeder) = match io {
+            Io::Pipes(pipes) => {
+                let out = stream(pipes.stdout, Kind::Stdout, &counts[0]);
+                let err = stream(pipes.stderr, Kind::Stderr, &counts[1]);
+                let feeder = match (pipes.stdin, stdin_rx) {
+                    (Some(pipe), Some(rx)) => Some(tokio::spawn(feed(pipe, rx))),
+                    _ => None,
+                };
+                (out, err, feeder)
+            }
+            // One stream: a terminal has no stderr of its own.
+            Io::Terminal(terminal, _) => {
+                let out = tokio::spawn(crate::pty::pump(
+                    terminal.clone(),
+                    id,
+                    self.tx.clone(),
+                    counts[0].clone(),
+                    budget.clone(),
+                ));
+                let err = tokio::spawn(async {});
+                let feeder = stdin_rx.map(|rx| tokio::spawn(crate::pty::feed(terminal, rx)));
+                (out, err, feeder)
+            }
         };
 
         let mut exit_rx = spawned.exit;
@@ -847,6 +916,13 @@ impl Conn {
         );
         report
     }
+}
+
+/// A command's stdio: pipes, or a terminal (the child's end taken once,
+/// to be spawned with).
+enum Io {
+    Pipes(CommandPipes),
+    Terminal(Arc<crate::pty::Terminal>, Option<crate::spawn::Stdio>),
 }
 
 /// Reads one frame of at most `max` payload bytes (the format's own

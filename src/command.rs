@@ -25,7 +25,8 @@ pub async fn feed(mut pipe: pipe::Sender, mut rx: mpsc::Receiver<Vec<u8>>) {
 /// The pipes of one command: warden's ends as async pipes, the child's as
 /// plain descriptors.
 pub struct CommandPipes {
-    pub child: Stdio,
+    /// The child's ends, until taken to spawn it.
+    pub child: Option<Stdio>,
     pub stdin: Option<pipe::Sender>,
     pub stdout: pipe::Receiver,
     pub stderr: pipe::Receiver,
@@ -44,16 +45,35 @@ impl CommandPipes {
         };
         widen(&out_r);
         Ok(CommandPipes {
-            child: Stdio {
+            child: Some(Stdio {
                 stdin: child_in,
                 stdout: out_w,
                 stderr: err_w,
-            },
+                terminal: false,
+            }),
             stdin: our_in,
             stdout: pipe::Receiver::from_owned_fd(out_r)?,
             stderr: pipe::Receiver::from_owned_fd(err_r)?,
         })
     }
+}
+
+/// A terminal of this size for a command: warden's end, and the child's
+/// three descriptors on its slave (the controlling terminal of the new
+/// session the child leads).
+pub fn terminal(
+    rows: u16,
+    cols: u16,
+    group: u32,
+) -> std::io::Result<(crate::pty::Terminal, Stdio)> {
+    let (terminal, slave) = crate::pty::Terminal::open(rows, cols, group)?;
+    let child = Stdio {
+        stdin: slave.try_clone()?,
+        stdout: slave.try_clone()?,
+        stderr: slave,
+        terminal: true,
+    };
+    Ok((terminal, child))
 }
 
 fn pipe_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {

@@ -408,7 +408,8 @@ fn start_network(
     };
     sup.audit.record(
         "network",
-        json!({"firewall": match &applied { Ok(()) => json!("applied"), Err(e) => json!({"error": e}) },
+        json!({"firewall": match &applied { Some(Ok(_)) => json!("applied"), Some(Err(e)) => json!({"error": e}), None => json!("off") },
+               "firewall_via": applied.and_then(Result::ok).map(|way| way.name()),
                "firewall_policy": policy.firewall, "proxy": sup.network.listening,
                "proxy_error": proxy_error, "hosts_from": if policy.hosts.is_some() { "network.json" } else { "default" }}),
     );
@@ -644,6 +645,7 @@ fn inherited_stdio() -> std::io::Result<Stdio> {
         stdin: dup(0, false)?,
         stdout: dup(1, true)?,
         stderr: dup(2, true)?,
+        terminal: false,
     })
 }
 

@@ -108,6 +108,10 @@ struct CommandArgs {
     /// Send this process's stdin to the command.
     #[arg(short, long)]
     interactive: bool,
+    /// Run it on a terminal of this terminal's size (raw keys in, resized
+    /// with this one), as `podman exec -t` does.
+    #[arg(short = 't', long)]
+    tty: bool,
     /// Leave the command's background processes running after it exits.
     #[arg(long)]
     keep_background: bool,
@@ -131,6 +135,14 @@ impl CommandArgs {
             timeout_ms: self.timeout.map(|s| (s * 1000.0).ceil() as u64),
             keep_background: self.keep_background,
             limits: None,
+            pty: match self.tty {
+                false => None,
+                true => {
+                    let (rows, cols) =
+                        warden::terminal::own_size().ok_or("-t: this is not run on a terminal")?;
+                    Some(warden::protocol::PtySize { rows, cols })
+                }
+            },
         })
     }
 }
@@ -340,8 +352,17 @@ fn run_on(
     connect: impl FnOnce(Option<(u32, &Request)>) -> Result<Client, String>,
 ) -> Result<i32, String> {
     const ID: u32 = 1;
-    let pipe_stdin = request.stdin == StdinMode::Pipe;
+    let on_terminal = request.pty.is_some();
+    let pipe_stdin = request.stdin == StdinMode::Pipe || on_terminal;
+    // Raw only once the run is sent, and restored however it ends.
     let mut client = connect(Some((ID, &Request::Run(request))))?;
+    let _raw = match on_terminal {
+        true => Some(warden::terminal::Raw::enter()?),
+        false => None,
+    };
+    if on_terminal {
+        follow_size(client.sender(), ID);
+    }
     if pipe_stdin {
         let sender = client.sender();
         std::thread::spawn(move || {
@@ -368,7 +389,12 @@ fn run_on(
                 let _ = stderr.write_all(&bytes);
             }
             Message::Output(_, _, bytes) => {
-                if stdout.write_all(&bytes).is_err() {
+                // Flushed frame by frame: a prompt has no newline.
+                if stdout
+                    .write_all(&bytes)
+                    .and_then(|()| stdout.flush())
+                    .is_err()
+                {
                     return Ok(141);
                 }
             }
@@ -382,12 +408,40 @@ fn run_on(
                 }
                 return Ok(report.status);
             }
-            Message::Event(_, Event::Error { code, message }) => {
+            Message::Event(id, Event::Error { code, message }) if id == ID => {
                 return Err(format!("{code:?}: {message}"));
+            }
+            // A request of our own beside the run (a resize) was refused:
+            // said, and the run goes on (a lost connection ends it above).
+            Message::Event(_, Event::Error { code, message }) => {
+                eprintln!("warden: {code:?}: {message}");
             }
             Message::Event(..) => {}
         }
     }
+}
+
+/// Sends the command's terminal this terminal's size whenever it changes
+/// (looked at ten times a second: no signal handler in this process).
+fn follow_size(sender: warden::client::Sender, target: u32) {
+    std::thread::spawn(move || {
+        let mut last = warden::terminal::own_size();
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let now = warden::terminal::own_size();
+            if now != last {
+                if let Some((rows, cols)) = now {
+                    if sender
+                        .send(0, &Request::Resize { target, rows, cols })
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                last = now;
+            }
+        }
+    });
 }
 
 fn machine(action: MachineAction) -> Result<i32, String> {

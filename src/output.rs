@@ -195,7 +195,7 @@ impl Budget {
 
     /// Grants up to `want` bytes: fewer once the limit is reached, and
     /// then `exceeded` fires.
-    fn grant(&self, want: usize) -> usize {
+    pub fn grant(&self, want: usize) -> usize {
         let before = self.used.fetch_add(want as u64, Ordering::SeqCst);
         let left = self.limit.saturating_sub(before);
         let granted = want.min(usize::try_from(left).unwrap_or(usize::MAX));

@@ -127,6 +127,13 @@ pub enum Request {
     HandKeys {
         text: String,
     },
+    /// Version 4: resize the terminal of the running command `target` (a
+    /// frame id of this connection).
+    Resize {
+        target: u32,
+        rows: u16,
+        cols: u16,
+    },
     /// Version 4: keep the machine awake until `until_ms` (Unix time in
     /// milliseconds; a time past lets go), whatever its idle stop says.
     Hold {
@@ -164,6 +171,18 @@ pub struct RunRequest {
     /// Limits for this command; each only lowers the policy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<crate::policy::Limits>,
+    /// Version 4: run it on a terminal of this size (its stdin, stdout and
+    /// stderr; output comes as stdout frames, stdin frames are typed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtySize>,
+}
+
+/// A terminal's size, in characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PtySize {
+    pub rows: u16,
+    pub cols: u16,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,6 +242,12 @@ pub enum Event {
     /// the runtime's `.env` (never their values).
     KeysHanded {
         names: Vec<String>,
+    },
+    /// Version 4: the answer to `resize`.
+    Resized {
+        target: u32,
+        rows: u16,
+        cols: u16,
     },
     /// Version 4: the answer to `hold`: held until then (0: not held).
     Held {

@@ -16,6 +16,8 @@ pub struct ValidRun {
     pub keep_background: bool,
     /// The limits the request asks for (only ever tighten the policy's).
     pub limits: Limits,
+    /// A terminal of this size, checked.
+    pub pty: Option<crate::protocol::PtySize>,
 }
 
 impl ValidRun {
@@ -73,6 +75,9 @@ pub fn validate(req: RunRequest) -> Result<ValidRun, String> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
+    if let Some(size) = req.pty {
+        crate::pty::valid_size(size.rows, size.cols)?;
+    }
     Ok(ValidRun {
         argv,
         folder,
@@ -81,6 +86,7 @@ pub fn validate(req: RunRequest) -> Result<ValidRun, String> {
         timeout,
         keep_background: req.keep_background,
         limits,
+        pty: req.pty,
     })
 }
 

@@ -147,6 +147,7 @@ pub enum Stage {
     Limits = 7,
     Capabilities = 8,
     Landlock = 9,
+    Terminal = 10,
     /// Not a failure: a probe's report.
     Probe = 11,
 }
@@ -163,6 +164,7 @@ impl Stage {
             7 => Stage::Limits,
             8 => Stage::Capabilities,
             9 => Stage::Landlock,
+            10 => Stage::Terminal,
             11 => Stage::Probe,
             _ => return None,
         })
@@ -172,6 +174,7 @@ impl Stage {
         match self {
             Stage::Stdio => "cannot set up stdio",
             Stage::Session => "cannot make a new session",
+            Stage::Terminal => "cannot take the terminal as the controlling one",
             Stage::Credentials => "cannot switch user",
             Stage::NoNewPrivs => "cannot set no_new_privs",
             Stage::Workdir => "cannot make or enter the working folder",
@@ -263,6 +266,9 @@ pub struct Stdio {
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// stdin is a terminal the child takes as its controlling one (in the
+    /// new session it leads).
+    pub terminal: bool,
 }
 
 /// Forks, sets the child up and execs it. Returns once the child has
@@ -287,6 +293,7 @@ pub fn spawn(
             stdio.stdout.as_raw_fd(),
             stdio.stderr.as_raw_fd(),
         ],
+        terminal: stdio.terminal,
         err_fd: err_write.as_raw_fd(),
     };
     let (pid, exit) = reaper
@@ -466,6 +473,7 @@ struct ChildPlan<'a> {
     envp: &'a [*const libc::c_char],
     groups: &'a [libc::gid_t],
     stdio: [RawFd; 3],
+    terminal: bool,
     err_fd: RawFd,
 }
 
@@ -505,6 +513,9 @@ impl ChildPlan<'_> {
             };
             if grouped < 0 {
                 failed(Stage::Session);
+            }
+            if self.terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                failed(Stage::Terminal);
             }
 
             let confine = self.launch.confine.as_ref();

@@ -316,6 +316,7 @@ impl Supervisor {
             stdin: null().map_err(|e| e.to_string())?,
             stdout: null().map_err(|e| e.to_string())?,
             stderr: null().map_err(|e| e.to_string())?,
+            terminal: false,
         };
         match self.spawner.spawn_blocking(launch, stdio, true) {
             Ok(spawned) => {

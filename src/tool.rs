@@ -55,6 +55,7 @@ pub fn run(
         stdin: in_read,
         stdout: out_write,
         stderr: err_write,
+        terminal: false,
     };
     let spawned = spawn::spawn(&launch, stdio, reaper, true).map_err(|e| e.to_string())?;
     let until = Instant::now() + deadline;

@@ -593,3 +593,65 @@ fn the_runtime_stops_every_process_shell_left_behind() {
     let o = m.client().run(sh("echo fine")).unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "fine");
 }
+
+/// Every layer holds on a terminal too: the command runs as shell on a
+/// terminal it leads, TIOCSTI (typing into it) is refused, and another
+/// command cannot open that terminal by its name to read what is typed or
+/// to write into it.
+#[test]
+fn a_command_on_a_terminal_is_as_confined_and_its_terminal_is_its_own() {
+    if !privileged("a_command_on_a_terminal_is_as_confined_and_its_terminal_is_its_own") {
+        return;
+    }
+    let s = Scene::new();
+    let on_terminal = |req: RunRequest| RunRequest {
+        pty: Some(warden::protocol::PtySize { rows: 24, cols: 80 }),
+        ..req
+    };
+    let o = s.run(on_terminal(sh(
+        "id -un; tty; test -t 0 && test -t 1 && test -t 2 && echo all-three",
+    )));
+    let said = text(&o);
+    assert_eq!(o.exit.status, 0, "{said}");
+    assert!(said.starts_with("shell\r\n/dev/pts/"), "{said}");
+    assert!(said.contains("all-three"), "{said}");
+    assert!(o.stderr.is_empty(), "a terminal has one stream");
+    let bin = s.bin.display().to_string();
+    let o = s.run(on_terminal(RunRequest {
+        argv: Some(vec![bin, "tiocsti".into()]),
+        ..Default::default()
+    }));
+    assert!(text(&o).starts_with("blocked: "), "{}", text(&o));
+
+    // A session that stays: another command cannot reach its terminal.
+    let mut client = s.m.client();
+    let long = on_terminal(RunRequest {
+        folder: Some("attacks".into()),
+        ..sh("tty; sleep 30")
+    });
+    client
+        .send(7, &warden::protocol::Request::Run(long))
+        .unwrap();
+    let mut name = String::new();
+    while !name.contains('\n') {
+        match client.receive().unwrap() {
+            warden::client::Message::Output(_, 7, bytes) => {
+                name.push_str(&String::from_utf8_lossy(&bytes))
+            }
+            _ => continue,
+        }
+    }
+    let other = name.trim().to_string();
+    assert!(other.starts_with("/dev/pts/"), "{other}");
+    let o = s.run(sh(&format!(
+        "echo typed-by-another > {other}; cat {other}; stat -c %U:%a {other}"
+    )));
+    let said = text(&o);
+    assert!(!said.contains("typed-by-another"), "{said}");
+    assert!(said.contains("Permission denied"), "{said}");
+    assert!(
+        said.contains("root:600"),
+        "the terminal stays root's: {said}"
+    );
+    drop(client);
+}

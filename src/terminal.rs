@@ -1,0 +1,56 @@
+//! The user's own terminal, for `warden run -t` and `warden machine exec
+//! -it`: its size (sent with the run, and again whenever it changes), and
+//! raw mode while the command runs (every key goes to the command's
+//! terminal as typed: Ctrl-C there becomes SIGINT for its foreground
+//! group), restored however the run ends.
+
+use nix::sys::termios::{self, SetArg, Termios};
+use std::os::fd::{AsFd, BorrowedFd};
+
+/// The size of the terminal on `fd`, None when it is not one.
+pub fn size(fd: BorrowedFd) -> Option<(u16, u16)> {
+    let mut size: libc::winsize = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize to the pointer we pass.
+    let rc = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            libc::TIOCGWINSZ,
+            &mut size,
+        )
+    };
+    (rc == 0 && size.ws_row > 0 && size.ws_col > 0).then_some((size.ws_row, size.ws_col))
+}
+
+/// The size of this process's terminal (stdin's, else stdout's).
+pub fn own_size() -> Option<(u16, u16)> {
+    size(std::io::stdin().as_fd()).or_else(|| size(std::io::stdout().as_fd()))
+}
+
+/// stdin in raw mode until dropped.
+pub struct Raw {
+    saved: Termios,
+}
+
+impl Raw {
+    pub fn enter() -> Result<Raw, String> {
+        let stdin = std::io::stdin();
+        let saved = termios::tcgetattr(stdin.as_fd())
+            .map_err(|e| format!("stdin is not a terminal: {e}"))?;
+        let mut raw = saved.clone();
+        termios::cfmakeraw(&mut raw);
+        termios::tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw)
+            .map_err(|e| format!("raw mode: {e}"))?;
+        Ok(Raw { saved })
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSANOW, &self.saved);
+    }
+}
