@@ -6,15 +6,12 @@
 //! warden's memory), and one task per command.
 
 use crate::admission::{turn_away, Admission, Pass, Peer, MAX_CONNECTIONS, MAX_UNAUTHENTICATED};
-use crate::command::{feed, CommandPipes};
-use crate::output::{pump, write_frames, Budget, Capped, Out};
+use crate::command::{self, Running, Sink};
+use crate::output::{write_frames, Capped, Out};
 use crate::protocol::{
-    ErrorCode, Event, ExitReport, Header, Kind, Request, StdinMode, HEADER_LEN, MAX_FRAME,
-    SUPPORTED_VERSIONS,
+    ErrorCode, Event, Header, Kind, Request, StdinMode, HEADER_LEN, MAX_FRAME, SUPPORTED_VERSIONS,
 };
-use crate::reaper::Exit;
-use crate::request::{self, ValidRun};
-use crate::spawn::SpawnError;
+use crate::request;
 use crate::supervisor::Supervisor;
 use nix::sys::signal::Signal;
 use nix::sys::socket::sockopt::SndBufForce;
@@ -23,7 +20,7 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::unix::OwnedReadHalf;
 use tokio::net::{UnixListener, UnixStream};
@@ -695,11 +692,30 @@ impl Conn {
         }
         let conn = self.clone();
         tokio::spawn(async move {
-            let report = conn.execute(id, run, stdin_rx).await;
+            let sink = Sink {
+                tx: conn.tx.clone(),
+                id,
+            };
+            let requester = conn.requester();
+            let report = command::execute(&conn.sup, run, requester, sink, stdin_rx, |running| {
+                conn.spawned(id, running)
+            })
+            .await;
             conn.slots().by_id.remove(&id);
             conn.send(id, Event::Exit(report)).await;
         });
         None
+    }
+
+    /// Records the running command under its frame id; false when the
+    /// client is already gone (the command is then killed).
+    fn spawned(&self, id: u32, running: &Running) -> bool {
+        let mut slots = self.slots();
+        if let Some(slot) = slots.by_id.get_mut(&id) {
+            slot.pid = Some(running.pid);
+            slot.terminal = running.terminal.clone();
+        }
+        !slots.closed
     }
 
     async fn stdin(&self, id: u32, bytes: Vec<u8>) {
@@ -735,194 +751,6 @@ impl Conn {
             }
         }
     }
-
-    async fn execute(
-        &self,
-        id: u32,
-        run: ValidRun,
-        stdin_rx: Option<mpsc::Receiver<Vec<u8>>>,
-    ) -> ExitReport {
-        let started = Instant::now();
-        let sup = &self.sup;
-        let failed = |status: i32, message: String| {
-            sup.audit.record(
-                "command_failed",
-                json!({"requester_uid": self.requester(), "argv": run.argv, "folder": run.folder_text(),
-                       "status": status, "error": message}),
-            );
-            ExitReport {
-                status,
-                code: Some(status),
-                error: Some(message),
-                duration_ms: ms(started.elapsed()),
-                drained: true,
-                ..Default::default()
-            }
-        };
-        let limits = sup.limits_for(&run);
-        let launch = match sup.shell_launch(&run, &limits) {
-            Ok(launch) => launch,
-            Err(e) => return failed(125, e.to_string()),
-        };
-        let io = match run.pty {
-            None => CommandPipes::new(run.stdin).map(Io::Pipes),
-            Some(size) => crate::command::terminal(size.rows, size.cols, 0)
-                .map(|(terminal, child)| Io::Terminal(Arc::new(terminal), Some(child))),
-        };
-        let mut io = match io {
-            Ok(io) => io,
-            Err(e) => return failed(125, format!("stdio: {e}")),
-        };
-        let child = match &mut io {
-            Io::Pipes(pipes) => pipes.child.take(),
-            Io::Terminal(_, child) => child.take(),
-        };
-        let Some(child) = child else {
-            return failed(125, "stdio: already handed out".into());
-        };
-        let spawned = match sup.spawner.spawn(launch, child, !run.keep_background).await {
-            Ok(s) => s,
-            Err(SpawnError::Child(f)) => return failed(f.status(), f.to_string()),
-            Err(e) => return failed(125, e.to_string()),
-        };
-        let pid = spawned.pid;
-        let command = sup.next_command_id();
-        {
-            let mut slots = self.slots();
-            if let Some(slot) = slots.by_id.get_mut(&id) {
-                slot.pid = Some(pid);
-                if let Io::Terminal(terminal, _) = &io {
-                    slot.terminal = Some(terminal.clone());
-                }
-            }
-            if slots.closed {
-                sup.reaper.signal(pid, Signal::SIGKILL, true);
-            }
-        }
-        sup.command_started(command, pid, &run, self.requester());
-        sup.audit.record(
-            "command_start",
-            json!({"command": command, "pid": pid.as_raw(), "requester_uid": self.requester(),
-                   "argv": run.argv, "folder": run.folder_text(),
-                   "limits": limits, "keep_background": run.keep_background}),
-        );
-        self.send(
-            id,
-            Event::Started {
-                command,
-                pid: pid.as_raw(),
-            },
-        )
-        .await;
-
-        let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
-        let budget = Budget::new(limits.output_bytes);
-        let stream = |pipe, kind, count: &Arc<AtomicU64>| {
-            tokio::spawn(pump(
-                pipe,
-                kind,
-                id,
-                self.tx.clone(),
-                count.clone(),
-                budget.clone(),
-            ))
-        };
-        let (mut out, mut err, feeder) = match io {
-            Io::Pipes(pipes) => {
-                let out = stream(pipes.stdout, Kind::Stdout, &counts[0]);
-                let err = stream(pipes.stderr, Kind::Stderr, &counts[1]);
-                let feeder = match (pipes.stdin, stdin_rx) {
-                    (Some(pipe), Some(rx)) => Some(tokio::spawn(feed(pipe, rx))),
-                    _ => None,
-                };
-                (out, err, feeder)
-            }
-            // One stream: a terminal has no stderr of its own.
-            Io::Terminal(terminal, _) => {
-                let out = tokio::spawn(crate::pty::pump(
-                    terminal.clone(),
-                    id,
-                    self.tx.clone(),
-                    counts[0].clone(),
-                    budget.clone(),
-                ));
-                let err = tokio::spawn(async {});
-                let feeder = stdin_rx.map(|rx| tokio::spawn(crate::pty::feed(terminal, rx)));
-                (out, err, feeder)
-            }
-        };
-
-        let mut exit_rx = spawned.exit;
-        let deadline = async {
-            match limits.timeout_ms {
-                Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
-                None => std::future::pending().await,
-            }
-        };
-        // A limit warden watches kills the whole group at once.
-        let hit = tokio::select! {
-            exit = &mut exit_rx => Err(exit),
-            _ = deadline => Ok("timeout"),
-            _ = budget.exceeded.notified() => Ok("output"),
-        };
-        let (exit, limit) = match hit {
-            Err(exit) => (exit, None),
-            Ok(limit) => {
-                sup.reaper.signal(pid, Signal::SIGKILL, true);
-                ((&mut exit_rx).await, Some(limit.to_string()))
-            }
-        };
-        let drained = tokio::time::timeout(sup.drain_period(), async {
-            let _ = (&mut out).await;
-            let _ = (&mut err).await;
-        })
-        .await
-        .is_ok();
-        out.abort();
-        err.abort();
-        if let Some(f) = feeder {
-            f.abort();
-        }
-        sup.command_ended(command);
-
-        let exit = exit.unwrap_or(Exit::Code(125));
-        // Limits the kernel enforces announce themselves by signal.
-        let limit = limit.or_else(|| match exit {
-            Exit::Signal(libc::SIGXCPU) => Some("cpu".to_string()),
-            Exit::Signal(libc::SIGXFSZ) => Some("file_size".to_string()),
-            _ => None,
-        });
-        let (code, signal) = match exit {
-            Exit::Code(c) => (Some(c), None),
-            Exit::Signal(n) => (None, Some(signal_name(n))),
-        };
-        let report = ExitReport {
-            status: exit.status(),
-            code,
-            signal,
-            limit,
-            error: None,
-            duration_ms: ms(started.elapsed()),
-            stdout_bytes: counts[0].load(Ordering::Relaxed),
-            stderr_bytes: counts[1].load(Ordering::Relaxed),
-            drained,
-        };
-        sup.audit.record(
-            "command_end",
-            json!({"command": command, "status": report.status, "code": report.code,
-                   "signal": report.signal, "limit": report.limit,
-                   "duration_ms": report.duration_ms, "stdout_bytes": report.stdout_bytes,
-                   "stderr_bytes": report.stderr_bytes, "drained": report.drained}),
-        );
-        report
-    }
-}
-
-/// A command's stdio: pipes, or a terminal (the child's end taken once,
-/// to be spawned with).
-enum Io {
-    Pipes(CommandPipes),
-    Terminal(Arc<crate::pty::Terminal>, Option<crate::spawn::Stdio>),
 }
 
 /// Reads one frame of at most `max` payload bytes (the format's own
@@ -972,14 +800,4 @@ async fn read_frame(
         Ok(Err(_)) => Ok(None),
         Ok(Ok(_)) => Ok(Some((header, payload))),
     }
-}
-
-pub fn signal_name(n: i32) -> String {
-    Signal::try_from(n)
-        .map(|s| s.as_str().to_string())
-        .unwrap_or_else(|_| format!("SIG{n}"))
-}
-
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
 }

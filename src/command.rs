@@ -1,14 +1,246 @@
-//! A command's life outside the API's framing. For now: its pipes, made
-//! with warden's ends async and the child's plain, and the task that feeds
-//! its stdin. (The rest of a command's life, now in `api`, belongs here.)
+//! A command's life, outside the API's framing: its stdio (pipes made
+//! with warden's ends async and the child's plain, or a terminal), the
+//! spawn, its output, the watch that ends it, its exit report and its
+//! audit lines (`execute`). The API only turns frames into a checked
+//! request and a `Sink`, and the report back into frames.
 
-use crate::protocol::StdinMode;
-use crate::spawn::Stdio;
+use crate::output::{pump, Budget, Out};
+use crate::protocol::{Event, ExitReport, Kind, StdinMode};
+use crate::reaper::Exit;
+use crate::request::ValidRun;
+use crate::spawn::{SpawnError, Stdio};
+use crate::supervisor::Supervisor;
 use nix::fcntl::OFlag;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use serde_json::json;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
+
+/// Where a command's events and output go: the frames of one id on one
+/// connection (or a detached command's own buffer).
+pub struct Sink {
+    pub tx: mpsc::Sender<Out>,
+    pub id: u32,
+}
+
+/// A command once it runs.
+pub struct Running {
+    /// warden's own name for it, unique for the machine's life.
+    pub command: u64,
+    pub pid: Pid,
+    /// Its terminal, when it runs on one.
+    pub terminal: Option<Arc<crate::pty::Terminal>>,
+}
+
+/// A command's life, from its checked request to its exit report: its
+/// stdio (pipes or a terminal), the spawn, its output streamed to `sink`
+/// within its budget, the watch (exit, timeout, output limit: a limit kills
+/// the whole group), the drain, and its audit lines. `on_spawn` learns the
+/// command once it runs, and answers false when it must be killed at once
+/// (its client is gone). The caller sends the exit report.
+pub async fn execute(
+    sup: &Supervisor,
+    run: ValidRun,
+    requester: u32,
+    sink: Sink,
+    stdin_rx: Option<mpsc::Receiver<Vec<u8>>>,
+    on_spawn: impl FnOnce(&Running) -> bool,
+) -> ExitReport {
+    let started = Instant::now();
+    let failed = |status: i32, message: String| {
+        sup.audit.record(
+            "command_failed",
+            json!({"requester_uid": requester, "argv": run.argv, "folder": run.folder_text(),
+                   "status": status, "error": message}),
+        );
+        ExitReport {
+            status,
+            code: Some(status),
+            error: Some(message),
+            duration_ms: ms(started.elapsed()),
+            drained: true,
+            ..Default::default()
+        }
+    };
+    let limits = sup.limits_for(&run);
+    let launch = match sup.shell_launch(&run, &limits) {
+        Ok(launch) => launch,
+        Err(e) => return failed(125, e.to_string()),
+    };
+    let io = match run.pty {
+        None => CommandPipes::new(run.stdin).map(Io::Pipes),
+        Some(size) => crate::command::terminal(size.rows, size.cols, 0)
+            .map(|(terminal, child)| Io::Terminal(Arc::new(terminal), Some(child))),
+    };
+    let mut io = match io {
+        Ok(io) => io,
+        Err(e) => return failed(125, format!("stdio: {e}")),
+    };
+    let child = match &mut io {
+        Io::Pipes(pipes) => pipes.child.take(),
+        Io::Terminal(_, child) => child.take(),
+    };
+    let Some(child) = child else {
+        return failed(125, "stdio: already handed out".into());
+    };
+    let spawned = match sup.spawner.spawn(launch, child, !run.keep_background).await {
+        Ok(s) => s,
+        Err(SpawnError::Child(f)) => return failed(f.status(), f.to_string()),
+        Err(e) => return failed(125, e.to_string()),
+    };
+    let pid = spawned.pid;
+    let command = sup.next_command_id();
+    let terminal = match &io {
+        Io::Terminal(terminal, _) => Some(terminal.clone()),
+        Io::Pipes(_) => None,
+    };
+    let running = Running {
+        command,
+        pid,
+        terminal,
+    };
+    if !on_spawn(&running) {
+        sup.reaper.signal(pid, Signal::SIGKILL, true);
+    }
+    sup.command_started(command, pid, &run, requester);
+    sup.audit.record(
+        "command_start",
+        json!({"command": command, "pid": pid.as_raw(), "requester_uid": requester,
+               "argv": run.argv, "folder": run.folder_text(),
+               "limits": limits, "keep_background": run.keep_background}),
+    );
+    let started_event = Event::Started {
+        command,
+        pid: pid.as_raw(),
+    };
+    let _ = sink.tx.send(Out::Event(sink.id, started_event)).await;
+
+    let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    let budget = Budget::new(limits.output_bytes);
+    let stream = |pipe, kind, count: &Arc<AtomicU64>| {
+        tokio::spawn(pump(
+            pipe,
+            kind,
+            sink.id,
+            sink.tx.clone(),
+            count.clone(),
+            budget.clone(),
+        ))
+    };
+    let (mut out, mut err, feeder) = match io {
+        Io::Pipes(pipes) => {
+            let out = stream(pipes.stdout, Kind::Stdout, &counts[0]);
+            let err = stream(pipes.stderr, Kind::Stderr, &counts[1]);
+            let feeder = match (pipes.stdin, stdin_rx) {
+                (Some(pipe), Some(rx)) => Some(tokio::spawn(feed(pipe, rx))),
+                _ => None,
+            };
+            (out, err, feeder)
+        }
+        // One stream: a terminal has no stderr of its own.
+        Io::Terminal(terminal, _) => {
+            let out = tokio::spawn(crate::pty::pump(
+                terminal.clone(),
+                sink.id,
+                sink.tx.clone(),
+                counts[0].clone(),
+                budget.clone(),
+            ));
+            let err = tokio::spawn(async {});
+            let feeder = stdin_rx.map(|rx| tokio::spawn(crate::pty::feed(terminal, rx)));
+            (out, err, feeder)
+        }
+    };
+
+    let mut exit_rx = spawned.exit;
+    let deadline = async {
+        match limits.timeout_ms {
+            Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            None => std::future::pending().await,
+        }
+    };
+    // A limit warden watches kills the whole group at once.
+    let hit = tokio::select! {
+        exit = &mut exit_rx => Err(exit),
+        _ = deadline => Ok("timeout"),
+        _ = budget.exceeded.notified() => Ok("output"),
+    };
+    let (exit, limit) = match hit {
+        Err(exit) => (exit, None),
+        Ok(limit) => {
+            sup.reaper.signal(pid, Signal::SIGKILL, true);
+            ((&mut exit_rx).await, Some(limit.to_string()))
+        }
+    };
+    let drained = tokio::time::timeout(sup.drain_period(), async {
+        let _ = (&mut out).await;
+        let _ = (&mut err).await;
+    })
+    .await
+    .is_ok();
+    out.abort();
+    err.abort();
+    if let Some(f) = feeder {
+        f.abort();
+    }
+    sup.command_ended(command);
+
+    let exit = exit.unwrap_or(Exit::Code(125));
+    // Limits the kernel enforces announce themselves by signal.
+    let limit = limit.or_else(|| match exit {
+        Exit::Signal(libc::SIGXCPU) => Some("cpu".to_string()),
+        Exit::Signal(libc::SIGXFSZ) => Some("file_size".to_string()),
+        _ => None,
+    });
+    let (code, signal) = match exit {
+        Exit::Code(c) => (Some(c), None),
+        Exit::Signal(n) => (None, Some(signal_name(n))),
+    };
+    let report = ExitReport {
+        status: exit.status(),
+        code,
+        signal,
+        limit,
+        error: None,
+        duration_ms: ms(started.elapsed()),
+        stdout_bytes: counts[0].load(Ordering::Relaxed),
+        stderr_bytes: counts[1].load(Ordering::Relaxed),
+        drained,
+    };
+    sup.audit.record(
+        "command_end",
+        json!({"command": command, "status": report.status, "code": report.code,
+               "signal": report.signal, "limit": report.limit,
+               "duration_ms": report.duration_ms, "stdout_bytes": report.stdout_bytes,
+               "stderr_bytes": report.stderr_bytes, "drained": report.drained}),
+    );
+    report
+}
+
+/// A command's stdio: pipes, or a terminal (the child's end taken once,
+/// to be spawned with).
+pub enum Io {
+    Pipes(CommandPipes),
+    Terminal(Arc<crate::pty::Terminal>, Option<crate::spawn::Stdio>),
+}
+
+/// Shell's convention for a death by signal: its name.
+pub fn signal_name(n: i32) -> String {
+    Signal::try_from(n)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("SIG{n}"))
+}
+
+/// Milliseconds, to the microsecond.
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
 
 /// Pipes are widened to this size, where the kernel allows, for throughput.
 const PIPE_SIZE: libc::c_int = 1 << 20;
