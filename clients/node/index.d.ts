@@ -92,6 +92,12 @@ export interface Limits {
   timeout_ms?: number;
 }
 
+/** A terminal's size, in characters: each side 1 to 1000. */
+export interface TerminalSize {
+  rows: number;
+  cols: number;
+}
+
 /**
  * A command to run. Exactly one of argv and shell. Any other key is sent
  * to warden as it is, so a misspelt field is refused (bad_request) rather
@@ -122,6 +128,13 @@ export interface RunOptions {
    * end() yourself) or 'null' (/dev/null).
    */
   stdin?: Bytes | null;
+  /**
+   * Version 4: run it on a terminal of this size (its stdin, stdout and
+   * stderr, and its controlling terminal). Everything it prints comes on
+   * stdout (stderr stays empty); stdin is open without 'pipe', and what is
+   * written is typed raw ('\x03' is Ctrl-C: SIGINT for its foreground job).
+   */
+  pty?: TerminalSize | null;
   [field: string]: unknown;
 }
 
@@ -187,6 +200,14 @@ export interface SignalledEvent {
   signal: string;
 }
 
+/** Version 4: warden's answer to a resize. */
+export interface ResizedEvent {
+  type: 'resized';
+  target: number;
+  rows: number;
+  cols: number;
+}
+
 /** A command running through warden (client.spawn). */
 export declare class Command {
   /** Its frame id on this connection. */
@@ -203,12 +224,20 @@ export declare class Command {
   readonly done: boolean;
   /** unknown_id errors warden sent about stdin frames that came too late; they do not end the command. */
   readonly stdinErrors: WardenError[];
-  /** Writes to stdin (spawned with stdin 'pipe'), in frames of at most 1 MiB; resolves when the socket takes more. */
+  /** Its terminal's size as last asked for, when it runs on one (pty); else null. */
+  readonly terminal: TerminalSize | null;
+  /** Writes to stdin (spawned with stdin 'pipe', or on a pty: typed raw), in frames of at most 1 MiB; resolves when the socket takes more. */
   write(data: Bytes): Promise<void>;
   /** Closes stdin (an empty stdin frame) after pending writes. */
   end(): Promise<void>;
   /** Signals the whole process group: 'TERM', 'SIGTERM' or '15' (default 'TERM'). */
   kill(signal?: string | number): Promise<SignalledEvent>;
+  /**
+   * Version 4: resizes its terminal (its foreground job gets SIGWINCH).
+   * UnknownIdError when it runs on no terminal or has ended; BadRequestError
+   * for a side outside 1 to 1000.
+   */
+  resize(rows: number, cols: number): Promise<ResizedEvent>;
 }
 
 export interface UserState {

@@ -405,8 +405,10 @@ const RUN_OPTIONS = new Set(['timeout', 'timeoutMs', 'keepBackground', 'stdin'])
  * The run request for `options`: the protocol's own fields (argv, shell,
  * folder, env, timeout_ms, keep_background, limits, and any other, so that
  * warden refuses a typo instead of this client dropping it), plus
- * `timeout`/`timeoutMs` (ms) and `keepBackground`. Returns the request and
- * what stdin is: null (/dev/null), 'pipe', or bytes to send then close.
+ * `timeout`/`timeoutMs` (ms) and `keepBackground`. `pty: {rows, cols}`
+ * (version 4) is sent as it is: warden checks the size. Returns the
+ * request, what stdin is: null (/dev/null), 'pipe', or bytes to send then
+ * close, and the terminal's size asked for (null: none).
  */
 function runRequest(options, streaming) {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
@@ -442,7 +444,10 @@ function runRequest(options, streaming) {
     input = toBuffer(stdin);
   }
   if (input !== null) request.stdin = 'pipe';
-  return { request, input };
+  // On a terminal (version 4) stdin is always open: it is what is typed.
+  const pty = options.pty ?? null;
+  const terminal = pty === null ? null : { rows: pty.rows, cols: pty.cols };
+  return { request, input, terminal };
 }
 
 /**
@@ -462,11 +467,16 @@ export class Command {
   #settled = false;
   #startedSettled = false;
 
-  constructor(client, id, { stdinMode, highWaterMark, collect, onPressure }) {
+  constructor(client, id, { stdinMode, terminal = null, highWaterMark, collect, onPressure }) {
     this.#client = client;
     this.id = id;
-    this.#pipe = stdinMode === 'pipe';
+    this.#pipe = stdinMode === 'pipe' || terminal !== null;
     this.#stdinOpen = this.#pipe;
+    /**
+     * The command's terminal size, {rows, cols}, when it runs on one (pty,
+     * version 4), as last asked for; null otherwise.
+     */
+    this.terminal = terminal;
     /** Errors warden reported about this command's stdin (unknown_id), which do not end it. */
     this.stdinErrors = [];
     this.command = null;
@@ -490,12 +500,13 @@ export class Command {
   }
 
   /**
-   * Writes bytes to the command's stdin (stdin 'pipe' only), in frames of
-   * at most 1 MiB; resolves once the socket can take more.
+   * Writes bytes to the command's stdin (stdin 'pipe', or a terminal: then
+   * they are typed, raw, and '\x03' is Ctrl-C), in frames of at most 1 MiB;
+   * resolves once the socket can take more.
    */
   write(data) {
     const bytes = toBuffer(data);
-    if (!this.#pipe) return Promise.reject(new TypeError('this command was not spawned with stdin "pipe"'));
+    if (!this.#pipe) return Promise.reject(new TypeError('this command was not spawned with stdin "pipe" or a pty'));
     if (!this.#stdinOpen) return Promise.reject(new Error('stdin is closed'));
     if (bytes.length === 0) return this.#chain;
     const work = this.#chain.then(async () => {
@@ -528,6 +539,27 @@ export class Command {
     const send = () => this.#client._request({ type: 'signal', target: this.id, signal: String(signal) }, 'signalled');
     // warden signals only a command it has started: a kill right after
     // spawn waits for the started event (or the end) first.
+    if (this.pid !== null || this.#settled) return quiet(send());
+    return quiet(Promise.race([this.started, this.exit]).then(send));
+  }
+
+  /**
+   * Resizes the command's terminal (version 4; the command's foreground
+   * job gets SIGWINCH), once it has started; resolves to warden's
+   * `resized` event. Rejects with an UnknownIdError when the command runs
+   * on no terminal (or is no longer running), a BadRequestError for a
+   * size warden refuses (each side 1 to 1000).
+   */
+  resize(rows, cols) {
+    if (!Number.isSafeInteger(rows) || !Number.isSafeInteger(cols)) {
+      return Promise.reject(new TypeError('rows and cols are integers'));
+    }
+    const send = async () => {
+      const event = await this.#client._request({ type: 'resize', target: this.id, rows, cols }, 'resized');
+      if (this.terminal !== null) this.terminal = { rows: event.rows, cols: event.cols };
+      return event;
+    };
+    // As for kill(): warden resizes only a command it has started.
     if (this.pid !== null || this.#settled) return quiet(send());
     return quiet(Promise.race([this.started, this.exit]).then(send));
   }
@@ -822,10 +854,11 @@ export class Client {
 
   #start(options, { streaming, highWaterMark }) {
     if (this.#failure) throw this.#failure;
-    const { request, input } = runRequest(options, streaming);
+    const { request, input, terminal } = runRequest(options, streaming);
     const id = this.#allocateId();
     const command = new Command(this, id, {
       stdinMode: input === null ? null : 'pipe',
+      terminal,
       highWaterMark: highWaterMark ?? this.#highWaterMark,
       collect: !streaming,
       onPressure: (stream) => this.#pressure(stream),
@@ -843,8 +876,11 @@ export class Client {
   /**
    * Starts a command and streams it: see Command. `options` as for run;
    * `stdin: 'pipe'` lets you write() and end() its input (other strings
-   * and bytes are written, then stdin is closed). `highWaterMark` (bytes,
-   * default 1 MiB) bounds what each unread stream holds.
+   * and bytes are written, then stdin is closed). With `pty: {rows, cols}`
+   * (version 4) it runs on a terminal: its output is all on stdout,
+   * write() types into it (stdin is open without 'pipe') and resize()
+   * changes its size. `highWaterMark` (bytes, default 1 MiB) bounds what
+   * each unread stream holds.
    */
   spawn(options, { highWaterMark } = {}) {
     return this.#start(options, { streaming: true, highWaterMark });
@@ -853,7 +889,9 @@ export class Client {
   /**
    * Runs a command to its end and collects its output. Options: argv or
    * shell, folder, env, timeout (ms), stdin (string or bytes: sent, then
-   * closed), limits, keepBackground, and any other protocol field.
+   * closed), limits, keepBackground, pty ({rows, cols}, version 4: on a
+   * terminal, everything it prints in stdout), and any other protocol
+   * field.
    */
   async run(options) {
     const command = this.#start(options, { streaming: false });

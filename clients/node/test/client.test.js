@@ -485,6 +485,88 @@ test('kill() sends a signal request for the command; unknown_id is an UnknownIdE
   }
 });
 
+test('pty (version 4): sent as given, stdin open without "pipe", resize() on id 0 after the start', async () => {
+  const warden = await scriptedWarden(async (peer) => {
+    await peer.hello(4);
+    const run = await peer.next();
+    assert.deepEqual(run.json, { type: 'run', argv: ['bash', '-i'], pty: { rows: 24, cols: 80 } });
+    // resize() asked before the start waits for it: nothing comes until then.
+    await sleep(100);
+    assert.equal(peer.splitter.frames.length, 0);
+    peer.send('control', run.id, { type: 'started', command: 9, pid: 90 });
+    const resize = await peer.next();
+    assert.equal(resize.id, 0);
+    assert.deepEqual(resize.json, { type: 'resize', target: run.id, rows: 40, cols: 120 });
+    peer.send('control', 0, { type: 'resized', target: run.id, rows: 40, cols: 120 });
+    const typed = await peer.next();
+    assert.equal(typed.kind, 'stdin');
+    assert.equal(typed.id, run.id);
+    assert.deepEqual([...typed.payload], [3]);
+    peer.send('stdout', run.id, Buffer.from('^C\r\n$ '));
+    const bad = await peer.next();
+    assert.deepEqual(bad.json, { type: 'resize', target: run.id, rows: 0, cols: 80 });
+    peer.send('control', 0, { type: 'error', code: 'bad_request', message: 'pty 0x80: rows and cols must be 1 to 1000' });
+    peer.send('control', run.id, exitEvent({ stdout_bytes: 6 }));
+    const late = await peer.next();
+    assert.deepEqual(late.json, { type: 'resize', target: run.id, rows: 10, cols: 10 });
+    peer.send('control', 0, { type: 'error', code: 'unknown_id', message: `id ${run.id} runs no command on a terminal` });
+    await peer.next();
+  });
+  try {
+    const client = await connect({ socket: warden.path });
+    const command = client.spawn({ argv: ['bash', '-i'], pty: { rows: 24, cols: 80 } });
+    assert.deepEqual(command.terminal, { rows: 24, cols: 80 });
+    assert.equal(command.stdinOpen, true);
+    const resized = command.resize(40, 120);
+    assert.deepEqual(await resized, { type: 'resized', target: command.id, rows: 40, cols: 120 });
+    assert.deepEqual(command.terminal, { rows: 40, cols: 120 });
+    await command.write('\x03');
+    const first = await command.stdout[Symbol.asyncIterator]().next();
+    assert.equal(first.value.toString(), '^C\r\n$ ');
+    await assert.rejects(command.resize(0, 80), (e) => e instanceof BadRequestError && !e.fatal);
+    assert.deepEqual(command.terminal, { rows: 40, cols: 120 }, 'a refused size is not taken');
+    await assert.rejects(command.resize(1.5, 80), TypeError);
+    const report = await command.exit;
+    assert.equal(report.status, 0);
+    assert.equal(await command.stderr.text(), '');
+    await assert.rejects(command.resize(10, 10), UnknownIdError);
+    await client.close();
+  } finally {
+    await warden.close();
+  }
+});
+
+test('without pty, write() needs stdin "pipe"; run() with pty types its stdin bytes', async () => {
+  const warden = await scriptedWarden(async (peer) => {
+    await peer.hello(4);
+    const plain = await peer.next();
+    assert.deepEqual(plain.json, { type: 'run', argv: ['true'] });
+    peer.send('control', plain.id, exitEvent());
+    const run = await peer.next();
+    assert.deepEqual(run.json, { type: 'run', argv: ['cat'], stdin: 'pipe', pty: { rows: 5, cols: 6 } });
+    const typed = await peer.next();
+    assert.equal(typed.payload.toString(), 'hi\r');
+    const closed = await peer.next();
+    assert.equal(closed.payload.length, 0);
+    peer.send('control', run.id, { type: 'started', command: 1, pid: 2 });
+    peer.send('stdout', run.id, Buffer.from('hi\r\nhi\r\n'));
+    peer.send('control', run.id, exitEvent({ stdout_bytes: 8 }));
+    await peer.next();
+  });
+  try {
+    const client = await connect({ socket: warden.path });
+    const plain = client.spawn({ argv: ['true'] });
+    await assert.rejects(plain.write('x'), /stdin "pipe" or a pty/);
+    assert.equal(plain.terminal, null);
+    await plain.exit;
+    const r = await client.run({ argv: ['cat'], stdin: 'hi\r', pty: { rows: 5, cols: 6 } });
+    assert.equal(r.stdout.toString(), 'hi\r\nhi\r\n');
+    await client.close();
+  } finally {
+    await warden.close();
+  }
+});
+
 test('an unknown_id about late stdin does not end the command', async () => {
   const warden = await scriptedWarden(async (peer) => {
     await peer.hello();

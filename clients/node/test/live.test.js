@@ -424,6 +424,83 @@ if (!pre.run && pre.skip) {
       assert.match(refused.message, /uid 2001/);
     });
 
+    test('pty (version 4): the terminal is stdin, stdout and stderr, of the size asked for', async () => {
+      const size = await client.run({ argv: ['stty', 'size'], pty: { rows: 30, cols: 100 } });
+      assert.equal(size.status, 0, size.stdout.toString());
+      assert.equal(size.stdout.toString(), '30 100\r\n');
+      const tty = await client.run({ shell: 'test -t 0 && test -t 1 && test -t 2 && echo all three; echo err >&2', pty: { rows: 24, cols: 80 } });
+      assert.equal(tty.status, 0);
+      assert.equal(tty.stdout.toString(), 'all three\r\nerr\r\n', 'a terminal has one stream');
+      assert.equal(tty.stderr.length, 0);
+      assert.equal(tty.stderrBytes, 0);
+      const plain = await client.run({ shell: 'test -t 0 || test -t 1 || test -t 2' });
+      assert.equal(plain.status, 1, 'without pty, no terminal');
+      // What run() is given as stdin is typed: echoed by the terminal, read by the command.
+      const typed = await client.run({ shell: 'read x; echo "got $x"', stdin: 'abc\r', pty: { rows: 24, cols: 80 } });
+      assert.equal(typed.stdout.toString(), 'abc\r\ngot abc\r\n');
+    });
+
+    test('pty: resize() changes the size stty reports', async () => {
+      const command = client.spawn({ shell: 'stty size; read line; stty size', pty: { rows: 24, cols: 80 } });
+      assert.deepEqual(command.terminal, { rows: 24, cols: 80 });
+      const chunks = command.stdout[Symbol.asyncIterator]();
+      let screen = '';
+      const until = async (text) => {
+        while (!screen.includes(text)) {
+          const { value, done } = await chunks.next();
+          assert.ok(!done, `no ${JSON.stringify(text)} in ${JSON.stringify(screen)}`);
+          screen += value.toString();
+        }
+      };
+      await until('24 80\r\n');
+      assert.deepEqual(await command.resize(40, 120), { type: 'resized', target: command.id, rows: 40, cols: 120 });
+      assert.deepEqual(command.terminal, { rows: 40, cols: 120 });
+      await assert.rejects(command.resize(1001, 80), (e) => e instanceof BadRequestError && /1 to 1000/.test(e.message));
+      await command.write('\r');
+      await until('40 120\r\n');
+      const report = await command.exit;
+      assert.equal(report.status, 0);
+      assert.equal(screen, '24 80\r\n\r\n40 120\r\n');
+    });
+
+    test('pty: Ctrl-C (byte 3) is SIGINT for the foreground job', async () => {
+      const started = Date.now();
+      const sleeper = client.spawn({ argv: ['sleep', '100'], pty: { rows: 24, cols: 80 } });
+      const screen = sleeper.stdout.text();
+      await sleeper.started;
+      await sleeper.write('\x03');
+      const report = await sleeper.exit;
+      assert.equal(report.status, 130);
+      assert.equal(report.signal, 'SIGINT');
+      assert.equal(await screen, '^C');
+      // A shell that traps it: its wait ends, the trap runs (the background sleep ignores SIGINT, as without job control).
+      const trapped = client.spawn({ shell: 'trap "echo INT; exit 9" INT; echo ready; sleep 100 & wait', pty: { rows: 24, cols: 80 } });
+      const chunks = trapped.stdout[Symbol.asyncIterator]();
+      let seen = '';
+      while (!seen.includes('ready\r\n')) {
+        const { value, done } = await chunks.next();
+        assert.ok(!done, seen);
+        seen += value.toString();
+      }
+      await trapped.write(Buffer.from([3]));
+      for (let next = await chunks.next(); !next.done; next = await chunks.next()) seen += next.value.toString();
+      const ended = await trapped.exit;
+      assert.equal(ended.status, 9, seen);
+      assert.match(seen, /ready\r\n(\^C)?INT\r\n$/);
+      assert.ok(Date.now() - started < 20000);
+    });
+
+    test('pty: resize of a command without a terminal is unknown_id; a bad size is bad_request', async () => {
+      const plain = client.spawn({ argv: ['sleep', '30'] });
+      await plain.started;
+      await assert.rejects(plain.resize(24, 80), (e) => e instanceof UnknownIdError && /terminal/.test(e.message) && !e.fatal);
+      await plain.kill('KILL');
+      await plain.exit;
+      await assert.rejects(client.run({ argv: ['true'], pty: { rows: 0, cols: 80 } }), (e) => e instanceof BadRequestError && /1 to 1000/.test(e.message));
+      await assert.rejects(client.run({ argv: ['true'], pty: { rows: 24 } }), BadRequestError);
+      assert.equal((await client.run({ argv: ['echo', 'still here'] })).stdout.toString(), 'still here\n');
+    });
+
     test('closing a connection kills the commands it started', async () => {
       const other = await connect({ socket: w.socket });
       const command = other.spawn({ argv: ['sleep', '300'] });

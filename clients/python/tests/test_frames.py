@@ -26,7 +26,7 @@ from warden_client import (
     WardenError,
 )
 from warden_client import frames as fr
-from warden_client.common import run_request
+from warden_client.common import run_request, terminal_size
 
 
 def test_header_round_trip_and_limits() -> None:
@@ -69,6 +69,21 @@ def test_run_requests_leave_defaults_out() -> None:
         run_request("ls -l", None, None, None, None, False, None, False)
     with pytest.raises(ValueError):
         run_request(["x"], None, None, -1, None, False, None, False)
+
+
+def test_pty_sizes_are_rows_first() -> None:
+    size = warden_client.TerminalSize(24, 80)
+    assert run_request(["sh"], None, None, None, None, False, None, False, None, size) == {
+        "type": "run", "argv": ["sh"], "pty": {"rows": 24, "cols": 80},
+    }
+    assert terminal_size((30, 100)) == (30, 100) == warden_client.TerminalSize(rows=30, cols=100)
+    # os.get_terminal_size() gives columns first: turned round.
+    assert terminal_size(os.terminal_size((132, 50))) == warden_client.TerminalSize(50, 132)
+    for bad in ((24,), (24.0, 80), (True, 80), "24x80", None):
+        with pytest.raises(TypeError):
+            terminal_size(bad)  # type: ignore[arg-type]
+    # Out of range is warden's to say (bad_request), not the client's.
+    assert terminal_size((0, 5000)) == (0, 5000)
 
 
 def test_error_classes() -> None:
@@ -552,3 +567,88 @@ def test_a_refused_hello_is_still_fatal_with_a_key(peer: Any) -> None:
     with pytest.raises(WardenError) as caught:
         Client.connect(p.path, "k" * 64, timeout=5)
     assert caught.value.code == "refused" and caught.value.fatal
+
+
+RESIZE_UNKNOWN = {"type": "error", "code": "unknown_id", "message": "id 2 runs no command on a terminal"}
+
+
+def _pty_script(conn: socket.socket) -> None:
+    """A command on a terminal as warden runs it: pty in the run, typed
+    input without stdin "pipe", resize on id 0, one output stream; then a
+    resize for a command without a terminal, and one for the ended one."""
+    read_json(conn)
+    conn.sendall(HELLO_4)
+    assert read_json(conn) == (1, {"type": "run", "argv": ["sh"], "pty": {"rows": 24, "cols": 80}})
+    conn.sendall(control(1, {"type": "started", "command": 1, "pid": 10}))
+    assert read_frame(conn) == (fr.STDIN, 1, b"stty size\r")
+    conn.sendall(fr.encode(fr.STDOUT, 1, b"stty size\r\n24 80\r\n"))
+    assert read_json(conn) == (0, {"type": "resize", "target": 1, "rows": 40, "cols": 120})
+    conn.sendall(control(0, {"type": "resized", "target": 1, "rows": 40, "cols": 120}))
+    assert read_json(conn) == (0, {"type": "resize", "target": 1, "rows": 0, "cols": 80})
+    conn.sendall(control(0, {"type": "error", "code": "bad_request",
+                             "message": "pty 0x80: rows and cols must be 1 to 1000"}))
+    assert read_frame(conn) == (fr.STDIN, 1, b"\x03")
+    conn.sendall(control(1, {"type": "exit", "status": 130, "signal": "SIGINT", "duration_ms": 1,
+                             "stdout_bytes": 19, "stderr_bytes": 0, "drained": True}))
+    assert read_json(conn) == (2, {"type": "run", "argv": ["sleep", "9"]})
+    conn.sendall(control(2, {"type": "started", "command": 2, "pid": 11}))
+    assert read_json(conn) == (0, {"type": "resize", "target": 2, "rows": 24, "cols": 80})
+    conn.sendall(control(0, RESIZE_UNKNOWN))
+    conn.sendall(control(2, {"type": "exit", "status": 0, "code": 0, "duration_ms": 1,
+                             "stdout_bytes": 0, "stderr_bytes": 0, "drained": True}))
+    try:
+        read_frame(conn)
+    except EOFError:
+        pass
+
+
+def test_a_terminal_types_resizes_and_has_one_stream(peer: Any) -> None:
+    p = peer(_pty_script)
+    with Client.connect(p.path, timeout=10) as c:
+        sh = c.spawn(["sh"], pty=(24, 80))
+        assert sh.terminal == (24, 80)
+        sh.write(b"stty size\r")
+        assert next(iter(sh)) == ("stdout", b"stty size\r\n24 80\r\n")
+        assert sh.resize(40, 120) == warden_client.TerminalSize(40, 120) == sh.terminal
+        with pytest.raises(WardenError) as caught:
+            sh.resize(0, 80)
+        assert caught.value.code == "bad_request" and not caught.value.fatal
+        assert sh.terminal == (40, 120), "a refused size is not taken"
+        with pytest.raises(TypeError):
+            sh.resize(1.5, 80)  # type: ignore[arg-type]
+        sh.write(b"\x03")
+        r = sh.wait()
+        assert (r.status, r.signal) == (130, "SIGINT")
+        assert sh.resize(10, 10) is None, "an ended command is not resized"
+        plain = c.spawn(["sleep", "9"])
+        assert plain.terminal is None
+        with pytest.raises(ValueError, match="pty="):
+            plain.write(b"x")
+        with pytest.raises(WardenError) as caught:
+            plain.resize(24, 80)
+        assert caught.value.code == "unknown_id" and "terminal" in caught.value.message
+        assert plain.wait().status == 0
+
+
+def test_async_a_terminal_types_resizes_and_has_one_stream(peer: Any) -> None:
+    async def main() -> None:
+        async with await AsyncClient.connect(p.path, timeout=10) as c:
+            sh = await c.spawn(["sh"], pty=warden_client.TerminalSize(24, 80))
+            assert sh.terminal == (24, 80)
+            await sh.write(b"stty size\r")
+            assert await sh.output().__anext__() == ("stdout", b"stty size\r\n24 80\r\n")
+            assert await sh.resize(40, 120) == (40, 120) == sh.terminal
+            with pytest.raises(WardenError) as caught:
+                await sh.resize(0, 80)
+            assert caught.value.code == "bad_request"
+            await sh.write(b"\x03")
+            assert (await sh.wait()).status == 130
+            assert await sh.resize(10, 10) is None
+            plain = await c.spawn(["sleep", "9"])
+            with pytest.raises(WardenError) as caught:
+                await plain.resize(24, 80)
+            assert caught.value.code == "unknown_id"
+            assert (await plain.wait()).status == 0
+
+    p = peer(_pty_script)
+    asyncio.run(main())

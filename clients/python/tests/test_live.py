@@ -2,7 +2,8 @@
 wardenbox.py): output, exit codes, signals, stdin, binary data, a large
 stream in bounded memory, errors, status, audit, stop_shell, reload, the
 gate, hold, the asyncio client, and the host socket with a right and a
-wrong key, and hand_keys through it."""
+wrong key, and hand_keys through it; commands on a terminal (pty): their
+size, resize, typed input and Ctrl-C."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from conftest import HOST_KEY
 from wardenbox import SHELL_UID, Warden
 
-from warden_client import AsyncClient, Client, ConnectionError, WardenError
+from warden_client import AsyncClient, Client, ConnectionError, Process, TerminalSize, WardenError
 
 #: Every wait for warden in these tests is bounded by this.
 PATIENCE = 30.0
@@ -455,3 +456,110 @@ def test_hand_keys_through_the_host_socket(keyed_warden: Warden) -> None:
     assert lines and lines[-1]["names"] == ["PY_TOKEN", "PY_OTHER"], lines
     log = (keyed_warden.home / "data/audit/warden.jsonl").read_text()
     assert "canary-py-hand" not in log, "no value in the audit log"
+
+
+def _screen_until(proc: Process, want: bytes, screen: bytearray) -> None:
+    """Reads the terminal's output into `screen` until it shows `want`."""
+    while want not in screen:
+        stream, chunk = next(iter(proc))
+        assert stream == "stdout", "a terminal has one stream"
+        screen += chunk
+
+
+def test_pty_stty_size_is_the_size_asked_for_and_the_terminal_is_all_three(client: Client) -> None:
+    r = client.run(["stty", "size"], pty=(30, 100))
+    assert (r.status, r.stdout, r.stderr) == (0, b"30 100\r\n", b""), r
+    r = client.run(shell="test -t 0 && test -t 1 && test -t 2 && echo all three; echo err >&2",
+                   pty=TerminalSize(24, 80))
+    assert (r.status, r.stdout, r.stderr, r.stderr_bytes) == (0, b"all three\r\nerr\r\n", b"", 0), r
+    assert client.run(shell="test -t 0 || test -t 1 || test -t 2").status == 1, "no terminal without pty"
+    # run()'s stdin is typed: the terminal echoes it, the command reads it.
+    r = client.run(shell='read x; echo "got $x"', stdin=b"abc\r", pty=(24, 80))
+    assert r.stdout == b"abc\r\ngot abc\r\n", r
+
+
+def test_pty_resize_then_stty_size_shows_the_new_size(client: Client) -> None:
+    with client.spawn(shell="stty size; read line; stty size", pty=(24, 80)) as proc:
+        screen = bytearray()
+        _screen_until(proc, b"24 80\r\n", screen)
+        assert proc.resize(40, 120) == TerminalSize(40, 120) == proc.terminal
+        with pytest.raises(WardenError) as caught:
+            proc.resize(1001, 80)
+        assert caught.value.code == "bad_request" and "1 to 1000" in caught.value.message
+        proc.write(b"\r")
+        for _, chunk in proc:
+            screen += chunk
+        assert proc.wait().status == 0
+    assert bytes(screen) == b"24 80\r\n\r\n40 120\r\n"
+
+
+def test_pty_ctrl_c_is_sigint_for_the_foreground_job(client: Client) -> None:
+    t0 = time.monotonic()
+    with client.spawn(["sleep", "100"], pty=(24, 80)) as sleeper:
+        sleeper.write(b"\x03")
+        r = sleeper.wait(collect=True)
+    assert (r.status, r.signal, r.stdout) == (130, "SIGINT", b"^C"), r
+    # A shell that traps it: its wait ends and the trap runs (the
+    # background sleep ignores SIGINT, as it does without job control).
+    with client.spawn(shell='trap "echo INT; exit 9" INT; echo ready; sleep 100 & wait',
+                      pty=(24, 80)) as trapped:
+        screen = bytearray()
+        _screen_until(trapped, b"ready\r\n", screen)
+        trapped.write(b"\x03")
+        for _, chunk in trapped:
+            screen += chunk
+        assert trapped.wait().status == 9, bytes(screen)
+    assert bytes(screen) in (b"ready\r\nINT\r\n", b"ready\r\n^CINT\r\n"), bytes(screen)
+    assert time.monotonic() - t0 < 20
+
+
+def test_pty_refusals_resize_without_a_terminal_bad_sizes_and_version_3(
+    client: Client, warden: Warden
+) -> None:
+    with client.spawn(["sleep", "30"]) as plain:
+        with pytest.raises(WardenError) as caught:
+            plain.resize(24, 80)
+        assert caught.value.code == "unknown_id" and "terminal" in caught.value.message
+        assert not caught.value.fatal
+        plain.kill("KILL")
+    for size in ((0, 80), (24, 1001)):
+        with pytest.raises(WardenError) as caught:
+            client.run(["true"], pty=size)
+        assert caught.value.code == "bad_request" and "1 to 1000" in caught.value.message
+    with Client.connect(warden.socket, versions=[1, 2, 3], timeout=PATIENCE) as old:
+        with pytest.raises(WardenError) as caught:
+            old.run(["true"], pty=(24, 80))
+        assert caught.value.code == "bad_request" and "version 4" in caught.value.message
+        with pytest.raises(WardenError) as caught:
+            old.resize(1, 24, 80)
+        assert caught.value.code == "bad_request" and "version 4" in caught.value.message
+    assert client.run(["echo", "still here"]).stdout == b"still here\n"
+
+
+def test_pty_through_asyncio(warden: Warden) -> None:
+    async def main() -> None:
+        async with await AsyncClient.connect(warden.socket, timeout=PATIENCE) as c:
+            assert (await c.run(["stty", "size"], pty=(12, 34))).stdout == b"12 34\r\n"
+            async with await c.spawn(shell="stty size; read line; stty size", pty=(24, 80)) as proc:
+                screen = bytearray()
+                async for _, chunk in proc:
+                    screen += chunk
+                    if b"24 80\r\n" in screen:
+                        break
+                assert await proc.resize(50, 132) == (50, 132)
+                await proc.write(b"\r")
+                async for _, chunk in proc:
+                    screen += chunk
+                assert (await proc.wait()).status == 0
+            assert bytes(screen).endswith(b"50 132\r\n"), bytes(screen)
+            async with await c.spawn(["sleep", "100"], pty=(24, 80)) as sleeper:
+                await sleeper.write(b"\x03")
+                assert (await sleeper.wait()).status == 130
+            plain = await c.spawn(["sleep", "30"])
+            with pytest.raises(WardenError) as caught:
+                await plain.resize(24, 80)
+            assert caught.value.code == "unknown_id"
+            await plain.kill("KILL")
+            await plain.wait()
+
+    asyncio.run(main())

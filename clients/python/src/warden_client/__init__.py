@@ -17,6 +17,7 @@ from .common import (
     CommandFailed,
     Result,
     ShellStopped,
+    TerminalSize,
 )
 from .machine import Machine, Reach, state_root
 from .errors import (
@@ -50,6 +51,7 @@ __all__ = [
     "Result",
     "ShellStopped",
     "Stream",
+    "TerminalSize",
     "TimeoutError",
     "WardenError",
     "__version__",

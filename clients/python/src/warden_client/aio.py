@@ -15,16 +15,29 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from . import frames as fr
-from .client import _BOTH, _END, _NAMES, DEFAULT, Stream, _Default, _deadline, _remaining, _Route
+from .client import (
+    _BOTH,
+    _END,
+    _NAMES,
+    DEFAULT,
+    Stream,
+    _Default,
+    _deadline,
+    _remaining,
+    _resized,
+    _Route,
+)
 from .common import (
     FRAME_TIMEOUT,
     REFUSED_IN_PLACE,
     STDIN_CHUNK,
     SUPPORTED_VERSIONS,
     Hello,
+    Pty,
     Result,
     ShellStopped,
     Started,
+    TerminalSize,
     client_name,
     default_socket,
     error_of,
@@ -33,6 +46,7 @@ from .common import (
     result_of,
     run_request,
     signal_name,
+    terminal_size,
 )
 from .errors import FATAL_CODES, ConnectionError, ProtocolError, TimeoutError, WardenError
 
@@ -340,6 +354,7 @@ class AsyncClient:
         limits: Mapping[str, int | None] | None = None,
         keep_background: bool = False,
         extra: Mapping[str, Any] | None = None,
+        pty: Pty | None = None,
     ) -> Result:
         """Runs a command to its end; see :meth:`Client.run`."""
         process = await self.spawn(
@@ -352,6 +367,7 @@ class AsyncClient:
             limits=limits,
             keep_background=keep_background,
             extra=extra,
+            pty=pty,
         )
         if stdin is not None:
             try:
@@ -373,10 +389,12 @@ class AsyncClient:
         limits: Mapping[str, int | None] | None = None,
         keep_background: bool = False,
         extra: Mapping[str, Any] | None = None,
+        pty: Pty | None = None,
     ) -> AsyncProcess:
         """Starts a command; see :meth:`Client.spawn`."""
+        size = None if pty is None else terminal_size(pty)
         request = run_request(
-            argv, shell, folder, timeout, env, stdin, limits, keep_background, extra
+            argv, shell, folder, timeout, env, stdin, limits, keep_background, extra, size
         )
         id = self._next_id()
         route = self._link.route(id)
@@ -393,7 +411,7 @@ class AsyncClient:
             raise route.refused
         if route.exit is not None:
             self._link.drop(id)
-        return AsyncProcess(self, id, route, stdin)
+        return AsyncProcess(self, id, route, stdin, size)
 
     async def status(self) -> dict[str, Any]:
         return await self._request({"type": "status"}, "status")
@@ -459,12 +477,27 @@ class AsyncClient:
             raise
         return str(event.get("signal", signal))
 
+    async def resize(self, id: int, rows: int, cols: int) -> TerminalSize:
+        """See :meth:`Client.resize`."""
+        size = terminal_size((rows, cols))
+        event = await self._request(
+            {"type": "resize", "target": id, "rows": size.rows, "cols": size.cols}, "resized"
+        )
+        return _resized(event)
+
 
 class AsyncProcess:
     """A command started by :meth:`AsyncClient.spawn`; ``async for stream,
     chunk in process`` reads its output. See :class:`~warden_client.Process`."""
 
-    def __init__(self, client: AsyncClient, id: int, route: _Route, stdin: bool) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        id: int,
+        route: _Route,
+        stdin: bool,
+        pty: TerminalSize | None = None,
+    ) -> None:
         self._client = client
         self._link = client._link
         self._route = route
@@ -472,8 +505,10 @@ class AsyncProcess:
         started = route.started or {}
         self.command: int | None = started.get("command")
         self.pid: int | None = started.get("pid")
-        self._piped = stdin
-        self._stdin_open = stdin
+        #: Its terminal's size as last asked for (None: no terminal).
+        self.terminal: TerminalSize | None = pty
+        self._piped = stdin or pty is not None
+        self._stdin_open = self._piped
         self._result: Result | None = None
 
     @property
@@ -549,9 +584,22 @@ class AsyncProcess:
             return None
         return await self._client.signal(self.id, signal)
 
+    async def resize(self, rows: int, cols: int) -> TerminalSize | None:
+        """See :meth:`Process.resize`."""
+        if self.ended and self.terminal is not None:
+            return None
+        try:
+            size = await self._client.resize(self.id, rows, cols)
+        except WardenError as e:
+            if e.code == "unknown_id" and self.terminal is not None:
+                return None
+            raise
+        self.terminal = size
+        return size
+
     async def write(self, data: bytes | bytearray | memoryview) -> None:
         if not self._piped:
-            raise ValueError("stdin is not a pipe: spawn(..., stdin=True)")
+            raise ValueError("stdin is not a pipe: spawn(..., stdin=True) or pty=(rows, cols)")
         if not self._stdin_open:
             raise ValueError("stdin is closed")
         view = memoryview(data).cast("B")

@@ -32,9 +32,11 @@ from .common import (
     STDIN_CHUNK,
     SUPPORTED_VERSIONS,
     Hello,
+    Pty,
     Result,
     ShellStopped,
     Started,
+    TerminalSize,
     client_name,
     default_socket,
     error_of,
@@ -43,6 +45,7 @@ from .common import (
     result_of,
     run_request,
     signal_name,
+    terminal_size,
 )
 from .errors import FATAL_CODES, ConnectionError, ProtocolError, TimeoutError, WardenError
 
@@ -558,6 +561,7 @@ class Client:
         limits: Mapping[str, int | None] | None = None,
         keep_background: bool = False,
         extra: Mapping[str, Any] | None = None,
+        pty: Pty | None = None,
     ) -> Result:
         """Runs a command as ``shell`` to its end and returns its output.
 
@@ -566,7 +570,9 @@ class Client:
         missing). ``timeout``: seconds before warden kills its whole
         process group. ``env``: variables added to its clean environment.
         ``stdin``: bytes fed to it (else it reads /dev/null). ``limits``:
-        lowers the policy's (``{"cpu_seconds": 10, ...}``).
+        lowers the policy's (``{"cpu_seconds": 10, ...}``). ``pty``:
+        ``(rows, cols)`` (protocol version 4): it runs on a terminal of
+        that size; all it prints is in ``stdout``, and ``stdin`` is typed.
 
         A command that cannot start is a Result too (``error`` says why);
         a request warden refuses raises :class:`WardenError`.
@@ -581,6 +587,7 @@ class Client:
             limits=limits,
             keep_background=keep_background,
             extra=extra,
+            pty=pty,
         )
         if stdin is not None:
             try:
@@ -602,13 +609,18 @@ class Client:
         limits: Mapping[str, int | None] | None = None,
         keep_background: bool = False,
         extra: Mapping[str, Any] | None = None,
+        pty: Pty | None = None,
     ) -> Process:
         """Starts a command and returns once warden says it runs (or that
         it could not start: the Process has then ended, with ``error``).
         Its output is read by iterating the Process; ``stdin=True`` gives
-        it a pipe fed by :meth:`Process.write`."""
+        it a pipe fed by :meth:`Process.write`. ``pty=(rows, cols)``
+        (protocol version 4) runs it on a terminal: its output all comes
+        as ``stdout``, :meth:`Process.write` types into it (no
+        ``stdin=True`` needed) and :meth:`Process.resize` resizes it."""
+        size = None if pty is None else terminal_size(pty)
         request = run_request(
-            argv, shell, folder, timeout, env, stdin, limits, keep_background, extra
+            argv, shell, folder, timeout, env, stdin, limits, keep_background, extra, size
         )
         id = self._next_id()
         route = self._link.route(id)
@@ -625,7 +637,7 @@ class Client:
             raise route.refused
         if route.exit is not None:
             self._link.drop(id)
-        return Process(self, id, route, stdin)
+        return Process(self, id, route, stdin, size)
 
     def status(self) -> dict[str, Any]:
         """warden's status: users, layout, layers as a probe found them
@@ -714,6 +726,26 @@ class Client:
             raise
         return str(event.get("signal", signal))
 
+    def resize(self, id: int, rows: int, cols: int) -> TerminalSize:
+        """Resizes the terminal of this connection's command ``id``
+        (protocol version 4; its foreground job gets SIGWINCH); returns the
+        size as warden answered it. ``unknown_id`` when that command runs
+        on no terminal (or no longer runs), ``bad_request`` for a side
+        outside 1 to 1000."""
+        size = terminal_size((rows, cols))
+        event = self._request(
+            {"type": "resize", "target": id, "rows": size.rows, "cols": size.cols}, "resized"
+        )
+        return _resized(event)
+
+
+def _resized(event: Mapping[str, Any]) -> TerminalSize:
+    """The size a ``resized`` event says."""
+    rows, cols = event.get("rows"), event.get("cols")
+    if type(rows) is int and type(cols) is int:
+        return TerminalSize(rows, cols)
+    raise ProtocolError(f"resized without rows and cols: {dict(event)!r:.200}")
+
 
 class Process:
     """A command started by :meth:`Client.spawn`.
@@ -723,9 +755,14 @@ class Process:
     command has ended; :attr:`stdout` and :attr:`stderr` yield one stream's
     chunks (the other's wait in memory until read or discarded). Then
     :meth:`wait` returns its :class:`Result`.
+
+    On a terminal (``pty=``) everything comes as ``"stdout"``, and
+    :meth:`write` types into the terminal.
     """
 
-    def __init__(self, client: Client, id: int, route: _Route, stdin: bool) -> None:
+    def __init__(
+        self, client: Client, id: int, route: _Route, stdin: bool, pty: TerminalSize | None = None
+    ) -> None:
         self._client = client
         self._link = client._link
         self._route = route
@@ -736,8 +773,11 @@ class Process:
         #: could not start).
         self.command: int | None = started.get("command")
         self.pid: int | None = started.get("pid")
-        self._stdin_open = stdin
-        self._piped = stdin
+        #: Its terminal's size as last asked for (None: no terminal).
+        self.terminal: TerminalSize | None = pty
+        # A terminal takes input whether or not stdin=True: what is typed.
+        self._stdin_open = stdin or pty is not None
+        self._piped = self._stdin_open
         self._result: Result | None = None
 
     # -- state ---------------------------------------------------------------
@@ -832,13 +872,33 @@ class Process:
             return None
         return self._client.signal(self.id, signal)
 
+    def resize(self, rows: int, cols: int) -> TerminalSize | None:
+        """Resizes the command's terminal (``spawn(..., pty=...)``, protocol
+        version 4; its foreground job gets SIGWINCH); returns the new size,
+        or None when the command has already ended. A command without a
+        terminal: ``WardenError`` ``unknown_id``; a side outside 1 to 1000:
+        ``bad_request``."""
+        if self.ended and self.terminal is not None:
+            return None
+        try:
+            size = self._client.resize(self.id, rows, cols)
+        except WardenError as e:
+            # A command that had a terminal has ended meanwhile (its exit
+            # may still be on its way): as kill() says it.
+            if e.code == "unknown_id" and self.terminal is not None:
+                return None
+            raise
+        self.terminal = size
+        return size
+
     # -- stdin -------------------------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        """Sends bytes to the command's stdin (``spawn(..., stdin=True)``).
-        BrokenPipeError once the command has ended."""
+        """Sends bytes to the command's stdin (``spawn(..., stdin=True)``),
+        or types them into its terminal (``pty=``: raw, ``b"\\x03"`` is
+        Ctrl-C). BrokenPipeError once the command has ended."""
         if not self._piped:
-            raise ValueError("stdin is not a pipe: spawn(..., stdin=True)")
+            raise ValueError("stdin is not a pipe: spawn(..., stdin=True) or pty=(rows, cols)")
         if not self._stdin_open:
             raise ValueError("stdin is closed")
         view = memoryview(data).cast("B")

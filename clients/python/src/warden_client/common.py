@@ -7,7 +7,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, TypeAlias
 
 from .errors import ProtocolError, WardenError
 
@@ -17,9 +17,11 @@ __all__ = [
     "VERSION",
     "CommandFailed",
     "Hello",
+    "Pty",
     "Result",
     "ShellStopped",
     "Started",
+    "TerminalSize",
     "client_name",
     "error_of",
     "hold_until",
@@ -27,6 +29,7 @@ __all__ = [
     "result_of",
     "run_request",
     "signal_name",
+    "terminal_size",
 ]
 
 VERSION = "0.1.0"
@@ -64,6 +67,36 @@ def read_key(key: str | None, key_file: str | os.PathLike[str] | None) -> str | 
         return f.read().strip()
 
 
+class TerminalSize(NamedTuple):
+    """A terminal's size in characters, rows first (as the protocol, and
+    ``stty size``, give it; each side 1 to 1000). ``pty=(24, 80)`` is the
+    same as ``pty=TerminalSize(24, 80)``."""
+
+    rows: int
+    cols: int
+
+
+#: What ``pty=`` takes: ``(rows, cols)``, a TerminalSize, or what
+#: ``os.get_terminal_size()`` returns (columns first: it is turned round).
+Pty: TypeAlias = TerminalSize | tuple[int, int] | os.terminal_size
+
+
+def terminal_size(pty: Pty) -> TerminalSize:
+    """``pty=`` as a TerminalSize. Whole numbers only; their range (1 to
+    1000) is warden's to check, and it says so (``bad_request``)."""
+    if isinstance(pty, os.terminal_size):
+        rows, cols = pty.lines, pty.columns
+    else:
+        try:
+            rows, cols = pty
+        except (TypeError, ValueError):
+            raise TypeError(f"pty is (rows, cols), not {pty!r}") from None
+    for name, value in (("rows", rows), ("cols", cols)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"pty: {name} is a whole number, not {value!r}")
+    return TerminalSize(rows, cols)
+
+
 def run_request(
     argv: Sequence[str] | None,
     shell: str | None,
@@ -74,10 +107,12 @@ def run_request(
     limits: Mapping[str, int | None] | None,
     keep_background: bool,
     extra: Mapping[str, Any] | None = None,
+    pty: TerminalSize | None = None,
 ) -> dict[str, Any]:
     """A ``run`` request, with the fields left at their defaults left out
     (as warden's own client sends it). What warden checks (one of argv and
-    shell, folders, names) is left to warden, which says what is wrong.
+    shell, folders, names, a terminal's size) is left to warden, which says
+    what is wrong. ``pty`` (version 4) runs it on a terminal of that size.
     ``extra`` fields are sent as they are (a newer warden's)."""
     if isinstance(argv, (str, bytes)):
         raise TypeError("argv is a list of strings; for a command line use shell=...")
@@ -101,6 +136,8 @@ def run_request(
         request["keep_background"] = True
     if limits is not None:
         request["limits"] = dict(limits)
+    if pty is not None:
+        request["pty"] = {"rows": pty.rows, "cols": pty.cols}
     if extra:
         request.update(extra)
     return request
