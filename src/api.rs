@@ -155,10 +155,14 @@ struct Slots {
 }
 
 struct Slot {
+    /// The command this id runs, when this connection started it (killed
+    /// when the connection goes; an attached one is not).
     pid: Option<Pid>,
     stdin: Option<mpsc::Sender<Vec<u8>>>,
     /// The command's terminal, when it runs on one.
     terminal: Option<Arc<crate::pty::Terminal>>,
+    /// The detached command this id is attached to.
+    attached: Option<Arc<crate::detached::Detached>>,
 }
 
 async fn connection(
@@ -409,6 +413,17 @@ impl Conn {
             Request::OpenGate => Some(self.gate(None)),
             Request::HandKeys { text } => Some(self.hand_keys(&text)),
             Request::Resize { target, rows, cols } => Some(self.resize(target, rows, cols)),
+            Request::List => Some(match self.v4("list") {
+                Err(e) => e,
+                Ok(()) => Event::Commands {
+                    commands: self.sup.detached.list().await,
+                },
+            }),
+            Request::Attach { command } => self.attach(id, command).await,
+            Request::Wait { command } => self.wait(id, command),
+            Request::SignalCommand { command, signal } => {
+                Some(self.signal_command(command, &signal))
+            }
             Request::Hold { until_ms } => Some(self.hold(until_ms)),
             Request::Shutdown => {
                 // Answered first: the stop begins once the answer is queued.
@@ -661,10 +676,19 @@ impl Conn {
                 "pty is a protocol version 4 field",
             ));
         }
+        if (run.detach || run.tag.is_some()) && self.version.load(Ordering::SeqCst) < 4 {
+            return Some(error(
+                ErrorCode::BadRequest,
+                "detach is a protocol version 4 field",
+            ));
+        }
         let run = match request::validate(run) {
             Ok(run) => run,
             Err(e) => return Some(error(ErrorCode::BadRequest, e)),
         };
+        if run.detach.is_some() {
+            return self.start_detached(id, run);
+        }
         // A terminal always takes input: it is what is typed.
         let (stdin_tx, stdin_rx) = match (run.stdin, run.pty) {
             (StdinMode::Pipe, _) | (_, Some(_)) => {
@@ -687,6 +711,7 @@ impl Conn {
                     pid: None,
                     stdin: stdin_tx,
                     terminal: None,
+                    attached: None,
                 },
             );
         }
@@ -707,6 +732,142 @@ impl Conn {
         None
     }
 
+    /// A detached run: warden runs it to its end whoever is connected; this
+    /// id is answered with `detached` (or the exit, if it cannot start).
+    fn start_detached(&self, id: u32, run: request::ValidRun) -> Option<Event> {
+        if self.sup.detached.running_count() >= crate::detached::MAX_RUNNING {
+            return Some(error(
+                ErrorCode::BadRequest,
+                format!(
+                    "{} detached commands run already, the most at once",
+                    crate::detached::MAX_RUNNING
+                ),
+            ));
+        }
+        let stdin = (run.stdin == StdinMode::Pipe || run.pty.is_some()).then(|| mpsc::channel(8));
+        let requester = crate::detached::Requester {
+            tx: self.tx.clone(),
+            id,
+            uid: self.requester(),
+        };
+        crate::detached::start(self.sup.clone(), run, requester, stdin);
+        None
+    }
+
+    /// `attach` (version 4): this frame id follows a detached command; its
+    /// stdin frames and `resize` reach it; closing the connection leaves it
+    /// running.
+    async fn attach(self: &Arc<Self>, id: u32, command: u64) -> Option<Event> {
+        if let Err(e) = self.v4("attach") {
+            return Some(e);
+        }
+        let Some(detached) = self.sup.detached.get(command) else {
+            return Some(error(
+                ErrorCode::UnknownId,
+                format!("no detached command {command}"),
+            ));
+        };
+        {
+            let mut slots = self.slots();
+            if id == 0 || slots.by_id.contains_key(&id) {
+                return Some(error(
+                    ErrorCode::DuplicateId,
+                    format!("id {id} is taken (attach needs a free non-zero id)"),
+                ));
+            }
+            slots.by_id.insert(
+                id,
+                Slot {
+                    pid: None,
+                    stdin: None,
+                    terminal: detached.terminal.clone(),
+                    attached: Some(detached.clone()),
+                },
+            );
+        }
+        crate::detached::audit(
+            &self.sup,
+            "command_attached",
+            command,
+            self.requester(),
+            json!({}),
+        );
+        detached.attach(&self.tx, id).await;
+        // The id is free again once the command has ended.
+        let conn = self.clone();
+        tokio::spawn(async move {
+            detached.wait().await;
+            conn.slots().by_id.remove(&id);
+        });
+        None
+    }
+
+    /// `wait` (version 4): this frame id gets the detached command's exit
+    /// once it has ended.
+    fn wait(self: &Arc<Self>, id: u32, command: u64) -> Option<Event> {
+        if let Err(e) = self.v4("wait") {
+            return Some(e);
+        }
+        let Some(detached) = self.sup.detached.get(command) else {
+            return Some(error(
+                ErrorCode::UnknownId,
+                format!("no detached command {command}"),
+            ));
+        };
+        crate::detached::audit(
+            &self.sup,
+            "command_waited",
+            command,
+            self.requester(),
+            json!({}),
+        );
+        let conn = self.clone();
+        tokio::spawn(async move {
+            let report = detached.wait().await;
+            conn.send(id, Event::Exit(report)).await;
+        });
+        None
+    }
+
+    /// `signal_command` (version 4): a detached command's whole group.
+    fn signal_command(&self, command: u64, name: &str) -> Event {
+        if let Err(e) = self.v4("signal_command") {
+            return e;
+        }
+        let sig = match request::parse_signal(name) {
+            Ok(sig) => sig,
+            Err(e) => return error(ErrorCode::BadRequest, e),
+        };
+        match self.sup.detached.get(command) {
+            Some(d) if d.running() && self.sup.reaper.signal(d.pid, sig, true) => {
+                let signal = sig.as_str().to_string();
+                crate::detached::audit(
+                    &self.sup,
+                    "command_signalled",
+                    command,
+                    self.requester(),
+                    json!({"signal": signal}),
+                );
+                Event::CommandSignalled { command, signal }
+            }
+            _ => error(
+                ErrorCode::UnknownId,
+                format!("no running detached command {command}"),
+            ),
+        }
+    }
+
+    /// An error unless this connection speaks version 4.
+    fn v4(&self, what: &str) -> Result<(), Event> {
+        match self.version.load(Ordering::SeqCst) >= 4 {
+            true => Ok(()),
+            false => Err(error(
+                ErrorCode::BadRequest,
+                format!("{what} is a protocol version 4 request"),
+            )),
+        }
+    }
+
     /// Records the running command under its frame id; false when the
     /// client is already gone (the command is then killed).
     fn spawned(&self, id: u32, running: &Running) -> bool {
@@ -719,6 +880,14 @@ impl Conn {
     }
 
     async fn stdin(&self, id: u32, bytes: Vec<u8>) {
+        let attached = self.slots().by_id.get(&id).and_then(|s| s.attached.clone());
+        if let Some(detached) = attached {
+            if !detached.stdin(bytes).await {
+                let msg = format!("id {id} has no open stdin");
+                self.send(id, error(ErrorCode::UnknownId, msg)).await;
+            }
+            return;
+        }
         let sender = {
             let mut slots = self.slots();
             match slots.by_id.get_mut(&id) {

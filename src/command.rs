@@ -113,7 +113,9 @@ pub async fn execute(
         "command_start",
         json!({"command": command, "pid": pid.as_raw(), "requester_uid": requester,
                "argv": run.argv, "folder": run.folder_text(),
-               "limits": limits, "keep_background": run.keep_background}),
+               "limits": limits, "keep_background": run.keep_background,
+               "detached": run.detach.is_some(), "tag": run.detach.clone().flatten(),
+               "terminal": run.pty.is_some()}),
     );
     let started_event = Event::Started {
         command,

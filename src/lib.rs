@@ -10,6 +10,7 @@ pub mod client;
 pub mod command;
 pub mod config;
 pub mod confine;
+pub mod detached;
 pub mod diag;
 pub mod init;
 pub mod key;

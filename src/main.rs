@@ -87,6 +87,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the detached commands (running, or lately ended).
+    Commands {
+        #[arg(long, env = "WARDEN_SOCKET", default_value = DEFAULT_SOCKET)]
+        socket: PathBuf,
+    },
+    /// Follow a detached command: what it printed, then live, then its
+    /// exit status (Ctrl-C leaves it running).
+    Attach {
+        #[arg(long, env = "WARDEN_SOCKET", default_value = DEFAULT_SOCKET)]
+        socket: PathBuf,
+        command: u64,
+    },
 }
 
 /// One command for shell, as `warden run` and `warden machine exec` take it.
@@ -115,6 +127,12 @@ struct CommandArgs {
     /// Leave the command's background processes running after it exits.
     #[arg(long)]
     keep_background: bool,
+    /// Let the command outlive this connection (see `commands`, `attach`).
+    #[arg(long)]
+    detach: bool,
+    /// A name for a detached command.
+    #[arg(long, requires = "detach")]
+    tag: Option<String>,
     /// The program and its arguments (found in PATH when it has no '/').
     #[arg(last = true)]
     argv: Vec<String>,
@@ -135,6 +153,8 @@ impl CommandArgs {
             timeout_ms: self.timeout.map(|s| (s * 1000.0).ceil() as u64),
             keep_background: self.keep_background,
             limits: None,
+            detach: self.detach,
+            tag: self.tag,
             pty: match self.tty {
                 false => None,
                 true => {
@@ -216,6 +236,10 @@ enum MachineAction {
         #[arg(long)]
         start: bool,
     },
+    /// List the machine's detached commands.
+    Commands { id: String },
+    /// Follow one of the machine's detached commands to its end.
+    Attach { id: String, command: u64 },
     /// Stop the machine (SIGTERM, SIGKILL after 10 s).
     Stop { id: String },
     /// Print the machine's container log.
@@ -290,6 +314,12 @@ fn main() {
             .and_then(|request| run(&socket, request))
             .unwrap_or_else(|e| fail(&e)),
         Command::Status { socket, json } => status(&socket, json).unwrap_or_else(|e| fail(&e)),
+        Command::Commands { socket } => connect(&socket)
+            .and_then(list_commands)
+            .unwrap_or_else(|e| fail(&e)),
+        Command::Attach { socket, command } => connect(&socket)
+            .and_then(|c| attach(c, command))
+            .unwrap_or_else(|e| fail(&e)),
         Command::Reload { socket } => reload(&socket).unwrap_or_else(|e| fail(&e)),
         Command::Machine { action } => machine(action).unwrap_or_else(|e| fail(&e)),
         Command::Proxy {
@@ -398,6 +428,11 @@ fn run_on(
                     return Ok(141);
                 }
             }
+            Message::Event(_, Event::Detached { command, pid, tag }) => {
+                let tag = tag.map(|t| format!(" {t:?}")).unwrap_or_default();
+                println!("detached: command {command}{tag}, pid {pid} (`warden attach {command}`)");
+                return Ok(0);
+            }
             Message::Event(_, Event::Exit(report)) => {
                 let _ = stdout.flush();
                 if let Some(error) = &report.error {
@@ -415,6 +450,59 @@ fn run_on(
             // said, and the run goes on (a lost connection ends it above).
             Message::Event(_, Event::Error { code, message }) => {
                 eprintln!("warden: {code:?}: {message}");
+            }
+            Message::Event(..) => {}
+        }
+    }
+}
+
+/// Prints the detached commands, one a line.
+fn list_commands(mut client: Client) -> Result<i32, String> {
+    client.send(0, &Request::List).map_err(|e| e.to_string())?;
+    match client.receive().map_err(|e| e.to_string())? {
+        Message::Event(_, Event::Commands { commands }) => {
+            for c in commands {
+                let end = match &c.exit {
+                    Some(exit) => format!("exited {}", exit.status),
+                    None => "running".to_string(),
+                };
+                let tag = c.tag.map(|t| format!(" {t:?}")).unwrap_or_default();
+                println!("{}{tag}\tpid {}\t{end}\t{:?}", c.command, c.pid, c.argv);
+            }
+            Ok(0)
+        }
+        Message::Event(_, Event::Error { code, message }) => Err(format!("{code:?}: {message}")),
+        other => Err(format!("unexpected answer: {other:?}")),
+    }
+}
+
+/// Follows a detached command to its end; its exit status is ours.
+fn attach(mut client: Client, command: u64) -> Result<i32, String> {
+    const ID: u32 = 1;
+    client
+        .send(ID, &Request::Attach { command })
+        .map_err(|e| e.to_string())?;
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        match client.receive().map_err(|e| e.to_string())? {
+            Message::Output(Kind::Stderr, _, bytes) => {
+                let _ = std::io::stderr().write_all(&bytes);
+            }
+            Message::Output(_, _, bytes) => {
+                if stdout
+                    .write_all(&bytes)
+                    .and_then(|()| stdout.flush())
+                    .is_err()
+                {
+                    return Ok(141);
+                }
+            }
+            Message::Event(_, Event::Attached { dropped_bytes, .. }) if dropped_bytes > 0 => {
+                eprintln!("warden: {dropped_bytes} bytes of its first output were let go (nobody was attached)");
+            }
+            Message::Event(_, Event::Exit(report)) => return Ok(report.status),
+            Message::Event(_, Event::Error { code, message }) => {
+                return Err(format!("{code:?}: {message}"))
             }
             Message::Event(..) => {}
         }
@@ -488,6 +576,14 @@ fn machine(action: MachineAction) -> Result<i32, String> {
                 }
             }
             Ok(0)
+        }
+        MachineAction::Commands { id } => {
+            m::check_id(&id)?;
+            list_commands(m::connect(&id, None)?)
+        }
+        MachineAction::Attach { id, command } => {
+            m::check_id(&id)?;
+            attach(m::connect(&id, None)?, command)
         }
         MachineAction::Stop { id } => m::check_id(&id).and_then(|()| m::stop(&id)).map(|()| 0),
         MachineAction::Logs { id } => m::check_id(&id).and_then(|()| m::logs(&id)).map(|()| 0),

@@ -134,6 +134,24 @@ pub enum Request {
         rows: u16,
         cols: u16,
     },
+    /// Version 4: the detached commands, running or lately ended.
+    List,
+    /// Version 4: follow a detached command on this frame id: what it
+    /// printed while nobody was attached, then live, then its exit; stdin
+    /// frames and `resize` on this id reach it.
+    Attach {
+        command: u64,
+    },
+    /// Version 4: answered with the detached command's exit, on this frame
+    /// id, once it has ended.
+    Wait {
+        command: u64,
+    },
+    /// Version 4: signal a detached command's whole process group.
+    SignalCommand {
+        command: u64,
+        signal: String,
+    },
     /// Version 4: keep the machine awake until `until_ms` (Unix time in
     /// milliseconds; a time past lets go), whatever its idle stop says.
     Hold {
@@ -175,6 +193,13 @@ pub struct RunRequest {
     /// stderr; output comes as stdout frames, stdin frames are typed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pty: Option<PtySize>,
+    /// Version 4: the command outlives this connection: answered with
+    /// `detached`, its output kept (bounded) for whoever attaches.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub detach: bool,
+    /// Version 4, with `detach`: a name for it, shown by `list`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 /// A terminal's size, in characters.
@@ -242,6 +267,29 @@ pub enum Event {
     /// the runtime's `.env` (never their values).
     KeysHanded {
         names: Vec<String>,
+    },
+    /// Version 4: the answer to a detached run: the command runs on,
+    /// whoever is connected.
+    Detached {
+        command: u64,
+        pid: i32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tag: Option<String>,
+    },
+    /// Version 4: the answer to `list`.
+    Commands {
+        commands: Vec<DetachedCommand>,
+    },
+    /// Version 4: the first answer to `attach`; `dropped_bytes` of its
+    /// output were let go before anyone attached (the oldest first).
+    Attached {
+        command: u64,
+        dropped_bytes: u64,
+    },
+    /// Version 4: the answer to `signal_command`.
+    CommandSignalled {
+        command: u64,
+        signal: String,
     },
     /// Version 4: the answer to `resize`.
     Resized {
@@ -345,6 +393,29 @@ pub struct Status {
     /// The egress proxy, when it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxyState>,
+}
+
+/// A detached command, as `list` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DetachedCommand {
+    pub command: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    pub argv: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
+    pub pid: i32,
+    /// When it started (Unix ms).
+    pub started_ms: u64,
+    /// `running` or `exited`.
+    pub state: String,
+    /// How it ended, once it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitReport>,
+    /// Connections following it now.
+    pub attached: usize,
+    /// Output let go because nobody was attached and the buffer was full.
+    pub dropped_bytes: u64,
 }
 
 /// How long the machine has been idle, what holds it, and when it stops.

@@ -18,6 +18,8 @@ pub struct ValidRun {
     pub limits: Limits,
     /// A terminal of this size, checked.
     pub pty: Option<crate::protocol::PtySize>,
+    /// The command outlives its connection, under this tag (if any).
+    pub detach: Option<Option<String>>,
 }
 
 impl ValidRun {
@@ -78,6 +80,11 @@ pub fn validate(req: RunRequest) -> Result<ValidRun, String> {
     if let Some(size) = req.pty {
         crate::pty::valid_size(size.rows, size.cols)?;
     }
+    let detach = match (req.detach, req.tag) {
+        (false, Some(_)) => return Err("tag goes with detach".into()),
+        (false, None) => None,
+        (true, tag) => Some(tag.map(check_tag).transpose()?),
+    };
     Ok(ValidRun {
         argv,
         folder,
@@ -87,7 +94,17 @@ pub fn validate(req: RunRequest) -> Result<ValidRun, String> {
         keep_background: req.keep_background,
         limits,
         pty: req.pty,
+        detach,
     })
+}
+
+/// A detached command's tag: 1 to 128 bytes of printable text.
+fn check_tag(tag: String) -> Result<String, String> {
+    let printable = !tag.is_empty() && tag.len() <= 128 && !tag.chars().any(char::is_control);
+    match printable {
+        true => Ok(tag),
+        false => Err("tag must be 1 to 128 bytes of printable text".into()),
+    }
 }
 
 /// A folder name is a relative path of plain components: it can only name

@@ -57,6 +57,8 @@ pub struct Supervisor {
     pub activity: crate::activity::Activity,
     /// The runtime's keys, once the host handed them over.
     pub keys: crate::keys::HandedKeys,
+    /// Commands that outlive their connection.
+    pub detached: crate::detached::Registry,
 }
 
 struct Running {
@@ -120,6 +122,7 @@ impl Supervisor {
             gate: Mutex::new((None, Instant::now())),
             activity: crate::activity::Activity::new(config_idle),
             keys: Default::default(),
+            detached: Default::default(),
         }
     }
 

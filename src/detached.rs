@@ -1,0 +1,410 @@
+//! Commands that outlive their connection (`detach` on a run, protocol
+//! version 4). Such a command's output goes to a buffer of its own (the
+//! last `BACKLOG_BYTES`, the oldest let go and counted) and to every
+//! connection attached to it; any authorised client may `list` them,
+//! `attach` (the backlog, then live, then the exit), `signal_command` and
+//! `wait`. They end as every command does: by exiting, by their timeout
+//! or output limit, by a signal, and with the machine. At most
+//! `MAX_RUNNING` run at once; the last `MAX_ENDED` that ended are kept for
+//! `list`, `attach` and `wait`.
+
+use crate::command::{self, Running, Sink};
+use crate::output::Out;
+use crate::protocol::{DetachedCommand, Event, ExitReport, Kind};
+use crate::request::ValidRun;
+use crate::supervisor::Supervisor;
+use nix::unistd::Pid;
+use serde_json::json;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// Output kept for whoever attaches later, per command.
+pub const BACKLOG_BYTES: usize = 1 << 20;
+/// Detached commands running at once.
+pub const MAX_RUNNING: usize = 64;
+/// Ended detached commands kept.
+pub const MAX_ENDED: usize = 64;
+/// How long an attached connection may keep a command's output waiting
+/// before it is let go (the command goes on).
+const ATTACHED_PATIENCE: Duration = Duration::from_secs(5);
+
+/// One detached command.
+pub struct Detached {
+    pub command: u64,
+    pub pid: Pid,
+    pub tag: Option<String>,
+    pub argv: Vec<String>,
+    pub folder: Option<String>,
+    pub started_ms: u64,
+    /// Where attached connections' stdin frames go (a pipe or its
+    /// terminal); the only sender kept, so that closing it is end of file.
+    stdin: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
+    pub terminal: Option<Arc<crate::pty::Terminal>>,
+    state: tokio::sync::Mutex<State>,
+    ended: watch::Sender<Option<ExitReport>>,
+}
+
+#[derive(Default)]
+struct State {
+    backlog: VecDeque<(Kind, Vec<u8>)>,
+    backlog_bytes: usize,
+    dropped: u64,
+    /// Each attached connection's queue and the frame id it follows on.
+    attached: Vec<(mpsc::Sender<Out>, u32)>,
+    exit: Option<ExitReport>,
+}
+
+/// Pure: keeps exactly the last `limit` bytes of `backlog` (or all, when
+/// there are fewer), letting the oldest go; returns the bytes let go.
+pub fn trim(backlog: &mut VecDeque<(Kind, Vec<u8>)>, bytes: &mut usize, limit: usize) -> u64 {
+    let mut dropped = 0u64;
+    while *bytes > limit {
+        let Some((kind, chunk)) = backlog.pop_front() else {
+            break;
+        };
+        let over = *bytes - limit;
+        if chunk.len() > over {
+            // Its head goes, its tail stays.
+            backlog.push_front((kind, chunk[over..].to_vec()));
+            *bytes -= over;
+            dropped += over as u64;
+            break;
+        }
+        *bytes -= chunk.len();
+        dropped += chunk.len() as u64;
+    }
+    dropped
+}
+
+impl Detached {
+    /// A chunk of output: kept, and sent to whoever is attached (one that
+    /// cannot take it in time is let go).
+    async fn push(&self, kind: Kind, bytes: Vec<u8>) {
+        let mut state = self.state.lock().await;
+        let mut kept = Vec::with_capacity(state.attached.len());
+        for (tx, id) in std::mem::take(&mut state.attached) {
+            let sent = tokio::time::timeout(
+                ATTACHED_PATIENCE,
+                tx.send(Out::Data(kind, id, bytes.clone())),
+            )
+            .await;
+            if matches!(sent, Ok(Ok(()))) {
+                kept.push((tx, id));
+            }
+        }
+        state.attached = kept;
+        state.backlog_bytes += bytes.len();
+        state.backlog.push_back((kind, bytes));
+        let State {
+            backlog,
+            backlog_bytes,
+            ..
+        } = &mut *state;
+        let dropped = trim(backlog, backlog_bytes, BACKLOG_BYTES);
+        state.dropped += dropped;
+    }
+
+    /// The command has ended: every attached connection gets its exit.
+    async fn end(&self, report: ExitReport) {
+        let mut state = self.state.lock().await;
+        for (tx, id) in std::mem::take(&mut state.attached) {
+            let _ = tx.send(Out::Event(id, Event::Exit(report.clone()))).await;
+        }
+        state.exit = Some(report.clone());
+        self.ended.send_replace(Some(report));
+    }
+
+    /// Follows the command on frame `id` of a connection: the backlog, then
+    /// live output, then the exit. Returns the bytes let go before.
+    pub async fn attach(&self, tx: &mpsc::Sender<Out>, id: u32) -> u64 {
+        let mut state = self.state.lock().await;
+        let hello = Event::Attached {
+            command: self.command,
+            dropped_bytes: state.dropped,
+        };
+        let _ = tx.send(Out::Event(id, hello)).await;
+        for (kind, bytes) in &state.backlog {
+            let _ = tx.send(Out::Data(*kind, id, bytes.clone())).await;
+        }
+        match &state.exit {
+            Some(report) => {
+                let _ = tx.send(Out::Event(id, Event::Exit(report.clone()))).await;
+            }
+            None => state.attached.push((tx.clone(), id)),
+        }
+        state.dropped
+    }
+
+    /// Resolves with the exit report once the command has ended.
+    pub async fn wait(&self) -> ExitReport {
+        let mut ended = self.ended.subscribe();
+        loop {
+            if let Some(report) = ended.borrow_and_update().clone() {
+                return report;
+            }
+            if ended.changed().await.is_err() {
+                return ExitReport::default();
+            }
+        }
+    }
+
+    /// Sends bytes to the command's stdin; empty bytes close it (end of
+    /// file). False when it has no open stdin.
+    pub async fn stdin(&self, bytes: Vec<u8>) -> bool {
+        let sender = {
+            let mut stdin = self.stdin.lock().unwrap_or_else(|e| e.into_inner());
+            if bytes.is_empty() {
+                return stdin.take().is_some();
+            }
+            stdin.clone()
+        };
+        match sender {
+            Some(tx) => tx.send(bytes).await.is_ok(),
+            None => false,
+        }
+    }
+
+    pub fn running(&self) -> bool {
+        self.ended.borrow().is_none()
+    }
+
+    async fn describe(&self) -> DetachedCommand {
+        let state = self.state.lock().await;
+        DetachedCommand {
+            command: self.command,
+            tag: self.tag.clone(),
+            argv: self.argv.clone(),
+            folder: self.folder.clone(),
+            pid: self.pid.as_raw(),
+            started_ms: self.started_ms,
+            state: if state.exit.is_some() {
+                "exited"
+            } else {
+                "running"
+            }
+            .into(),
+            exit: state.exit.clone(),
+            attached: state.attached.len(),
+            dropped_bytes: state.dropped,
+        }
+    }
+}
+
+/// The machine's detached commands.
+#[derive(Default)]
+pub struct Registry {
+    by_command: Mutex<HashMap<u64, Arc<Detached>>>,
+    /// Ended ones, oldest first, to let go beyond `MAX_ENDED`.
+    ended: Mutex<VecDeque<u64>>,
+}
+
+impl Registry {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Detached>>> {
+        self.by_command.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn get(&self, command: u64) -> Option<Arc<Detached>> {
+        self.map().get(&command).cloned()
+    }
+
+    pub fn running_count(&self) -> usize {
+        self.map().values().filter(|d| d.running()).count()
+    }
+
+    pub async fn list(&self) -> Vec<DetachedCommand> {
+        let all: Vec<Arc<Detached>> = self.map().values().cloned().collect();
+        let mut out = Vec::with_capacity(all.len());
+        for d in all {
+            out.push(d.describe().await);
+        }
+        out.sort_by_key(|d| d.command);
+        out
+    }
+
+    fn ended(&self, command: u64) {
+        let mut ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        ended.push_back(command);
+        while ended.len() > MAX_ENDED {
+            if let Some(old) = ended.pop_front() {
+                self.map().remove(&old);
+            }
+        }
+    }
+}
+
+/// A command's stdin: the side attached connections write to, and the
+/// side the command is fed from.
+pub type StdinChannel = (mpsc::Sender<Vec<u8>>, mpsc::Receiver<Vec<u8>>);
+
+/// What the requester of a detached run is answered on.
+pub struct Requester {
+    pub tx: mpsc::Sender<Out>,
+    pub id: u32,
+    pub uid: u32,
+}
+
+/// Starts a detached run: answers `detached` (or the exit, when it could
+/// not start) on the requester's frame id, and runs it to its end whoever
+/// is connected.
+pub fn start(
+    sup: Arc<Supervisor>,
+    run: ValidRun,
+    requester: Requester,
+    stdin: Option<StdinChannel>,
+) {
+    let (hub_tx, mut hub_rx) = mpsc::channel::<Out>(16);
+    let tag = run.detach.clone().flatten();
+    let (argv, folder) = (run.argv.clone(), run.folder_text());
+    let (stdin_tx, stdin_rx) = match stdin {
+        Some((tx, rx)) => (Some(tx), Some(rx)),
+        None => (None, None),
+    };
+    let made: Arc<Mutex<Option<Arc<Detached>>>> = Arc::default();
+    let on_spawn = {
+        let (sup, made, tag) = (sup.clone(), made.clone(), tag.clone());
+        move |running: &Running| {
+            let (ended, _) = watch::channel(None);
+            let detached = Arc::new(Detached {
+                command: running.command,
+                pid: running.pid,
+                tag,
+                argv,
+                folder,
+                started_ms: crate::activity::now_ms(),
+                stdin: Mutex::new(stdin_tx),
+                terminal: running.terminal.clone(),
+                state: Default::default(),
+                ended,
+            });
+            sup.detached.map().insert(running.command, detached.clone());
+            *made.lock().unwrap_or_else(|e| e.into_inner()) = Some(detached);
+            true
+        }
+    };
+    tokio::spawn(async move {
+        let sink = Sink { tx: hub_tx, id: 0 };
+        let life = command::execute(&sup, run, requester.uid, sink, stdin_rx, on_spawn);
+        let hub = async {
+            while let Some(out) = hub_rx.recv().await {
+                let detached = made.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let Some(detached) = detached else { continue };
+                match out {
+                    Out::Event(_, Event::Started { command, pid }) => {
+                        let answer = Event::Detached {
+                            command,
+                            pid,
+                            tag: tag.clone(),
+                        };
+                        let _ = requester.tx.send(Out::Event(requester.id, answer)).await;
+                    }
+                    Out::Event(..) => {}
+                    Out::Data(kind, _, bytes) => detached.push(kind, bytes).await,
+                    Out::Splice {
+                        kind,
+                        pipe,
+                        len,
+                        done,
+                        ..
+                    } => {
+                        let bytes = read_exactly(&pipe, len).await;
+                        let whole = bytes.len() == len;
+                        detached.push(kind, bytes).await;
+                        let _ = done.send(whole);
+                    }
+                }
+            }
+        };
+        // The hub ends once the command's output is all in: then its end.
+        let (mut report, ()) = tokio::join!(life, hub);
+        report.error = report.error.map(|e| sup.audit.redact(&e).into_owned());
+        let detached = made.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match detached {
+            Some(detached) => {
+                detached.end(report).await;
+                sup.detached.ended(detached.command);
+            }
+            // It never started: the requester hears why, as for any run.
+            None => {
+                let _ = requester
+                    .tx
+                    .send(Out::Event(requester.id, Event::Exit(report)))
+                    .await;
+            }
+        }
+    });
+}
+
+/// Reads `len` bytes waiting in a pipe (the splice path's bytes, copied
+/// here into the backlog).
+async fn read_exactly(pipe: &tokio::net::unix::pipe::Receiver, len: usize) -> Vec<u8> {
+    let mut body = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        if pipe.readable().await.is_err() {
+            break;
+        }
+        match pipe.try_read(&mut body[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => break,
+        }
+    }
+    body.truncate(got);
+    body
+}
+
+/// The audit line of an action on a detached command.
+pub fn audit(
+    sup: &Supervisor,
+    kind: &str,
+    command: u64,
+    requester_uid: u32,
+    extra: serde_json::Value,
+) {
+    let mut fields = json!({"command": command, "requester_uid": requester_uid});
+    if let (Some(f), Some(e)) = (fields.as_object_mut(), extra.as_object()) {
+        f.extend(e.clone());
+    }
+    sup.audit.record(kind, fields);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backlog(chunks: &[&str]) -> (VecDeque<(Kind, Vec<u8>)>, usize) {
+        let b: VecDeque<_> = chunks
+            .iter()
+            .map(|c| (Kind::Stdout, c.as_bytes().to_vec()))
+            .collect();
+        let n = b.iter().map(|(_, c)| c.len()).sum();
+        (b, n)
+    }
+
+    #[test]
+    fn trim_table() {
+        // (chunks, limit) -> (what is kept, bytes let go)
+        let cases: [(&[&str], usize, &[&str], u64); 6] = [
+            (&["abc", "de"], 10, &["abc", "de"], 0),
+            (&["abc", "de"], 5, &["abc", "de"], 0),
+            (&["abc", "de"], 4, &["bc", "de"], 1),
+            (&["abc", "de"], 2, &["de"], 3),
+            (&["abc", "de"], 1, &["e"], 4),
+            (&["abcdef"], 2, &["ef"], 4),
+        ];
+        for (chunks, limit, kept, let_go) in cases {
+            let (mut b, mut n) = backlog(chunks);
+            let dropped = trim(&mut b, &mut n, limit);
+            let got: Vec<String> = b
+                .iter()
+                .map(|(_, c)| String::from_utf8_lossy(c).into_owned())
+                .collect();
+            assert_eq!(got, kept, "{chunks:?} {limit}");
+            assert_eq!(dropped, let_go, "{chunks:?} {limit}");
+            assert_eq!(n, got.iter().map(String::len).sum::<usize>());
+        }
+    }
+}
