@@ -562,6 +562,10 @@ impl Conn {
         })
         .await
         .unwrap_or((0, usize::MAX));
+        if left == 0 {
+            // Nothing kept is left: the kept commands' tags are free again.
+            self.sup.free_kept_tags();
+        }
         self.sup.audit.record(
             "shell_stopped",
             json!({"requester_uid": self.requester(), "signal": sig.as_str(),

@@ -69,7 +69,18 @@ pub async fn execute(
         }
     };
     let limits = sup.limits_for(&run);
-    let launch = match sup.shell_launch(&run, &limits) {
+    // Its tag: every process it starts carries it, wherever it goes.
+    let Some(tag) = sup.tags.take() else {
+        return failed(
+            125,
+            format!("all {} command tags are taken by kept background processes (stop_shell frees them)", crate::lifetime::TAG_COUNT),
+        );
+    };
+    let failed = |status: i32, message: String| {
+        sup.tags.give_back(tag);
+        failed(status, message)
+    };
+    let launch = match sup.shell_launch(&run, &limits, tag) {
         Ok(launch) => launch,
         Err(e) => return failed(125, e.to_string()),
     };
@@ -108,7 +119,7 @@ pub async fn execute(
     if !on_spawn(&running) {
         sup.reaper.signal(pid, Signal::SIGKILL, true);
     }
-    sup.command_started(command, pid, &run, requester);
+    sup.command_started(command, pid, &run, requester, tag);
     sup.audit.record(
         "command_start",
         json!({"command": command, "pid": pid.as_raw(), "requester_uid": requester,
@@ -180,6 +191,21 @@ pub async fn execute(
             ((&mut exit_rx).await, Some(limit.to_string()))
         }
     };
+    // What it left behind (a new session, a double fork, a daemon) ends
+    // now, unless it asked to keep it: then the tag stays taken.
+    let escaped = match run.keep_background {
+        true => (0, 0),
+        false => {
+            let shell = sup.shell.uid;
+            let swept = tokio::task::spawn_blocking(move || crate::lifetime::sweep(shell, tag))
+                .await
+                .unwrap_or((0, 0));
+            if swept.1 == 0 {
+                sup.tags.give_back(tag);
+            }
+            swept
+        }
+    };
     let drained = tokio::time::timeout(sup.drain_period(), async {
         let _ = (&mut out).await;
         let _ = (&mut err).await;
@@ -220,7 +246,8 @@ pub async fn execute(
         json!({"command": command, "status": report.status, "code": report.code,
                "signal": report.signal, "limit": report.limit,
                "duration_ms": report.duration_ms, "stdout_bytes": report.stdout_bytes,
-               "stderr_bytes": report.stderr_bytes, "drained": report.drained}),
+               "stderr_bytes": report.stderr_bytes, "drained": report.drained,
+               "left_behind_killed": escaped.0, "left_behind_surviving": escaped.1}),
     );
     report
 }

@@ -17,6 +17,7 @@ pub mod key;
 pub mod keys;
 pub mod launcher;
 pub mod layout;
+pub mod lifetime;
 pub mod net;
 pub mod network;
 pub mod output;

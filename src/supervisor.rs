@@ -59,10 +59,14 @@ pub struct Supervisor {
     pub keys: crate::keys::HandedKeys,
     /// Commands that outlive their connection.
     pub detached: crate::detached::Registry,
+    /// Each command's lifetime tag.
+    pub tags: crate::lifetime::Tags,
 }
 
 struct Running {
     pid: Pid,
+    /// Its lifetime tag (see `lifetime`).
+    tag: u32,
     argv: Vec<String>,
     folder: Option<String>,
     requester_uid: u32,
@@ -123,6 +127,7 @@ impl Supervisor {
             activity: crate::activity::Activity::new(config_idle),
             keys: Default::default(),
             detached: Default::default(),
+            tags: Default::default(),
         }
     }
 
@@ -199,7 +204,14 @@ impl Supervisor {
 
     /// Everything to run `run` as shell: its folder opened (made if
     /// missing), its environment, and every confinement layer.
-    pub fn shell_launch(&self, run: &ValidRun, limits: &Limits) -> Result<Launch, String> {
+    /// A command's launch as shell, carrying its lifetime `tag` as one more
+    /// supplementary group.
+    pub fn shell_launch(
+        &self,
+        run: &ValidRun,
+        limits: &Limits,
+        tag: u32,
+    ) -> Result<Launch, String> {
         let env = self.shell_env(&run.env);
         let path = env
             .iter()
@@ -229,11 +241,13 @@ impl Supervisor {
             None => Workdir::At(c_path(&self.shell.home).map_err(|e| e.to_string())?),
             Some(fd) => Workdir::Fd(fd),
         };
+        let mut identity = identity(&self.shell);
+        identity.groups.push(tag);
         Launch::new(
             &run.argv,
             &env,
             &path,
-            identity(&self.shell),
+            identity,
             Grouping::Session,
             workdir,
             Some(confine),
@@ -278,6 +292,16 @@ impl Supervisor {
             firewall,
             space("shell_space", &self.shell_space),
             space("link_protections", &self.link_protections),
+            crate::confine::state(
+                "lifetime",
+                true,
+                true,
+                format!(
+                    "each command's processes carry a group of its own ({}-{}), kept through setsid, double forks and daemon(); whatever carries it when the command ends is killed (keep_background: at stop_shell or the machine's stop); no cgroup needed",
+                    crate::lifetime::TAG_BASE,
+                    crate::lifetime::TAG_BASE + crate::lifetime::TAG_COUNT - 1
+                ),
+            ),
         ];
         self.confinement.record(found, more)
     }
@@ -363,6 +387,14 @@ impl Supervisor {
         )
     }
 
+    /// Gives back every tag but the running commands' (once shell has no
+    /// process left that a kept command started).
+    pub fn free_kept_tags(&self) {
+        let running: std::collections::HashSet<u32> =
+            self.running().values().map(|r| r.tag).collect();
+        self.tags.give_back_kept(&running);
+    }
+
     pub fn next_command_id(&self) -> u64 {
         self.next_command.fetch_add(1, Ordering::SeqCst)
     }
@@ -371,11 +403,19 @@ impl Supervisor {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn command_started(&self, command: u64, pid: Pid, run: &ValidRun, requester_uid: u32) {
+    pub fn command_started(
+        &self,
+        command: u64,
+        pid: Pid,
+        run: &ValidRun,
+        requester_uid: u32,
+        tag: u32,
+    ) {
         self.running().insert(
             command,
             Running {
                 pid,
+                tag,
                 argv: run.argv.clone(),
                 folder: run.folder_text(),
                 requester_uid,

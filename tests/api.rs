@@ -51,10 +51,17 @@ fn commands_run_as_shell_with_only_shells_groups() {
         text(&run(&m, argv(&["id", "-u"])).stdout),
         format!("{SHELL_UID}\n")
     );
-    assert_eq!(
-        text(&run(&m, argv(&["id", "-G"])).stdout),
-        format!("{SHELL_UID}\n")
-    );
+    // shell's group, and the command's own lifetime tag (a group owning
+    // nothing; see src/lifetime.rs).
+    let groups = text(&run(&m, argv(&["id", "-G"])).stdout);
+    let groups: Vec<u32> = groups
+        .split_whitespace()
+        .map(|g| g.parse().unwrap())
+        .collect();
+    assert_eq!(groups.len(), 2, "{groups:?}");
+    assert_eq!(groups[0], SHELL_UID);
+    let tags = warden::lifetime::TAG_BASE..warden::lifetime::TAG_BASE + warden::lifetime::TAG_COUNT;
+    assert!(tags.contains(&groups[1]), "{groups:?}");
     let status = run(
         &m,
         argv(&["grep", "-E", "^(Uid|Gid|NoNewPrivs)", "/proc/self/status"]),
