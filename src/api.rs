@@ -259,6 +259,11 @@ impl Conn {
             }
             Event::Exit(mut report) => {
                 report.error = report.error.map(|e| self.sup.audit.redact(&e).into_owned());
+                if self.version.load(Ordering::SeqCst) < 4 {
+                    // A client only ever receives its version's messages.
+                    (report.cpu_user_ms, report.cpu_system_ms, report.max_rss_kb) =
+                        (None, None, None);
+                }
                 Event::Exit(report)
             }
             other => other,
@@ -395,6 +400,7 @@ impl Conn {
                 }
                 if self.version.load(Ordering::SeqCst) < 4 {
                     status.activity = None;
+                    status.spent = None;
                 }
                 Some(Event::Status(Box::new(status)))
             }
@@ -414,8 +420,8 @@ impl Conn {
             Request::HandKeys { text } => Some(self.hand_keys(&text)),
             Request::Resize { target, rows, cols } => Some(self.resize(target, rows, cols)),
             Request::List => Some(match self.v4("list") {
-                Err(e) => e,
-                Ok(()) => Event::Commands {
+                Some(e) => e,
+                None => Event::Commands {
                     commands: self.sup.detached.list().await,
                 },
             }),
@@ -762,7 +768,7 @@ impl Conn {
     /// stdin frames and `resize` reach it; closing the connection leaves it
     /// running.
     async fn attach(self: &Arc<Self>, id: u32, command: u64) -> Option<Event> {
-        if let Err(e) = self.v4("attach") {
+        if let Some(e) = self.v4("attach") {
             return Some(e);
         }
         let Some(detached) = self.sup.detached.get(command) else {
@@ -809,7 +815,7 @@ impl Conn {
     /// `wait` (version 4): this frame id gets the detached command's exit
     /// once it has ended.
     fn wait(self: &Arc<Self>, id: u32, command: u64) -> Option<Event> {
-        if let Err(e) = self.v4("wait") {
+        if let Some(e) = self.v4("wait") {
             return Some(e);
         }
         let Some(detached) = self.sup.detached.get(command) else {
@@ -835,7 +841,7 @@ impl Conn {
 
     /// `signal_command` (version 4): a detached command's whole group.
     fn signal_command(&self, command: u64, name: &str) -> Event {
-        if let Err(e) = self.v4("signal_command") {
+        if let Some(e) = self.v4("signal_command") {
             return e;
         }
         let sig = match request::parse_signal(name) {
@@ -862,14 +868,13 @@ impl Conn {
     }
 
     /// An error unless this connection speaks version 4.
-    fn v4(&self, what: &str) -> Result<(), Event> {
-        match self.version.load(Ordering::SeqCst) >= 4 {
-            true => Ok(()),
-            false => Err(error(
+    fn v4(&self, what: &str) -> Option<Event> {
+        (self.version.load(Ordering::SeqCst) < 4).then(|| {
+            error(
                 ErrorCode::BadRequest,
                 format!("{what} is a protocol version 4 request"),
-            )),
-        }
+            )
+        })
     }
 
     /// Records the running command under its frame id; false when the

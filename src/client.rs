@@ -319,8 +319,8 @@ impl Client {
         self.ask(
             &Request::HandKeys { text: text.into() },
             |event| match event {
-                Event::KeysHanded { names } => Ok(names),
-                other => Err(other),
+                Event::KeysHanded { names } => Some(names.clone()),
+                _ => None,
             },
         )
     }
@@ -329,8 +329,8 @@ impl Client {
     /// version 4); returns the hold in force (0: none).
     pub fn hold(&mut self, until_ms: u64) -> Result<u64, ClientError> {
         self.ask(&Request::Hold { until_ms }, |event| match event {
-            Event::Held { until_ms } => Ok(until_ms),
-            other => Err(other),
+            Event::Held { until_ms } => Some(*until_ms),
+            _ => None,
         })
     }
 
@@ -339,16 +339,17 @@ impl Client {
     fn ask<T>(
         &mut self,
         request: &Request,
-        pick: impl FnOnce(Event) -> Result<T, Event>,
+        pick: impl FnOnce(&Event) -> Option<T>,
     ) -> Result<T, ClientError> {
         self.send(0, request)?;
         match self.receive()? {
             Message::Event(_, Event::Error { code, message }) => {
                 Err(ClientError::Warden { code, message })
             }
-            Message::Event(id, event) => {
-                pick(event).map_err(|other| unexpected(Message::Event(id, other)))
-            }
+            Message::Event(id, event) => match pick(&event) {
+                Some(answer) => Ok(answer),
+                None => Err(unexpected(Message::Event(id, event))),
+            },
             other => Err(unexpected(other)),
         }
     }

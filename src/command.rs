@@ -230,6 +230,7 @@ pub async fn execute(
         Exit::Code(c) => (Some(c), None),
         Exit::Signal(n) => (None, Some(signal_name(n))),
     };
+    let spent = sup.reaper.take_spent(pid);
     let report = ExitReport {
         status: exit.status(),
         code,
@@ -240,13 +241,19 @@ pub async fn execute(
         stdout_bytes: counts[0].load(Ordering::Relaxed),
         stderr_bytes: counts[1].load(Ordering::Relaxed),
         drained,
+        cpu_user_ms: spent.map(|s| round_ms(s.user_ms)),
+        cpu_system_ms: spent.map(|s| round_ms(s.system_ms)),
+        max_rss_kb: spent.map(|s| s.max_rss_kb),
     };
+    sup.count_spent(&report);
     sup.audit.record(
         "command_end",
         json!({"command": command, "status": report.status, "code": report.code,
                "signal": report.signal, "limit": report.limit,
                "duration_ms": report.duration_ms, "stdout_bytes": report.stdout_bytes,
                "stderr_bytes": report.stderr_bytes, "drained": report.drained,
+               "cpu_user_ms": report.cpu_user_ms, "cpu_system_ms": report.cpu_system_ms,
+               "max_rss_kb": report.max_rss_kb,
                "left_behind_killed": escaped.0, "left_behind_surviving": escaped.1}),
     );
     report
@@ -264,6 +271,11 @@ pub fn signal_name(n: i32) -> String {
     Signal::try_from(n)
         .map(|s| s.as_str().to_string())
         .unwrap_or_else(|_| format!("SIG{n}"))
+}
+
+/// Milliseconds, to the microsecond (from a float of ms).
+fn round_ms(ms: f64) -> f64 {
+    (ms * 1e3).round() / 1e3
 }
 
 /// Milliseconds, to the microsecond.

@@ -327,6 +327,15 @@ pub struct ExitReport {
     /// False when output was still open after the drain period (a process
     /// kept in the background held the pipes) and was cut.
     pub drained: bool,
+    /// Version 4: CPU time in user and kernel mode of the command and the
+    /// children it waited for, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_user_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_system_ms: Option<f64>,
+    /// Version 4: the largest resident set of any of them, in KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rss_kb: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -380,6 +389,9 @@ pub struct Status {
     /// Version 4: when the machine was last used, and its idle stop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activity: Option<ActivityState>,
+    /// Version 4: what the commands that ended have spent, all together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent: Option<SpentTotal>,
     pub commands_started: u64,
     pub audit_log: String,
     /// Each confinement layer of shell commands, as the last probe found it.
@@ -416,6 +428,17 @@ pub struct DetachedCommand {
     pub attached: usize,
     /// Output let go because nobody was attached and the buffer was full.
     pub dropped_bytes: u64,
+}
+
+/// The machine's commands' spending, summed since boot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpentTotal {
+    pub commands: u64,
+    pub wall_ms: f64,
+    pub cpu_user_ms: f64,
+    pub cpu_system_ms: f64,
+    /// The largest resident set any one command reached, in KiB.
+    pub max_rss_kb: u64,
 }
 
 /// How long the machine has been idle, what holds it, and when it stops.

@@ -8,11 +8,29 @@
 
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
-use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::oneshot;
+
+/// Reaps `pid` (WNOHANG), with what it spent.
+fn wait4(pid: Pid) -> nix::Result<(WaitStatus, Spent)> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: zeroed rusage is a valid value; wait4 fills both out
+    // parameters, which live for the call.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: plain out pointers to our stack.
+    let rc = unsafe { libc::wait4(pid.as_raw(), &mut status, libc::WNOHANG, &mut usage) };
+    match rc {
+        r if r < 0 => Err(Errno::last()),
+        0 => Ok((WaitStatus::StillAlive, Spent::default())),
+        _ => Ok((
+            WaitStatus::from_raw(pid, status)?,
+            Spent::from_rusage(&usage),
+        )),
+    }
+}
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +57,30 @@ impl Exit {
     }
 }
 
+/// What a process and the children it waited for spent, from wait4(2).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spent {
+    pub user_ms: f64,
+    pub system_ms: f64,
+    /// The largest resident set any of them had, in KiB.
+    pub max_rss_kb: u64,
+}
+
+impl Spent {
+    fn from_rusage(r: &libc::rusage) -> Spent {
+        let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+        Spent {
+            user_ms: ms(r.ru_utime),
+            system_ms: ms(r.ru_stime),
+            max_rss_kb: r.ru_maxrss.max(0) as u64,
+        }
+    }
+}
+
+/// At most this many spendings wait to be taken (a waiter that never asks
+/// for its child's, such as a probe's, cannot grow the table).
+const MAX_SPENT: usize = 4096;
+
 struct Waiter {
     tx: oneshot::Sender<Exit>,
     /// Kill the rest of the child's process group when it exits.
@@ -48,6 +90,7 @@ struct Waiter {
 #[derive(Default)]
 pub struct Reaper {
     waiters: Mutex<HashMap<i32, Waiter>>,
+    spent: Mutex<HashMap<i32, Spent>>,
 }
 
 impl Reaper {
@@ -94,15 +137,16 @@ impl Reaper {
             if waiters.get(&pid.as_raw()).is_some_and(|w| w.kill_group) {
                 let _ = killpg(pid, Signal::SIGKILL);
             }
-            let exit = match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-                Ok(status) => Exit::from_wait(status),
+            let (exit, spent) = match wait4(pid) {
+                Ok((status, spent)) => (Exit::from_wait(status), spent),
                 Err(e) => {
-                    crate::say!("reaper: waitpid({pid}): {e}");
-                    None
+                    crate::say!("reaper: wait4({pid}): {e}");
+                    (None, Spent::default())
                 }
             };
             match (waiters.remove(&pid.as_raw()), exit) {
                 (Some(w), Some(exit)) => {
+                    self.keep_spent(pid, spent);
                     let _ = w.tx.send(exit);
                 }
                 (Some(w), None) => {
@@ -112,6 +156,22 @@ impl Reaper {
             }
         }
         orphans
+    }
+
+    fn keep_spent(&self, pid: Pid, spent: Spent) {
+        let mut table = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        if table.len() >= MAX_SPENT {
+            table.clear();
+        }
+        table.insert(pid.as_raw(), spent);
+    }
+
+    /// What a reaped child spent (once: it is then forgotten).
+    pub fn take_spent(&self, pid: Pid) -> Option<Spent> {
+        self.spent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&pid.as_raw())
     }
 
     /// Sends `sig` to `pid` (or its process group) if it is still one of

@@ -61,6 +61,8 @@ pub struct Supervisor {
     pub detached: crate::detached::Registry,
     /// Each command's lifetime tag.
     pub tags: crate::lifetime::Tags,
+    /// What the commands that ended spent, all together.
+    spent: Mutex<crate::protocol::SpentTotal>,
 }
 
 struct Running {
@@ -128,6 +130,7 @@ impl Supervisor {
             keys: Default::default(),
             detached: Default::default(),
             tags: Default::default(),
+            spent: Default::default(),
         }
     }
 
@@ -387,6 +390,16 @@ impl Supervisor {
         )
     }
 
+    /// Adds an ended command's spending to the machine's.
+    pub fn count_spent(&self, report: &crate::protocol::ExitReport) {
+        let mut total = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        total.commands += 1;
+        total.wall_ms += report.duration_ms;
+        total.cpu_user_ms += report.cpu_user_ms.unwrap_or(0.0);
+        total.cpu_system_ms += report.cpu_system_ms.unwrap_or(0.0);
+        total.max_rss_kb = total.max_rss_kb.max(report.max_rss_kb.unwrap_or(0));
+    }
+
     /// Gives back every tag but the running commands' (once shell has no
     /// process left that a kept command started).
     pub fn free_kept_tags(&self) {
@@ -483,6 +496,7 @@ impl Supervisor {
             shell_processes: Some(shell_processes),
             shell_process_count: Some(shell_process_count),
             gate: Some(self.gate()),
+            spent: Some(self.spent.lock().unwrap_or_else(|e| e.into_inner()).clone()),
             activity: Some(crate::protocol::ActivityState {
                 idle_ms: self.activity.idle().as_millis() as u64,
                 held_until_ms: self.activity.held_until_ms(),

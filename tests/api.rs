@@ -933,3 +933,40 @@ fn a_key_file_others_may_read_stops_the_boot() {
         m.log()
     );
 }
+
+/// What a run spent: its CPU time (user and system, of it and the children
+/// it waited for), its peak memory and its wall time, in its exit event and
+/// audit line; the machine's totals in `status`.
+#[test]
+fn a_run_says_what_it_spent() {
+    if !privileged("a_run_says_what_it_spent") {
+        return;
+    }
+    let m = boot();
+    // A second of CPU, burnt by a child the shell waits for.
+    let burn = "python3 -c 'import time\nt = time.process_time()\nwhile time.process_time() - t < 1: pass'";
+    let out = run(
+        &m,
+        RunRequest {
+            shell: Some(format!("{burn}; true")),
+            ..Default::default()
+        },
+    );
+    assert_eq!(out.exit.status, 0, "{}", text(&out.stderr));
+    let cpu = out.exit.cpu_user_ms.unwrap() + out.exit.cpu_system_ms.unwrap();
+    assert!((900.0..2000.0).contains(&cpu), "{:?}", out.exit);
+    assert!(out.exit.duration_ms >= cpu * 0.5, "{:?}", out.exit);
+    let rss = out.exit.max_rss_kb.unwrap();
+    assert!(
+        (1000..1_000_000).contains(&rss),
+        "python's peak memory: {rss} KiB"
+    );
+    let status = m.client().status().unwrap();
+    let total = status.spent.expect("totals");
+    assert!(
+        total.commands >= 1 && total.cpu_user_ms + total.cpu_system_ms >= cpu - 1.0,
+        "{total:?}"
+    );
+    let audit = std::fs::read_to_string(m.audit_path()).unwrap();
+    assert!(audit.contains("\"cpu_user_ms\":"), "the audit line says it");
+}
