@@ -466,6 +466,9 @@ struct KernelSigaction {
     mask: u64,
 }
 
+/// A confined command's oom_score_adj: the first the OOM killer takes.
+const OOM_FIRST: &[u8] = b"1000";
+
 /// What the child runs, borrowed from memory prepared before fork.
 struct ChildPlan<'a> {
     launch: &'a Launch,
@@ -519,6 +522,17 @@ impl ChildPlan<'_> {
             }
 
             let confine = self.launch.confine.as_ref();
+            if confine.is_some() {
+                // First in line for the OOM killer: a confined command
+                // before the runtime and warden (raising needs no
+                // privilege; a failure leaves the default, as in status).
+                let path = c"/proc/self/oom_score_adj";
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd >= 0 {
+                    libc::write(fd, OOM_FIRST.as_ptr().cast(), OOM_FIRST.len());
+                    libc::close(fd);
+                }
+            }
             if let Some(c) = confine {
                 // Limits first, while still root (a hard limit can only be
                 // lowered), and the bounding set (dropping needs CAP_SETPCAP).

@@ -38,6 +38,8 @@ pub struct Supervisor {
     /// The kernel's protections against planted links and files in shared
     /// sticky folders: what holds, or why not.
     link_protections: Result<String, String>,
+    /// warden's (and so the runtime's) place for the OOM killer.
+    oom_order: Result<String, String>,
     pub audit: Audit,
     pub confinement: Confinement,
     pub network: crate::network::Network,
@@ -104,6 +106,7 @@ impl Supervisor {
         });
         let shell_space = started.space;
         let link_protections = crate::shell_space::protect_links();
+        let oom_order = last_for_the_oom_killer();
         Supervisor {
             config,
             runtime,
@@ -114,6 +117,7 @@ impl Supervisor {
             spawner,
             shell_space,
             link_protections,
+            oom_order,
             audit,
             confinement,
             network,
@@ -295,6 +299,7 @@ impl Supervisor {
             firewall,
             space("shell_space", &self.shell_space),
             space("link_protections", &self.link_protections),
+            space("oom_order", &self.oom_order),
             crate::confine::state(
                 "lifetime",
                 true,
@@ -517,6 +522,23 @@ fn gate_state((reason, since): &(Option<String>, Instant)) -> GateState {
         closed: reason.is_some(),
         reason: reason.clone(),
         since_ms: since.elapsed().as_millis() as u64,
+    }
+}
+
+/// Puts warden last in line for the OOM killer (and the runtime, which
+/// inherits it); commands put themselves first (`spawn`). Lowering needs
+/// CAP_SYS_RESOURCE, which a container may not grant: then it says so.
+fn last_for_the_oom_killer() -> Result<String, String> {
+    let first = "shell's commands first (oom_score_adj 1000)";
+    match std::fs::write("/proc/self/oom_score_adj", "-1000") {
+        Ok(()) => Ok(format!("{first}; warden and the runtime last (-1000)")),
+        Err(e) => {
+            let now = std::fs::read_to_string("/proc/self/oom_score_adj").unwrap_or_default();
+            Err(format!(
+                "{first}; warden and the runtime stay at {} (lowering needs CAP_SYS_RESOURCE: {e})",
+                now.trim()
+            ))
+        }
     }
 }
 

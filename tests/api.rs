@@ -970,3 +970,38 @@ fn a_run_says_what_it_spent() {
     let audit = std::fs::read_to_string(m.audit_path()).unwrap();
     assert!(audit.contains("\"cpu_user_ms\":"), "the audit line says it");
 }
+
+/// The OOM killer takes a command before the runtime and warden.
+#[test]
+fn commands_are_first_for_the_oom_killer() {
+    if !privileged("commands_are_first_for_the_oom_killer") {
+        return;
+    }
+    let m = boot();
+    let out = run(&m, argv(&["cat", "/proc/self/oom_score_adj"]));
+    assert_eq!(text(&out.stdout), "1000\n");
+    // warden goes last where it may lower its score (CAP_SYS_RESOURCE);
+    // status says which it is, as measured.
+    let warden =
+        std::fs::read_to_string(format!("/proc/{}/oom_score_adj", m.warden_pid())).unwrap();
+    let status = m.client().status().unwrap();
+    let layer = status
+        .layers
+        .iter()
+        .find(|l| l.layer == "oom_order")
+        .unwrap();
+    match warden.trim() {
+        "-1000" => assert!(
+            layer.holds && layer.detail.contains("last (-1000)"),
+            "{layer:?}"
+        ),
+        other => {
+            assert!(!layer.holds, "{layer:?}");
+            assert!(
+                layer.detail.contains(&format!("stay at {other}")),
+                "{layer:?}"
+            );
+            assert!(layer.detail.contains("CAP_SYS_RESOURCE"), "{layer:?}");
+        }
+    }
+}
