@@ -145,6 +145,9 @@ struct Conn {
     slots: Mutex<Slots>,
     /// This connection's place at its door.
     pass: Pass,
+    /// Set once the client is gone: what waits on a detached command for
+    /// it lets go.
+    gone: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -188,6 +191,7 @@ async fn connection(
         tx,
         slots: Mutex::default(),
         pass,
+        gone: tokio::sync::watch::channel(false).0,
     });
     let shed = conn.pass.shed.clone();
     let read = tokio::select! {
@@ -806,8 +810,12 @@ impl Conn {
         // The id is free again once the command has ended.
         let conn = self.clone();
         tokio::spawn(async move {
-            detached.wait().await;
-            conn.slots().by_id.remove(&id);
+            tokio::select! {
+                _ = detached.wait() => {
+                    conn.slots().by_id.remove(&id);
+                }
+                _ = conn.until_gone() => {}
+            }
         });
         None
     }
@@ -833,8 +841,10 @@ impl Conn {
         );
         let conn = self.clone();
         tokio::spawn(async move {
-            let report = detached.wait().await;
-            conn.send(id, Event::Exit(report)).await;
+            tokio::select! {
+                report = detached.wait() => conn.send(id, Event::Exit(report)).await,
+                _ = conn.until_gone() => {}
+            }
         });
         None
     }
@@ -927,7 +937,19 @@ impl Conn {
             if let Some(pid) = slot.pid {
                 self.sup.reaper.signal(pid, Signal::SIGKILL, true);
             }
+            // A detached command it followed goes on, without it.
+            if let Some(detached) = slot.attached.clone() {
+                let tx = self.tx.clone();
+                tokio::spawn(async move { detached.let_go(&tx).await });
+            }
         }
+        self.gone.send_replace(true);
+    }
+
+    /// Resolves once the client is gone.
+    async fn until_gone(&self) {
+        let mut gone = self.gone.subscribe();
+        let _ = gone.wait_for(|g| *g).await;
     }
 }
 

@@ -220,7 +220,10 @@ pub async fn execute(
     sup.command_ended(command);
 
     let exit = exit.unwrap_or(Exit::Code(125));
-    // Limits the kernel enforces announce themselves by signal.
+    // Output cut at its limit is that limit, even when the command exited
+    // before the watch heard of it; limits the kernel enforces announce
+    // themselves by signal.
+    let limit = limit.or_else(|| budget.was_exceeded().then(|| "output".to_string()));
     let limit = limit.or_else(|| match exit {
         Exit::Signal(libc::SIGXCPU) => Some("cpu".to_string()),
         Exit::Signal(libc::SIGXFSZ) => Some("file_size".to_string()),

@@ -137,6 +137,12 @@ impl Detached {
         state.dropped
     }
 
+    /// A connection that is gone stops following it.
+    pub async fn let_go(&self, tx: &mpsc::Sender<Out>) {
+        let mut state = self.state.lock().await;
+        state.attached.retain(|(t, _)| !t.same_channel(tx));
+    }
+
     /// Resolves with the exit report once the command has ended.
     pub async fn wait(&self) -> ExitReport {
         let mut ended = self.ended.subscribe();
@@ -286,6 +292,10 @@ pub fn start(
     tokio::spawn(async move {
         let sink = Sink { tx: hub_tx, id: 0 };
         let life = command::execute(&sup, run, requester.uid, sink, stdin_rx, on_spawn);
+        // The requester's queue is held only until it is answered, so that
+        // its connection can close while the command runs on.
+        let requester_id = requester.id;
+        let answer_to = Mutex::new(Some(requester.tx));
         let hub = async {
             while let Some(out) = hub_rx.recv().await {
                 let detached = made.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -297,7 +307,10 @@ pub fn start(
                             pid,
                             tag: tag.clone(),
                         };
-                        let _ = requester.tx.send(Out::Event(requester.id, answer)).await;
+                        let tx = answer_to.lock().unwrap_or_else(|e| e.into_inner()).take();
+                        if let Some(tx) = tx {
+                            let _ = tx.send(Out::Event(requester_id, answer)).await;
+                        }
                     }
                     Out::Event(..) => {}
                     Out::Data(kind, _, bytes) => detached.push(kind, bytes).await,
@@ -327,10 +340,10 @@ pub fn start(
             }
             // It never started: the requester hears why, as for any run.
             None => {
-                let _ = requester
-                    .tx
-                    .send(Out::Event(requester.id, Event::Exit(report)))
-                    .await;
+                let tx = answer_to.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(tx) = tx {
+                    let _ = tx.send(Out::Event(requester_id, Event::Exit(report))).await;
+                }
             }
         }
     });

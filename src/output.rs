@@ -182,6 +182,9 @@ pub struct Budget {
     limit: u64,
     /// Fires when the command tried to send more than its limit.
     pub exceeded: Notify,
+    /// Set then, for good (a command that exits before the watch hears
+    /// the notification still reached its limit).
+    was_exceeded: AtomicBool,
 }
 
 impl Budget {
@@ -190,6 +193,7 @@ impl Budget {
             used: AtomicU64::new(0),
             limit: limit.unwrap_or(u64::MAX),
             exceeded: Notify::new(),
+            was_exceeded: AtomicBool::new(false),
         })
     }
 
@@ -200,9 +204,15 @@ impl Budget {
         let left = self.limit.saturating_sub(before);
         let granted = want.min(usize::try_from(left).unwrap_or(usize::MAX));
         if granted < want {
+            self.was_exceeded.store(true, Ordering::SeqCst);
             self.exceeded.notify_one();
         }
         granted
+    }
+
+    /// Whether the command ever tried to send more than its limit.
+    pub fn was_exceeded(&self) -> bool {
+        self.was_exceeded.load(Ordering::SeqCst)
     }
 }
 

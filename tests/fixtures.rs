@@ -180,6 +180,32 @@ fn call(client: Result<Client, ClientError>, call: &Value) -> Result<Value, Clie
             let until_ms = c.hold(args["until_ms"].as_u64().unwrap())?;
             serde_json::to_value(Event::Held { until_ms }).unwrap()
         }
+        "list" => {
+            c.send(0, &Request::List)?;
+            match c.receive()? {
+                warden::client::Message::Event(0, event @ Event::Commands { .. }) => {
+                    serde_json::to_value(event).unwrap()
+                }
+                warden::client::Message::Event(0, Event::Error { code, message }) => {
+                    return Err(ClientError::Warden { code, message })
+                }
+                other => panic!("list answered {other:?}"),
+            }
+        }
+        "wait" => {
+            // A wait takes the connection's first command id, as a run does.
+            let command = args["command"].as_u64().unwrap();
+            c.send(1, &Request::Wait { command })?;
+            match c.receive()? {
+                warden::client::Message::Event(1, event @ Event::Exit(_)) => {
+                    serde_json::to_value(event).unwrap()
+                }
+                warden::client::Message::Event(1, Event::Error { code, message }) => {
+                    return Err(ClientError::Warden { code, message })
+                }
+                other => panic!("wait answered {other:?}"),
+            }
+        }
         other => panic!("not replayed here: {other}"),
     })
 }

@@ -135,8 +135,30 @@ export interface RunOptions {
    * written is typed raw ('\x03' is Ctrl-C: SIGINT for its foreground job).
    */
   pty?: TerminalSize | null;
+  /** Version 4: run() with detach: true is detach() (see DetachOptions). */
+  detach?: boolean;
+  /** Version 4, with detach: its name in list(); without detach warden refuses it (bad_request). */
+  tag?: string;
   [field: string]: unknown;
 }
+
+/**
+ * Version 4: a detached command to start, as for spawn. Its stdin is
+ * 'pipe' (written through attach()) or none; on a pty it is always open.
+ */
+export interface DetachOptions extends Omit<RunOptions, 'stdin' | 'detach' | 'tag'> {
+  detach?: true;
+  /** 1 to 128 printable bytes (warden checks): its name in list(). */
+  tag?: string;
+  stdin?: 'pipe' | 'null' | null;
+}
+
+/** Version 4: what detach() resolves to. */
+export type DetachedRun =
+  /** It runs, whoever is connected. */
+  | { command: number; pid: number; tag: string | null; exit: null }
+  /** It could not start: the exit report says why (status 127, 126 or 125; `error`). */
+  | { command: null; pid: null; tag: string | null; exit: StreamedExit };
 
 export interface ExitReport {
   /** The shell's convention: the exit code, or 128+n after death by signal n. */
@@ -208,6 +230,44 @@ export interface ResizedEvent {
   cols: number;
 }
 
+/** Version 4: warden's answer to signalCommand (and an attachment's kill). */
+export interface CommandSignalledEvent {
+  type: 'command_signalled';
+  command: number;
+  signal: string;
+}
+
+/** Version 4: the exit report of a detached command, as its exit event says it (for list()). */
+export interface ExitEvent {
+  status: number;
+  code?: number;
+  signal?: string;
+  limit?: string;
+  error?: string;
+  duration_ms: number;
+  stdout_bytes: number;
+  stderr_bytes: number;
+  drained: boolean;
+}
+
+/** Version 4: a detached command, as list() shows it (warden's shape). */
+export interface DetachedCommand {
+  command: number;
+  tag?: string;
+  argv: string[];
+  folder?: string;
+  pid: number;
+  /** When it started (Unix ms). */
+  started_ms: number;
+  state: 'running' | 'exited';
+  /** How it ended, once it has. */
+  exit?: ExitEvent;
+  /** Connections following it now. */
+  attached: number;
+  /** Output let go because nobody was attached and the buffer (1 MiB) was full. */
+  dropped_bytes: number;
+}
+
 /** A command running through warden (client.spawn). */
 export declare class Command {
   /** Its frame id on this connection. */
@@ -237,6 +297,45 @@ export declare class Command {
    * UnknownIdError when it runs on no terminal or has ended; BadRequestError
    * for a side outside 1 to 1000.
    */
+  resize(rows: number, cols: number): Promise<ResizedEvent>;
+}
+
+/**
+ * Version 4: a detached command followed on a frame id of this connection
+ * (client.attach): what it printed while nobody was attached (the last
+ * MiB), then live output, then its exit. Closing the connection only stops
+ * following it.
+ */
+export declare class Attachment {
+  /** Its frame id on this connection. */
+  readonly id: number;
+  /** warden's number for the command. */
+  readonly command: number;
+  /** Always null: list() has it. */
+  readonly pid: null;
+  readonly stdout: OutputStream;
+  readonly stderr: OutputStream;
+  /** Resolves once warden follows it for this connection; UnknownIdError when it has no such command. */
+  readonly attached: Promise<{ command: number; droppedBytes: number }>;
+  /** Output let go before this attachment (null until attached). */
+  readonly droppedBytes: number | null;
+  /** Resolves to {command, pid: null} once attached. */
+  readonly started: Promise<{ command: number; pid: null } | null>;
+  /** The command's exit report (outputs streamed); rejects as attached does, or with a ConnectionError. */
+  readonly exit: Promise<StreamedExit>;
+  readonly stdinOpen: boolean;
+  readonly done: boolean;
+  /** unknown_id errors warden sent about stdin: the command takes none (it was not detached with stdin 'pipe' or a pty). */
+  readonly stdinErrors: WardenError[];
+  /** Its terminal's size as last resized through this attachment, else null. */
+  readonly terminal: TerminalSize | null;
+  /** Writes to its stdin (detached with stdin 'pipe', or typed into its pty), in frames of at most 1 MiB. */
+  write(data: Bytes): Promise<void>;
+  /** Closes its stdin (an empty stdin frame), for every attachment. */
+  end(): Promise<void>;
+  /** Signals its whole process group, as client.signalCommand; UnknownIdError once it has ended. */
+  kill(signal?: string | number): Promise<CommandSignalledEvent>;
+  /** Resizes its terminal (detached with a pty); UnknownIdError when it runs on none or has ended. */
   resize(rows: number, cols: number): Promise<ResizedEvent>;
 }
 
@@ -335,10 +434,25 @@ export declare class Client {
   /** Commands running on this connection. */
   readonly running: number;
   onClose(listener: (reason: Error) => void): void;
+  /** Version 4: with detach: true, detach(options). */
+  run(options: DetachOptions & { detach: true }): Promise<DetachedRun>;
   /** Runs a command to its end, collecting both outputs. */
   run(options: RunOptions): Promise<RunResult>;
-  /** Starts a command and streams it. */
+  /** Starts a command and streams it (not a detached one: TypeError). */
   spawn(options: RunOptions, streaming?: { highWaterMark?: number }): Command;
+  /**
+   * Version 4: starts a detached command, which runs on whoever is
+   * connected. BadRequestError for a bad tag or when 64 run already.
+   */
+  detach(options: DetachOptions): Promise<DetachedRun>;
+  /** Version 4: follows a detached command on a new frame id. */
+  attach(command: number, streaming?: { highWaterMark?: number }): Attachment;
+  /** Version 4: a detached command's exit report once it has ended (at once if it has); UnknownIdError for none such. */
+  wait(command: number): Promise<StreamedExit>;
+  /** Version 4: the detached commands, running or lately ended (the last 64). */
+  list(): Promise<DetachedCommand[]>;
+  /** Version 4: signals a detached command's whole process group (default TERM); UnknownIdError when it is not running. */
+  signalCommand(command: number, signal?: string | number): Promise<CommandSignalledEvent>;
   status(): Promise<Status>;
   /** Has warden read network.json again. */
   reload(): Promise<ProxyState & { type: 'reloaded' }>;
@@ -356,7 +470,7 @@ export declare class Client {
   handKeys(text: string): Promise<string[]>;
   /** Version 2: stops the machine. */
   shutdown(): Promise<{ type: 'shutting_down' }>;
-  /** Closes the connection; warden kills the commands still running on it. */
+  /** Closes the connection; warden kills the commands still running on it (not detached ones). */
   close(options?: { timeoutMs?: number }): Promise<void>;
 }
 

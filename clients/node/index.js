@@ -451,6 +451,33 @@ function runRequest(options, streaming) {
 }
 
 /**
+ * The run request of a detached command (version 4): `options` as for
+ * spawn, plus `tag` (1 to 128 printable bytes, checked by warden), with
+ * `"detach": true`. Its stdin can only be 'pipe' (fed later through
+ * attach()) or none: nobody is there to write to it on this id.
+ */
+function detachRequest(options) {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw new TypeError('detach options must be an object');
+  }
+  const { stdin, tag } = options;
+  if (stdin !== undefined && stdin !== null && stdin !== 'pipe' && stdin !== 'null') {
+    throw new TypeError('a detached command\'s stdin is "pipe" (written through attach()) or none');
+  }
+  if (tag !== undefined && tag !== null && typeof tag !== 'string') throw new TypeError('tag must be a string');
+  const { request } = runRequest({ ...options, detach: undefined, tag: undefined }, true);
+  request.detach = true;
+  if (typeof tag === 'string') request.tag = tag;
+  return request;
+}
+
+/** A detached command's number, as warden names it (detach(), list()): checked before it is sent. */
+function checkCommand(command) {
+  if (!Number.isSafeInteger(command) || command < 0) throw new TypeError(`a detached command is warden's number for it (an integer, 0 or more), not ${String(command)}`);
+  return command;
+}
+
+/**
  * A command running through warden, as `client.spawn` returns it.
  * `stdout` and `stderr` are async iterables of Buffers; `started` resolves
  * to {command, pid} (or null when the command could not start, in which
@@ -571,6 +598,18 @@ export class Command {
     this.#started.resolve({ command: event.command, pid: event.pid });
   }
 
+  /** Another event on this id (of a later version): true when it ends the id's use. */
+  _onEvent() {
+    return false;
+  }
+
+  /** An error that does not end the command: unknown_id, about stdin frames that came too late. */
+  _lateError(error) {
+    if (error.code !== 'unknown_id') return false;
+    this.stdinErrors.push(error);
+    return true;
+  }
+
   _onData(kind, chunk) {
     if (this.#settled) return;
     if (this._collected) {
@@ -620,6 +659,145 @@ export class Command {
     }
     this._collected = null;
     this.#exit.reject(error);
+  }
+}
+
+/**
+ * A detached command (version 4) followed on a frame id of this
+ * connection, as `client.attach` returns it: what it printed while nobody
+ * was attached (the last 1 MiB), then its output live, then its exit.
+ * `stdout` and `stderr` are async iterables of Buffers as for spawn;
+ * `attached` resolves to {command, droppedBytes} (the bytes let go before
+ * anyone attached) or rejects with an UnknownIdError when warden has no
+ * such command; `exit` resolves to its exit report. write() and end()
+ * reach its stdin when it was started with stdin 'pipe' or a pty (end()
+ * closes it, for every attachment); otherwise warden answers with
+ * unknown_id errors, kept in `stdinErrors`. Closing the connection only
+ * stops following it: the command runs on.
+ */
+export class Attachment extends Command {
+  #client;
+  #attached = deferred();
+
+  constructor(client, id, command, { highWaterMark, onPressure }) {
+    // Whether it takes stdin is warden's to say: write() is let through.
+    super(client, id, { stdinMode: 'pipe', terminal: null, highWaterMark, collect: false, onPressure });
+    this.#client = client;
+    /** warden's number for the command (as detach() and list() give it). */
+    this.command = command;
+    /** Output let go before this attachment (null until warden's `attached`). */
+    this.droppedBytes = null;
+    this.attached = quiet(this.#attached.promise);
+  }
+
+  _onEvent(event) {
+    if (event.type !== 'attached') return false;
+    this.droppedBytes = Number(event.dropped_bytes ?? 0);
+    this._onStarted({ command: this.command, pid: null });
+    this.#attached.resolve({ command: this.command, droppedBytes: this.droppedBytes });
+    return false;
+  }
+
+  // Before `attached`, unknown_id means warden has no such command: the
+  // attachment is refused. After it, it is about stdin (none open).
+  _lateError(error) {
+    return this.droppedBytes !== null && super._lateError(error);
+  }
+
+  _onExit(event) {
+    super._onExit(event);
+    this.#attached.resolve({ command: this.command, droppedBytes: this.droppedBytes ?? 0 });
+  }
+
+  _onFail(error) {
+    super._onFail(error);
+    this.#attached.reject(error);
+  }
+
+  /**
+   * Signals the detached command's whole process group (as
+   * client.signalCommand); resolves to {type: 'command_signalled',
+   * command, signal}, rejects with an UnknownIdError once it has ended.
+   */
+  kill(signal = 'TERM') {
+    return quiet(this.#client.signalCommand(this.command, signal));
+  }
+
+  /**
+   * Resizes the command's terminal (it was detached with a pty), once
+   * attached; resolves to warden's `resized` event and keeps the size in
+   * `terminal`. UnknownIdError when it runs on no terminal or has ended.
+   */
+  resize(rows, cols) {
+    return quiet(
+      super.resize(rows, cols).then((event) => {
+        this.terminal = { rows: event.rows, cols: event.cols };
+        return event;
+      }),
+    );
+  }
+}
+
+/** The answer to a detached run, on its id: `detached`, or the exit of a command that could not start. */
+class DetachAnswer {
+  #answer = deferred();
+
+  constructor(tag) {
+    this.tag = tag;
+    this.promise = this.#answer.promise;
+  }
+
+  _onStarted() {}
+
+  _onData() {}
+
+  _onEvent(event) {
+    if (event.type !== 'detached') return false;
+    this.#answer.resolve({ command: event.command, pid: event.pid, tag: event.tag ?? null, exit: null });
+    return true;
+  }
+
+  _lateError() {
+    return false;
+  }
+
+  _onExit(event) {
+    const exit = { ...exitShape(event, null, null), command: null, pid: null };
+    this.#answer.resolve({ command: null, pid: null, tag: this.tag, exit });
+  }
+
+  _onFail(error) {
+    this.#answer.reject(error);
+  }
+}
+
+/** The answer to a wait, on its id: the detached command's exit. */
+class WaitAnswer {
+  #answer = deferred();
+
+  constructor(command) {
+    this.command = command;
+    this.promise = this.#answer.promise;
+  }
+
+  _onStarted() {}
+
+  _onData() {}
+
+  _onEvent() {
+    return false;
+  }
+
+  _lateError() {
+    return false;
+  }
+
+  _onExit(event) {
+    this.#answer.resolve({ ...exitShape(event, null, null), command: this.command, pid: null });
+  }
+
+  _onFail(error) {
+    this.#answer.reject(error);
   }
 }
 
@@ -681,7 +859,7 @@ export class Client {
     return this.#failure !== null;
   }
 
-  /** Commands running on this connection now. */
+  /** Commands running on this connection now (attachments and waits included). */
   get running() {
     return this.#commands.size;
   }
@@ -743,12 +921,9 @@ export class Client {
         break;
       case 'error': {
         const error = WardenError.from(String(event.code), String(event.message ?? ''), { id });
-        if (event.code === 'unknown_id') {
-          // About stdin frames that came too late (warden answers them on
-          // the command's id); the command goes on to its exit.
-          command.stdinErrors.push(error);
-          break;
-        }
+        // unknown_id about stdin frames that came too late (warden answers
+        // them on the command's id): the command goes on to its exit.
+        if (command._lateError(error)) break;
         this.#commands.delete(id);
         this.#release(command);
         command._onFail(error);
@@ -756,7 +931,13 @@ export class Client {
         break;
       }
       default:
-        break; // an event of a later version, ignored
+        // detached and attached (version 4); an event of a later version is ignored.
+        if (command._onEvent(event)) {
+          this.#commands.delete(id);
+          this.#release(command);
+          this.#idleCheck();
+        }
+        break;
     }
   }
 
@@ -852,6 +1033,14 @@ export class Client {
     throw new Error('no free command id');
   }
 
+  /** Sends `request` on a new frame id (or `id`), whose frames go to `handler` until it is done. */
+  #send(handler, request, id = this.#allocateId()) {
+    this.#commands.set(id, handler);
+    this.#idleCheck();
+    this._frame(Kind.CONTROL, id, Buffer.from(JSON.stringify(request), 'utf8')).catch(() => {});
+    return id;
+  }
+
   #start(options, { streaming, highWaterMark }) {
     if (this.#failure) throw this.#failure;
     const { request, input, terminal } = runRequest(options, streaming);
@@ -883,6 +1072,7 @@ export class Client {
    * each unread stream holds.
    */
   spawn(options, { highWaterMark } = {}) {
+    if (options?.detach === true) throw new TypeError('a detached command is started with detach() and followed with attach()');
     return this.#start(options, { streaming: true, highWaterMark });
   }
 
@@ -891,11 +1081,78 @@ export class Client {
    * shell, folder, env, timeout (ms), stdin (string or bytes: sent, then
    * closed), limits, keepBackground, pty ({rows, cols}, version 4: on a
    * terminal, everything it prints in stdout), and any other protocol
-   * field.
+   * field. With `detach: true` (version 4) it is detach(options).
    */
   async run(options) {
+    if (options?.detach === true) return this.detach(options);
     const command = this.#start(options, { streaming: false });
     return command.exit;
+  }
+
+  /**
+   * Starts a detached command (version 4): it runs on whoever is connected,
+   * this connection's end included. Options as for spawn, plus `tag` (1 to
+   * 128 printable bytes: its name in list()); `stdin: 'pipe'` lets
+   * attachments write to it (a pty always does). Resolves to {command,
+   * pid, tag, exit: null}, or, when it could not start, {command: null,
+   * pid: null, tag, exit} with the exit report saying why; rejects with a
+   * WardenError when warden refuses the run (BadRequestError for a bad tag,
+   * or when 64 detached commands run already).
+   */
+  async detach(options) {
+    if (this.#failure) throw this.#failure;
+    const request = detachRequest(options);
+    const answer = new DetachAnswer(request.tag ?? null);
+    this.#send(answer, request);
+    return answer.promise;
+  }
+
+  /**
+   * Follows a detached command (version 4) on a new frame id: see
+   * Attachment. `highWaterMark` as for spawn.
+   */
+  attach(command, { highWaterMark } = {}) {
+    if (this.#failure) throw this.#failure;
+    checkCommand(command);
+    const attachment = new Attachment(this, this.#allocateId(), command, {
+      highWaterMark: highWaterMark ?? this.#highWaterMark,
+      onPressure: (stream) => this.#pressure(stream),
+    });
+    this.#send(attachment, { type: 'attach', command }, attachment.id);
+    return attachment;
+  }
+
+  /**
+   * Resolves to a detached command's exit report once it has ended (at
+   * once if it has; version 4), with `stdout` and `stderr` null (attach()
+   * to read its output). Rejects with an UnknownIdError when warden has
+   * no such command (any more: it keeps the last 64 that ended).
+   */
+  async wait(command) {
+    if (this.#failure) throw this.#failure;
+    const answer = new WaitAnswer(checkCommand(command));
+    this.#send(answer, { type: 'wait', command });
+    return answer.promise;
+  }
+
+  /**
+   * The detached commands (version 4), running or lately ended, in
+   * warden's shape: [{command, tag?, argv, folder?, pid, started_ms,
+   * state: 'running' | 'exited', exit?, attached, dropped_bytes}].
+   */
+  async list() {
+    const event = await this._request({ type: 'list' }, 'commands');
+    return Array.isArray(event.commands) ? event.commands : [];
+  }
+
+  /**
+   * Signals a detached command's whole process group (version 4; 'TERM',
+   * 'SIGTERM' or '15'); resolves to {type: 'command_signalled', command,
+   * signal}, rejects with an UnknownIdError when it is not running.
+   */
+  async signalCommand(command, signal = 'TERM') {
+    checkCommand(command);
+    return this._request({ type: 'signal_command', command, signal: String(signal) }, 'command_signalled');
   }
 
   /** warden's status event (version 3 adds shell_processes and gate, version 4 activity). */
@@ -965,7 +1222,8 @@ export class Client {
   }
 
   /**
-   * Closes the connection. warden kills every command still running on it.
+   * Closes the connection. warden kills every command still running on it
+   * (detached ones run on: their attachments only stop following them).
    * Resolves once the socket is closed (at most `timeoutMs` later).
    */
   close({ timeoutMs = 2000 } = {}) {
@@ -980,7 +1238,15 @@ export class Client {
         clearTimeout(timer);
         resolve();
       });
-      this.#socket.end();
+      // warden keeps its side open while a detached command this
+      // connection started or follows runs on: once the end is sent, and
+      // nothing pending is one warden answers at a connection's end (a
+      // request, a command it kills), there is nothing to wait for.
+      this.#socket.end(() => {
+        if (this.#pending.length === 0 && [...this.#commands.values()].every((c) => !(c instanceof Command) || c instanceof Attachment)) {
+          this.#socket.destroy();
+        }
+      });
     });
   }
 }

@@ -27,6 +27,12 @@ export function runOutcome(report, stdout = report.stdout, stderr = report.stder
   return out;
 }
 
+/** An exit report in the protocol's shape, without output (wait's answer). */
+export function exitOutcome(report) {
+  const { stdout_base64: _out, stderr_base64: _err, ...event } = runOutcome(report, Buffer.alloc(0), Buffer.alloc(0));
+  return event;
+}
+
 /** Run options for a fixture's run args (protocol fields; stdin "pipe" fed with stdin_base64). */
 function runOptions(args, call) {
   const options = { ...args };
@@ -65,6 +71,10 @@ export async function perform(client, call) {
       return client.stopShell(args.signal);
     case 'hold':
       return { type: 'held', until_ms: await client.hold(args.until_ms) };
+    case 'list':
+      return { type: 'commands', commands: await client.list() };
+    case 'wait':
+      return exitOutcome(await client.wait(args.command));
     default:
       throw new Error(`unknown fixture method ${call.method}`);
   }

@@ -567,6 +567,107 @@ test('without pty, write() needs stdin "pipe"; run() with pty types its stdin by
   }
 });
 
+test('detached commands (version 4): detach, list, attach, wait and signalCommand send what the protocol says and make sense of the answers', async () => {
+  const listed = [
+    { command: 7, tag: 't', argv: ['sleep', '9'], pid: 70, started_ms: 1796112000000, state: 'running', attached: 0, dropped_bytes: 12 },
+  ];
+  const warden = await scriptedWarden(async (peer) => {
+    await peer.hello(4);
+    const run = await peer.next();
+    assert.deepEqual(run.json, { type: 'run', argv: ['sleep', '9'], stdin: 'pipe', detach: true, tag: 't' });
+    peer.send('control', run.id, { type: 'detached', command: 7, pid: 70, tag: 't' });
+    const viaRun = await peer.next();
+    assert.deepEqual(viaRun.json, { type: 'run', shell: 'true', detach: true });
+    assert.ok(viaRun.id > run.id, 'a new id for each run');
+    peer.send('control', viaRun.id, { type: 'detached', command: 8, pid: 80 });
+    const missing = await peer.next();
+    assert.deepEqual(missing.json, { type: 'run', argv: ['nope'], detach: true, tag: 'm' });
+    peer.send('control', missing.id, exitEvent({ status: 127, code: 127, error: 'cannot execute nope: No such file or directory' }));
+    const list = await peer.next();
+    assert.deepEqual([list.id, list.json], [0, { type: 'list' }]);
+    peer.send('control', 0, { type: 'commands', commands: listed });
+    const attach = await peer.next();
+    assert.deepEqual(attach.json, { type: 'attach', command: 7 });
+    assert.ok(attach.id > missing.id);
+    peer.send('control', attach.id, { type: 'attached', command: 7, dropped_bytes: 12 });
+    peer.send('stdout', attach.id, Buffer.from('backlog\n'));
+    peer.send('stderr', attach.id, Buffer.from('err\n'));
+    const typed = await peer.next();
+    assert.deepEqual([typed.kind, typed.id, typed.payload.toString()], ['stdin', attach.id, 'in\n']);
+    peer.send('stdout', attach.id, Buffer.from('in\n'));
+    const closed = await peer.next();
+    assert.deepEqual([closed.kind, closed.id, closed.payload.length], ['stdin', attach.id, 0]);
+    const resize = await peer.next();
+    assert.deepEqual([resize.id, resize.json], [0, { type: 'resize', target: attach.id, rows: 40, cols: 120 }]);
+    peer.send('control', 0, { type: 'resized', target: attach.id, rows: 40, cols: 120 });
+    const wait = await peer.next();
+    assert.deepEqual(wait.json, { type: 'wait', command: 7 });
+    const signal = await peer.next();
+    assert.deepEqual([signal.id, signal.json], [0, { type: 'signal_command', command: 7, signal: 'TERM' }]);
+    peer.send('control', 0, { type: 'command_signalled', command: 7, signal: 'SIGTERM' });
+    const ended = exitEvent({ status: 143, code: undefined, signal: 'SIGTERM', stdout_bytes: 11, stderr_bytes: 4 });
+    peer.send('control', attach.id, ended);
+    peer.send('control', wait.id, ended);
+    const unknown = await peer.next();
+    assert.deepEqual(unknown.json, { type: 'attach', command: 99 });
+    peer.send('control', unknown.id, { type: 'error', code: 'unknown_id', message: 'no detached command 99' });
+    const late = await peer.next();
+    assert.deepEqual(late.json, { type: 'wait', command: 99 });
+    peer.send('control', late.id, { type: 'error', code: 'unknown_id', message: 'no detached command 99' });
+    const again = await peer.next();
+    assert.deepEqual(again.json, { type: 'signal_command', command: 7, signal: 'KILL' });
+    peer.send('control', 0, { type: 'error', code: 'unknown_id', message: 'no running detached command 7' });
+    await peer.next();
+  });
+  try {
+    const client = await connect({ socket: warden.path });
+    assert.deepEqual(await client.detach({ argv: ['sleep', '9'], stdin: 'pipe', tag: 't' }), { command: 7, pid: 70, tag: 't', exit: null });
+    assert.deepEqual(await client.run({ shell: 'true', detach: true }), { command: 8, pid: 80, tag: null, exit: null });
+    const missing = await client.detach({ argv: ['nope'], tag: 'm' });
+    assert.equal(missing.command, null);
+    assert.equal(missing.tag, 'm');
+    assert.equal(missing.exit.status, 127);
+    assert.match(missing.exit.error, /nope/);
+    assert.deepEqual(await client.list(), listed);
+    await assert.rejects(client.detach({ argv: ['cat'], stdin: 'bytes' }), TypeError);
+    await assert.rejects(client.detach({ argv: ['cat'], tag: 5 }), TypeError);
+    assert.throws(() => client.attach(-1), TypeError);
+    assert.throws(() => client.spawn({ argv: ['true'], detach: true }), TypeError);
+    const attachment = client.attach(7);
+    assert.equal(attachment.command, 7);
+    assert.equal(attachment.droppedBytes, null);
+    assert.deepEqual(await attachment.attached, { command: 7, droppedBytes: 12 });
+    const lines = attachment.stdout[Symbol.asyncIterator]();
+    assert.equal((await lines.next()).value.toString(), 'backlog\n');
+    await attachment.write('in\n');
+    assert.equal((await lines.next()).value.toString(), 'in\n');
+    await attachment.end();
+    assert.deepEqual(await attachment.resize(40, 120), { type: 'resized', target: attachment.id, rows: 40, cols: 120 });
+    assert.deepEqual(attachment.terminal, { rows: 40, cols: 120 });
+    const waited = client.wait(7);
+    assert.deepEqual(await attachment.kill(), { type: 'command_signalled', command: 7, signal: 'SIGTERM' });
+    const report = await attachment.exit;
+    assert.equal(report.status, 143);
+    assert.equal(report.command, 7);
+    assert.equal(report.pid, null);
+    assert.equal((await lines.next()).done, true);
+    assert.equal(await attachment.stderr.text(), 'err\n');
+    const other = await waited;
+    assert.equal(other.status, 143);
+    assert.equal(other.signal, 'SIGTERM');
+    assert.equal(other.stdout, null);
+    const nobody = client.attach(99);
+    await assert.rejects(nobody.attached, (e) => e instanceof UnknownIdError && e.id === nobody.id && !e.fatal);
+    await assert.rejects(nobody.exit, UnknownIdError);
+    await assert.rejects(client.wait(99), UnknownIdError);
+    await assert.rejects(client.signalCommand(7, 'KILL'), UnknownIdError);
+    assert.equal(client.running, 0);
+    await client.close();
+  } finally {
+    await warden.close();
+  }
+});
+
 test('an unknown_id about late stdin does not end the command', async () => {
   const warden = await scriptedWarden(async (peer) => {
     await peer.hello();

@@ -11,7 +11,7 @@ import { replayWarden } from '../test-support/fake-warden.js';
 import { loadFixtures } from '../test-support/frames.js';
 
 const fixtures = loadFixtures();
-const METHODS = new Set(['run', 'status', 'reload', 'audit', 'stop_shell', 'hold', 'signal_after_start', 'hello_only']);
+const METHODS = new Set(['run', 'status', 'reload', 'audit', 'stop_shell', 'hold', 'list', 'wait', 'signal_after_start', 'hello_only']);
 
 test('the fixtures are there, and well formed', () => {
   assert.ok(fixtures.length >= 13, `only ${fixtures.length} fixtures`);
@@ -51,6 +51,8 @@ test('the fixtures cover what every client must handle', () => {
     'reload_bad_request',
     'stop_shell',
     'hold',
+    'list',
+    'wait',
     'host_refused_wrong_key',
     'run_unknown_field',
   ]) {

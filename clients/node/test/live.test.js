@@ -318,8 +318,10 @@ if (!pre.run && pre.skip) {
     });
 
     test('stopShell: a process left behind in a session of its own is found and stopped', async () => {
-      // The pause lets setsid act before warden kills the rest of the command's group.
-      const left = await client.run({ shell: 'setsid sleep 300 </dev/null >/dev/null 2>&1 & sleep 0.5; echo started' });
+      // The pause lets setsid act before the command ends. warden ends
+      // what a command leaves behind, wherever it went, unless it keeps
+      // its background: this one does.
+      const left = await client.run({ shell: 'setsid sleep 300 </dev/null >/dev/null 2>&1 & sleep 0.5; echo started', keepBackground: true });
       assert.equal(left.stdout.toString(), 'started\n');
       const before = await eventually(async () => {
         const s = await client.status();
@@ -498,6 +500,147 @@ if (!pre.run && pre.skip) {
       await plain.exit;
       await assert.rejects(client.run({ argv: ['true'], pty: { rows: 0, cols: 80 } }), (e) => e instanceof BadRequestError && /1 to 1000/.test(e.message));
       await assert.rejects(client.run({ argv: ['true'], pty: { rows: 24 } }), BadRequestError);
+      assert.equal((await client.run({ argv: ['echo', 'still here'] })).stdout.toString(), 'still here\n');
+    });
+
+    test('detach (version 4): a tagged command outlives its connection; another lists it, attaches (what it printed, then live, then its exit) and waits', async () => {
+      const first = await connect({ socket: w.socket });
+      const line = 'echo first; echo oops >&2; sleep 1.5; echo second; exit 5';
+      const started = await first.run({ shell: line, detach: true, tag: 'nightly build' });
+      assert.ok(started.command > 0 && started.pid > 0, JSON.stringify(started));
+      assert.equal(started.tag, 'nightly build');
+      assert.equal(started.exit, null);
+      await first.close();
+
+      const other = await connect({ socket: w.socket });
+      try {
+        const listed = (await other.list()).find((c) => c.command === started.command);
+        assert.ok(listed, 'listed by another connection');
+        assert.equal(listed.tag, 'nightly build');
+        assert.equal(listed.state, 'running', JSON.stringify(listed));
+        assert.equal(listed.pid, started.pid);
+        assert.ok(listed.argv.some((a) => a.includes('echo first')), JSON.stringify(listed.argv));
+        assert.equal(listed.attached, 0);
+        assert.ok(listed.started_ms > Date.now() - 60_000 && listed.started_ms <= Date.now());
+        // Let it print its first lines to nobody: they come as the backlog.
+        await sleep(300);
+        const attachment = other.attach(started.command);
+        const chunks = [];
+        const out = (async () => {
+          for await (const chunk of attachment.stdout) chunks.push({ text: chunk.toString(), at: Date.now() });
+        })();
+        const err = attachment.stderr.text();
+        assert.deepEqual(await attachment.attached, { command: started.command, droppedBytes: 0 });
+        const attachedAt = Date.now();
+        assert.equal((await other.list()).find((c) => c.command === started.command).attached, 1);
+        const report = await attachment.exit;
+        await out;
+        assert.equal(chunks.map((c) => c.text).join(''), 'first\nsecond\n');
+        assert.equal(chunks[0].text, 'first\n');
+        assert.ok(chunks.at(-1).at - attachedAt > 500, 'the second line came live, after the attachment');
+        assert.equal(await err, 'oops\n');
+        assert.equal(report.status, 5);
+        assert.equal(report.code, 5);
+        assert.equal(report.command, started.command);
+        // Ended: wait answers at once; attach gives it all again; list says so.
+        const waited = await other.wait(started.command);
+        assert.equal(waited.status, 5);
+        assert.equal(waited.stdout, null);
+        const again = other.attach(started.command);
+        const [text, ended] = await Promise.all([again.stdout.text(), again.exit, again.stderr.discard()]);
+        assert.equal(text, 'first\nsecond\n');
+        assert.equal(ended.status, 5);
+        const gone = (await other.list()).find((c) => c.command === started.command);
+        assert.equal(gone.state, 'exited');
+        assert.equal(gone.exit.status, 5);
+        const kinds = new Set(auditLines(w).map((l) => l.kind));
+        for (const kind of ['command_attached', 'command_waited']) assert.ok(kinds.has(kind), `${kind} in the audit log`);
+      } finally {
+        await other.close();
+      }
+    });
+
+    test('detach: a cat fed through an attachment, its stdin closed by end(); stdin to one without any is an unknown_id kept aside', async () => {
+      const cat = await client.detach({ argv: ['cat'], stdin: 'pipe', tag: 'cat' });
+      assert.equal(cat.tag, 'cat');
+      const attachment = client.attach(cat.command);
+      const lines = attachment.stdout[Symbol.asyncIterator]();
+      await attachment.write('typed later\n');
+      assert.equal((await lines.next()).value.toString(), 'typed later\n');
+      await attachment.write(Buffer.from('and more\n'));
+      assert.equal((await lines.next()).value.toString(), 'and more\n');
+      await attachment.end();
+      assert.equal((await lines.next()).done, true);
+      const report = await attachment.exit;
+      assert.equal(report.status, 0);
+      assert.equal(report.stdoutBytes, 21);
+      assert.deepEqual(attachment.stdinErrors, []);
+
+      const deaf = await client.detach({ shell: 'sleep 0.5' });
+      const follower = client.attach(deaf.command);
+      await follower.attached;
+      await follower.write('nobody reads this\n');
+      assert.equal((await follower.exit).status, 0);
+      assert.equal(follower.stdinErrors.length, 1);
+      assert.ok(follower.stdinErrors[0] instanceof UnknownIdError && /no open stdin/.test(follower.stdinErrors[0].message));
+    });
+
+    test('detach with a pty: the attachment resizes its terminal', async () => {
+      const sh = await client.detach({ shell: 'stty size; read line; stty size', pty: { rows: 24, cols: 80 } });
+      const attachment = client.attach(sh.command);
+      const chunks = attachment.stdout[Symbol.asyncIterator]();
+      let screen = '';
+      while (!screen.includes('24 80\r\n')) {
+        const { value, done } = await chunks.next();
+        assert.ok(!done, screen);
+        screen += value.toString();
+      }
+      assert.deepEqual(await attachment.resize(40, 120), { type: 'resized', target: attachment.id, rows: 40, cols: 120 });
+      assert.deepEqual(attachment.terminal, { rows: 40, cols: 120 });
+      await attachment.write('\r');
+      for (let next = await chunks.next(); !next.done; next = await chunks.next()) screen += next.value.toString();
+      assert.equal((await attachment.exit).status, 0);
+      assert.equal(screen, '24 80\r\n\r\n40 120\r\n');
+    });
+
+    test('signalCommand TERM to a detached sleep, then wait: 143; signalled again, an UnknownIdError', async () => {
+      const sleeper = await client.detach({ argv: ['sleep', '100'] });
+      const waiting = client.wait(sleeper.command);
+      assert.deepEqual(await client.signalCommand(sleeper.command, 'TERM'), {
+        type: 'command_signalled',
+        command: sleeper.command,
+        signal: 'SIGTERM',
+      });
+      const report = await waiting;
+      assert.equal(report.status, 143);
+      assert.equal(report.signal, 'SIGTERM');
+      assert.equal((await client.wait(sleeper.command)).status, 143, 'waited again: at once');
+      await assert.rejects(client.signalCommand(sleeper.command, 'TERM'), (e) => e instanceof UnknownIdError && !e.fatal);
+      // An attachment's kill() is signalCommand.
+      const other = await client.detach({ argv: ['sleep', '100'] });
+      const attachment = client.attach(other.command);
+      await attachment.attached;
+      assert.equal((await attachment.kill('KILL')).signal, 'SIGKILL');
+      assert.equal((await attachment.exit).status, 137);
+    });
+
+    test('detach: unknown commands, a tag without detach, a bad tag, a missing program', async () => {
+      const attachment = client.attach(999_999);
+      await assert.rejects(attachment.attached, (e) => e instanceof UnknownIdError && e.code === 'unknown_id' && /999999/.test(e.message) && !e.fatal);
+      await assert.rejects(attachment.exit, UnknownIdError);
+      await assert.rejects(attachment.stdout.text(), UnknownIdError);
+      await assert.rejects(client.wait(999_999), UnknownIdError);
+      await assert.rejects(client.signalCommand(999_999), UnknownIdError);
+      await assert.rejects(client.run({ argv: ['true'], tag: 'lonely' }), (e) => e instanceof BadRequestError && /tag goes with detach/.test(e.message));
+      await assert.rejects(client.detach({ argv: ['true'], tag: '' }), (e) => e instanceof BadRequestError && /tag/.test(e.message));
+      await assert.rejects(client.detach({ argv: ['true'], tag: 'x'.repeat(129) }), BadRequestError);
+      await assert.rejects(client.detach({ argv: ['cat'], stdin: 'bytes' }), TypeError);
+      assert.throws(() => client.spawn({ argv: ['true'], detach: true }), TypeError);
+      const missing = await client.detach({ argv: ['no-such-program-here'], tag: 'missing' });
+      assert.equal(missing.command, null);
+      assert.equal(missing.tag, 'missing');
+      assert.equal(missing.exit.status, 127);
+      assert.match(missing.exit.error, /no-such-program-here/);
       assert.equal((await client.run({ argv: ['echo', 'still here'] })).stdout.toString(), 'still here\n');
     });
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from warden_client import AsyncClient, Client, Result, WardenError
+from warden_client import AsyncClient, Client, DetachedCommand, Result, WardenError
 from warden_client import frames as fr
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -172,8 +172,8 @@ def _run_args(args: dict[str, Any], stdin_b64: str | None) -> tuple[list[str] | 
     return argv, kwargs
 
 
-def _exit_dict(result: Result) -> dict[str, Any]:
-    """A Result as the fixture records it: the exit event and the output."""
+def _exit_event(result: Result) -> dict[str, Any]:
+    """A Result as warden's exit event says it (no output)."""
     event: dict[str, Any] = {"type": "exit", "status": result.status}
     for name in ("code", "signal", "limit", "error"):
         value = getattr(result, name)
@@ -184,10 +184,38 @@ def _exit_dict(result: Result) -> dict[str, Any]:
         stdout_bytes=result.stdout_bytes,
         stderr_bytes=result.stderr_bytes,
         drained=result.drained,
+    )
+    return event
+
+
+def _exit_dict(result: Result) -> dict[str, Any]:
+    """A Result as the fixture records it: the exit event and the output."""
+    event = _exit_event(result)
+    event.update(
         stdout_base64=base64.b64encode(result.stdout).decode(),
         stderr_base64=base64.b64encode(result.stderr).decode(),
     )
     return event
+
+
+def _commands_dict(listed: list[DetachedCommand]) -> dict[str, Any]:
+    """list_commands() as warden's commands event says it."""
+    commands = []
+    for c in listed:
+        entry: dict[str, Any] = {"command": c.command}
+        if c.tag is not None:
+            entry["tag"] = c.tag
+        entry["argv"] = c.argv
+        if c.folder is not None:
+            entry["folder"] = c.folder
+        entry.update(pid=c.pid, started_ms=c.started_ms, state=c.state)
+        if c.exit is not None:
+            exit = _exit_event(c.exit)
+            del exit["type"]
+            entry["exit"] = exit
+        entry.update(attached=c.attached, dropped_bytes=c.dropped_bytes)
+        commands.append(entry)
+    return {"type": "commands", "commands": commands}
 
 
 def _hello_key(fixture: dict[str, Any]) -> str | None:
@@ -227,6 +255,10 @@ def _outcome_sync(fixture: dict[str, Any], path: str) -> Any:
             return {"type": "shell_stopped", "signalled": stopped.signalled, "left": stopped.left}
         if method == "hold":
             return {"type": "held", "until_ms": c.hold(args["until_ms"])}
+        if method == "list":
+            return _commands_dict(c.list_commands())
+        if method == "wait":
+            return _exit_event(c.wait_command(args["command"]))
     raise AssertionError(f"unknown method {method!r}: the replayer needs teaching")
 
 
@@ -262,6 +294,10 @@ async def _outcome_async(fixture: dict[str, Any], path: str) -> Any:
             return {"type": "shell_stopped", "signalled": stopped.signalled, "left": stopped.left}
         if method == "hold":
             return {"type": "held", "until_ms": await c.hold(args["until_ms"])}
+        if method == "list":
+            return _commands_dict(await c.list_commands())
+        if method == "wait":
+            return _exit_event(await c.wait_command(args["command"]))
     finally:
         await c.close()
     raise AssertionError(f"unknown method {method!r}: the replayer needs teaching")
@@ -309,5 +345,5 @@ def test_fixtures_are_there() -> None:
     if not FILES:
         pytest.skip(f"{FIXTURES} holds no fixture yet")
     names = {_load(p)["call"]["method"] for p in FILES}
-    assert names <= {"run", "status", "reload", "audit", "stop_shell", "hold", "signal_after_start",
-                     "hello_only"}, names
+    assert names <= {"run", "status", "reload", "audit", "stop_shell", "hold", "list", "wait",
+                     "signal_after_start", "hello_only"}, names

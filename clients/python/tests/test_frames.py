@@ -652,3 +652,131 @@ def test_async_a_terminal_types_resizes_and_has_one_stream(peer: Any) -> None:
 
     p = peer(_pty_script)
     asyncio.run(main())
+
+
+LISTED = {
+    "command": 7, "tag": "t", "argv": ["/bin/sh", "-c", "exit 5"], "folder": "p", "pid": 70,
+    "started_ms": 1796112000000, "state": "exited",
+    "exit": {"status": 5, "code": 5, "duration_ms": 2.5, "stdout_bytes": 3, "stderr_bytes": 0,
+             "drained": True},
+    "attached": 0, "dropped_bytes": 12,
+}
+ENDED = {"type": "exit", "status": 143, "signal": "SIGTERM", "duration_ms": 1, "stdout_bytes": 11,
+         "stderr_bytes": 4, "drained": True}
+NO_SUCH = {"type": "error", "code": "unknown_id", "message": "no detached command 99"}
+
+
+def _detached_script(conn: socket.socket) -> None:
+    """Detached commands as warden answers them: a detached run, one that
+    cannot start, list, an attachment (its backlog, stdin through it, an
+    unknown_id about stdin that does not end it, resize, signal_command),
+    a wait, and unknown commands."""
+    read_json(conn)
+    conn.sendall(HELLO_4)
+    assert read_json(conn) == (1, {"type": "run", "argv": ["cat"], "stdin": "pipe", "detach": True,
+                                   "tag": "t"})
+    conn.sendall(control(1, {"type": "detached", "command": 7, "pid": 70, "tag": "t"}))
+    assert read_json(conn) == (2, {"type": "run", "argv": ["nope"], "detach": True})
+    conn.sendall(control(2, {"type": "exit", "status": 127, "code": 127, "duration_ms": 0.5,
+                             "error": "cannot execute nope: No such file or directory",
+                             "stdout_bytes": 0, "stderr_bytes": 0, "drained": True}))
+    assert read_json(conn) == (0, {"type": "list"})
+    conn.sendall(control(0, {"type": "commands", "commands": [LISTED]}))
+    assert read_json(conn) == (3, {"type": "attach", "command": 7})
+    conn.sendall(control(3, {"type": "attached", "command": 7, "dropped_bytes": 12}))
+    conn.sendall(fr.encode(fr.STDOUT, 3, b"backlog\n"))
+    conn.sendall(fr.encode(fr.STDERR, 3, b"err\n"))
+    assert read_frame(conn) == (fr.STDIN, 3, b"in\n")
+    conn.sendall(fr.encode(fr.STDOUT, 3, b"in\n"))
+    assert read_frame(conn) == (fr.STDIN, 3, b"")
+    conn.sendall(control(3, {"type": "error", "code": "unknown_id", "message": "id 3 has no open stdin"}))
+    assert read_json(conn) == (0, {"type": "resize", "target": 3, "rows": 40, "cols": 120})
+    conn.sendall(control(0, {"type": "resized", "target": 3, "rows": 40, "cols": 120}))
+    assert read_json(conn) == (0, {"type": "signal_command", "command": 7, "signal": "TERM"})
+    conn.sendall(control(0, {"type": "command_signalled", "command": 7, "signal": "SIGTERM"}))
+    conn.sendall(control(3, ENDED))
+    assert read_json(conn) == (4, {"type": "wait", "command": 7})
+    conn.sendall(control(4, ENDED))
+    assert read_json(conn) == (5, {"type": "attach", "command": 99})
+    conn.sendall(control(5, NO_SUCH))
+    assert read_json(conn) == (6, {"type": "wait", "command": 99})
+    conn.sendall(control(6, NO_SUCH))
+    assert read_json(conn) == (0, {"type": "signal_command", "command": 7, "signal": "KILL"})
+    conn.sendall(control(0, {"type": "error", "code": "unknown_id",
+                             "message": "no running detached command 7"}))
+    try:
+        read_frame(conn)
+    except EOFError:
+        pass
+
+
+def _check_listed(listed: list[warden_client.DetachedCommand]) -> None:
+    assert len(listed) == 1
+    one = listed[0]
+    assert (one.command, one.tag, one.folder, one.pid, one.state, one.running) == (7, "t", "p", 70, "exited", False)
+    assert (one.started_ms, one.attached, one.dropped_bytes) == (1796112000000, 0, 12)
+    assert one.exit is not None and (one.exit.status, one.exit.command, one.exit.stdout) == (5, 7, b"")
+
+
+def test_detached_commands_frames_and_answers(peer: Any) -> None:
+    p = peer(_detached_script)
+    with Client.connect(p.path, timeout=10) as c:
+        assert c.detach(["cat"], stdin=True, tag="t") == warden_client.Detached(7, 70, "t")
+        missing = c.detach(["nope"])
+        assert (missing.command, missing.pid, missing.tag) == (None, None, None)
+        assert missing.exit is not None and missing.exit.status == 127 and "nope" in (missing.exit.error or "")
+        _check_listed(c.list_commands())
+        with pytest.raises(TypeError):
+            c.attach("7")  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            c.detach(["x"], tag=5)  # type: ignore[arg-type]
+        with c.attach(7) as a:
+            assert isinstance(a, warden_client.Attachment) and isinstance(a, warden_client.Process)
+            assert (a.command, a.pid, a.dropped_bytes) == (7, None, 12)
+            assert next(a.stdout) == b"backlog\n"
+            a.write(b"in\n")
+            assert next(a.stdout) == b"in\n"
+            a.close_stdin()
+            assert a.resize(40, 120) == (40, 120) == a.terminal
+            assert a.kill() == "SIGTERM"
+            assert list(a.stderr) == [b"err\n"]
+            r = a.wait()
+            assert (r.status, r.signal, r.command, r.pid) == (143, "SIGTERM", 7, None)
+            assert [e.code for e in a._route.late_errors] == ["unknown_id"]
+            assert a.kill() is None and a.resize(1, 1) is None, "ended: nothing is sent"
+        waited = c.wait_command(7)
+        assert (waited.status, waited.signal, waited.command, waited.stdout) == (143, "SIGTERM", 7, b"")
+        for call in (lambda: c.attach(99), lambda: c.wait_command(99)):
+            with pytest.raises(WardenError) as caught:
+                call()
+            assert caught.value.code == "unknown_id" and not caught.value.fatal
+        assert c.signal_command(7, "KILL") is None
+
+
+def test_async_detached_commands_frames_and_answers(peer: Any) -> None:
+    async def main() -> None:
+        async with await AsyncClient.connect(p.path, timeout=10) as c:
+            assert await c.detach(["cat"], stdin=True, tag="t") == warden_client.Detached(7, 70, "t")
+            missing = await c.detach(["nope"])
+            assert missing.command is None and missing.exit is not None and missing.exit.status == 127
+            _check_listed(await c.list_commands())
+            async with await c.attach(7) as a:
+                assert isinstance(a, warden_client.AsyncAttachment)
+                assert (a.command, a.dropped_bytes) == (7, 12)
+                assert await a.stdout.__anext__() == b"backlog\n"
+                await a.write(b"in\n")
+                assert await a.stdout.__anext__() == b"in\n"
+                await a.close_stdin()
+                assert await a.resize(40, 120) == (40, 120)
+                assert await a.kill() == "SIGTERM"
+                r = await a.wait(collect=True)
+                assert (r.status, r.stderr, r.pid) == (143, b"err\n", None)
+            assert (await c.wait_command(7)).status == 143
+            for call in (c.attach(99), c.wait_command(99)):
+                with pytest.raises(WardenError) as caught:
+                    await call
+                assert caught.value.code == "unknown_id"
+            assert await c.signal_command(7, "KILL") is None
+
+    p = peer(_detached_script)
+    asyncio.run(main())

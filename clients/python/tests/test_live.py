@@ -3,7 +3,9 @@ wardenbox.py): output, exit codes, signals, stdin, binary data, a large
 stream in bounded memory, errors, status, audit, stop_shell, reload, the
 gate, hold, the asyncio client, and the host socket with a right and a
 wrong key, and hand_keys through it; commands on a terminal (pty): their
-size, resize, typed input and Ctrl-C."""
+size, resize, typed input and Ctrl-C; detached commands: listed, attached
+and waited for from another connection, fed stdin through an attachment,
+resized, signalled."""
 
 from __future__ import annotations
 
@@ -19,7 +21,15 @@ import pytest
 from conftest import HOST_KEY
 from wardenbox import SHELL_UID, Warden
 
-from warden_client import AsyncClient, Client, ConnectionError, Process, TerminalSize, WardenError
+from warden_client import (
+    AsyncClient,
+    Attachment,
+    Client,
+    ConnectionError,
+    Process,
+    TerminalSize,
+    WardenError,
+)
 
 #: Every wait for warden in these tests is bounded by this.
 PATIENCE = 30.0
@@ -254,10 +264,12 @@ def test_reload_says_what_holds(client: Client) -> None:
 
 
 def test_stop_shell_ends_what_escaped(client: Client) -> None:
-    # A new session and a double fork: out of the command's process group,
-    # which warden kills when the command ends.
+    # A new session and a double fork: out of the command's process group.
+    # warden ends what a command leaves behind, wherever it went, unless it
+    # keeps its background: this one does.
     r = client.run(shell="setsid sh -c 'sleep 301 </dev/null >/dev/null 2>&1 &'; "
-                         "setsid sh -c '(sleep 302 </dev/null >/dev/null 2>&1 &) &'; echo left")
+                         "setsid sh -c '(sleep 302 </dev/null >/dev/null 2>&1 &) &'; echo left",
+                   keep_background=True)
     assert r.stdout == b"left\n"
     deadline = time.monotonic() + 10
     while sum(p["name"] == "sleep" for p in client.status().get("shell_processes", [])) < 2:
@@ -561,5 +573,142 @@ def test_pty_through_asyncio(warden: Warden) -> None:
             assert caught.value.code == "unknown_id"
             await plain.kill("KILL")
             await plain.wait()
+
+    asyncio.run(main())
+
+
+def test_a_detached_command_outlives_its_connection_and_is_followed_by_another(warden: Warden) -> None:
+    line = "echo first; echo oops >&2; sleep 1.5; echo second; exit 5"
+    with Client.connect(warden.socket, timeout=PATIENCE) as first:
+        started = first.detach(shell=line, tag="nightly build")
+    assert started.command is not None and started.pid is not None and started.exit is None, started
+    assert started.tag == "nightly build"
+    with Client.connect(warden.socket, timeout=PATIENCE) as other:
+        listed = {c.command: c for c in other.list_commands()}[started.command]
+        assert (listed.tag, listed.state, listed.running, listed.pid) == ("nightly build", "running", True, started.pid)
+        assert any("echo first" in a for a in listed.argv), listed.argv
+        assert listed.attached == 0 and listed.exit is None
+        assert _now_ms() - 60_000 < listed.started_ms <= _now_ms()
+        time.sleep(0.3)  # it prints its first lines to nobody: they come as the backlog
+        with other.attach(started.command) as attachment:
+            attached_at = time.monotonic()
+            assert isinstance(attachment, Attachment) and attachment.dropped_bytes == 0
+            assert {c.command: c for c in other.list_commands()}[started.command].attached == 1
+            chunks: list[tuple[str, bytes, float]] = []
+            for stream, chunk in attachment:
+                chunks.append((stream, chunk, time.monotonic()))
+            r = attachment.wait()
+        out = [c for c in chunks if c[0] == "stdout"]
+        assert b"".join(c[1] for c in out) == b"first\nsecond\n" and out[0][1] == b"first\n", chunks
+        assert out[-1][2] - attached_at > 0.5, "the second line came live, after the attachment"
+        assert b"".join(c[1] for c in chunks if c[0] == "stderr") == b"oops\n"
+        assert (r.status, r.code, r.command, r.pid) == (5, 5, started.command, None), r
+        # Ended: wait answers at once; attach gives it all again; list says so.
+        waited = other.wait_command(started.command)
+        assert (waited.status, waited.command) == (5, started.command)
+        with other.attach(started.command) as again:
+            r = again.wait(collect=True)
+        assert (r.stdout, r.stderr, r.status) == (b"first\nsecond\n", b"oops\n", 5)
+        ended = {c.command: c for c in other.list_commands()}[started.command]
+        assert ended.state == "exited" and not ended.running
+        assert ended.exit is not None and ended.exit.status == 5
+    kinds = {line.get("kind") for line in warden.audit_lines()}
+    assert {"command_attached", "command_waited"} <= kinds, kinds
+
+
+def test_a_detached_cat_is_fed_through_an_attachment(client: Client) -> None:
+    cat = client.detach(["cat"], stdin=True, tag="cat")
+    assert cat.command is not None
+    with client.attach(cat.command) as attachment:
+        for word in (b"typed later\n", b"and more\n"):
+            attachment.write(word)
+            assert next(attachment.stdout) == word
+        attachment.close_stdin()
+        assert list(attachment.stdout) == []
+        r = attachment.wait()
+    assert (r.status, r.stdout_bytes) == (0, 21), r
+    # One that takes no stdin: warden says so, and it runs to its end.
+    deaf = client.detach(shell="sleep 0.5")
+    assert deaf.command is not None
+    with client.attach(deaf.command) as follower:
+        follower.write(b"nobody reads this\n")
+        assert follower.wait().status == 0
+        with pytest.raises((BrokenPipeError, ValueError)):
+            follower.write(b"more")
+
+
+def test_signal_command_then_wait_command(client: Client) -> None:
+    sleeper = client.detach(["sleep", "100"])
+    assert sleeper.command is not None
+    assert client.signal_command(sleeper.command, "TERM") == "SIGTERM"
+    r = client.wait_command(sleeper.command)
+    assert (r.status, r.signal) == (143, "SIGTERM"), r
+    assert client.signal_command(sleeper.command) is None, "an ended command is not signalled"
+    # An attachment's kill() is signal_command.
+    other = client.detach(["sleep", "100"])
+    assert other.command is not None
+    with client.attach(other.command) as attachment:
+        assert attachment.kill("KILL") == "SIGKILL"
+        assert attachment.wait().status == 137
+
+
+def test_detach_refusals_unknown_commands_and_version_3(client: Client, warden: Warden) -> None:
+    for call in (lambda: client.attach(999_999), lambda: client.wait_command(999_999)):
+        with pytest.raises(WardenError) as caught:
+            call()
+        assert caught.value.code == "unknown_id" and "999999" in caught.value.message
+        assert not caught.value.fatal
+    assert client.signal_command(999_999) is None
+    with pytest.raises(WardenError) as caught:
+        client.run(["true"], extra={"tag": "lonely"})
+    assert caught.value.code == "bad_request" and "tag goes with detach" in caught.value.message
+    for tag in ("", "x" * 129):
+        with pytest.raises(WardenError) as caught:
+            client.detach(["true"], tag=tag)
+        assert caught.value.code == "bad_request" and "tag" in caught.value.message
+    missing = client.detach(["no-such-program"], tag="missing")
+    assert (missing.command, missing.pid, missing.tag) == (None, None, "missing")
+    assert missing.exit is not None and missing.exit.status == 127 and missing.exit.error
+    with Client.connect(warden.socket, versions=[1, 2, 3], timeout=PATIENCE) as old:
+        for request in (lambda: old.detach(["true"]), old.list_commands, lambda: old.attach(1)):
+            with pytest.raises(WardenError) as caught:
+                request()
+            assert caught.value.code == "bad_request" and "version 4" in caught.value.message
+    assert client.run(["echo", "still here"]).stdout == b"still here\n"
+
+
+def test_detached_through_asyncio(warden: Warden) -> None:
+    async def main() -> None:
+        async with await AsyncClient.connect(warden.socket, timeout=PATIENCE) as c:
+            sh = await c.detach(shell="stty size; read line; stty size", pty=(24, 80), tag="tty")
+            assert sh.command is not None and sh.tag == "tty"
+            async with await c.attach(sh.command) as attachment:
+                screen = bytearray()
+                async for _, chunk in attachment:
+                    screen += chunk
+                    if b"24 80\r\n" in screen:
+                        break
+                assert await attachment.resize(40, 120) == (40, 120) == attachment.terminal
+                await attachment.write(b"\r")
+                async for _, chunk in attachment:
+                    screen += chunk
+                assert (await attachment.wait()).status == 0
+            assert bytes(screen) == b"24 80\r\n\r\n40 120\r\n", bytes(screen)
+            cat = await c.detach(["cat"], stdin=True)
+            assert cat.command is not None
+            async with await c.attach(cat.command) as fed:
+                await fed.write(b"async\n")
+                await fed.close_stdin()
+                r = await fed.wait(collect=True)
+            assert (r.stdout, r.status) == (b"async\n", 0)
+            sleeper = await c.detach(["sleep", "100"])
+            assert sleeper.command is not None
+            assert await c.signal_command(sleeper.command, "TERM") == "SIGTERM"
+            assert (await c.wait_command(sleeper.command)).status == 143
+            listed = {d.command: d for d in await c.list_commands()}
+            assert listed[sleeper.command].state == "exited" and listed[sh.command].tag == "tty"
+            with pytest.raises(WardenError) as caught:
+                await c.attach(999_999)
+            assert caught.value.code == "unknown_id"
 
     asyncio.run(main())

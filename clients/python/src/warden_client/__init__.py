@@ -8,13 +8,15 @@ machine and stream their output, and make podman machines with the
 ...     print(r.status, r.stdout.decode())
 """
 
-from .aio import AsyncClient, AsyncProcess
-from .client import Client, Process, Stream
+from .aio import AsyncAttachment, AsyncClient, AsyncProcess
+from .client import Attachment, Client, Process, Stream
 from .common import (
     DEFAULT_SOCKET,
     SUPPORTED_VERSIONS,
     VERSION,
     CommandFailed,
+    Detached,
+    DetachedCommand,
     Result,
     ShellStopped,
     TerminalSize,
@@ -35,6 +37,7 @@ __version__ = VERSION
 __all__ = [
     "CODES",
     "DEFAULT_SOCKET",
+    "AsyncAttachment",
     "AsyncClient",
     "AsyncProcess",
     "Machine",
@@ -42,9 +45,12 @@ __all__ = [
     "state_root",
     "FATAL_CODES",
     "SUPPORTED_VERSIONS",
+    "Attachment",
     "Client",
     "CommandFailed",
     "ConnectionError",
+    "Detached",
+    "DetachedCommand",
     "MachineError",
     "Process",
     "ProtocolError",

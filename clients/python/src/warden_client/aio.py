@@ -23,6 +23,7 @@ from .client import (
     Stream,
     _Default,
     _deadline,
+    _detached,
     _remaining,
     _resized,
     _Route,
@@ -32,6 +33,8 @@ from .common import (
     REFUSED_IN_PLACE,
     STDIN_CHUNK,
     SUPPORTED_VERSIONS,
+    Detached,
+    DetachedCommand,
     Hello,
     Pty,
     Result,
@@ -39,7 +42,10 @@ from .common import (
     Started,
     TerminalSize,
     client_name,
+    command_number,
     default_socket,
+    detach_request,
+    detached_commands,
     error_of,
     hold_until,
     read_key,
@@ -50,7 +56,7 @@ from .common import (
 )
 from .errors import FATAL_CODES, ConnectionError, ProtocolError, TimeoutError, WardenError
 
-__all__ = ["AsyncClient", "AsyncProcess"]
+__all__ = ["AsyncAttachment", "AsyncClient", "AsyncProcess"]
 
 T = TypeVar("T")
 #: The stream reader's buffer: a frame's payload is read past it anyway.
@@ -485,6 +491,84 @@ class AsyncClient:
         )
         return _resized(event)
 
+    # -- detached commands (protocol version 4) ------------------------------
+
+    async def _ask_on_id(self, request: dict[str, Any], follows: bool = False,
+                         timeout: float | None | _Default = DEFAULT) -> tuple[int, _Route]:
+        wait = self._link.timeout if isinstance(timeout, _Default) else timeout
+        id = self._next_id()
+        route = self._link.route(id)
+        route.follows = follows
+        try:
+            await self._link.send(fr.encode_control(id, request), self._link.timeout)
+            await self._link.wait(lambda: True if (route.started or route.ended) else None, wait)
+        except BaseException:
+            self._link.drop(id)
+            raise
+        if route.refused is not None:
+            self._link.drop(id)
+            raise route.refused
+        return id, route
+
+    async def detach(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        folder: str | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bool = False,
+        limits: Mapping[str, int | None] | None = None,
+        keep_background: bool = False,
+        extra: Mapping[str, Any] | None = None,
+        pty: Pty | None = None,
+        tag: str | None = None,
+    ) -> Detached:
+        """Starts a detached command; see :meth:`Client.detach`."""
+        size = None if pty is None else terminal_size(pty)
+        request = detach_request(
+            run_request(argv, shell, folder, timeout, env, stdin, limits, keep_background, extra, size),
+            tag,
+        )
+        id, route = await self._ask_on_id(request)
+        self._link.drop(id)
+        return _detached(route, tag)
+
+    async def list_commands(self) -> list[DetachedCommand]:
+        """See :meth:`Client.list_commands`."""
+        return detached_commands(await self._request({"type": "list"}, "commands"))
+
+    async def attach(self, command: int) -> AsyncAttachment:
+        """See :meth:`Client.attach`."""
+        request = {"type": "attach", "command": command_number(command)}
+        id, route = await self._ask_on_id(request, True)
+        return AsyncAttachment(self, id, route, command)
+
+    async def wait_command(self, command: int, timeout: float | None | _Default = DEFAULT) -> Result:
+        """See :meth:`Client.wait_command`."""
+        request = {"type": "wait", "command": command_number(command)}
+        id, route = await self._ask_on_id(request, True, timeout)
+        self._link.drop(id)
+        assert route.exit is not None
+        result = result_of(route.exit)
+        result.command = command
+        return result
+
+    async def signal_command(self, command: int, signal: str | int = "TERM") -> str | None:
+        """See :meth:`Client.signal_command`."""
+        try:
+            event = await self._request(
+                {"type": "signal_command", "command": command_number(command),
+                 "signal": signal_name(signal)},
+                "command_signalled",
+            )
+        except WardenError as e:
+            if e.code == "unknown_id":
+                return None
+            raise
+        return str(event.get("signal", signal))
+
 
 class AsyncProcess:
     """A command started by :meth:`AsyncClient.spawn`; ``async for stream,
@@ -576,6 +660,7 @@ class AsyncProcess:
         assert exit is not None
         started = Started(self.command, self.pid or 0) if self.command is not None else None
         self._result = result_of(exit, b"".join(out), b"".join(err), started)
+        self._result.pid = self.pid
         return self._result
 
     async def kill(self, signal: str | int = "TERM") -> str | None:
@@ -636,3 +721,50 @@ class AsyncProcess:
     def __repr__(self) -> str:
         state = "ended" if self.ended else "running"
         return f"<warden AsyncProcess id={self.id} command={self.command} pid={self.pid} {state}>"
+
+
+class AsyncAttachment(AsyncProcess):
+    """A detached command followed on a frame id of this connection
+    (:meth:`AsyncClient.attach`); ``async for stream, chunk in attachment``
+    reads what it printed, then its output live. See
+    :class:`~warden_client.Attachment`."""
+
+    def __init__(self, client: AsyncClient, id: int, route: _Route, command: int) -> None:
+        super().__init__(client, id, route, True)
+        event = route.started or {}
+        self.command = command
+        self.pid = None
+        self._number = command
+        self.dropped_bytes: int = int(event.get("dropped_bytes", 0) or 0)
+
+    async def kill(self, signal: str | int = "TERM") -> str | None:
+        """See :meth:`Attachment.kill`."""
+        if self.ended:
+            return None
+        return await self._client.signal_command(self._number, signal)
+
+    async def resize(self, rows: int, cols: int) -> TerminalSize | None:
+        """See :meth:`Attachment.resize`."""
+        if self.ended:
+            return None
+        try:
+            size = await self._client.resize(self.id, rows, cols)
+        except WardenError as e:
+            if e.code == "unknown_id" and self.ended:
+                return None
+            raise
+        self.terminal = size
+        return size
+
+    def close(self) -> None:
+        """See :meth:`Attachment.close`."""
+        self._link.discard(self._route, _BOTH)
+        self._link.drop(self.id)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._result is None:
+            self.close()
+
+    def __repr__(self) -> str:
+        state = "ended" if self.ended else "running"
+        return f"<warden AsyncAttachment id={self.id} command={self.command} {state}>"

@@ -31,6 +31,8 @@ from .common import (
     REFUSED_IN_PLACE,
     STDIN_CHUNK,
     SUPPORTED_VERSIONS,
+    Detached,
+    DetachedCommand,
     Hello,
     Pty,
     Result,
@@ -38,7 +40,10 @@ from .common import (
     Started,
     TerminalSize,
     client_name,
+    command_number,
     default_socket,
+    detach_request,
+    detached_commands,
     error_of,
     hold_until,
     read_key,
@@ -49,7 +54,7 @@ from .common import (
 )
 from .errors import FATAL_CODES, ConnectionError, ProtocolError, TimeoutError, WardenError
 
-__all__ = ["Client", "Process", "Stream"]
+__all__ = ["Attachment", "Client", "Process", "Stream"]
 
 Stream = Literal["stdout", "stderr"]
 _NAMES: dict[int, Stream] = {fr.STDOUT: "stdout", fr.STDERR: "stderr"}
@@ -97,6 +102,9 @@ class _Route:
         #: Errors after the start (stdin for a command that had ended).
         self.late_errors: list[WardenError] = []
         self.command = False
+        #: An attach or a wait (version 4): before its answer, unknown_id
+        #: means warden has no such detached command: a refusal.
+        self.follows = False
 
     def on_control(self, event: dict[str, Any]) -> None:
         if not self.command:
@@ -105,12 +113,16 @@ class _Route:
         kind = event["type"]
         if kind == "exit":
             self.exit = event
-        elif kind == "started":
+        elif kind in ("started", "detached", "attached"):
+            # The first answer: the command runs (a detached run: runs on
+            # its own; an attach: is followed here).
             self.started = event
         elif kind == "error":
             error = error_of(event)
-            # unknown_id is about stdin that came too late: never a refusal.
-            if self.started is None and self.exit is None and error.code != "unknown_id":
+            # unknown_id is about stdin that came too late: never a refusal
+            # of a run (of an attach or a wait, before its answer, it is).
+            answered = self.started is not None or self.exit is not None
+            if not answered and (error.code != "unknown_id" or self.follows):
                 self.refused = error
             else:
                 self.late_errors.append(error)
@@ -738,6 +750,115 @@ class Client:
         )
         return _resized(event)
 
+    # -- detached commands (protocol version 4) ------------------------------
+
+    def _ask_on_id(self, request: dict[str, Any], follows: bool = False,
+                   timeout: float | None | _Default = DEFAULT) -> tuple[int, _Route]:
+        """Sends `request` on a new frame id and waits for its first answer
+        there (or its refusal, raised)."""
+        wait = self._link.timeout if isinstance(timeout, _Default) else timeout
+        id = self._next_id()
+        route = self._link.route(id)
+        route.follows = follows
+        try:
+            self._link.send(fr.encode_control(id, request), self._link.timeout)
+            self._link.wait(lambda: True if (route.started or route.ended) else None, wait)
+        except BaseException:
+            self._link.drop(id)
+            raise
+        if route.refused is not None:
+            self._link.drop(id)
+            raise route.refused
+        return id, route
+
+    def detach(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        folder: str | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bool = False,
+        limits: Mapping[str, int | None] | None = None,
+        keep_background: bool = False,
+        extra: Mapping[str, Any] | None = None,
+        pty: Pty | None = None,
+        tag: str | None = None,
+    ) -> Detached:
+        """Starts a detached command (protocol version 4): it runs on
+        whoever is connected, this connection's end included. Arguments as
+        :meth:`spawn`, plus ``tag`` (1 to 128 printable bytes: its name in
+        :meth:`list_commands`); ``stdin=True`` lets attachments write to it
+        (on a ``pty`` they always may). Returns warden's number for it, its
+        pid and tag; a command that could not start is a Detached whose
+        ``exit`` says why. A bad tag, or a 65th detached command, is a
+        ``bad_request``."""
+        size = None if pty is None else terminal_size(pty)
+        request = detach_request(
+            run_request(argv, shell, folder, timeout, env, stdin, limits, keep_background, extra, size),
+            tag,
+        )
+        id, route = self._ask_on_id(request)
+        self._link.drop(id)
+        return _detached(route, tag)
+
+    def list_commands(self) -> list[DetachedCommand]:
+        """The detached commands, running or lately ended (warden keeps the
+        last 64 that ended), oldest first (protocol version 4)."""
+        return detached_commands(self._request({"type": "list"}, "commands"))
+
+    def attach(self, command: int) -> Attachment:
+        """Follows a detached command on a new frame id (protocol version
+        4) and returns once warden does: iterate the :class:`Attachment`
+        for what it printed while nobody was attached (the last MiB), then
+        its output live, until its exit. ``unknown_id`` when warden has no
+        such command."""
+        id, route = self._ask_on_id({"type": "attach", "command": command_number(command)}, True)
+        return Attachment(self, id, route, command)
+
+    def wait_command(self, command: int, timeout: float | None | _Default = DEFAULT) -> Result:
+        """Waits for a detached command's end and returns how it ended (no
+        output: :meth:`attach` gives it), at once if it has ended (protocol
+        version 4). ``timeout`` bounds the wait (the client's own by
+        default). ``unknown_id`` when warden has no such command (any more)."""
+        request = {"type": "wait", "command": command_number(command)}
+        id, route = self._ask_on_id(request, True, timeout)
+        self._link.drop(id)
+        assert route.exit is not None
+        result = result_of(route.exit)
+        result.command = command
+        return result
+
+    def signal_command(self, command: int, signal: str | int = "TERM") -> str | None:
+        """Signals a detached command's whole process group (protocol
+        version 4); returns the signal's name as warden sent it
+        (``"SIGTERM"``), or None when that command is not running (any
+        more)."""
+        try:
+            event = self._request(
+                {"type": "signal_command", "command": command_number(command),
+                 "signal": signal_name(signal)},
+                "command_signalled",
+            )
+        except WardenError as e:
+            if e.code == "unknown_id":
+                return None
+            raise
+        return str(event.get("signal", signal))
+
+
+def _detached(route: _Route, tag: str | None) -> Detached:
+    """What a detached run's id was answered with."""
+    if route.exit is not None:
+        return Detached(None, None, tag, result_of(route.exit))
+    event = route.started or {}
+    command, pid = event.get("command"), event.get("pid")
+    if type(command) is not int or type(pid) is not int or event.get("type") != "detached":
+        raise ProtocolError(f"a detached run answered with {event!r:.200}")
+    answered = event.get("tag", tag)
+    return Detached(command, pid, None if answered is None else str(answered))
+
 
 def _resized(event: Mapping[str, Any]) -> TerminalSize:
     """The size a ``resized`` event says."""
@@ -862,6 +983,7 @@ class Process:
         assert exit is not None
         started = Started(self.command, self.pid or 0) if self.command is not None else None
         self._result = result_of(exit, b"".join(out), b"".join(err), started)
+        self._result.pid = self.pid
         return self._result
 
     def kill(self, signal: str | int = "TERM") -> str | None:
@@ -941,3 +1063,68 @@ class Process:
     def __repr__(self) -> str:
         state = "ended" if self.ended else "running"
         return f"<warden Process id={self.id} command={self.command} pid={self.pid} {state}>"
+
+
+class Attachment(Process):
+    """A detached command followed on a frame id of this connection
+    (:meth:`Client.attach`, protocol version 4): iterating it yields what
+    it printed while nobody was attached (the last MiB), then its output
+    live, until it has ended; then :meth:`wait` returns its Result.
+
+    :meth:`write` and :meth:`close_stdin` reach its stdin when it was
+    detached with ``stdin=True`` or a ``pty`` (closing it closes it for
+    every attachment); :meth:`resize` resizes its terminal; :meth:`kill`
+    is :meth:`Client.signal_command`. Leaving a ``with`` block, or
+    :meth:`close`, only stops following it: the command runs on.
+    """
+
+    def __init__(self, client: Client, id: int, route: _Route, command: int) -> None:
+        # Whether it takes stdin is warden's to say: write() is let through.
+        super().__init__(client, id, route, True)
+        event = route.started or {}
+        #: warden's number for the command.
+        self.command = command
+        #: Always None: :meth:`Client.list_commands` has it.
+        self.pid = None
+        self._number = command
+        #: Output let go before this attachment, because nobody was
+        #: attached and the buffer was full.
+        self.dropped_bytes: int = int(event.get("dropped_bytes", 0) or 0)
+
+    def kill(self, signal: str | int = "TERM") -> str | None:
+        """Signals the detached command's whole process group; returns the
+        signal's name as warden sent it, or None once it has ended."""
+        if self.ended:
+            return None
+        return self._client.signal_command(self._number, signal)
+
+    def resize(self, rows: int, cols: int) -> TerminalSize | None:
+        """Resizes its terminal (it was detached with ``pty=``); returns the
+        new size, or None once it has ended. ``unknown_id`` when it runs on
+        no terminal."""
+        if self.ended:
+            return None
+        try:
+            size = self._client.resize(self.id, rows, cols)
+        except WardenError as e:
+            # It ended meanwhile (its exit was read on the way): as kill() says it.
+            if e.code == "unknown_id" and self.ended:
+                return None
+            raise
+        self.terminal = size
+        return size
+
+    def close(self) -> None:
+        """Stops following it here: what warden still sends for it on this
+        id is dropped, and the Attachment is not read any more. The command
+        runs on."""
+        self._link.discard(self._route, _BOTH)
+        self._link.drop(self.id)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._result is None:
+            self.close()
+
+    def __repr__(self) -> str:
+        state = "ended" if self.ended else "running"
+        return f"<warden Attachment id={self.id} command={self.command} {state}>"

@@ -16,6 +16,8 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "VERSION",
     "CommandFailed",
+    "Detached",
+    "DetachedCommand",
     "Hello",
     "Pty",
     "Result",
@@ -23,6 +25,9 @@ __all__ = [
     "Started",
     "TerminalSize",
     "client_name",
+    "command_number",
+    "detach_request",
+    "detached_commands",
     "error_of",
     "hold_until",
     "read_key",
@@ -141,6 +146,27 @@ def run_request(
     if extra:
         request.update(extra)
     return request
+
+
+def detach_request(request: dict[str, Any], tag: str | None) -> dict[str, Any]:
+    """A run request made detached (protocol version 4): ``"detach": true``
+    and the ``tag`` when there is one (1 to 128 printable bytes: warden
+    checks, and says ``bad_request``)."""
+    if tag is not None and not isinstance(tag, str):
+        raise TypeError(f"tag is a str, not {type(tag).__name__}")
+    request["detach"] = True
+    if tag is not None:
+        request["tag"] = tag
+    return request
+
+
+def command_number(command: int) -> int:
+    """A detached command's number as warden takes it (``list``, ``attach``...)."""
+    if isinstance(command, bool) or not isinstance(command, int):
+        raise TypeError(f"a detached command is warden's number for it (an int), not {command!r}")
+    if command < 0:
+        raise ValueError(f"command {command}: warden's numbers are not negative")
+    return command
 
 
 def signal_name(signal: str | int) -> str:
@@ -278,6 +304,76 @@ def result_of(
         command=started.command if started else None,
         pid=started.pid if started else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Detached:
+    """The answer to a detached run (protocol version 4): warden's number
+    for the command, its pid and its tag. When it could not start,
+    ``command`` and ``pid`` are None and ``exit`` says why (``error``,
+    status 127, 126 or 125)."""
+
+    command: int | None
+    pid: int | None
+    tag: str | None = None
+    exit: Result | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DetachedCommand:
+    """A detached command as ``list_commands`` shows it (protocol version 4)."""
+
+    command: int
+    argv: list[str]
+    pid: int
+    #: When it started (Unix ms).
+    started_ms: int
+    #: ``"running"`` or ``"exited"``.
+    state: str
+    #: Connections following it now.
+    attached: int
+    #: Output let go because nobody was attached and the buffer (1 MiB) was full.
+    dropped_bytes: int
+    tag: str | None = None
+    folder: str | None = None
+    #: How it ended, once it has (no output: ``attach`` gives it).
+    exit: Result | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+
+def detached_commands(event: Mapping[str, Any]) -> list[DetachedCommand]:
+    """The DetachedCommands of a ``commands`` event."""
+    listed = event.get("commands")
+    if not isinstance(listed, list):
+        raise ProtocolError(f"commands without a list: {dict(event)!r:.200}")
+    out = []
+    for entry in listed:
+        try:
+            command = int(entry["command"])
+            ended = entry.get("exit")
+            exit = None if ended is None else result_of(ended)
+            if exit is not None:
+                exit.command = command
+            out.append(
+                DetachedCommand(
+                    command=command,
+                    argv=[str(a) for a in entry["argv"]],
+                    pid=int(entry["pid"]),
+                    started_ms=int(entry["started_ms"]),
+                    state=str(entry["state"]),
+                    attached=int(entry.get("attached", 0)),
+                    dropped_bytes=int(entry.get("dropped_bytes", 0)),
+                    tag=None if entry.get("tag") is None else str(entry["tag"]),
+                    folder=None if entry.get("folder") is None else str(entry["folder"]),
+                    exit=exit,
+                )
+            )
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise ProtocolError(f"a detached command warden listed: {entry!r:.200}") from None
+    return out
 
 
 @dataclass(slots=True)
