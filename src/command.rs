@@ -69,6 +69,8 @@ pub async fn execute(
         }
     };
     let limits = sup.limits_for(&run);
+    // The OOM killer's count before it runs (see `oom`).
+    let oom_before = crate::oom::kills();
     // Its tag: every process it starts carries it, wherever it goes.
     let Some(tag) = sup.tags.take() else {
         return failed(
@@ -224,6 +226,12 @@ pub async fn execute(
     // before the watch heard of it; limits the kernel enforces announce
     // themselves by signal.
     let limit = limit.or_else(|| budget.was_exceeded().then(|| "output".to_string()));
+    // Killed while the OOM killer struck in the machine's cgroup: its
+    // memory limit (commands are first in its line).
+    let oom_struck = matches!((oom_before, crate::oom::kills()), (Some(a), Some(b)) if b > a);
+    // (A shell reports its killed child as 137.)
+    let killed = matches!(exit, Exit::Signal(libc::SIGKILL) | Exit::Code(137));
+    let limit = limit.or_else(|| (killed && oom_struck).then(|| "memory".to_string()));
     let limit = limit.or_else(|| match exit {
         Exit::Signal(libc::SIGXCPU) => Some("cpu".to_string()),
         Exit::Signal(libc::SIGXFSZ) => Some("file_size".to_string()),

@@ -20,6 +20,7 @@ pub mod layout;
 pub mod lifetime;
 pub mod net;
 pub mod network;
+pub mod oom;
 pub mod output;
 pub mod policy;
 pub mod printable;

@@ -573,6 +573,9 @@ fn machine(action: MachineAction) -> Result<i32, String> {
                     for line in m::published(&m::container(&id)) {
                         println!("published: {line}");
                     }
+                    if let Some(size) = m::size_of(&m::container(&id)) {
+                        println!("machine size: {size}");
+                    }
                 }
             }
             Ok(0)

@@ -562,3 +562,62 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
         assert!(layer.holds, "{layer:?}");
     }
 }
+
+/// The machine's size is the engine's (cpus, memory, pids), shown by `up`
+/// and `status`; a command that eats more memory than the machine has is
+/// the one the OOM killer takes, its exit says so, and the runtime, warden
+/// and the next command carry on.
+#[test]
+fn a_machine_has_its_size_and_a_memory_bomb_stops_at_it() {
+    let test = "a_machine_has_its_size_and_a_memory_bomb_stops_at_it";
+    if !ready_with(test, ROOTFS) {
+        return;
+    }
+    let id = machine_id("size");
+    let _cleanup = Cleanup(id.clone());
+    let dir = open_folder();
+    let definition = dir.path().join("def.json");
+    write_json(
+        &definition,
+        &serde_json::json!({"id": id, "image": ROOTFS, "cpus": 1, "memory": "256m", "pids": 300,
+                            "command": ["sleep", "infinity"]}),
+    );
+    let out = up(&definition);
+    assert!(out.status.success(), "{}", show("up", &out));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("size: cpus 1, memory 256 MiB, processes 300"),
+        "{said}"
+    );
+    let container = format!("warden-{id}");
+    assert_eq!(inspect(&container, "{{.HostConfig.Memory}}"), "268435456");
+    assert_eq!(inspect(&container, "{{.HostConfig.PidsLimit}}"), "300");
+    let status = warden(&["machine", "status", &id]);
+    assert!(
+        text(&status.stdout).contains("machine size: cpus 1, memory 256 MiB, processes 300"),
+        "{}",
+        show("status", &status)
+    );
+
+    // 600 MiB in a 256 MiB machine: within the command's address-space
+    // limit, beyond the machine's memory.
+    let bomb = "python3 -c \"x = b'a' * (600 << 20); print(len(x))\"";
+    let out = warden(&["machine", "exec", &id, "--shell", bomb]);
+    assert_eq!(out.status.code(), Some(137), "{}", show("bomb", &out));
+    assert!(
+        text(&out.stderr).contains("memory limit reached"),
+        "{}",
+        show("bomb", &out)
+    );
+    let mut client = warden::launcher::machine::connect(&id, None).unwrap();
+    let status = client.status().unwrap();
+    assert!(status.main.is_some(), "the runtime is alive");
+    let out = warden(&["machine", "exec", &id, "--", "echo", "next"]);
+    assert_eq!(text(&out.stdout), "next\n", "{}", show("next", &out));
+    let audit = warden(&["machine", "audit", &id]);
+    assert!(
+        text(&audit.stdout).contains("limit=memory"),
+        "{}",
+        show("audit", &audit)
+    );
+}

@@ -24,6 +24,62 @@ pub const SHELL_HOME: &str = "/home/shell";
 /// The agent's folder: the one place in a user's home a lend may land.
 pub const ROUTINES: &str = "/home/runtime/workspace/routines";
 
+/// The machine's own size: what the engine (or QEMU) gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct Size {
+    pub cpus: Option<f64>,
+    /// Bytes.
+    pub memory: Option<u64>,
+    pub pids: Option<u64>,
+}
+
+/// The size a laptop owner would pick when the definition says nothing:
+/// two CPUs (or fewer, on a smaller host), 2 GiB, 4096 processes.
+pub const DEFAULT_CPUS: f64 = 2.0;
+pub const DEFAULT_MEMORY: u64 = 2 << 30;
+pub const DEFAULT_PIDS: u64 = 4096;
+/// The least memory a machine may be given.
+pub const MIN_MEMORY: u64 = 64 << 20;
+
+impl Size {
+    /// The definition's size with the defaults filled in, for a host of
+    /// `host_cpus` CPUs.
+    pub fn resolved(self, host_cpus: usize) -> (f64, u64, u64) {
+        (
+            self.cpus
+                .unwrap_or(DEFAULT_CPUS.min(host_cpus.max(1) as f64)),
+            self.memory.unwrap_or(DEFAULT_MEMORY),
+            self.pids.unwrap_or(DEFAULT_PIDS),
+        )
+    }
+}
+
+/// Pure: a memory size, `"512m"`, `"2g"`, `"1536M"`, `"1073741824"` (bytes)
+/// or with `k`; at least `MIN_MEMORY`.
+pub fn memory(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((at, _)) => text.split_at(at),
+        None => (text, ""),
+    };
+    let scale: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("{text:?}: a size such as \"512m\" or \"2g\"")),
+    };
+    let bytes = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("{text:?}: a size such as \"512m\" or \"2g\""))?;
+    if bytes < MIN_MEMORY {
+        return Err(format!("{text:?} is less than the least, 64m"));
+    }
+    Ok(bytes)
+}
+
 /// What the engine does when the machine's main process ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -271,6 +327,30 @@ mod tests {
                 (got, want) => panic!("{value}: got {got:?}, want {want:?}"),
             }
         }
+    }
+
+    #[test]
+    fn memory_table() {
+        let cases = [
+            ("512m", Ok(512 << 20)),
+            ("2g", Ok(2 << 30)),
+            ("1536M", Ok(1536 << 20)),
+            ("2GiB", Ok(2 << 30)),
+            ("1073741824", Ok(1 << 30)),
+            ("65536k", Ok(64 << 20)),
+            ("63m", Err(())),
+            ("", Err(())),
+            ("2t", Err(())),
+            ("m", Err(())),
+            ("-1g", Err(())),
+            ("99999999999999999999g", Err(())),
+        ];
+        for (text, want) in cases {
+            assert_eq!(memory(text).map_err(|_| ()), want, "{text}");
+        }
+        let size = Size::default();
+        assert_eq!(size.resolved(1), (1.0, DEFAULT_MEMORY, DEFAULT_PIDS));
+        assert_eq!(size.resolved(8), (2.0, DEFAULT_MEMORY, DEFAULT_PIDS));
     }
 
     #[test]

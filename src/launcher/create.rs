@@ -64,6 +64,8 @@ pub struct CreatePlan<'a> {
     /// (host port on 127.0.0.1, the machine's port).
     pub ports: Vec<(u16, u16)>,
     pub restart: Restart,
+    /// CPUs, memory (bytes) and processes, when the engine can hold them.
+    pub size: Option<(f64, u64, u64)>,
     pub entry: Entry,
     pub command: Option<&'a [String]>,
     pub image: &'a str,
@@ -126,6 +128,15 @@ pub fn create_args(plan: &CreatePlan) -> Vec<String> {
             .iter()
             .map(|(host, port)| format!("--publish=127.0.0.1:{host}:{port}/tcp")),
     );
+    if let Some((cpus, memory, pids)) = plan.size {
+        // Memory and swap alike: no swap beyond the memory.
+        args.extend([
+            format!("--cpus={cpus}"),
+            format!("--memory={memory}"),
+            format!("--memory-swap={memory}"),
+            format!("--pids-limit={pids}"),
+        ]);
+    }
     if plan.restart != Restart::No {
         args.push(format!("--restart={}", plan.restart.engine_value()));
     }
@@ -239,6 +250,7 @@ mod tests {
             env: vec![],
             ports: vec![],
             restart: Restart::No,
+            size: None,
             entry: Entry::Image,
             command,
             image: "img",

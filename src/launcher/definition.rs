@@ -7,7 +7,7 @@
 //! problem, for example `demo.json: lend[1].at: /etc/x shadows a system
 //! path (/etc)`.
 
-use super::agent::{self, KeepId, Port, Restart};
+use super::agent::{self, KeepId, Port, Restart, Size};
 use crate::policy::{Limits, Requirement};
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -46,7 +46,7 @@ pub const MAX_IDLE_MINUTES: f64 = 7.0 * 24.0 * 60.0;
 const RESERVED_NAMES: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
 
 /// The top-level fields, in the order they are checked.
-const FIELDS: [&str; 21] = [
+const FIELDS: [&str; 24] = [
     "id",
     "image",
     "dockerfile",
@@ -68,6 +68,9 @@ const FIELDS: [&str; 21] = [
     "ports",
     "requires",
     "idle_stop_minutes",
+    "cpus",
+    "memory",
+    "pids",
 ];
 
 const LEND_FIELDS: [&str; 3] = ["host", "at", "mode"];
@@ -134,6 +137,8 @@ pub struct Definition {
     /// Minutes with no request, no command and no hold after which warden
     /// stops the machine; None never.
     pub idle_stop_minutes: Option<f64>,
+    /// The machine's CPUs, memory and processes (None: the defaults).
+    pub size: Size,
 }
 
 /// What the machine is.
@@ -286,6 +291,7 @@ struct AgentFields {
     ports: Vec<Port>,
     requires: Vec<String>,
     idle_stop_minutes: Option<f64>,
+    size: Size,
 }
 
 /// Checks one definition's fields, naming the file in every error.
@@ -450,6 +456,7 @@ impl Parser<'_> {
             ports: agent.ports,
             requires: agent.requires,
             idle_stop_minutes: agent.idle_stop_minutes,
+            size: agent.size,
             id,
             source,
             lend,
@@ -525,12 +532,36 @@ impl Parser<'_> {
                 "\"shell\" would make the owner's routines lent for writing shell's: use \"runtime\", or lend them to read",
             ));
         }
+        let cpus: Option<f64> = self.take(object, "cpus", "cpus")?.flatten();
+        if let Some(c) = cpus.filter(|c| !(0.01..=1024.0).contains(c)) {
+            return Err(self.invalid("cpus", format!("{c} is not between 0.01 and 1024")));
+        }
+        let memory: Option<Value> = self.take(object, "memory", "memory")?.flatten();
+        let memory = match memory {
+            None => None,
+            Some(Value::String(text)) => {
+                Some(agent::memory(&text).map_err(|e| self.invalid("memory", e))?)
+            }
+            Some(Value::Number(n)) => {
+                Some(agent::memory(&n.to_string()).map_err(|e| self.invalid("memory", e))?)
+            }
+            Some(other) => {
+                return Err(
+                    self.invalid("memory", format!("{other} is not a size such as \"512m\""))
+                )
+            }
+        };
+        let pids: Option<u64> = self.take(object, "pids", "pids")?.flatten();
+        if let Some(p) = pids.filter(|p| *p < 16) {
+            return Err(self.invalid("pids", format!("{p} is less than the least, 16")));
+        }
         Ok(AgentFields {
             command,
             restart,
             ports,
             requires,
             idle_stop_minutes,
+            size: Size { cpus, memory, pids },
         })
     }
 
@@ -861,6 +892,7 @@ mod tests {
                 ports: vec![],
                 requires: vec![],
                 idle_stop_minutes: None,
+                size: Default::default(),
                 firewall: None,
                 dns: vec![],
                 allow_addresses: vec![],
@@ -1054,6 +1086,12 @@ mod tests {
                 Some("idle_stop_minutes: with \"restart\": \"always\""),
             ),
             (with(r#"{"keep_id": "runtime"}"#), None),
+            (with(r#"{"cpus": 1.5, "memory": "512m", "pids": 256}"#), None),
+            (with(r#"{"memory": 1073741824}"#), None),
+            (with(r#"{"memory": "lots"}"#), Some("memory: \"lots\": a size")),
+            (with(r#"{"memory": "16m"}"#), Some("memory: \"16m\" is less than the least, 64m")),
+            (with(r#"{"cpus": 0}"#), Some("cpus: 0 is not between")),
+            (with(r#"{"pids": 3}"#), Some("pids: 3 is less than the least, 16")),
             (with(r#"{"keep_id": "root"}"#), Some("keep_id: \"root\" is none of")),
             (
                 with(

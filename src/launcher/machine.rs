@@ -348,6 +348,10 @@ fn bring_up(
     for line in published(&name) {
         step(start, &format!("published: {line}"));
     }
+    match size_of(&name) {
+        Some(size) if engine_size(def, host).is_some() => step(start, &format!("size: {size}")),
+        _ => step(start, "size: not held (a rootless engine on cgroup v1 ignores limits); commands keep their own rlimits"),
+    }
     Ok(())
 }
 
@@ -697,6 +701,7 @@ fn create(
             .collect(),
         ports: host_ports(def)?,
         restart: def.restart,
+        size: engine_size(def, host),
         entry,
         command: def.command.as_deref(),
         image,
@@ -704,6 +709,38 @@ fn create(
     let args = create_args(&plan);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     podman("create container", &args).map(drop)
+}
+
+/// The machine's size for the engine, None where it cannot hold one (a
+/// rootless owner on cgroup v1: the engine ignores limits there).
+fn engine_size(def: &Definition, host: &Host) -> Option<(f64, u64, u64)> {
+    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let size = def.size.resolved(host_cpus);
+    match host.rootless && host.cgroups != super::host::Cgroups::Unified {
+        true => None,
+        false => Some(size),
+    }
+}
+
+/// The machine's size as the engine holds it, for people.
+pub fn size_of(name: &str) -> Option<String> {
+    let format = "{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}} {{.HostConfig.PidsLimit}}";
+    let out = podman(
+        "inspect",
+        &["container", "inspect", "--format", format, name],
+    )
+    .ok()?;
+    let mut parts = out
+        .split_whitespace()
+        .map(|v| v.parse::<i64>().unwrap_or(0));
+    let (nano, memory, pids) = (parts.next()?, parts.next()?, parts.next()?);
+    let say = |v: i64, f: &dyn Fn(i64) -> String| if v > 0 { f(v) } else { "unlimited".into() };
+    Some(format!(
+        "cpus {}, memory {}, processes {}",
+        say(nano, &|n| format!("{}", n as f64 / 1e9)),
+        say(memory, &|m| format!("{} MiB", m >> 20)),
+        say(pids, &|p| p.to_string()),
+    ))
 }
 
 /// The host port of each of the runtime's ports: as given (when free), or

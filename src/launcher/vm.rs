@@ -29,7 +29,10 @@ use std::time::{Duration, Instant};
 pub const KIT: &str = "/var/cache/warden-machine/vm";
 /// Each VM has its own vsock device backend, so one CID serves them all.
 pub const GUEST_CID: u32 = 3;
-const MEMORY_MB: u32 = 512;
+/// A VM's size when its definition gives none: software emulation here
+/// boots a small one fastest.
+const DEFAULT_MEMORY_MB: u64 = 512;
+const DEFAULT_CPUS: u32 = 1;
 /// Software emulation boots in seconds here; a loaded host takes longer.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long `stop` waits for the power to go off before it kills QEMU.
@@ -147,7 +150,22 @@ pub fn tsc_khz(cpuinfo: &str) -> Option<u64> {
 }
 
 /// QEMU's arguments for the machine `id` whose files are in `vm`.
-pub fn qemu_args(id: &str, kernel: &Path, rootfs: &Path, vm: &Path, tsc_khz: u64) -> Vec<String> {
+/// The VM's memory (MiB) and CPUs, from its definition.
+pub fn vm_size(size: &super::agent::Size) -> (u64, u32) {
+    (
+        size.memory.map_or(DEFAULT_MEMORY_MB, |bytes| bytes >> 20),
+        size.cpus.map_or(DEFAULT_CPUS, |c| c.ceil().max(1.0) as u32),
+    )
+}
+
+pub fn qemu_args(
+    id: &str,
+    kernel: &Path,
+    rootfs: &Path,
+    vm: &Path,
+    tsc_khz: u64,
+    (memory_mb, cpus): (u64, u32),
+) -> Vec<String> {
     let p = |name: &str| vm.join(name).display().to_string();
     let drive = |file: String, name: &str, extra: &str| {
         format!("file={file},format=raw,if=none,id={name}{extra}")
@@ -178,11 +196,11 @@ pub fn qemu_args(id: &str, kernel: &Path, rootfs: &Path, vm: &Path, tsc_khz: u64
         "-M",
         "microvm,memory-backend=mem",
         "-m",
-        &MEMORY_MB.to_string(),
+        &memory_mb.to_string(),
         "-smp",
-        "1",
+        &cpus.to_string(),
         "-object",
-        &format!("memory-backend-memfd,id=mem,size={MEMORY_MB}M,share=on"),
+        &format!("memory-backend-memfd,id=mem,size={memory_mb}M,share=on"),
         "-display",
         "none",
         "-no-reboot",
@@ -263,7 +281,7 @@ pub fn up(
     initrd(&kit, &def.id, keys_text)?;
     // Recorded only once the VM answers: one that never did is not kept.
     let _ = std::fs::remove_file(&recorded);
-    launch(&kit, &def.id, &rootfs)?;
+    launch(&kit, &def.id, &rootfs, vm_size(&def.size))?;
     machine::step(start, "QEMU started (software emulation)");
     if let Err(e) = wait_ready(&def.id) {
         kill(&def.id);
@@ -434,7 +452,7 @@ fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), String> {
 
 /// Starts the vsock backend, then QEMU (which daemonizes once the VM is
 /// set up); both outlive the launcher, in sessions of their own.
-fn launch(kit: &Kit, id: &str, rootfs: &Path) -> Result<(), String> {
+fn launch(kit: &Kit, id: &str, rootfs: &Path, size: (u64, u32)) -> Result<(), String> {
     let vm = dir(id);
     for stale in ["vhost.sock", "vsock.sock", "qemu.pid", "serial.log"] {
         let _ = std::fs::remove_file(vm.join(stale));
@@ -483,7 +501,7 @@ fn launch(kit: &Kit, id: &str, rootfs: &Path) -> Result<(), String> {
         stop_backend(id);
         return Err("no cpu MHz in /proc/cpuinfo (microvm needs it)".into());
     };
-    let qemu = qemu_args(id, &kit.dir.join("vmlinuz"), rootfs, &vm, khz);
+    let qemu = qemu_args(id, &kit.dir.join("vmlinuz"), rootfs, &vm, khz, size);
     let unit = format!("warden-{id}-qemu");
     let (program, args) = in_own_scope(systemd, &unit, &kit.qemu.display().to_string(), qemu);
     let out = Command::new(program)
@@ -815,6 +833,7 @@ mod tests {
             Path::new("/k/images/x.ext4"),
             Path::new("/s/demo/vm"),
             2_000_000,
+            (1024, 2),
         );
         let line = args.join(" ");
         assert!(line.contains("-accel tcg"), "{line}");
@@ -825,6 +844,19 @@ mod tests {
         assert!(line.contains("tsc_early_khz=2000000"), "{line}");
         assert!(line.contains("warden.hostname=demo"), "{line}");
         assert!(line.contains("-pidfile /s/demo/vm/qemu.pid"), "{line}");
+        assert!(line.contains("-m 1024 -smp 2"), "{line}");
+        assert!(
+            line.contains("memory-backend-memfd,id=mem,size=1024M"),
+            "{line}"
+        );
+        let size = super::super::agent::Size::default();
+        assert_eq!(vm_size(&size), (512, 1));
+        let size = super::super::agent::Size {
+            cpus: Some(1.5),
+            memory: Some(1 << 30),
+            pids: None,
+        };
+        assert_eq!(vm_size(&size), (1024, 2));
     }
 
     #[test]
