@@ -59,13 +59,7 @@ fn a_node_runtime_lives_in_its_machine() {
     let _cleanup = Cleanup(id.clone());
     let dir = open_folder();
     // The agent's folder, lent at routines: its program is there.
-    let routines = dir.path().join("agent");
-    std::fs::create_dir(&routines).unwrap();
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agent/server.mjs"),
-        routines.join("server.mjs"),
-    )
-    .unwrap();
+    let routines = agent_folder(dir.path());
     std::fs::write(dir.path().join(".env"), format!("API_TOKEN={CANARY}\n")).unwrap();
     let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/node");
     let definition = dir.path().join("def.json");
@@ -166,20 +160,7 @@ fn an_image_without_warden_runs_with_the_lent_one() {
     let id = machine_id("bare");
     let _cleanup = Cleanup(id.clone());
     // A project at the path it has on the host, under /home.
-    let home = Path::new("/home").join(format!("wt-{}", std::process::id()));
-    let project = home.join("project");
-    std::fs::create_dir_all(&project).unwrap();
-    struct Gone(std::path::PathBuf);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let _gone = Gone(home.clone());
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&project, std::fs::Permissions::from_mode(0o777)).unwrap();
-    }
+    let (project, _gone) = project_under_home("bare");
     let dir = open_folder();
     let definition = dir.path().join("def.json");
     write_json(
@@ -426,29 +407,9 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
     let _cleanup = Cleanup(id.clone());
     let (attack_dir, _) = build_attack_program();
     let dir = open_folder();
-    let routines = dir.path().join("agent");
-    std::fs::create_dir(&routines).unwrap();
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agent/server.mjs"),
-        routines.join("server.mjs"),
-    )
-    .unwrap();
+    let routines = agent_folder(dir.path());
     std::fs::write(routines.join("agent.md"), ROUTINE_CANARY).unwrap();
-    let home = Path::new("/home").join(format!("wt-{}-a", std::process::id()));
-    let project = home.join("project");
-    std::fs::create_dir_all(&project).unwrap();
-    struct Gone(std::path::PathBuf);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let _gone = Gone(home.clone());
-    {
-        // Rootful, the owner's project is open to the machine's users.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&project, std::fs::Permissions::from_mode(0o777)).unwrap();
-    }
+    let (project, _gone) = project_under_home("attacked");
     std::fs::write(dir.path().join(".env"), format!("API_KEY={ENV_CANARY}\n")).unwrap();
     let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/node");
     let definition = dir.path().join("def.json");

@@ -5,74 +5,15 @@
 
 mod common;
 
-use common::{privileged, warden_bin};
+use common::machine::{
+    inspect, leftovers, podman, ready, show, text, wait_exited, warden, Cleanup, IMAGE,
+};
+use common::warden_bin;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const IMAGE: &str = "localhost/warden-machine:latest";
 const CANARY: &str = "canary-xyz-123";
-
-/// Root, and the base image present; else skip (or fail under CI=true).
-fn ready(test: &str) -> bool {
-    if !privileged(test) {
-        return false;
-    }
-    let image = Command::new("podman")
-        .args(["image", "exists", IMAGE])
-        .status()
-        .is_ok_and(|s| s.success());
-    if image {
-        return true;
-    }
-    let reason = format!("{test}: needs {IMAGE} (build it with `sudo machine/build`)");
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{reason}, and CI=true forbids skipping");
-    }
-    common::skipped(&reason);
-    false
-}
-
-fn warden(args: &[&str]) -> Output {
-    Command::new(warden_bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-/// podman with the options the launcher found this host needs (no quirk
-/// of this host written here).
-fn podman(args: &[&str]) -> Output {
-    let host = warden::launcher::host::get().unwrap_or_else(|e| panic!("{e}"));
-    Command::new(host.engine.program())
-        .args(&host.global)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn show(what: &str, out: &Output) -> String {
-    format!(
-        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
-
-/// Removes the machine, its volumes and state folder, whatever happened.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = warden(&["machine", "rm", &self.0, "--volumes"]);
-    }
-}
 
 /// A definition in a temp folder, with its `.env`, a lent folder and a
 /// setup script.
@@ -131,22 +72,6 @@ impl Fixture {
     fn container(&self) -> String {
         format!("warden-{}", self.id)
     }
-}
-
-fn inspect(container: &str, format: &str) -> String {
-    text(&podman(&["inspect", "--format", format, container]).stdout)
-        .trim()
-        .to_string()
-}
-
-/// Anything left with this machine's label (containers or volumes).
-/// Only one label filter: podman ORs filters on the same key, and other
-/// tests' machines carry the same owner label.
-fn leftovers(id: &str) -> String {
-    let machine = format!("label=warden.machine={id}");
-    let containers = podman(&["ps", "-a", "--filter", &machine, "-q"]);
-    let volumes = podman(&["volume", "ls", "--filter", &machine, "-q"]);
-    format!("{}{}", text(&containers.stdout), text(&volumes.stdout))
 }
 
 #[test]
@@ -472,20 +397,6 @@ fn a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data() {
     assert_eq!(text(&out.stdout), "two\n", "{}", show("marker", &out));
     let out = sh_in(&fx, "0", "cat /home/runtime/data/kept");
     assert_eq!(text(&out.stdout), "keep\n", "{}", show("kept", &out));
-}
-
-/// Polls `.State.Running` until false, at most `limit`; true when it ended.
-fn wait_exited(container: &str, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if inspect(container, "{{.State.Running}}") == "false" {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
@@ -892,13 +803,7 @@ fn a_container_of_the_agents_own_from_any_image_writes_as_the_owner() {
     let owner = owner();
     owner.load(common::machine::ROOTFS);
     let project = PathBuf::from(format!("/home/{}/proj-{}", owner.name, std::process::id()));
-    struct Gone(PathBuf);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let _gone = Gone(project.clone());
+    let _gone = common::machine::Gone(project.clone());
     let out = owner
         .command("mkdir", &["-p", project.to_str().unwrap()])
         .output()
@@ -956,13 +861,7 @@ fn keep_id_runtime_makes_the_agents_own_changes_the_owners() {
     }
     let owner = owner();
     let agent = PathBuf::from(format!("/home/{}/agent-{}", owner.name, std::process::id()));
-    struct Gone(PathBuf);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let _gone = Gone(agent.clone());
+    let _gone = common::machine::Gone(agent.clone());
     let out = owner
         .command("mkdir", &["-p", agent.to_str().unwrap()])
         .output()

@@ -181,3 +181,36 @@ pub fn http_get(port: u16, path: &str, limit: Duration) -> Result<String, String
         }
     }
 }
+
+/// A folder removed (with all it holds) whatever happened.
+pub struct Gone(pub PathBuf);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A project folder at a path under /home, as an owner's would be,
+/// writable by the machine's users (rootful: they are not its owner); the
+/// guard removes it.
+pub fn project_under_home(tag: &str) -> (PathBuf, Gone) {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Path::new("/home").join(format!("wt-{}-{tag}", std::process::id()));
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::set_permissions(&project, std::fs::Permissions::from_mode(0o777)).unwrap();
+    (project, Gone(home))
+}
+
+/// An agent folder holding the small Node runtime of tests/agent.
+pub fn agent_folder(parent: &Path) -> PathBuf {
+    let routines = parent.join("agent");
+    std::fs::create_dir(&routines).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agent/server.mjs"),
+        routines.join("server.mjs"),
+    )
+    .unwrap();
+    routines
+}
