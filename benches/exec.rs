@@ -140,6 +140,15 @@ fn main() {
             }),
             confined,
             bare,
+            // What the lifetime sweep adds to each command's end when it
+            // left nothing behind: one walk of /proc (this host's, with
+            // more processes than a machine's: an upper bound).
+            measure("  of which: the lifetime sweep (/proc walk)", 2000, || {
+                assert_eq!(
+                    warden::lifetime::sweep(SHELL_UID, warden::lifetime::TAG_BASE),
+                    (0, 0)
+                )
+            }),
             measure("API: connect + hello + true", 1000, || {
                 assert_eq!(m.client().run(true_req()).unwrap().exit.status, 0)
             }),
