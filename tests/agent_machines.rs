@@ -582,3 +582,63 @@ fn a_machine_has_its_size_and_a_memory_bomb_stops_at_it() {
         show("audit", &audit)
     );
 }
+
+/// In a container too, what a command leaves behind ends with it: a new
+/// session, a double fork, nohup; a kept one stays until stop_shell.
+#[test]
+fn in_a_container_what_a_command_leaves_behind_ends_with_it() {
+    let test = "in_a_container_what_a_command_leaves_behind_ends_with_it";
+    if !ready_with(test, ROOTFS) {
+        return;
+    }
+    let id = machine_id("lifetime");
+    let _cleanup = Cleanup(id.clone());
+    let dir = open_folder();
+    let definition = dir.path().join("def.json");
+    write_json(&definition, &serde_json::json!({"id": id, "image": ROOTFS}));
+    let out = up(&definition);
+    assert!(out.status.success(), "{}", show("up", &out));
+    let container = format!("warden-{id}");
+    let sleepers = |n: &str| {
+        let out = podman(&[
+            "exec",
+            &container,
+            "pgrep",
+            "-u",
+            "2001",
+            "-f",
+            &format!("sleep {n}"),
+        ]);
+        text(&out.stdout).lines().count()
+    };
+    for line in [
+        "setsid sleep 911 &",
+        "sh -c '(sleep 911 &) &'; sleep 0.2",
+        "nohup sleep 911 >/dev/null 2>&1 &",
+    ] {
+        let out = warden(&["machine", "exec", &id, "--shell", line]);
+        assert!(out.status.success(), "{}", show(line, &out));
+        assert_eq!(sleepers("911"), 0, "{line} left a process behind");
+    }
+    // Kept on purpose: it stays, listed, until stop_shell.
+    let out = warden(&[
+        "machine",
+        "exec",
+        &id,
+        "--keep-background",
+        "--shell",
+        "setsid sleep 912 &",
+    ]);
+    assert!(out.status.success(), "{}", show("kept", &out));
+    assert_eq!(sleepers("912"), 1);
+    let status = warden(&["machine", "status", &id]);
+    assert!(
+        text(&status.stdout).contains("sleep"),
+        "{}",
+        show("status", &status)
+    );
+    let mut client = warden::launcher::machine::connect(&id, None).unwrap();
+    let (_, left) = client.stop_shell("KILL").unwrap();
+    assert_eq!(left, 0);
+    assert_eq!(sleepers("912"), 0);
+}
