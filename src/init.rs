@@ -2,16 +2,13 @@
 //! supervise until the main process ends or a shutdown signal arrives.
 
 use crate::api;
-use crate::audit::{Audit, Rotation};
-use crate::config::{self, MachineConfig};
-use crate::confine::{self, Confinement};
-use crate::layout;
+use crate::boot::{
+    announce, bind_proxy, leave_the_books_in_order, load_config, make_layout, make_users,
+    mount_volumes, open_audit, prepare_confinement, supervisor, BootError,
+};
 use crate::net::proxy::{self, Proxy};
-use crate::network::Network;
-use crate::policy::Policy;
 use crate::protocol::MainState;
 use crate::reaper::Exit;
-use crate::redact::Redactor;
 use crate::spawn::{self, SpawnError, Stdio};
 use crate::supervisor::Supervisor;
 use crate::users;
@@ -94,182 +91,43 @@ pub fn run(args: InitArgs) -> i32 {
     }
 }
 
+/// Boots in numbered phases, then supervises: its exit status.
 fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<&Vm>) -> i32 {
+    match phases(args, boot, waited, vm) {
+        Ok(status) => status,
+        Err(e) => refuse(e.to_string()),
+    }
+}
+
+/// The boot, phase by phase (1 and 2, the signals and a VM's own boot,
+/// are `run`'s).
+fn phases(
+    args: InitArgs,
+    boot: Instant,
+    waited: SigSet,
+    vm: Option<&Vm>,
+) -> Result<i32, BootError> {
     let pid1 = nix::unistd::getpid().as_raw() == 1;
     if !pid1 {
         become_subreaper();
     }
-    // 3. The machine's config (in a VM, then its volumes: they go where
-    //    the config puts the runtime's home).
-    let (config_path, explicit) = match &args.config {
-        Some(p) => (p.clone(), true),
-        None => (PathBuf::from(config::DEFAULT_PATH), false),
-    };
-    let mut config = match MachineConfig::load(&config_path, explicit) {
-        Ok(c) => c,
-        Err(e) => return refuse(e.to_string()),
-    };
-    if !args.main.is_empty() {
-        config.main = args.main;
-    }
-    let policy = match Policy::load(&config.policy_dir) {
-        Ok(p) => p,
-        Err(e) => return refuse(e.to_string()),
-    };
-    let volumes = match vm.map(|vm| vm.mount_volumes(&config.runtime.home)) {
-        None => Vec::new(),
-        Some(Ok(mounted)) => mounted,
-        Some(Err(e)) => return refuse(format!("VM volumes: {e}")),
-    };
-    // 4. The two users.
-    let accounts = match users::ensure(Path::new("/etc"), [&config.runtime, &config.shell]) {
-        Ok(a) => a,
-        Err(e) => return refuse(format!("users: {e}")),
-    };
-    // 5. The layout, with the modes the README lists.
-    let paths = layout::Paths::of_machine(&accounts[0], &accounts[1], config.audit_dir());
-    let changes = match layout::ensure(&layout::specs(&paths, &accounts[0], &accounts[1])) {
-        Ok(c) => c,
-        Err(e) => return refuse(e.to_string()),
-    };
-    if paths.routines_lent {
-        let shell = &accounts[1];
-        let who = layout::Who {
-            uid: shell.uid,
-            gid: shell.gid,
-            groups: &shell.groups,
-        };
-        if let Err(e) = layout::check_lent_routines(&paths.routines, who) {
-            return refuse(e.to_string());
-        }
-        crate::say!("routines: lent by the owner, kept as lent (shell cannot write them)");
-    }
-    //    Keys the launcher handed over with the machine's own files (a VM
-    //    has no other way in before it boots) become the runtime's .env.
-    match layout::hand_over_keys(Path::new(layout::HANDED_KEYS), &paths.env_file) {
-        Ok(true) => crate::say!("the runtime's keys were handed over"),
-        Ok(false) => {}
-        Err(e) => return refuse(format!("keys: {e}")),
-    }
-    // 6. The audit log.
-    let redactor = Redactor::new(paths.env_file.clone());
-    let rotation = Rotation {
-        max_bytes: config.audit_max_bytes,
-        max_files: config.audit_max_files,
-    };
-    let audit = match Audit::open_with(
-        &paths.audit_dir,
-        Some(accounts[0].gid),
-        Some(redactor),
-        rotation,
-    ) {
-        Ok(a) => a,
-        Err(e) => return refuse(format!("audit log in {}: {e}", paths.audit_dir.display())),
-    };
-    // 7. The confinement of commands, prepared once.
-    let proc_hidden = if pid1 {
-        confine::hide_processes()
-    } else {
-        Err("not PID 1: /proc belongs to the host; shell can list other processes".to_string())
-    };
-    let mut network = Network::new(policy.network.clone(), accounts[1].uid);
-    let confinement = Confinement::new(policy, proc_hidden);
-    // 8. Loopback, and the egress proxy's listening sockets.
-    match crate::network::loopback_up() {
-        Ok(true) => crate::say!("brought the loopback interface up"),
-        Ok(false) => {}
-        Err(e) => crate::say!("{e}"),
-    }
-    let proxy_listeners = match proxy::bind(network.policy.proxy_port) {
-        Ok((listeners, missing)) => {
-            if let Some(m) = missing {
-                crate::say!("{m}; the proxy listens on IPv4 only");
-            }
-            network.listening = listeners
-                .iter()
-                .filter_map(|l| l.local_addr().ok())
-                .map(|a| a.to_string())
-                .collect();
-            listeners
-        }
-        Err(e) => {
-            // The firewall probe will find the proxy unreachable and say so.
-            crate::say!("{e}: shell has no way out");
-            Vec::new()
-        }
-    };
-    let sup = Arc::new(Supervisor::new(
-        config,
-        accounts,
-        audit,
-        confinement,
-        network,
-        pid1,
-    ));
-    //    Keys handed over at an earlier boot of this machine are the main
-    //    process's from the start (a machine started again waits for none).
-    if let Some(text) = crate::keys::earlier(&sup.paths.env_file, sup.runtime.uid) {
-        sup.keys.arrive(&text);
-    }
-    // From here on, every diagnostic line is redacted like the audit log.
-    let weak = Arc::downgrade(&sup);
-    crate::diag::set_redaction(Box::new(move |text| match weak.upgrade() {
-        Some(sup) => sup.audit.redact(text).into_owned(),
-        None => text.to_string(),
-    }));
-    // 9. The async runtime, the signal loop and the API.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let (config, config_path, policy) = load_config(args)?; // 3
+    let volumes = mount_volumes(vm, &config)?;
+    let accounts = make_users(&config)?; // 4
+    let (paths, changes) = make_layout(&config, &accounts)?; // 5
+    let audit = open_audit(&config, &paths, &accounts)?; // 6
+    let (confinement, mut network) = prepare_confinement(policy, pid1, accounts[1].uid); // 7
+    let proxy_listeners = bind_proxy(&mut network); // 8
+    let sup = supervisor(config, accounts, audit, confinement, network, pid1);
+    let runtime = tokio::runtime::Builder::new_multi_thread() // 9
         .worker_threads(2)
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return refuse(format!("cannot start the async runtime: {e}")),
-    };
+        .map_err(BootError::Runtime)?;
     let signals = start_signal_loop(sup.clone(), waited);
-    let listener = match runtime.block_on(async {
-        bind(
-            &sup.config.socket,
-            SocketOwner::Group(sup.runtime.gid),
-            0o660,
-        )
-    }) {
-        Ok(l) => l,
-        Err(e) => return refuse(format!("api socket {}: {e}", sup.config.socket.display())),
-    };
-    // The host's ways in: its socket when the machine has one, and vsock
-    // in a VM. Anyone who reaches them may try; only the machine's key,
-    // loaded once for both, lets them in.
-    let vsock_port = vm.and(sup.config.vsock_port);
-    let key = match (&sup.config.host_socket, vsock_port) {
-        (None, None) => None,
-        _ => match crate::key::Key::load(&sup.config.key_file) {
-            Ok(k) => Some(Arc::new(k)),
-            Err(e) => return refuse(format!("the machine's key: {e}")),
-        },
-    };
-    let host_door = match (&sup.config.host_socket, &key) {
-        // The owner's alone: shell cannot even connect (where keep-id
-        // makes it the owner, the API refuses it by its pid).
-        (Some(path), Some(key)) => {
-            match runtime.block_on(async { bind(path, SocketOwner::OfFolder, 0o600) }) {
-                Ok(l) => Some((l, key.clone())),
-                Err(e) => return refuse(format!("host socket {}: {e}", path.display())),
-            }
-        }
-        _ => None,
-    };
-    let vsock_door = match (vsock_port, &key) {
-        (Some(port), Some(key)) => match runtime.block_on(async { crate::vsock::bind_any(port) }) {
-            Ok(l) => Some((l, key.clone())),
-            Err(e) => return refuse(format!("vsock port {port}: {e}")),
-        },
-        _ => None,
-    };
-    // 10. The firewall, and the proxy that is shell's one way out.
-    let defaults = start_network(&sup, &runtime, proxy_listeners);
-    // 11. Prove the confinement by behaviour, before serving anything.
-    let layers = sup.probe();
+    let doors = open_doors(&sup, &runtime, vm)?;
+    let defaults = start_network(&sup, &runtime, proxy_listeners); // 10
+    let layers = sup.probe(); // 11
     let boot_ms = boot.elapsed().as_secs_f64() * 1e3;
     sup.set_boot_ms(boot_ms);
     sup.audit.record(
@@ -282,12 +140,92 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
                "layers": layers,
                "vm": vm.map(|vm| json!({"root": vm.root, "modules": vm.modules,
                                         "hostname": vm.hostname, "volumes": volumes,
-                                        "vsock_port": vsock_door.as_ref().map(|(l, _)| l.port)})),
+                                        "vsock_port": doors.vsock_port})),
                "boot_ms": boot_ms}),
     );
-    // Counts of refusals are written once their window is over, even on a
-    // machine that writes nothing else.
-    let counting = Arc::downgrade(&sup);
+    serve(&sup, &runtime, doors);
+    announce(&sup, &layers, boot, vm.and(sup.config.vsock_port));
+    if let Some(vm) = vm {
+        vm.inject_fault();
+    }
+    work_out_default_hosts(&sup, defaults);
+    let (main, waits) = main_process(&sup); // 12
+    watch_idleness(&sup, &runtime);
+    let status = runtime.block_on(supervise(sup.clone(), signals, main, waits)); // 13
+    Ok(leave_the_books_in_order(&sup, status)) // 14
+}
+
+/// The API's ways in, bound (served only once the boot line is written).
+struct Doors {
+    local: tokio::net::UnixListener,
+    host: Option<(tokio::net::UnixListener, Arc<crate::key::Key>)>,
+    vsock: Option<(crate::vsock::Listener, Arc<crate::key::Key>)>,
+    vsock_port: Option<u32>,
+}
+
+/// 9. The machine's own socket (root and the runtime's group), and the
+///    host's ways in: its socket when the machine has one, vsock in a VM.
+///    Anyone who reaches those may try; only the machine's key, loaded
+///    once for both, lets them in.
+fn open_doors(
+    sup: &Arc<Supervisor>,
+    runtime: &tokio::runtime::Runtime,
+    vm: Option<&Vm>,
+) -> Result<Doors, BootError> {
+    let socket = &sup.config.socket;
+    let local = runtime
+        .block_on(async { bind(socket, SocketOwner::Group(sup.runtime.gid), 0o660) })
+        .map_err(|error| BootError::ApiSocket {
+            path: socket.clone(),
+            error,
+        })?;
+    let vsock_port = vm.and(sup.config.vsock_port);
+    let key = match (&sup.config.host_socket, vsock_port) {
+        (None, None) => None,
+        _ => Some(Arc::new(
+            crate::key::Key::load(&sup.config.key_file)
+                .map_err(|e| BootError::Key(e.to_string()))?,
+        )),
+    };
+    let host = match (&sup.config.host_socket, &key) {
+        // The owner's alone: shell cannot even connect (where keep-id
+        // makes it the owner, the API refuses it by its pid).
+        (Some(path), Some(key)) => {
+            let listener = runtime
+                .block_on(async { bind(path, SocketOwner::OfFolder, 0o600) })
+                .map_err(|error| BootError::HostSocket {
+                    path: path.clone(),
+                    error,
+                })?;
+            Some((listener, key.clone()))
+        }
+        _ => None,
+    };
+    let vsock = match (vsock_port, &key) {
+        (Some(port), Some(key)) => {
+            let listener = runtime
+                .block_on(async { crate::vsock::bind_any(port) })
+                .map_err(|e| BootError::Vsock {
+                    port,
+                    error: e.to_string(),
+                })?;
+            Some((listener, key.clone()))
+        }
+        _ => None,
+    };
+    let vsock_port = vsock.as_ref().map(|(l, _)| l.port);
+    Ok(Doors {
+        local,
+        host,
+        vsock,
+        vsock_port,
+    })
+}
+
+/// 11, then: the doors are served, and the refusal counts written once
+///     their window is over, even on a machine that writes nothing else.
+fn serve(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime, doors: Doors) {
+    let counting = Arc::downgrade(sup);
     runtime.spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -297,17 +235,13 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
             }
         }
     });
-    // Served only now: a client never sees warden before its boot line.
-    runtime.spawn(api::serve(
-        sup.clone(),
-        api::Listener::Unix(listener),
-        api::Door::Local,
-    ));
-    if let Some((host, key)) = host_door {
+    let local = api::Listener::Unix(doors.local);
+    runtime.spawn(api::serve(sup.clone(), local, api::Door::Local));
+    if let Some((host, key)) = doors.host {
         let door = api::Door::Host(key, "host_socket");
         runtime.spawn(api::serve(sup.clone(), api::Listener::Unix(host), door));
     }
-    if let Some((listener, key)) = vsock_door {
+    if let Some((listener, key)) = doors.vsock {
         let door = api::Door::Host(key, "vsock");
         runtime.spawn(api::serve(
             sup.clone(),
@@ -315,51 +249,18 @@ fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<
             door,
         ));
     }
-    for layer in layers.iter().filter(|l| !l.holds) {
-        let what = if layer.required {
-            "required"
-        } else {
-            "best effort"
-        };
-        crate::say!("{} ({what}) does not hold: {}", layer.layer, layer.detail);
-    }
-    if let Some(reason) = sup.confinement.refusal() {
-        crate::say!("commands will be refused: {reason}");
-    }
-    let vsock = vsock_port
-        .map(|p| format!(" and vsock port {p}"))
-        .unwrap_or_default();
-    crate::say!(
-        "ready in {:.1} ms: api on {}{vsock}, audit log {}",
-        boot.elapsed().as_secs_f64() * 1e3,
-        sup.config.socket.display(),
-        sup.audit.path().display()
-    );
-    if let Some(vm) = vm {
-        vm.inject_fault();
-    }
-    work_out_default_hosts(&sup, defaults);
-    // 12. The main process, as runtime (once the host handed over the
-    //     runtime's keys, when the config says it will).
+}
+
+/// 12. The main process, as runtime: now, or once the host has handed
+///     over the runtime's keys when the config says it will (then it
+///     starts in `supervise`).
+fn main_process(sup: &Supervisor) -> (Option<Result<Main, i32>>, bool) {
     let waits = sup.config.main_waits_for_keys && !sup.config.main.is_empty();
     if waits {
         crate::say!("the main process starts once the host hands over the runtime's keys");
+        return (None, true);
     }
-    let main = if waits { None } else { start_main(&sup) };
-    watch_idleness(&sup, &runtime);
-    // 13. Supervise until the end.
-    let status = runtime.block_on(supervise(sup.clone(), signals, main, waits));
-    // 14. Leave the books in order.
-    let _ = std::fs::remove_file(&sup.config.socket);
-    if let Some(host) = &sup.config.host_socket {
-        let _ = std::fs::remove_file(host);
-    }
-    sup.network.remove(&sup.reaper);
-    sup.audit.write_all_counts();
-    sup.audit.record("shutdown", json!({"status": status}));
-    sup.audit.sync();
-    crate::say!("exiting with status {status}");
-    status
+    (start_main(sup), false)
 }
 
 /// Applies the firewall, works out the default host list, and starts the

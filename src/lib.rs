@@ -6,6 +6,7 @@ pub mod activity;
 pub mod admission;
 pub mod api;
 pub mod audit;
+pub mod boot;
 pub mod client;
 pub mod command;
 pub mod config;

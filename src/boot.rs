@@ -1,0 +1,252 @@
+//! The phases of warden's boot that prepare the machine (3 to 8), what it
+//! says once ready, and its last phase (14); `init` runs them in order
+//! (its `phases`), with the ones that bind sockets and start processes.
+
+use crate::audit::{Audit, Rotation};
+use crate::config::{self, MachineConfig};
+use crate::confine::{self, Confinement};
+use crate::init::InitArgs;
+use crate::layout;
+use crate::net::proxy;
+use crate::network::Network;
+use crate::policy::Policy;
+use crate::redact::Redactor;
+use crate::supervisor::Supervisor;
+use crate::users;
+use crate::vm::Vm;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Why warden refuses to boot, by phase; said on the console, and the
+/// machine ends with status 1.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    #[error("{0}")]
+    Config(String),
+    #[error("VM volumes: {0}")]
+    Volumes(String),
+    #[error("users: {0}")]
+    Users(String),
+    #[error("{0}")]
+    Layout(String),
+    #[error("keys: {0}")]
+    Keys(String),
+    #[error("audit log in {dir}: {error}")]
+    Audit { dir: PathBuf, error: String },
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("api socket {path}: {error}")]
+    ApiSocket {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("the machine's key: {0}")]
+    Key(String),
+    #[error("host socket {path}: {error}")]
+    HostSocket {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("vsock port {port}: {error}")]
+    Vsock { port: u32, error: String },
+}
+
+/// 3. The machine's config and its confinement policy (the command line's
+///    `-- ARGV` is the main process, over the config's).
+pub fn load_config(args: InitArgs) -> Result<(MachineConfig, PathBuf, Policy), BootError> {
+    let (config_path, explicit) = match &args.config {
+        Some(p) => (p.clone(), true),
+        None => (PathBuf::from(config::DEFAULT_PATH), false),
+    };
+    let mut config = MachineConfig::load(&config_path, explicit)
+        .map_err(|e| BootError::Config(e.to_string()))?;
+    if !args.main.is_empty() {
+        config.main = args.main;
+    }
+    let policy = Policy::load(&config.policy_dir).map_err(|e| BootError::Config(e.to_string()))?;
+    Ok((config, config_path, policy))
+}
+
+/// 3, in a VM: its data and workspace disks, where the config puts the
+///    runtime's home.
+pub fn mount_volumes(vm: Option<&Vm>, config: &MachineConfig) -> Result<Vec<String>, BootError> {
+    match vm.map(|vm| vm.mount_volumes(&config.runtime.home)) {
+        None => Ok(Vec::new()),
+        Some(Ok(mounted)) => Ok(mounted),
+        Some(Err(e)) => Err(BootError::Volumes(e.to_string())),
+    }
+}
+
+/// 4. The two users, made if missing; conflicts refused.
+pub fn make_users(config: &MachineConfig) -> Result<[users::Account; 2], BootError> {
+    users::ensure(Path::new("/etc"), [&config.runtime, &config.shell])
+        .map_err(|e| BootError::Users(e.to_string()))
+}
+
+/// 5. The layout, with the modes the README lists (a lent routines folder
+///    kept as lent, if shell cannot write it), and the keys a VM's
+///    launcher handed over with its files, made the runtime's `.env`.
+pub fn make_layout(
+    config: &MachineConfig,
+    accounts: &[users::Account; 2],
+) -> Result<(layout::Paths, Vec<String>), BootError> {
+    let paths = layout::Paths::of_machine(&accounts[0], &accounts[1], config.audit_dir());
+    let changes = layout::ensure(&layout::specs(&paths, &accounts[0], &accounts[1]))
+        .map_err(|e| BootError::Layout(e.to_string()))?;
+    if paths.routines_lent {
+        let shell = &accounts[1];
+        let who = layout::Who {
+            uid: shell.uid,
+            gid: shell.gid,
+            groups: &shell.groups,
+        };
+        layout::check_lent_routines(&paths.routines, who)
+            .map_err(|e| BootError::Layout(e.to_string()))?;
+        crate::say!("routines: lent by the owner, kept as lent (shell cannot write them)");
+    }
+    match layout::hand_over_keys(Path::new(layout::HANDED_KEYS), &paths.env_file) {
+        Ok(true) => crate::say!("the runtime's keys were handed over"),
+        Ok(false) => {}
+        Err(e) => return Err(BootError::Keys(e)),
+    }
+    Ok((paths, changes))
+}
+
+/// 6. The audit log: root's, readable by the runtime's group, redacted
+///    with the runtime's keys.
+pub fn open_audit(
+    config: &MachineConfig,
+    paths: &layout::Paths,
+    accounts: &[users::Account; 2],
+) -> Result<Audit, BootError> {
+    let redactor = Redactor::new(paths.env_file.clone());
+    let rotation = Rotation {
+        max_bytes: config.audit_max_bytes,
+        max_files: config.audit_max_files,
+    };
+    Audit::open_with(
+        &paths.audit_dir,
+        Some(accounts[0].gid),
+        Some(redactor),
+        rotation,
+    )
+    .map_err(|e| BootError::Audit {
+        dir: paths.audit_dir.clone(),
+        error: e.to_string(),
+    })
+}
+
+/// 7. The confinement of commands, prepared once, and the network policy.
+pub fn prepare_confinement(policy: Policy, pid1: bool, shell_uid: u32) -> (Confinement, Network) {
+    let proc_hidden = if pid1 {
+        confine::hide_processes()
+    } else {
+        Err("not PID 1: /proc belongs to the host; shell can list other processes".to_string())
+    };
+    let network = Network::new(policy.network.clone(), shell_uid);
+    (Confinement::new(policy, proc_hidden), network)
+}
+
+/// 8. Loopback, and the egress proxy's listening sockets (none: the
+///    firewall probe finds the proxy unreachable and says so).
+pub fn bind_proxy(network: &mut Network) -> Vec<std::net::TcpListener> {
+    match crate::network::loopback_up() {
+        Ok(true) => crate::say!("brought the loopback interface up"),
+        Ok(false) => {}
+        Err(e) => crate::say!("{e}"),
+    }
+    match proxy::bind(network.policy.proxy_port) {
+        Ok((listeners, missing)) => {
+            if let Some(m) = missing {
+                crate::say!("{m}; the proxy listens on IPv4 only");
+            }
+            network.listening = listeners
+                .iter()
+                .filter_map(|l| l.local_addr().ok())
+                .map(|a| a.to_string())
+                .collect();
+            listeners
+        }
+        Err(e) => {
+            crate::say!("{e}: shell has no way out");
+            Vec::new()
+        }
+    }
+}
+
+/// 8, then: the supervisor of everything that follows; keys handed over at
+///    an earlier boot are the main process's from the start; from here on
+///    every diagnostic line is redacted like the audit log.
+pub fn supervisor(
+    config: MachineConfig,
+    accounts: [users::Account; 2],
+    audit: Audit,
+    confinement: Confinement,
+    network: Network,
+    pid1: bool,
+) -> Arc<Supervisor> {
+    let sup = Arc::new(Supervisor::new(
+        config,
+        accounts,
+        audit,
+        confinement,
+        network,
+        pid1,
+    ));
+    if let Some(text) = crate::keys::earlier(&sup.paths.env_file, sup.runtime.uid) {
+        sup.keys.arrive(&text);
+    }
+    let weak = Arc::downgrade(&sup);
+    crate::diag::set_redaction(Box::new(move |text| match weak.upgrade() {
+        Some(sup) => sup.audit.redact(text).into_owned(),
+        None => text.to_string(),
+    }));
+    sup
+}
+
+/// Says on the console what does not hold, whether commands are refused,
+/// and that warden is ready.
+pub fn announce(
+    sup: &Supervisor,
+    layers: &[crate::protocol::LayerState],
+    boot: Instant,
+    vsock_port: Option<u32>,
+) {
+    for layer in layers.iter().filter(|l| !l.holds) {
+        let what = if layer.required {
+            "required"
+        } else {
+            "best effort"
+        };
+        crate::say!("{} ({what}) does not hold: {}", layer.layer, layer.detail);
+    }
+    if let Some(reason) = sup.confinement.refusal() {
+        crate::say!("commands will be refused: {reason}");
+    }
+    let vsock = vsock_port
+        .map(|p| format!(" and vsock port {p}"))
+        .unwrap_or_default();
+    crate::say!(
+        "ready in {:.1} ms: api on {}{vsock}, audit log {}",
+        boot.elapsed().as_secs_f64() * 1e3,
+        sup.config.socket.display(),
+        sup.audit.path().display()
+    );
+}
+
+/// 14. Leave the books in order: the sockets removed, the firewall's
+///     table too, every count written, the last line, the log on disk.
+pub fn leave_the_books_in_order(sup: &Supervisor, status: i32) -> i32 {
+    let _ = std::fs::remove_file(&sup.config.socket);
+    if let Some(host) = &sup.config.host_socket {
+        let _ = std::fs::remove_file(host);
+    }
+    sup.network.remove(&sup.reaper);
+    sup.audit.write_all_counts();
+    sup.audit.record("shutdown", json!({"status": status}));
+    sup.audit.sync();
+    crate::say!("exiting with status {status}");
+    status
+}
