@@ -167,7 +167,12 @@ fn main() {
         ]
     };
     if !rows.is_empty() {
-        let sudo = rows[5].stats.p50;
+        let sudo = rows
+            .iter()
+            .find(|r| r.name.starts_with("sudo"))
+            .expect("the sudo row")
+            .stats
+            .p50;
         let floor = rows[0].stats.p50;
         println!("\nstarting `true` as shell (p50 ratios: against the floor, and how many times faster than sudo)");
         println!(
