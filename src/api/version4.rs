@@ -1,0 +1,238 @@
+//! The API's version 4 requests on a connection: the runtime's keys
+//! (`hand_keys`), the idle hold (`hold`), a terminal's size (`resize`), and
+//! detached commands (a detached run, `attach`, `wait`,
+//! `signal_command`). Each only translates frames; the work is the
+//! supervisor's, `keys`, `activity`, `pty` and `detached`.
+
+use super::{error, Conn, Door, Slot};
+use crate::protocol::{ErrorCode, Event, StdinMode};
+use crate::request;
+use serde_json::json;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+impl Conn {
+    /// `hand_keys` (version 4, the host's door only): the runtime's keys
+    /// become its `.env` and the main process's; only names are audited.
+    pub(super) fn hand_keys(&self, text: &str) -> Event {
+        if self.version.load(Ordering::SeqCst) < 4 {
+            return error(
+                ErrorCode::BadRequest,
+                "hand_keys is a protocol version 4 request",
+            );
+        }
+        if matches!(self.door, Door::Local) {
+            return error(
+                ErrorCode::Refused,
+                "hand_keys comes through the host's door only (the runtime writes its own .env)",
+            );
+        }
+        let names = match crate::keys::names(text) {
+            Ok(names) => names,
+            Err(e) => return error(ErrorCode::BadRequest, format!("hand_keys: {e}")),
+        };
+        let runtime = &self.sup.runtime;
+        if let Err(e) =
+            crate::keys::write_env(&self.sup.paths.env_file, text, runtime.uid, runtime.gid)
+        {
+            self.sup.audit.record("keys_failed", json!({"error": e}));
+            return error(ErrorCode::Internal, format!("hand_keys: {e}"));
+        }
+        self.sup.keys.arrive(text);
+        self.sup
+            .audit
+            .record("keys_handed", json!({"names": names}));
+        Event::KeysHanded { names }
+    }
+
+    /// `resize` (version 4): the terminal of a running command of this
+    /// connection takes a new size.
+    pub(super) fn resize(&self, target: u32, rows: u16, cols: u16) -> Event {
+        if self.version.load(Ordering::SeqCst) < 4 {
+            return error(
+                ErrorCode::BadRequest,
+                "resize is a protocol version 4 request",
+            );
+        }
+        if let Err(e) = crate::pty::valid_size(rows, cols) {
+            return error(ErrorCode::BadRequest, e);
+        }
+        let terminal = self
+            .slots()
+            .by_id
+            .get(&target)
+            .and_then(|slot| slot.terminal.clone());
+        match terminal {
+            None => error(
+                ErrorCode::UnknownId,
+                format!("id {target} runs no command on a terminal"),
+            ),
+            Some(terminal) => match terminal.resize(rows, cols) {
+                Ok(()) => Event::Resized { target, rows, cols },
+                Err(e) => error(ErrorCode::Internal, format!("resize: {e}")),
+            },
+        }
+    }
+
+    /// `hold` (version 4): keeps the machine awake until a time.
+    pub(super) fn hold(&self, until_ms: u64) -> Event {
+        if self.version.load(Ordering::SeqCst) < 4 {
+            return error(
+                ErrorCode::BadRequest,
+                "hold is a protocol version 4 request",
+            );
+        }
+        match self.sup.activity.hold(until_ms) {
+            Ok(until_ms) => {
+                self.sup.audit.record(
+                    "hold",
+                    json!({"until_ms": until_ms, "requester_uid": self.requester()}),
+                );
+                Event::Held { until_ms }
+            }
+            Err(e) => error(ErrorCode::BadRequest, format!("hold: {e}")),
+        }
+    }
+
+    /// A detached run: warden runs it to its end whoever is connected; this
+    /// id is answered with `detached` (or the exit, if it cannot start).
+    pub(super) fn start_detached(&self, id: u32, run: request::ValidRun) -> Option<Event> {
+        if self.sup.detached.running_count() >= crate::detached::MAX_RUNNING {
+            return Some(error(
+                ErrorCode::BadRequest,
+                format!(
+                    "{} detached commands run already, the most at once",
+                    crate::detached::MAX_RUNNING
+                ),
+            ));
+        }
+        let stdin = (run.stdin == StdinMode::Pipe || run.pty.is_some()).then(|| mpsc::channel(8));
+        let requester = crate::detached::Requester {
+            tx: self.tx.clone(),
+            id,
+            uid: self.requester(),
+        };
+        crate::detached::start(self.sup.clone(), run, requester, stdin);
+        None
+    }
+
+    /// `attach` (version 4): this frame id follows a detached command; its
+    /// stdin frames and `resize` reach it; closing the connection leaves it
+    /// running.
+    pub(super) async fn attach(self: &Arc<Self>, id: u32, command: u64) -> Option<Event> {
+        if let Some(e) = self.v4("attach") {
+            return Some(e);
+        }
+        let Some(detached) = self.sup.detached.get(command) else {
+            return Some(error(
+                ErrorCode::UnknownId,
+                format!("no detached command {command}"),
+            ));
+        };
+        {
+            let mut slots = self.slots();
+            if id == 0 || slots.by_id.contains_key(&id) {
+                return Some(error(
+                    ErrorCode::DuplicateId,
+                    format!("id {id} is taken (attach needs a free non-zero id)"),
+                ));
+            }
+            slots.by_id.insert(
+                id,
+                Slot {
+                    pid: None,
+                    stdin: None,
+                    terminal: detached.terminal.clone(),
+                    attached: Some(detached.clone()),
+                },
+            );
+        }
+        crate::detached::audit(
+            &self.sup,
+            "command_attached",
+            command,
+            self.requester(),
+            json!({}),
+        );
+        detached.attach(&self.tx, id).await;
+        // The id is free again once the command has ended.
+        let conn = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = detached.wait() => {
+                    conn.slots().by_id.remove(&id);
+                }
+                _ = conn.until_gone() => {}
+            }
+        });
+        None
+    }
+
+    /// `wait` (version 4): this frame id gets the detached command's exit
+    /// once it has ended.
+    pub(super) fn wait(self: &Arc<Self>, id: u32, command: u64) -> Option<Event> {
+        if let Some(e) = self.v4("wait") {
+            return Some(e);
+        }
+        let Some(detached) = self.sup.detached.get(command) else {
+            return Some(error(
+                ErrorCode::UnknownId,
+                format!("no detached command {command}"),
+            ));
+        };
+        crate::detached::audit(
+            &self.sup,
+            "command_waited",
+            command,
+            self.requester(),
+            json!({}),
+        );
+        let conn = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                report = detached.wait() => conn.send(id, Event::Exit(report)).await,
+                _ = conn.until_gone() => {}
+            }
+        });
+        None
+    }
+
+    /// `signal_command` (version 4): a detached command's whole group.
+    pub(super) fn signal_command(&self, command: u64, name: &str) -> Event {
+        if let Some(e) = self.v4("signal_command") {
+            return e;
+        }
+        let sig = match request::parse_signal(name) {
+            Ok(sig) => sig,
+            Err(e) => return error(ErrorCode::BadRequest, e),
+        };
+        match self.sup.detached.get(command) {
+            Some(d) if d.running() && self.sup.reaper.signal(d.pid, sig, true) => {
+                let signal = sig.as_str().to_string();
+                crate::detached::audit(
+                    &self.sup,
+                    "command_signalled",
+                    command,
+                    self.requester(),
+                    json!({"signal": signal}),
+                );
+                Event::CommandSignalled { command, signal }
+            }
+            _ => error(
+                ErrorCode::UnknownId,
+                format!("no running detached command {command}"),
+            ),
+        }
+    }
+
+    /// An error unless this connection speaks version 4.
+    pub(super) fn v4(&self, what: &str) -> Option<Event> {
+        (self.version.load(Ordering::SeqCst) < 4).then(|| {
+            error(
+                ErrorCode::BadRequest,
+                format!("{what} is a protocol version 4 request"),
+            )
+        })
+    }
+}
