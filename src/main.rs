@@ -1,6 +1,10 @@
 //! The `warden` command: dispatches subcommands, nothing more.
 
+#[path = "main/sessions.rs"]
+mod sessions;
+
 use clap::{Parser, Subcommand};
+use sessions::{attach, follow_size, list_commands};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use warden::client::{Client, Message};
@@ -454,82 +458,6 @@ fn run_on(
             Message::Event(..) => {}
         }
     }
-}
-
-/// Prints the detached commands, one a line.
-fn list_commands(mut client: Client) -> Result<i32, String> {
-    client.send(0, &Request::List).map_err(|e| e.to_string())?;
-    match client.receive().map_err(|e| e.to_string())? {
-        Message::Event(_, Event::Commands { commands }) => {
-            for c in commands {
-                let end = match &c.exit {
-                    Some(exit) => format!("exited {}", exit.status),
-                    None => "running".to_string(),
-                };
-                let tag = c.tag.map(|t| format!(" {t:?}")).unwrap_or_default();
-                println!("{}{tag}\tpid {}\t{end}\t{:?}", c.command, c.pid, c.argv);
-            }
-            Ok(0)
-        }
-        Message::Event(_, Event::Error { code, message }) => Err(format!("{code:?}: {message}")),
-        other => Err(format!("unexpected answer: {other:?}")),
-    }
-}
-
-/// Follows a detached command to its end; its exit status is ours.
-fn attach(mut client: Client, command: u64) -> Result<i32, String> {
-    const ID: u32 = 1;
-    client
-        .send(ID, &Request::Attach { command })
-        .map_err(|e| e.to_string())?;
-    let mut stdout = std::io::stdout().lock();
-    loop {
-        match client.receive().map_err(|e| e.to_string())? {
-            Message::Output(Kind::Stderr, _, bytes) => {
-                let _ = std::io::stderr().write_all(&bytes);
-            }
-            Message::Output(_, _, bytes) => {
-                if stdout
-                    .write_all(&bytes)
-                    .and_then(|()| stdout.flush())
-                    .is_err()
-                {
-                    return Ok(141);
-                }
-            }
-            Message::Event(_, Event::Attached { dropped_bytes, .. }) if dropped_bytes > 0 => {
-                eprintln!("warden: {dropped_bytes} bytes of its first output were let go (nobody was attached)");
-            }
-            Message::Event(_, Event::Exit(report)) => return Ok(report.status),
-            Message::Event(_, Event::Error { code, message }) => {
-                return Err(format!("{code:?}: {message}"))
-            }
-            Message::Event(..) => {}
-        }
-    }
-}
-
-/// Sends the command's terminal this terminal's size whenever it changes
-/// (looked at ten times a second: no signal handler in this process).
-fn follow_size(sender: warden::client::Sender, target: u32) {
-    std::thread::spawn(move || {
-        let mut last = warden::terminal::own_size();
-        loop {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            let now = warden::terminal::own_size();
-            if now != last {
-                if let Some((rows, cols)) = now {
-                    if sender
-                        .send(0, &Request::Resize { target, rows, cols })
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                last = now;
-            }
-        }
-    });
 }
 
 fn machine(action: MachineAction) -> Result<i32, String> {

@@ -14,18 +14,19 @@
 //! line of the engine's stderr, and what it means when it is a known
 //! quirk of hosts (see `host::hint`).
 
-use super::agent::{free_port, HostPort, AUTO_SPAN};
+use super::agent_setup::{check_requires, engine_size, hand_keys, host_ports};
+pub use super::agent_setup::{published, size_of};
 use super::create::{
     create_args, entrypoint_is_warden, static_warden, CreatePlan, Entry, RUNTIME_UID, SHELL_UID,
 };
-use super::definition::{valid_id, Definition, Kind, LendMode, Network, Workspace};
+use super::definition::{valid_id, Definition, Kind, Network, Workspace};
 use super::host::{self, Engine, Host};
+use super::state::{give, prepare_state, write_machine_files};
 use super::vm;
 use crate::client::Client;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -355,49 +356,6 @@ fn bring_up(
     Ok(())
 }
 
-/// Each command `requires` names must be on warden's PATH, as shell finds
-/// it; the missing ones are named in one line.
-fn check_requires(def: &Definition) -> Result<(), String> {
-    if def.requires.is_empty() {
-        return Ok(());
-    }
-    let script = "for c; do command -v \"$c\" >/dev/null 2>&1 || printf '%s ' \"$c\"; done";
-    let mut argv = vec!["sh".to_string(), "-c".into(), script.into(), "sh".into()];
-    argv.extend(def.requires.iter().cloned());
-    let request = crate::protocol::RunRequest {
-        argv: Some(argv),
-        ..Default::default()
-    };
-    let mut client = connect(&def.id, None)?;
-    let out = client
-        .run(request)
-        .map_err(|e| format!("requires: the check could not run: {e}"))?;
-    let missing = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if !missing.is_empty() {
-        return Err(format!(
-            "requires: the image has no {missing} (looked up on warden's PATH, as shell)"
-        ));
-    }
-    match (out.exit.status, &out.exit.error) {
-        (0, None) => Ok(()),
-        (status, error) => Err(format!(
-            "requires: the check failed (status {status}{}): {}",
-            error
-                .as_deref()
-                .map(|e| format!(", {e}"))
-                .unwrap_or_default(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-    }
-}
-
-/// The machine's published ports, as the engine lists them.
-pub fn published(name: &str) -> Vec<String> {
-    podman("ports", &["port", name])
-        .map(|out| out.lines().map(str::to_string).collect())
-        .unwrap_or_default()
-}
-
 /// Refuses a definition this host cannot run as written, saying why.
 pub fn fits(def: &Definition, host: &Host) -> Result<(), String> {
     let engine = host.engine.program();
@@ -421,183 +379,6 @@ pub fn fits(def: &Definition, host: &Host) -> Result<(), String> {
         return Err(format!("keep_id: needs rootless podman ({engine} {} here): rootful, files written in lent folders belong to the machine's uids on the host ({RUNTIME_UID}, {SHELL_UID})", if rootless { "rootless" } else { "rootful" }));
     }
     Ok(())
-}
-
-/// Makes the state folder and what warden reads from it; the key is made
-/// once and kept.
-fn prepare_state(def: &Definition) -> Result<PathBuf, String> {
-    let state = state_dir(&def.id);
-    let io =
-        |what: &str, e: std::io::Error| format!("state folder {}: {what}: {e}", state.display());
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&state)
-        .map_err(|e| io("create", e))?;
-    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| io("chmod", e))?;
-    make_key(&state.join("key")).map_err(|e| io("key", e))?;
-    Ok(state)
-}
-
-/// Writes what the machine sees (etc/ and run/, mounted into a container,
-/// packed into a VM's initramfs). Only ever while no container mounts
-/// them: a kept container keeps the files it was made with.
-fn write_machine_files(def: &Definition, state: &Path, host: &Host) -> Result<(), String> {
-    let io =
-        |what: &str, e: std::io::Error| format!("state folder {}: {what}: {e}", state.display());
-    // An earlier `up` may have handed them to the machine's root: take
-    // them back to write them.
-    let seen = [state.join("etc"), state.join("run")];
-    if host.rootless {
-        give(&seen, false)?;
-    }
-    std::fs::create_dir_all(state.join("etc/policy")).map_err(|e| io("etc", e))?;
-    // warden reads its own copy; the host keeps `key` for itself.
-    let machine_key = key(&def.id)?;
-    let copy = state.join("etc/key");
-    let _ = std::fs::remove_file(&copy);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&copy)
-        .and_then(|mut f| f.write_all(machine_key.as_bytes()))
-        .map_err(|e| io("etc/key", e))?;
-    let config = serde_json::json!({
-        "host_socket": "/run/warden-host/api.sock",
-        "key_file": "/etc/warden/key",
-        // The keys come through the host socket right after boot: a main
-        // process waits for them, to start with them.
-        "main_waits_for_keys": !def.keys.is_empty(),
-        "idle_stop_s": def.idle_stop_minutes.map(|m| (m * 60.0).round().max(1.0) as u64),
-    });
-    std::fs::write(state.join("etc/machine.json"), format!("{config:#}\n"))
-        .map_err(|e| io("machine.json", e))?;
-    write_network(def, &state.join("etc/policy/network.json")).map_err(|e| io("network", e))?;
-    write_policy(
-        &state.join("etc/policy/landlock.json"),
-        (!def.lend.is_empty()).then(|| landlock_for(def)),
-    )
-    .map_err(|e| io("landlock", e))?;
-    let limits = (def.limits != Default::default())
-        .then(|| serde_json::to_value(def.limits).unwrap_or_default());
-    write_policy(&state.join("etc/policy/limits.json"), limits).map_err(|e| io("limits", e))?;
-    // warden alone reads them (as root): not shell, whose Landlock grants
-    // it /etc to read.
-    close_to_all_but_root(&state.join("etc")).map_err(|e| io("etc modes", e))?;
-    let run = state.join("run");
-    std::fs::create_dir_all(&run).map_err(|e| io("run", e))?;
-    // Warden inside (root, no user namespace) makes the socket here.
-    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| io("run", e))?;
-    if def.keep_id.is_on() {
-        // Under keep-id the owner's files are a user's inside: what warden
-        // alone may read goes to the machine's root (uid 1 of the owner's
-        // namespace, the first subordinate id). `run` stays the owner's:
-        // warden gives the host socket to its folder's owner (mode 0600),
-        // and refuses shell, who is that uid inside, by its pid.
-        give(&seen[..1], true)?;
-    }
-    Ok(())
-}
-
-/// Folders 0700 and files 0600, all the way down (no link is followed).
-fn close_to_all_but_root(dir: &Path) -> std::io::Result<()> {
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            close_to_all_but_root(&entry.path())?;
-        } else if kind.is_file() {
-            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
-        }
-    }
-    Ok(())
-}
-
-/// Hands `paths` to the machine's root (uid 1 of the rootless owner's
-/// user namespace, the first subordinate id), or back to the owner (0).
-fn give(paths: &[PathBuf], to_machine_root: bool) -> Result<(), String> {
-    let owner = if to_machine_root { "1:1" } else { "0:0" };
-    use std::os::unix::fs::MetadataExt;
-    let me = nix::unistd::geteuid().as_raw();
-    let mine = |p: &PathBuf| std::fs::metadata(p).is_ok_and(|m| m.uid() == me);
-    let present: Vec<String> = paths
-        .iter()
-        .filter(|p| p.exists() && (to_machine_root || !mine(p)))
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect();
-    if present.is_empty() {
-        return Ok(());
-    }
-    let mut args = vec!["unshare", "chown", "-R", owner];
-    args.extend(present.iter().map(String::as_str));
-    podman("hand the state folder over", &args).map(drop)
-}
-
-/// 64 hex characters from /dev/urandom, mode 0600; kept when present.
-fn make_key(path: &Path) -> std::io::Result<()> {
-    if path.exists() {
-        return Ok(());
-    }
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    let hex = crate::audit::hex(&bytes);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(hex.as_bytes())
-}
-
-/// The definition's network policy (hosts, allowed address blocks, the
-/// firewall's requirement), or no file (warden's defaults).
-fn write_network(def: &Definition, path: &Path) -> std::io::Result<()> {
-    let mut policy = serde_json::Map::new();
-    if let Some(hosts) = &def.hosts {
-        policy.insert("hosts".into(), serde_json::json!(hosts));
-    }
-    if !def.allow_addresses.is_empty() {
-        policy.insert(
-            "allow_addresses".into(),
-            serde_json::json!(def.allow_addresses),
-        );
-    }
-    if let Some(firewall) = def.firewall {
-        policy.insert("firewall".into(), serde_json::json!(firewall));
-    }
-    write_policy(path, (!policy.is_empty()).then_some(policy.into()))
-}
-
-/// Lent folders are granted to commands as lent: read-only ones read-only,
-/// writable ones read-write, on top of what the built-in policy grants.
-fn landlock_for(def: &Definition) -> serde_json::Value {
-    let built_in = crate::policy::Policy::built_in().landlock;
-    let mut read_only = built_in.read_only;
-    let mut read_write = built_in.read_write;
-    for lend in &def.lend {
-        // The agent's routines are never shell's to write, however lent.
-        let routines = lend.at == Path::new(super::agent::ROUTINES);
-        match lend.mode {
-            LendMode::Write if !routines => read_write.push(lend.at.clone()),
-            _ => read_only.push(lend.at.clone()),
-        }
-    }
-    serde_json::json!({"read_only": read_only, "read_write": read_write})
-}
-
-/// Writes a policy file, or removes it (the built-in one then holds).
-fn write_policy(path: &Path, value: Option<serde_json::Value>) -> std::io::Result<()> {
-    match value {
-        Some(v) => std::fs::write(path, format!("{v:#}\n")),
-        None => match std::fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        },
-    }
 }
 
 /// The inputs digest of an existing container, None when there is none.
@@ -711,63 +492,6 @@ fn create(
     podman("create container", &args).map(drop)
 }
 
-/// The machine's size for the engine, None where it cannot hold one (a
-/// rootless owner on cgroup v1: the engine ignores limits there).
-fn engine_size(def: &Definition, host: &Host) -> Option<(f64, u64, u64)> {
-    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let size = def.size.resolved(host_cpus);
-    match host.rootless && host.cgroups != super::host::Cgroups::Unified {
-        true => None,
-        false => Some(size),
-    }
-}
-
-/// The machine's size as the engine holds it, for people.
-pub fn size_of(name: &str) -> Option<String> {
-    let format = "{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}} {{.HostConfig.PidsLimit}}";
-    let out = podman(
-        "inspect",
-        &["container", "inspect", "--format", format, name],
-    )
-    .ok()?;
-    let mut parts = out
-        .split_whitespace()
-        .map(|v| v.parse::<i64>().unwrap_or(0));
-    let (nano, memory, pids) = (parts.next()?, parts.next()?, parts.next()?);
-    let say = |v: i64, f: &dyn Fn(i64) -> String| if v > 0 { f(v) } else { "unlimited".into() };
-    Some(format!(
-        "cpus {}, memory {}, processes {}",
-        say(nano, &|n| format!("{}", n as f64 / 1e9)),
-        say(memory, &|m| format!("{} MiB", m >> 20)),
-        say(pids, &|p| p.to_string()),
-    ))
-}
-
-/// The host port of each of the runtime's ports: as given (when free), or
-/// the first free one from its base.
-fn host_ports(def: &Definition) -> Result<Vec<(u16, u16)>, String> {
-    let mut chosen: Vec<(u16, u16)> = Vec::new();
-    for (i, port) in def.ports.iter().enumerate() {
-        let taken: Vec<u16> = chosen.iter().map(|(h, _)| *h).collect();
-        let host = match port.host {
-            HostPort::Fixed(h) => {
-                if std::net::TcpListener::bind(("127.0.0.1", h)).is_err() {
-                    return Err(format!("ports[{i}]: 127.0.0.1:{h} is taken on this host"));
-                }
-                h
-            }
-            HostPort::Auto { from } => free_port(from, &taken).ok_or_else(|| {
-                format!(
-                    "ports[{i}]: no free port on 127.0.0.1 from {from} to {}",
-                    from.saturating_add(AUTO_SPAN)
-                )
-            })?,
-        };
-        chosen.push((host, port.port));
-    }
-    Ok(chosen)
-}
-
 /// The engine's `--network` value.
 fn network_option(network: &Network, rootless: bool) -> String {
     match network {
@@ -870,18 +594,6 @@ fn read_keys(def: &Definition, env_file: &Path) -> Result<String, String> {
             env_file.display()
         )
     })
-}
-
-/// Hands the runtime its keys through warden's host socket (protocol
-/// version 4): never on a command line, never through the engine. warden
-/// writes them as the runtime's `.env` and starts the main process with
-/// them.
-fn hand_keys(id: &str, text: &str) -> Result<(), String> {
-    let mut client = connect(id, None)?;
-    client
-        .hand_keys(text)
-        .map(drop)
-        .map_err(|e| format!("hand the keys over: {e}"))
 }
 
 /// Runs the setup script once, as runtime, in the workspace.

@@ -1,0 +1,681 @@
+//! Tests of `definition`.
+
+use super::*;
+
+const FILE: &str = "/defs/demo.json";
+
+const EXAMPLE: &str = r#"{
+  "id": "demo",
+  "image": "localhost/warden-machine:latest",
+  "dockerfile": null,
+  "lend": [{"host": "/home/me/src", "at": "/lent/src", "mode": "read"}],
+  "env": {"EDITOR": "vi"},
+  "keys": ["ANTHROPIC_API_KEY"],
+  "hosts": null,
+  "setup": "setup.sh",
+  "workspace": "volume",
+  "limits": {"timeout_ms": 600000}
+}"#;
+
+fn parse(text: &str) -> Result<Definition, DefinitionError> {
+    Definition::parse(Path::new(FILE), text)
+}
+
+/// The smallest definition with `fields` laid over it.
+fn with(fields: &str) -> String {
+    let mut base: Map<String, Value> =
+        serde_json::from_str(r#"{"id": "demo", "image": "localhost/m:1"}"#).unwrap();
+    let over: Map<String, Value> = serde_json::from_str(fields).unwrap();
+    base.extend(over);
+    Value::Object(base).to_string()
+}
+
+fn lend(at: &str) -> String {
+    format!(r#"{{"host": "/h", "at": "{at}", "mode": "read"}}"#)
+}
+
+#[test]
+fn the_example_parses() {
+    let d = parse(EXAMPLE).unwrap();
+    assert_eq!(
+        d,
+        Definition {
+            id: "demo".into(),
+            source: Source::Image("localhost/warden-machine:latest".into()),
+            lend: vec![Lend {
+                host: "/home/me/src".into(),
+                at: "/lent/src".into(),
+                mode: LendMode::Read,
+            }],
+            env: BTreeMap::from([("EDITOR".into(), "vi".into())]),
+            keys: vec!["ANTHROPIC_API_KEY".into()],
+            hosts: None,
+            setup: Some("/defs/setup.sh".into()),
+            workspace: Workspace::Volume,
+            limits: Limits {
+                timeout_ms: Some(600_000),
+                ..Limits::default()
+            },
+            network: Network::None,
+            keep_id: KeepId::Off,
+            command: None,
+            restart: Restart::No,
+            ports: vec![],
+            requires: vec![],
+            idle_stop_minutes: None,
+            size: Default::default(),
+            firewall: None,
+            dns: vec![],
+            allow_addresses: vec![],
+            kind: Kind::Container,
+        }
+    );
+    assert_eq!(d.container("warden"), "warden-demo");
+    assert_eq!(d.data_volume("warden"), "warden-demo-data");
+    assert_eq!(d.work_volume("warden"), "warden-demo-work");
+}
+
+#[test]
+fn defaults() {
+    let d = parse(r#"{"id": "a", "image": "x"}"#).unwrap();
+    assert_eq!(d.source, Source::Image("x".into()));
+    assert!(d.lend.is_empty() && d.env.is_empty() && d.keys.is_empty());
+    assert_eq!((d.hosts, d.setup), (None, None));
+    assert_eq!(d.workspace, Workspace::Volume);
+    assert_eq!(d.limits, Limits::default());
+    assert_eq!((d.network, d.keep_id), (Network::None, KeepId::Off));
+    assert_eq!((d.firewall, d.dns), (None, vec![]));
+}
+
+#[test]
+fn paths_resolve_against_the_definitions_folder() {
+    let cases = [
+        (FILE, "Dockerfile", Ok("/defs/Dockerfile")),
+        (FILE, "./build/Dockerfile", Ok("/defs/build/Dockerfile")),
+        (FILE, "../Dockerfile", Ok("/defs/../Dockerfile")),
+        (FILE, "/srv//x/./Dockerfile", Ok("/srv/x/Dockerfile")),
+        ("/demo.json", "Dockerfile", Ok("/Dockerfile")),
+        ("demo.json", "/abs/Dockerfile", Ok("/abs/Dockerfile")),
+        (
+            "demo.json",
+            "Dockerfile",
+            Err("is not absolute to resolve it"),
+        ),
+        (
+            "sub/demo.json",
+            "Dockerfile",
+            Err("is not absolute to resolve it"),
+        ),
+        ("/", "Dockerfile", Err("is not absolute to resolve it")),
+    ];
+    for (file, written, want) in cases {
+        let text = format!(r#"{{"id": "a", "dockerfile": "{written}", "setup": "{written}"}}"#);
+        match (Definition::parse(Path::new(file), &text), want) {
+            (Ok(d), Ok(want)) => {
+                assert_eq!(
+                    d.source,
+                    Source::Dockerfile(want.into()),
+                    "{file} {written}"
+                );
+                assert_eq!(d.setup, Some(want.into()), "{file} {written}");
+            }
+            (Err(e), Err(want)) => {
+                let e = e.to_string();
+                assert!(e.contains("dockerfile: ") && e.contains(want), "{e}");
+            }
+            (got, want) => panic!("{file} {written}: {got:?}, wanted {want:?}"),
+        }
+    }
+}
+
+#[test]
+fn definitions_table() {
+    let long_keys: Vec<String> = (0..=MAX_KEYS).map(|i| format!("K{i}")).collect();
+    let long_keys = with(&format!(
+        r#"{{"keys": {}}}"#,
+        serde_json::to_string(&long_keys).unwrap()
+    ));
+    // (text, None for accepted or Some("<field>: <problem>") for refused)
+    let cases: Vec<(String, Option<&str>)> = vec![
+        // The file as a whole.
+        ("{".into(), Some("JSON: EOF")),
+        ("[]".into(), Some("JSON: must be an object")),
+        (
+            r#"{"id": "a", "id": "b", "image": "x"}"#.into(),
+            Some(r#"JSON: the key "id" is given twice"#),
+        ),
+        (
+            with(r#"{"env": {}}"#).replace("{}", r#"{"A": "1", "A": "2"}"#),
+            Some(r#"JSON: the key "A" is given twice"#),
+        ),
+        (with(r#"{"name": "x"}"#), Some(r#""name": unknown field"#)),
+        // id
+        (r#"{"image": "x"}"#.into(), Some("id: missing")),
+        (with(r#"{"id": 7}"#), Some("id: invalid type: integer")),
+        (with(r#"{"id": "Demo"}"#), Some("id: \"Demo\" must match")),
+        (with(r#"{"id": "-demo"}"#), Some("id: \"-demo\" must match")),
+        (with(r#"{"id": ""}"#), Some("id: \"\" must match")),
+        (with(&format!(r#"{{"id": "{}"}}"#, "a".repeat(31))), None),
+        (
+            with(&format!(r#"{{"id": "{}"}}"#, "a".repeat(32))),
+            Some("id: \"aaaa"),
+        ),
+        (with(r#"{"id": "0-a-"}"#), None),
+        (with(r#"{"id": "a_b"}"#), Some("id: \"a_b\" must match")),
+        // image and dockerfile
+        (
+            with(r#"{"image": null}"#),
+            Some("image: missing; give image or dockerfile"),
+        ),
+        (
+            with(r#"{"dockerfile": "Dockerfile"}"#),
+            Some("image and dockerfile: give one of them, not both"),
+        ),
+        (with(r#"{"image": null, "dockerfile": "D"}"#), None),
+        (with(r#"{"image": ""}"#), Some("image: \"\": empty")),
+        (
+            with(r#"{"image": "a b"}"#),
+            Some("image: \"a b\": holds whitespace"),
+        ),
+        (
+            with(r#"{"image": "a\nb"}"#),
+            Some("image: \"a\\nb\": holds whitespace or a control character"),
+        ),
+        (
+            with(r#"{"image": "--privileged"}"#),
+            Some("must not begin with '-'"),
+        ),
+        (
+            with(r#"{"image": null, "dockerfile": ""}"#),
+            Some("dockerfile: empty path"),
+        ),
+        // lend
+        (
+            with(&format!(
+                r#"{{"lend": [{}, {}]}}"#,
+                lend("/lent/a"),
+                lend("/opt/b")
+            )),
+            None,
+        ),
+        (
+            with(r#"{"lend": [{"host": "/h", "at": "/srv/x", "mode": "write"}]}"#),
+            None,
+        ),
+        (
+            with(&format!(
+                r#"{{"lend": [{}, {}]}}"#,
+                lend("/lent/a"),
+                lend("/etc/x")
+            )),
+            Some("lend[1].at: /etc/x shadows a system path (/etc)"),
+        ),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("/"))),
+            Some("lend[0].at: / shadows a system path (/)"),
+        ),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("/home"))),
+            Some("lend[0].at: /home overlaps a user's home (/home/runtime); only /home/runtime/workspace/routines may be lent there"),
+        ),
+        (with(&format!(r#"{{"lend": [{}]}}"#, lend("/home/me/project"))), None),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("/home/runtime/workspace/routines"))),
+            None,
+        ),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("/home/runtime/.ssh"))),
+            Some("lend[0].at: /home/runtime/.ssh overlaps a user's home (/home/runtime); only /home/runtime/workspace/routines may be lent there"),
+        ),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("/home/shell"))),
+            Some("lend[0].at: /home/shell overlaps a user's home (/home/shell); only /home/runtime/workspace/routines may be lent there"),
+        ),
+        // the agent's fields
+        (with(r#"{"command": ["node", "server.js"], "restart": "on-failure"}"#), None),
+        (with(r#"{"command": []}"#), Some("command: empty")),
+        (with(r#"{"command": "node server.js"}"#), Some("command: invalid type: string")),
+        (with(r#"{"restart": "sometimes"}"#), Some("restart: unknown variant `sometimes`")),
+        (
+            with(r#"{"network": "private", "ports": [{"port": 3000, "host": "auto", "from": 3100}]}"#),
+            None,
+        ),
+        (
+            with(r#"{"ports": [{"port": 3000, "host": 3100}]}"#),
+            Some("ports: published from the engine's private network: needs \"network\": \"private\""),
+        ),
+        (
+            with(r#"{"network": "private", "ports": [{"port": 3000}]}"#),
+            Some("ports[0].host: missing"),
+        ),
+        (with(r#"{"requires": ["python3", "git"]}"#), None),
+        (with(r#"{"requires": ["/usr/bin/python3"]}"#), Some("requires[0]: \"/usr/bin/python3\" is not a command's name")),
+        (with(r#"{"idle_stop_minutes": 0.1}"#), None),
+        (with(r#"{"idle_stop_minutes": 0}"#), Some("idle_stop_minutes: 0 is not between")),
+        (
+            with(r#"{"idle_stop_minutes": 5, "restart": "always"}"#),
+            Some("idle_stop_minutes: with \"restart\": \"always\""),
+        ),
+        (with(r#"{"keep_id": "runtime"}"#), None),
+        (with(r#"{"cpus": 1.5, "memory": "512m", "pids": 256}"#), None),
+        (with(r#"{"memory": 1073741824}"#), None),
+        (with(r#"{"memory": "lots"}"#), Some("memory: \"lots\": a size")),
+        (with(r#"{"memory": "16m"}"#), Some("memory: \"16m\" is less than the least, 64m")),
+        (with(r#"{"cpus": 0}"#), Some("cpus: 0 is not between")),
+        (with(r#"{"pids": 3}"#), Some("pids: 3 is less than the least, 16")),
+        (with(r#"{"keep_id": "root"}"#), Some("keep_id: \"root\" is none of")),
+        (
+            with(
+                r#"{"keep_id": "shell", "lend": [{"host": "/h", "at": "/home/runtime/workspace/routines", "mode": "write"}]}"#,
+            ),
+            Some("keep_id: \"shell\" would make the owner's routines lent for writing shell's"),
+        ),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("/usr/local/src"))),
+            Some("lend[0].at: /usr/local/src shadows a system path (/usr)"),
+        ),
+        (with(&format!(r#"{{"lend": [{}]}}"#, lend("/usrx"))), None),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("lent/a"))),
+            Some("lend[0].at: \"lent/a\" is not an absolute path"),
+        ),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("/lent/../etc"))),
+            Some("lend[0].at: /lent/../etc is not normalized"),
+        ),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("/lent/./a"))),
+            Some("lend[0].at: /lent/./a is not normalized"),
+        ),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("/lent//a"))),
+            Some("lend[0].at: /lent//a is not normalized"),
+        ),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("/lent/a/"))),
+            Some("lend[0].at: /lent/a/ is not normalized"),
+        ),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("//etc"))),
+            Some("lend[0].at: //etc is not normalized"),
+        ),
+        (
+            with(&format!(r#"{{"lend": [{}]}}"#, lend("/lent/a:rw"))),
+            Some("lend[0].at: \"/lent/a:rw\" holds ':' or ','"),
+        ),
+        (
+            with(&format!(
+                r#"{{"lend": [{}, {}]}}"#,
+                lend("/lent/a"),
+                lend("/lent/a")
+            )),
+            Some("lend[1].at: /lent/a is also lend[0].at"),
+        ),
+        (
+            with(&format!(
+                r#"{{"lend": [{}, {}]}}"#,
+                lend("/lent/a"),
+                lend("/lent/a/b")
+            )),
+            Some("lend[1].at: /lent/a/b is under lend[0].at /lent/a"),
+        ),
+        (
+            with(&format!(
+                r#"{{"lend": [{}, {}]}}"#,
+                lend("/lent/a/b"),
+                lend("/lent")
+            )),
+            Some("lend[1].at: /lent holds lend[0].at /lent/a/b"),
+        ),
+        (
+            with(&format!(
+                r#"{{"lend": [{}, {}]}}"#,
+                lend("/lent/a"),
+                lend("/lent/ab")
+            )),
+            None,
+        ),
+        (
+            with(&format!(
+                r#"{{"lend": [{}, {}, {}, {}]}}"#,
+                lend("/lent/b/c"),
+                lend("/lent/a0"),
+                lend("/lent/a/z"),
+                lend("/lent/a")
+            )),
+            Some("lend[3].at: /lent/a holds lend[2].at /lent/a/z"),
+        ),
+        (
+            with(&format!(
+                r#"{{"lend": [{}, {}, {}]}}"#,
+                lend("/lent/b"),
+                lend("/lent/a"),
+                lend("/lent/b/c/d")
+            )),
+            Some("lend[2].at: /lent/b/c/d is under lend[0].at /lent/b"),
+        ),
+        (
+            with(r#"{"lend": [{"host": "h", "at": "/lent/a", "mode": "read"}]}"#),
+            Some("lend[0].host: \"h\" is not an absolute path"),
+        ),
+        (
+            with(r#"{"lend": [{"host": "/a,b", "at": "/lent/a", "mode": "read"}]}"#),
+            Some("lend[0].host: \"/a,b\" holds ':' or ','"),
+        ),
+        (
+            with(r#"{"lend": [{"host": "/h", "at": "/lent/a"}]}"#),
+            Some("lend[0].mode: missing"),
+        ),
+        (
+            with(r#"{"lend": [{"host": "/h", "at": "/lent/a", "mode": "rw"}]}"#),
+            Some("lend[0].mode: unknown variant `rw`"),
+        ),
+        (
+            with(r#"{"lend": [{"at": "/lent/a", "mode": "read"}]}"#),
+            Some("lend[0].host: missing"),
+        ),
+        (
+            with(r#"{"lend": [{"host": "/h", "at": "/lent/a", "mode": "read", "ro": true}]}"#),
+            Some(r#"lend[0]."ro": unknown field"#),
+        ),
+        (
+            with(r#"{"lend": ["/h"]}"#),
+            Some("lend[0]: must be an object"),
+        ),
+        (with(r#"{"lend": {}}"#), Some("lend: invalid type: map")),
+        // env
+        (with(r#"{"env": {"_A1": "", "b": "x y"}}"#), None),
+        (
+            with(r#"{"env": {"1A": "x"}}"#),
+            Some("env: \"1A\" is not a variable name"),
+        ),
+        (
+            with(r#"{"env": {"A-B": "x"}}"#),
+            Some("env: \"A-B\" is not a variable name"),
+        ),
+        (
+            with(r#"{"env": {"PATH": "/x"}}"#),
+            Some("env: PATH is set by warden itself"),
+        ),
+        (
+            with(r#"{"env": {"LANG": "C"}}"#),
+            Some("env: LANG is set by warden itself"),
+        ),
+        (
+            with(r#"{"env": {"HTTPS_PROXY": "http://x"}}"#),
+            Some("env: HTTPS_PROXY is set by warden itself"),
+        ),
+        (
+            with(r#"{"env": {"no_proxy": "*"}}"#),
+            Some("env: no_proxy is set by warden itself"),
+        ),
+        (
+            with(r#"{"env": {"Http_Proxy": "http://x"}}"#),
+            Some("env: Http_Proxy is set by warden itself"),
+        ),
+        (
+            with(r#"{"env": {"A": "x\u0000y"}}"#),
+            Some("env.A: the value holds a NUL byte"),
+        ),
+        (
+            with(r#"{"env": {"A": 1}}"#),
+            Some("env: invalid type: integer"),
+        ),
+        // keys
+        (with(r#"{"keys": ["A_KEY", "B"], "env": {"C": "1"}}"#), None),
+        (
+            with(r#"{"keys": ["A", "A"]}"#),
+            Some("keys[1]: A is also keys[0]"),
+        ),
+        (
+            with(r#"{"keys": ["OK", "a b"]}"#),
+            Some("keys[1]: \"a b\" is not a variable name"),
+        ),
+        (
+            with(r#"{"keys": ["HOME"]}"#),
+            Some("keys[0]: HOME is set by warden itself"),
+        ),
+        (
+            with(r#"{"keys": ["A"], "env": {"A": "1"}}"#),
+            Some("keys[0]: A is also set in env"),
+        ),
+        (long_keys, Some("keys: 65 names, at most 64")),
+        // hosts
+        (with(r#"{"hosts": []}"#), None),
+        (
+            with(r#"{"hosts": ["example.com", "*.example.org:8443"]}"#),
+            None,
+        ),
+        (
+            with(r#"{"hosts": ["exa mple.com"]}"#),
+            Some("hosts: host entry \"exa mple.com\""),
+        ),
+        (
+            with(r#"{"hosts": ["10.0.0.1"]}"#),
+            Some("hosts: host entry \"10.0.0.1\""),
+        ),
+        (
+            with(r#"{"hosts": "example.com"}"#),
+            Some("hosts: invalid type"),
+        ),
+        // setup
+        (with(r#"{"setup": null}"#), None),
+        (with(r#"{"setup": 1}"#), Some("setup: invalid type")),
+        (
+            with(r#"{"setup": "a\tb"}"#),
+            Some("setup: \"a\\tb\" holds a control character"),
+        ),
+        // workspace
+        (with(r#"{"workspace": "/home/me/work"}"#), None),
+        (
+            with(r#"{"workspace": "work"}"#),
+            Some("workspace: \"work\" is neither \"volume\" nor an absolute folder"),
+        ),
+        (
+            with(r#"{"workspace": null}"#),
+            Some("workspace: invalid type: null"),
+        ),
+        (
+            with(r#"{"workspace": "/w:/etc"}"#),
+            Some("workspace: \"/w:/etc\" holds ':' or ','"),
+        ),
+        // network, keep_id
+        (with(r#"{"network": "none"}"#), None),
+        (with(r#"{"network": "private"}"#), None),
+        (with(r#"{"network": "host"}"#), None),
+        (with(r#"{"network": "/run/netns/agents"}"#), None),
+        (
+            with(r#"{"network": "bridge"}"#),
+            Some("network: \"bridge\" is none of"),
+        ),
+        (
+            with(r#"{"network": "/run/netns/a,b"}"#),
+            Some("network: \"/run/netns/a,b\" holds ':' or ','"),
+        ),
+        (
+            with(r#"{"network": null}"#),
+            Some("network: invalid type: null"),
+        ),
+        (with(r#"{"keep_id": true}"#), None),
+        (
+            with(r#"{"keep_id": "yes"}"#),
+            Some("keep_id: \"yes\" is none of false"),
+        ),
+        // firewall, dns
+        (with(r#"{"firewall": "best-effort"}"#), None),
+        (with(r#"{"firewall": "required"}"#), None),
+        (
+            with(r#"{"firewall": "off"}"#),
+            Some("firewall: \"off\" is for measuring warden"),
+        ),
+        (
+            with(r#"{"firewall": "maybe"}"#),
+            Some("firewall: unknown variant `maybe`"),
+        ),
+        (with(r#"{"dns": ["10.0.0.1", "fd00::1"]}"#), None),
+        (
+            with(r#"{"dns": ["ns.example"]}"#),
+            Some("dns: invalid IP address syntax"),
+        ),
+        (
+            with(r#"{"dns": ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]}"#),
+            Some("dns: 4 servers, at most 3"),
+        ),
+        (
+            with(r#"{"allow_addresses": ["10.1.0.0/16", "fd00::/8"]}"#),
+            None,
+        ),
+        (with(r#"{"kind": "vm"}"#), None),
+        (with(r#"{"kind": "container"}"#), None),
+        (
+            with(r#"{"kind": "pod"}"#),
+            Some("kind: unknown variant `pod`"),
+        ),
+        (
+            with(r#"{"allow_addresses": ["10.1.0.1/16"]}"#),
+            Some("allow_addresses[0]: "),
+        ),
+        // limits
+        (
+            with(r#"{"limits": {"cpu_seconds": 60, "open_files": 16, "processes": null}}"#),
+            None,
+        ),
+        (
+            with(r#"{"limits": {"timeout": 1}}"#),
+            Some("limits: unknown field `timeout`"),
+        ),
+        (
+            with(r#"{"limits": {"timeout_ms": -1}}"#),
+            Some("limits: invalid value: integer `-1`"),
+        ),
+        (
+            with(r#"{"limits": {"timeout_ms": 0}}"#),
+            Some("limits.timeout_ms: 0 is less than the least, 1"),
+        ),
+        (
+            with(r#"{"limits": {"open_files": 15}}"#),
+            Some("limits.open_files: 15 is less than the least, 16"),
+        ),
+        (
+            with(r#"{"limits": null}"#),
+            Some("limits: invalid type: null"),
+        ),
+    ];
+    assert!(cases.len() >= 25);
+    for (text, want) in &cases {
+        match (parse(text), want) {
+            (Ok(_), None) => {}
+            (Err(e), Some(want)) => {
+                let e = e.to_string();
+                assert!(e.starts_with(&format!("{FILE}: ")), "{text}: {e}");
+                assert!(e.contains(want), "{text}: {e}\nwanted: {want}");
+            }
+            (got, want) => panic!("{text}: {got:?}, wanted {want:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_size_is_checked_before_the_text_is_read() {
+    let mut text = with(r#"{"env": {"A": ""}}"#);
+    let pad = MAX_BYTES - text.len();
+    text.insert_str(text.len() - 1, &" ".repeat(pad));
+    assert_eq!(text.len(), MAX_BYTES);
+    assert!(parse(&text).is_ok());
+    text.push(' ');
+    let e = parse(&text).unwrap_err().to_string();
+    assert!(
+        e.starts_with(FILE) && e.contains("larger than 1048576 bytes"),
+        "{e}"
+    );
+    // Too large and not JSON: the size is what is reported.
+    let e = parse(&"[".repeat(MAX_BYTES + 1)).unwrap_err().to_string();
+    assert!(e.contains("larger than"), "{e}");
+}
+
+#[test]
+fn many_lends_are_checked_in_good_time() {
+    let lends: Vec<String> = (0..20_000)
+        .map(|i| lend(&format!("/lent/{}/{i}", i % 97)))
+        .collect();
+    let text = with(&format!(r#"{{"lend": [{}]}}"#, lends.join(",")));
+    assert!(text.len() < MAX_BYTES);
+    let started = std::time::Instant::now();
+    assert_eq!(parse(&text).unwrap().lend.len(), 20_000);
+    let mut nested = lends;
+    nested.push(lend("/lent/5"));
+    let text = with(&format!(r#"{{"lend": [{}]}}"#, nested.join(",")));
+    let e = parse(&text).unwrap_err().to_string();
+    assert!(
+        e.contains("lend[20000].at: /lent/5 holds lend[") && e.contains("].at /lent/5/"),
+        "{e}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    let text = with(r#"{"env": {"A": "x"}}"#).replace(r#""x""#, &"[".repeat(10_000));
+    let e = parse(&text).unwrap_err().to_string();
+    assert!(e.contains("JSON: recursion limit"), "{e}");
+}
+
+#[test]
+fn load_reads_the_file_and_resolves_against_its_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo.json");
+    std::fs::write(&path, r#"{"id": "a", "dockerfile": "Dockerfile"}"#).unwrap();
+    let d = Definition::load(&path).unwrap();
+    assert_eq!(d.source, Source::Dockerfile(dir.path().join("Dockerfile")));
+
+    std::fs::write(&path, " ".repeat(MAX_BYTES + 10)).unwrap();
+    let e = Definition::load(&path).unwrap_err().to_string();
+    assert!(e.contains("larger than"), "{e}");
+    // Too large, and the limit falls inside a character.
+    std::fs::write(&path, "é".repeat(MAX_BYTES)).unwrap();
+    let e = Definition::load(&path).unwrap_err().to_string();
+    assert!(e.contains("larger than"), "{e}");
+
+    std::fs::write(&path, b"{\"id\": \"a\xff\"}").unwrap();
+    let e = Definition::load(&path).unwrap_err().to_string();
+    assert!(e.contains("utf-8"), "{e}");
+
+    let missing = dir.path().join("missing.json");
+    let e = Definition::load(&missing).unwrap_err().to_string();
+    assert!(e.starts_with(&missing.display().to_string()), "{e}");
+}
+
+#[test]
+fn the_docs_examples_parse() {
+    let docs = include_str!("../../docs/machine-definition.md");
+    let examples: Vec<&str> = docs
+        .split("```json\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .collect();
+    assert!(examples.len() >= 3, "the example and the two setups");
+    for example in examples {
+        let d = Definition::parse(Path::new("/home/me/machines/demo.json"), example)
+            .unwrap_or_else(|e| panic!("{example}: {e}"));
+        assert!(!d.id.is_empty());
+    }
+}
+
+#[test]
+fn the_schema_names_the_same_fields() {
+    let schema: Value =
+        serde_json::from_str(include_str!("../../machine/definition.schema.json")).unwrap();
+    let mut names: Vec<&str> = schema["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut fields = FIELDS.to_vec();
+    names.sort_unstable();
+    fields.sort_unstable();
+    assert_eq!(names, fields);
+    assert_eq!(schema["additionalProperties"], Value::Bool(false));
+    let lend = schema["$defs"]["lend"]["properties"].as_object().unwrap();
+    assert_eq!(lend.len(), LEND_FIELDS.len());
+}

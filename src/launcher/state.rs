@@ -1,0 +1,193 @@
+//! A machine's state folder on the host and what the machine sees of it:
+//! the key (made once, 0600), warden's own copy, its config and network,
+//! Landlock and limits policies, all readable by root alone inside, and
+//! `run/`, where warden puts the host socket. Under keep-id the files
+//! warden alone reads are handed to the machine's root.
+
+use super::definition::{Definition, LendMode};
+use super::host::Host;
+use super::machine::{key, podman, state_dir};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Makes the state folder and what warden reads from it; the key is made
+/// once and kept.
+pub(super) fn prepare_state(def: &Definition) -> Result<PathBuf, String> {
+    let state = state_dir(&def.id);
+    let io =
+        |what: &str, e: std::io::Error| format!("state folder {}: {what}: {e}", state.display());
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&state)
+        .map_err(|e| io("create", e))?;
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| io("chmod", e))?;
+    make_key(&state.join("key")).map_err(|e| io("key", e))?;
+    Ok(state)
+}
+
+/// Writes what the machine sees (etc/ and run/, mounted into a container,
+/// packed into a VM's initramfs). Only ever while no container mounts
+/// them: a kept container keeps the files it was made with.
+pub(super) fn write_machine_files(
+    def: &Definition,
+    state: &Path,
+    host: &Host,
+) -> Result<(), String> {
+    let io =
+        |what: &str, e: std::io::Error| format!("state folder {}: {what}: {e}", state.display());
+    // An earlier `up` may have handed them to the machine's root: take
+    // them back to write them.
+    let seen = [state.join("etc"), state.join("run")];
+    if host.rootless {
+        give(&seen, false)?;
+    }
+    std::fs::create_dir_all(state.join("etc/policy")).map_err(|e| io("etc", e))?;
+    // warden reads its own copy; the host keeps `key` for itself.
+    let machine_key = key(&def.id)?;
+    let copy = state.join("etc/key");
+    let _ = std::fs::remove_file(&copy);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&copy)
+        .and_then(|mut f| f.write_all(machine_key.as_bytes()))
+        .map_err(|e| io("etc/key", e))?;
+    let config = serde_json::json!({
+        "host_socket": "/run/warden-host/api.sock",
+        "key_file": "/etc/warden/key",
+        // The keys come through the host socket right after boot: a main
+        // process waits for them, to start with them.
+        "main_waits_for_keys": !def.keys.is_empty(),
+        "idle_stop_s": def.idle_stop_minutes.map(|m| (m * 60.0).round().max(1.0) as u64),
+    });
+    std::fs::write(state.join("etc/machine.json"), format!("{config:#}\n"))
+        .map_err(|e| io("machine.json", e))?;
+    write_network(def, &state.join("etc/policy/network.json")).map_err(|e| io("network", e))?;
+    write_policy(
+        &state.join("etc/policy/landlock.json"),
+        (!def.lend.is_empty()).then(|| landlock_for(def)),
+    )
+    .map_err(|e| io("landlock", e))?;
+    let limits = (def.limits != Default::default())
+        .then(|| serde_json::to_value(def.limits).unwrap_or_default());
+    write_policy(&state.join("etc/policy/limits.json"), limits).map_err(|e| io("limits", e))?;
+    // warden alone reads them (as root): not shell, whose Landlock grants
+    // it /etc to read.
+    close_to_all_but_root(&state.join("etc")).map_err(|e| io("etc modes", e))?;
+    let run = state.join("run");
+    std::fs::create_dir_all(&run).map_err(|e| io("run", e))?;
+    // Warden inside (root, no user namespace) makes the socket here.
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| io("run", e))?;
+    if def.keep_id.is_on() {
+        // Under keep-id the owner's files are a user's inside: what warden
+        // alone may read goes to the machine's root (uid 1 of the owner's
+        // namespace, the first subordinate id). `run` stays the owner's:
+        // warden gives the host socket to its folder's owner (mode 0600),
+        // and refuses shell, who is that uid inside, by its pid.
+        give(&seen[..1], true)?;
+    }
+    Ok(())
+}
+
+/// Folders 0700 and files 0600, all the way down (no link is followed).
+pub(super) fn close_to_all_but_root(dir: &Path) -> std::io::Result<()> {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            close_to_all_but_root(&entry.path())?;
+        } else if kind.is_file() {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
+/// Hands `paths` to the machine's root (uid 1 of the rootless owner's
+/// user namespace, the first subordinate id), or back to the owner (0).
+pub(super) fn give(paths: &[PathBuf], to_machine_root: bool) -> Result<(), String> {
+    let owner = if to_machine_root { "1:1" } else { "0:0" };
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let mine = |p: &PathBuf| std::fs::metadata(p).is_ok_and(|m| m.uid() == me);
+    let present: Vec<String> = paths
+        .iter()
+        .filter(|p| p.exists() && (to_machine_root || !mine(p)))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    if present.is_empty() {
+        return Ok(());
+    }
+    let mut args = vec!["unshare", "chown", "-R", owner];
+    args.extend(present.iter().map(String::as_str));
+    podman("hand the state folder over", &args).map(drop)
+}
+
+/// 64 hex characters from /dev/urandom, mode 0600; kept when present.
+pub(super) fn make_key(path: &Path) -> std::io::Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    let hex = crate::audit::hex(&bytes);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(hex.as_bytes())
+}
+
+/// The definition's network policy (hosts, allowed address blocks, the
+/// firewall's requirement), or no file (warden's defaults).
+pub(super) fn write_network(def: &Definition, path: &Path) -> std::io::Result<()> {
+    let mut policy = serde_json::Map::new();
+    if let Some(hosts) = &def.hosts {
+        policy.insert("hosts".into(), serde_json::json!(hosts));
+    }
+    if !def.allow_addresses.is_empty() {
+        policy.insert(
+            "allow_addresses".into(),
+            serde_json::json!(def.allow_addresses),
+        );
+    }
+    if let Some(firewall) = def.firewall {
+        policy.insert("firewall".into(), serde_json::json!(firewall));
+    }
+    write_policy(path, (!policy.is_empty()).then_some(policy.into()))
+}
+
+/// Lent folders are granted to commands as lent: read-only ones read-only,
+/// writable ones read-write, on top of what the built-in policy grants.
+pub(super) fn landlock_for(def: &Definition) -> serde_json::Value {
+    let built_in = crate::policy::Policy::built_in().landlock;
+    let mut read_only = built_in.read_only;
+    let mut read_write = built_in.read_write;
+    for lend in &def.lend {
+        // The agent's routines are never shell's to write, however lent.
+        let routines = lend.at == Path::new(super::agent::ROUTINES);
+        match lend.mode {
+            LendMode::Write if !routines => read_write.push(lend.at.clone()),
+            _ => read_only.push(lend.at.clone()),
+        }
+    }
+    serde_json::json!({"read_only": read_only, "read_write": read_write})
+}
+
+/// Writes a policy file, or removes it (the built-in one then holds).
+pub(super) fn write_policy(path: &Path, value: Option<serde_json::Value>) -> std::io::Result<()> {
+    match value {
+        Some(v) => std::fs::write(path, format!("{v:#}\n")),
+        None => match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    }
+}
