@@ -246,51 +246,35 @@ impl Client {
 
     /// Has warden read its network policy again; returns what holds.
     pub fn reload(&mut self) -> Result<crate::protocol::ProxyState, ClientError> {
-        self.send(0, &Request::Reload)?;
-        match self.receive()? {
-            Message::Event(_, Event::Reloaded(state)) => Ok(state),
-            Message::Event(_, Event::Error { code, message }) => {
-                Err(ClientError::Warden { code, message })
-            }
-            other => Err(unexpected(other)),
-        }
+        self.ask(&Request::Reload, |event| match event {
+            Event::Reloaded(state) => Some(state.clone()),
+            _ => None,
+        })
     }
 
     /// Signals every process of shell (protocol version 3); returns how
     /// many were signalled and how many are left.
     pub fn stop_shell(&mut self, signal: &str) -> Result<(usize, usize), ClientError> {
-        self.send(
-            0,
-            &Request::StopShell {
-                signal: signal.into(),
-            },
-        )?;
-        match self.receive()? {
-            Message::Event(_, Event::ShellStopped { signalled, left }) => Ok((signalled, left)),
-            Message::Event(_, Event::Error { code, message }) => {
-                Err(ClientError::Warden { code, message })
-            }
-            other => Err(unexpected(other)),
-        }
+        let request = Request::StopShell {
+            signal: signal.into(),
+        };
+        self.ask(&request, |event| match event {
+            Event::ShellStopped { signalled, left } => Some((*signalled, *left)),
+            _ => None,
+        })
     }
 
     /// Appends an event of the runtime's own to the audit log; returns its
     /// line's sequence number.
     pub fn audit(&mut self, kind: &str, fields: serde_json::Value) -> Result<u64, ClientError> {
-        self.send(
-            0,
-            &Request::Audit {
-                kind: kind.into(),
-                fields,
-            },
-        )?;
-        match self.receive()? {
-            Message::Event(_, Event::Recorded { seq }) => Ok(seq),
-            Message::Event(_, Event::Error { code, message }) => {
-                Err(ClientError::Warden { code, message })
-            }
-            other => Err(unexpected(other)),
-        }
+        let request = Request::Audit {
+            kind: kind.into(),
+            fields,
+        };
+        self.ask(&request, |event| match event {
+            Event::Recorded { seq } => Some(*seq),
+            _ => None,
+        })
     }
 
     /// Closes the runtime's gate (`Some(reason)`: every shell command is
@@ -303,14 +287,10 @@ impl Client {
             Some(r) => Request::CloseGate { reason: r.into() },
             None => Request::OpenGate,
         };
-        self.send(0, &request)?;
-        match self.receive()? {
-            Message::Event(_, Event::Gate(state)) => Ok(state),
-            Message::Event(_, Event::Error { code, message }) => {
-                Err(ClientError::Warden { code, message })
-            }
-            other => Err(unexpected(other)),
-        }
+        self.ask(&request, |event| match event {
+            Event::Gate(state) => Some(state.clone()),
+            _ => None,
+        })
     }
 
     /// Hands the runtime its keys, a `.env` text (protocol version 4, the
@@ -355,14 +335,10 @@ impl Client {
     }
 
     pub fn status(&mut self) -> Result<Status, ClientError> {
-        self.send(0, &Request::Status)?;
-        match self.receive()? {
-            Message::Event(_, Event::Status(status)) => Ok(*status),
-            Message::Event(_, Event::Error { code, message }) => {
-                Err(ClientError::Warden { code, message })
-            }
-            other => Err(unexpected(other)),
-        }
+        self.ask(&Request::Status, |event| match event {
+            Event::Status(status) => Some((**status).clone()),
+            _ => None,
+        })
     }
 }
 

@@ -228,10 +228,11 @@ pub async fn execute(
     let limit = limit.or_else(|| budget.was_exceeded().then(|| "output".to_string()));
     // Killed while the OOM killer struck in the machine's cgroup: its
     // memory limit (commands are first in its line).
-    let oom_struck = matches!((oom_before, crate::oom::kills()), (Some(a), Some(b)) if b > a);
-    // (A shell reports its killed child as 137.)
+    // (A shell reports its killed child as 137.) The count is read again
+    // only then: the usual end pays for one read, not two.
     let killed = matches!(exit, Exit::Signal(libc::SIGKILL) | Exit::Code(137));
-    let limit = limit.or_else(|| (killed && oom_struck).then(|| "memory".to_string()));
+    let oom_struck = || matches!((oom_before, crate::oom::kills()), (Some(a), Some(b)) if b > a);
+    let limit = limit.or_else(|| (killed && oom_struck()).then(|| "memory".to_string()));
     let limit = limit.or_else(|| match exit {
         Exit::Signal(libc::SIGXCPU) => Some("cpu".to_string()),
         Exit::Signal(libc::SIGXFSZ) => Some("file_size".to_string()),

@@ -372,12 +372,12 @@ impl Supervisor {
         let mut env: BTreeMap<String, String> = std::env::vars().collect();
         env.entry("PATH".into())
             .or_insert_with(|| self.config.path.clone());
+        // The runtime's keys, when the host handed them over: the
+        // runtime's own, like its `.env` (but never its HOME or name).
+        env.extend(self.keys.pairs());
         env.insert("HOME".into(), self.runtime.home.display().to_string());
         env.insert("USER".into(), self.runtime.name.clone());
         env.insert("LOGNAME".into(), self.runtime.name.clone());
-        // The runtime's keys, when the host handed them over: the
-        // runtime's own, like its `.env`.
-        env.extend(self.keys.pairs());
         let env: Vec<(String, String)> = env.into_iter().collect();
         let path = env
             .iter()
