@@ -4,12 +4,12 @@
 
 use crate::audit::{Audit, Rotation};
 use crate::config::{self, MachineConfig};
+use crate::confine::policy::Policy;
 use crate::confine::{self, Confinement};
 use crate::init::InitArgs;
 use crate::layout;
 use crate::net::proxy;
 use crate::network::Network;
-use crate::policy::Policy;
 use crate::redact::Redactor;
 use crate::supervisor::Supervisor;
 use crate::users;

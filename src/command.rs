@@ -4,11 +4,11 @@
 //! audit lines (`execute`). The API only turns frames into a checked
 //! request and a `Sink`, and the report back into frames.
 
+use crate::confine::spawn::{SpawnError, Stdio};
 use crate::output::{pump, Budget, Out};
 use crate::protocol::{Event, ExitReport, Kind, StdinMode};
 use crate::reaper::Exit;
 use crate::request::ValidRun;
-use crate::spawn::{SpawnError, Stdio};
 use crate::supervisor::Supervisor;
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
@@ -275,7 +275,10 @@ pub async fn execute(
 /// to be spawned with).
 pub enum Io {
     Pipes(CommandPipes),
-    Terminal(Arc<crate::pty::Terminal>, Option<crate::spawn::Stdio>),
+    Terminal(
+        Arc<crate::pty::Terminal>,
+        Option<crate::confine::spawn::Stdio>,
+    ),
 }
 
 /// Shell's convention for a death by signal: its name.

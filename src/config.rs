@@ -97,7 +97,7 @@ impl Default for MachineConfig {
             vsock_port: Some(crate::vsock::DEFAULT_PORT),
             audit_dir: None,
             shell_tmp: PathBuf::from("/var/lib/warden/shell-tmp"),
-            policy_dir: crate::policy::DEFAULT_DIR.into(),
+            policy_dir: crate::confine::policy::DEFAULT_DIR.into(),
             audit_max_bytes: 16 << 20,
             audit_max_files: 8,
             audit_when_full: WhenFull::Refuse,

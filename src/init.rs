@@ -6,10 +6,10 @@ use crate::boot::{
     announce, bind_proxy, leave_the_books_in_order, load_config, make_layout, make_users,
     mount_volumes, open_audit, prepare_confinement, supervisor, BootError,
 };
+use crate::confine::spawn::{self, SpawnError, Stdio};
 use crate::net::proxy::{self, Proxy};
 use crate::protocol::MainState;
 use crate::reaper::Exit;
-use crate::spawn::{self, SpawnError, Stdio};
 use crate::supervisor::Supervisor;
 use crate::users;
 use crate::vm::{self, Vm};
@@ -326,7 +326,7 @@ fn work_out_default_hosts(sup: &Arc<Supervisor>, defaults: proxy::Defaults) {
     }
     let path = sup.config.path.clone();
     let home = sup.shell.home.display().to_string();
-    let shell = crate::spawn::Identity {
+    let shell = crate::confine::spawn::Identity {
         uid: sup.shell.uid,
         gid: sup.shell.gid,
         groups: sup.shell.groups.clone(),

@@ -2,13 +2,13 @@
 //! by behaviour (at boot and on every status), and the egress proxy that
 //! is the one way out for `shell`.
 
+use crate::confine::policy::{NetworkPolicy, Requirement};
+use crate::confine::spawn::Identity;
 use crate::net::firewall::{self, Findings, Scope, Verdict, Way};
 use crate::net::proxy::{Proxy, Rules};
 use crate::net::registries;
-use crate::policy::{NetworkPolicy, Requirement};
 use crate::protocol::{LayerState, ProxyState};
 use crate::reaper::Reaper;
-use crate::spawn::Identity;
 use std::net::{TcpListener, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -112,7 +112,9 @@ impl Network {
         &self,
         reaper: &Reaper,
         landlock_tcp: bool,
-        probe: impl FnOnce(crate::spawn::NetProbe) -> Result<crate::spawn::Probe, String>,
+        probe: impl FnOnce(
+            crate::confine::probe::NetProbe,
+        ) -> Result<crate::confine::probe::Probe, String>,
     ) -> LayerState {
         let required = self.policy.firewall == Requirement::Required;
         let port = self.scope.proxy_port;
@@ -184,7 +186,7 @@ fn state_of(proxy: &Proxy, rules: Option<&Rules>, listening: &[String]) -> Proxy
 /// knock on them as shell, and sees what arrived.
 fn knock(
     proxy_port: u16,
-    probe: impl FnOnce(crate::spawn::NetProbe) -> Result<crate::spawn::Probe, String>,
+    probe: impl FnOnce(crate::confine::probe::NetProbe) -> Result<crate::confine::probe::Probe, String>,
 ) -> Result<Findings, String> {
     let bound = |e: std::io::Error| format!("cannot open a loopback port to knock on: {e}");
     let tcp4 = TcpListener::bind("127.0.0.1:0").map_err(bound)?;
@@ -193,7 +195,7 @@ fn knock(
     let tcp6 = TcpListener::bind("[::1]:0").ok();
     let udp6 = UdpSocket::bind("[::1]:0").ok();
     let port = |a: std::io::Result<std::net::SocketAddr>| a.map(|a| a.port()).map_err(bound);
-    let plan = crate::spawn::NetProbe {
+    let plan = crate::confine::probe::NetProbe {
         tcp_v4: port(tcp4.local_addr())?,
         tcp_v6: tcp6
             .as_ref()
@@ -207,7 +209,7 @@ fn knock(
         proxy: proxy_port,
     };
     let found = probe(plan)?;
-    if !found.has(crate::spawn::Probe::IDENTITY) {
+    if !found.has(crate::confine::probe::Probe::IDENTITY) {
         return Err("the probe did not run as shell".into());
     }
     let arrived = |s: &UdpSocket| {
@@ -217,17 +219,17 @@ fn knock(
     };
     let udp_arrived = arrived(&udp4) || udp6.as_ref().is_some_and(arrived);
     Ok(Findings {
-        tcp_refused: found.has(crate::spawn::Probe::NET_TCP_REFUSED),
-        refused_fast: found.has(crate::spawn::Probe::NET_REFUSED_FAST),
+        tcp_refused: found.has(crate::confine::probe::Probe::NET_TCP_REFUSED),
+        refused_fast: found.has(crate::confine::probe::Probe::NET_REFUSED_FAST),
         udp_blocked: !udp_arrived,
-        proxy_reached: found.has(crate::spawn::Probe::NET_PROXY_REACHED),
+        proxy_reached: found.has(crate::confine::probe::Probe::NET_PROXY_REACHED),
         v6: tcp6.is_some(),
     })
 }
 
 /// Whether the image has `nft` where warden runs it from.
 fn nft_present() -> bool {
-    crate::spawn::candidates("nft", NFT_PATH)
+    crate::confine::spawn::candidates("nft", NFT_PATH)
         .iter()
         .any(|p| std::path::Path::new(p).is_file())
 }
@@ -279,7 +281,7 @@ pub fn default_hosts(
         ("HOME".to_string(), "/nonexistent".to_string()),
     ];
     let mut ask = |argv: &[&str]| -> Option<String> {
-        let exists = crate::spawn::candidates(argv[0], path)
+        let exists = crate::confine::spawn::candidates(argv[0], path)
             .iter()
             .any(|p| std::path::Path::new(p).is_file());
         if !exists {

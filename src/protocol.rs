@@ -188,7 +188,7 @@ pub struct RunRequest {
     pub keep_background: bool,
     /// Limits for this command; each only lowers the policy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limits: Option<crate::policy::Limits>,
+    pub limits: Option<crate::confine::policy::Limits>,
     /// Version 4: run it on a terminal of this size (its stdin, stdout and
     /// stderr; output comes as stdout frames, stdin frames are typed).
     #[serde(default, skip_serializing_if = "Option::is_none")]

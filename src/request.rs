@@ -1,6 +1,6 @@
 //! Pure checks of what a `run` request asks for, before anything runs.
 
-use crate::policy::Limits;
+use crate::confine::policy::Limits;
 use crate::protocol::{RunRequest, StdinMode};
 use std::time::Duration;
 

@@ -3,15 +3,16 @@
 
 use crate::audit::Audit;
 use crate::config::MachineConfig;
+use crate::confine::policy::Limits;
+use crate::confine::probe::Probe;
+use crate::confine::spawn::{Grouping, Identity, Launch, LaunchError, Stdio, Workdir};
+use crate::confine::spawner::Spawner;
 use crate::confine::Confinement;
 use crate::layout::{self, Paths, Spec};
-use crate::policy::Limits;
 use crate::protocol::{GateState, LayerState};
 use crate::protocol::{MainState, RunningCommand, Status, UserState, SUPPORTED_VERSIONS};
 use crate::reaper::Reaper;
 use crate::request::ValidRun;
-use crate::spawn::{Grouping, Identity, Launch, LaunchError, Probe, Stdio, Workdir};
-use crate::spawner::Spawner;
 use crate::users::Account;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -316,7 +317,7 @@ impl Supervisor {
 
     /// The firewall probe: a child as shell, without Landlock, knocking
     /// where `plan` says.
-    fn run_net_probe(&self, plan: crate::spawn::NetProbe) -> Result<Probe, String> {
+    fn run_net_probe(&self, plan: crate::confine::probe::NetProbe) -> Result<Probe, String> {
         let confine = self.confinement.for_network_probe(plan);
         self.spawn_probe("warden-net-probe", confine)
     }
@@ -328,7 +329,11 @@ impl Supervisor {
         self.spawn_probe("warden-probe", confine)
     }
 
-    fn spawn_probe(&self, name: &str, confine: crate::spawn::Confine) -> Result<Probe, String> {
+    fn spawn_probe(
+        &self,
+        name: &str,
+        confine: crate::confine::spawn::Confine,
+    ) -> Result<Probe, String> {
         let home = c_path(&self.shell.home).map_err(|e| e.to_string())?;
         let launch = Launch::new(
             &[name.to_string()],

@@ -6,8 +6,8 @@
 //! child of PID 1. It runs on the calling thread, never the spawner thread,
 //! whose seccomp filter denies the netlink sockets `nft` needs.
 
+use crate::confine::spawn::{self, Grouping, Identity, Launch, Stdio, Workdir};
 use crate::reaper::{Exit, Reaper};
-use crate::spawn::{self, Grouping, Identity, Launch, Stdio, Workdir};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};

@@ -765,7 +765,7 @@ fn huge_values_are_taken_as_they_are_without_overflow() {
     let m = boot();
     let mut req = argv(&["echo", "fine"]);
     req.timeout_ms = Some(u64::MAX);
-    req.limits = Some(warden::policy::Limits {
+    req.limits = Some(warden::confine::policy::Limits {
         cpu_seconds: Some(u64::MAX),
         address_space_bytes: Some(u64::MAX),
         processes: Some(u64::MAX),
@@ -839,7 +839,7 @@ fn rlimits_reach_the_command() {
     }
     let m = boot();
     let mut req = argv(&["cat", "/proc/self/limits"]);
-    req.limits = Some(warden::policy::Limits {
+    req.limits = Some(warden::confine::policy::Limits {
         open_files: Some(64),
         processes: Some(77),
         file_size_bytes: Some(1 << 20),

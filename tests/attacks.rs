@@ -15,7 +15,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use warden::client::Output;
-use warden::policy::Limits;
+use warden::confine::policy::Limits;
 use warden::protocol::RunRequest;
 
 /// Copies the attack programs into shell's own /tmp (the folder behind it,

@@ -8,7 +8,7 @@
 //! path (/etc)`.
 
 use super::agent::{self, KeepId, Port, Restart, Size};
-use crate::policy::{Limits, Requirement};
+use crate::confine::policy::{Limits, Requirement};
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -167,7 +167,7 @@ pub(super) fn write_network(def: &Definition, path: &Path) -> std::io::Result<()
 /// Lent folders are granted to commands as lent: read-only ones read-only,
 /// writable ones read-write, on top of what the built-in policy grants.
 pub(super) fn landlock_for(def: &Definition) -> serde_json::Value {
-    let built_in = crate::policy::Policy::built_in().landlock;
+    let built_in = crate::confine::policy::Policy::built_in().landlock;
     let mut read_only = built_in.read_only;
     let mut read_write = built_in.read_write;
     for lend in &def.lend {

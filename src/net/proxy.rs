@@ -8,10 +8,10 @@
 //! to an address it checked: the name is never resolved a second time.
 //! Every decision is one audit line.
 
+use crate::confine::policy::{NetworkPolicy, PolicyError};
 use crate::net::addr::{self, Cidr};
 use crate::net::hosts::HostList;
 use crate::net::target::{self, Host, Target};
-use crate::policy::{NetworkPolicy, PolicyError};
 use hickory_resolver::config::{LookupIpStrategy, ResolveHosts};
 use hickory_resolver::TokioResolver;
 use serde_json::{json, Value};

@@ -7,9 +7,9 @@
 //! to set a child up (fork, credentials, prctl, Landlock, exec). The main
 //! process is never forked here: it is not filtered.
 
+use crate::confine::spawn::{self, Launch, SpawnError, Spawned, Stdio};
 use crate::reaper::Reaper;
 use crate::shell_space;
-use crate::spawn::{self, Launch, SpawnError, Spawned, Stdio};
 use seccompiler::BpfProgram;
 use std::path::PathBuf;
 use std::sync::mpsc;

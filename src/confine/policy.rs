@@ -149,10 +149,10 @@ pub const FILES: [&str; 4] = [
 ];
 
 const BUILT_IN: [(&str, &str); 4] = [
-    ("landlock.json", include_str!("../policy/landlock.json")),
-    ("seccomp.json", include_str!("../policy/seccomp.json")),
-    ("limits.json", include_str!("../policy/limits.json")),
-    ("network.json", include_str!("../policy/network.json")),
+    ("landlock.json", include_str!("../../policy/landlock.json")),
+    ("seccomp.json", include_str!("../../policy/seccomp.json")),
+    ("limits.json", include_str!("../../policy/limits.json")),
+    ("network.json", include_str!("../../policy/network.json")),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -206,7 +206,7 @@ impl Policy {
         if let Some(bad) = seccomp_policy
             .extra_deny
             .iter()
-            .find(|s| !crate::syscalls::is_known(s))
+            .find(|s| !crate::confine::seccomp::is_known(s))
         {
             return Err(PolicyError::Invalid {
                 path: seccomp.0.clone(),
@@ -455,10 +455,10 @@ mod tests {
     #[test]
     fn every_shipped_file_has_its_schema_and_the_same_fields() {
         let schemas = [
-            include_str!("../policy/landlock.schema.json"),
-            include_str!("../policy/seccomp.schema.json"),
-            include_str!("../policy/limits.schema.json"),
-            include_str!("../policy/network.schema.json"),
+            include_str!("../../policy/landlock.schema.json"),
+            include_str!("../../policy/seccomp.schema.json"),
+            include_str!("../../policy/limits.schema.json"),
+            include_str!("../../policy/network.schema.json"),
         ];
         for ((name, text), schema) in BUILT_IN.iter().zip(schemas) {
             let file: serde_json::Value = serde_json::from_str(text).unwrap();

@@ -2,11 +2,19 @@
 //! the policy, handed to each command, and verified by behaviour with a
 //! probe (a child that applies every layer, then tests each from inside).
 
-use crate::policy::{Limits, Policy, Requirement};
+pub mod landlock;
+pub mod policy;
+pub mod probe;
+pub mod seccomp;
+pub mod spawn;
+pub mod spawner;
+
+use crate::confine::policy::{Limits, Policy, Requirement};
 use crate::protocol::LayerState;
-use crate::sandbox::{self, Coverage, StaticRules};
-use crate::spawn::{Confine, NetProbe, Probe};
+use landlock::{Coverage, StaticRules};
+use probe::{NetProbe, Probe};
 use seccompiler::BpfProgram;
+use spawn::Confine;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -34,9 +42,9 @@ impl Confinement {
         if !policy.landlock.tcp_connect.contains(&port) {
             policy.landlock.tcp_connect.push(port);
         }
-        let seccomp = crate::syscalls::build(&policy.seccomp).map(Arc::new);
+        let seccomp = seccomp::build(&policy.seccomp.extra_deny).map(Arc::new);
         let rules = StaticRules::unopened(&policy.landlock);
-        let coverage = sandbox::coverage(sandbox::kernel_abi(), &policy.landlock);
+        let coverage = landlock::coverage(landlock::kernel_abi(), &policy.landlock);
         Confinement {
             seccomp,
             rules,

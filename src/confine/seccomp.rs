@@ -1,6 +1,7 @@
 //! The seccomp filter of every command: a deny list of the syscalls a build
-//! never needs and an escape does. Built once at boot, installed in each
-//! command's child just before exec.
+//! never needs and an escape does. Built once at boot and installed once,
+//! on the spawner thread, whose forked children all inherit it
+//! (`spawner.rs`).
 //!
 //! The filter is one compact program, written here rather than generated:
 //! the kernel JIT-compiles a filter at every install, and its cost grows
@@ -10,7 +11,6 @@
 //! tests below. seccompiler still compiles the policy's own additions and
 //! knows every syscall's name.
 
-use crate::policy::SeccompPolicy;
 use seccompiler::{sock_filter, BpfProgram, TargetArch};
 use std::collections::HashMap;
 
@@ -415,9 +415,9 @@ fn extra(names: &[String]) -> Result<Option<BpfProgram>, String> {
 
 /// Every filter a command gets, in the order they are installed: warden's
 /// own, and the policy's additions when it has some.
-pub fn build(policy: &SeccompPolicy) -> Result<Vec<BpfProgram>, String> {
+pub fn build(extra_deny: &[String]) -> Result<Vec<BpfProgram>, String> {
     let mut programs = vec![deny_program()?];
-    programs.extend(extra(&policy.extra_deny)?);
+    programs.extend(extra(extra_deny)?);
     Ok(programs)
 }
 
@@ -427,11 +427,7 @@ mod tests {
 
     #[test]
     fn the_filters_compile() {
-        let policy = SeccompPolicy {
-            require: crate::policy::Requirement::Required,
-            extra_deny: vec!["chown".into(), "kcmp".into()],
-        };
-        let programs = build(&policy).unwrap();
+        let programs = build(&["chown".into(), "kcmp".into()]).unwrap();
         assert_eq!(programs.len(), 2);
         assert!(
             programs[0].len() < 100,
@@ -499,11 +495,7 @@ mod tests {
     fn the_filters_decide_as_designed() {
         const X86_64: u32 = 0xc000_003e;
         const I386: u32 = 0x4000_0003;
-        let policy = SeccompPolicy {
-            require: crate::policy::Requirement::Required,
-            extra_deny: vec!["kcmp".into()],
-        };
-        let programs = build(&policy).unwrap();
+        let programs = build(&["kcmp".into()]).unwrap();
         let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
         let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
         let allow = libc::SECCOMP_RET_ALLOW;
