@@ -5,8 +5,9 @@
 
 use super::agent::{free_port, HostPort, AUTO_SPAN};
 use super::definition::Definition;
+use super::engine;
 use super::host::Host;
-use super::machine::{connect, podman};
+use super::state::connect;
 
 /// Each command `requires` names must be on warden's PATH, as shell finds
 /// it; the missing ones are named in one line.
@@ -46,7 +47,7 @@ pub(super) fn check_requires(def: &Definition) -> Result<(), String> {
 
 /// The machine's published ports, as the engine lists them.
 pub fn published(name: &str) -> Vec<String> {
-    podman("ports", &["port", name])
+    engine::run("ports", &["port", name])
         .map(|out| out.lines().map(str::to_string).collect())
         .unwrap_or_default()
 }
@@ -65,7 +66,7 @@ pub(super) fn engine_size(def: &Definition, host: &Host) -> Option<(f64, u64, u6
 /// The machine's size as the engine holds it, for people.
 pub fn size_of(name: &str) -> Option<String> {
     let format = "{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}} {{.HostConfig.PidsLimit}}";
-    let out = podman(
+    let out = engine::run(
         "inspect",
         &["container", "inspect", "--format", format, name],
     )

@@ -6,8 +6,10 @@
 //! removed once no container uses it.
 
 use super::definition::{Definition, Source};
+use super::engine::{self, exists};
 use super::host::{Engine, Host};
-use super::machine::{exists, podman, sha256_hex, step, PREFIX};
+use super::state::PREFIX;
+use super::{sha256_hex, step};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -62,7 +64,7 @@ pub fn image(def: &Definition, state: &Path, start: Instant, host: &Host) -> Res
             let ignore = build_ignore(folder, state)?;
             let args = podman_build_args(host, &tag, dockerfile, &ignore, folder);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            podman("build image", &args)?;
+            engine::run("build image", &args)?;
         }
         Engine::Docker => docker_build(host, &tag, dockerfile, folder)?,
     }
@@ -79,7 +81,7 @@ pub fn image(def: &Definition, state: &Path, start: Instant, host: &Host) -> Res
 /// Removes an image a rebuild replaced; one still used by a container of
 /// another machine stays, and that is said.
 pub fn remove_replaced(id: &str, start: Instant) {
-    match podman("remove the replaced image", &["rmi", id]) {
+    match engine::run("remove the replaced image", &["rmi", id]) {
         Ok(_) => step(start, &format!("old image {} removed", short(id))),
         Err(e) => step(start, &format!("old image {} kept: {e}", short(id))),
     }
@@ -95,7 +97,7 @@ pub fn image_id(name: &str) -> Option<String> {
     if !exists("image", name) {
         return None;
     }
-    podman(
+    engine::run(
         "image id",
         &["image", "inspect", "--format", "{{.Id}}", name],
     )
@@ -318,7 +320,7 @@ fn docker_build(host: &Host, tag: &str, dockerfile: &Path, context: &Path) -> Re
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| format!("dockerfile {}: no file name", dockerfile.display()))?;
-    let bridge = podman("bridge network", &["network", "inspect", "bridge"]).is_ok();
+    let bridge = engine::run("bridge network", &["network", "inspect", "bridge"]).is_ok();
     let args = docker_build_args(host, tag, &name, bridge);
     let mut tar = Command::new("tar")
         .args(["-C"])
@@ -329,7 +331,7 @@ fn docker_build(host: &Host, tag: &str, dockerfile: &Path, context: &Path) -> Re
         .spawn()
         .map_err(|e| format!("build image: cannot run tar: {e}"))?;
     let stream = tar.stdout.take().ok_or("build image: tar gave no output")?;
-    let out = super::machine::engine_command()?
+    let out = engine::command()?
         // The legacy builder, when the client has no BuildKit component:
         // the context is ours already.
         .env_remove("DOCKER_BUILDKIT")
@@ -356,7 +358,7 @@ fn docker_build(host: &Host, tag: &str, dockerfile: &Path, context: &Path) -> Re
         String::from_utf8_lossy(&out.stderr),
         String::from_utf8_lossy(&out.stdout),
     );
-    Err(super::machine::failure(
+    Err(engine::failure(
         "build image",
         "docker",
         &out.status,

@@ -1,12 +1,34 @@
-//! The host side: `warden machine ...` makes containers with podman (or
-//! Docker) from machine definitions.
+//! The host side: `warden machine ...` makes, starts, stops and removes
+//! agent machines from machine definitions: containers with podman (or
+//! Docker), or micro-VMs under QEMU.
+//!
+//! `machine.rs` is the commands and what every kind of machine shares;
+//! `backend.rs` what a kind must do, done by `container.rs` and `vm/`;
+//! `engine.rs` runs podman or Docker; `state.rs` keeps a machine's state
+//! folder; `image.rs` builds images; `create.rs` and `agent*.rs` turn a
+//! definition into the engine's arguments and the agent's setup.
 
 pub mod agent;
 pub mod agent_setup;
+pub mod backend;
+pub mod container;
 pub mod create;
 pub mod definition;
+pub mod engine;
 pub mod host;
 pub mod image;
 pub mod machine;
 pub mod state;
 pub mod vm;
+
+use sha2::{Digest, Sha256};
+use std::time::Instant;
+
+/// Prints one step with the seconds since `start`.
+pub fn step(start: Instant, what: &str) {
+    println!("[{:6.2} s] {what}", start.elapsed().as_secs_f64());
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    crate::audit::hex(&Sha256::digest(bytes))
+}

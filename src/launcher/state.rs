@@ -5,11 +5,53 @@
 //! warden alone reads are handed to the machine's root.
 
 use super::definition::{Definition, LendMode};
+use super::engine;
+use super::host;
 use super::host::Host;
-use super::machine::{key, podman, state_dir};
+use crate::client::Client;
+use crate::protocol::Request;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+/// Names the containers and volumes.
+pub const PREFIX: &str = "warden";
+
+/// The machine's state folder.
+pub fn state_dir(id: &str) -> PathBuf {
+    match host::state_root() {
+        Ok(root) => root.join(id),
+        // Unreachable in practice: every command asks for the root first.
+        Err(_) => Path::new(host::ROOTFUL_STATE).join(id),
+    }
+}
+
+/// The host socket warden serves for this machine.
+pub fn socket(id: &str) -> PathBuf {
+    state_dir(id).join("run/api.sock")
+}
+
+/// The engine's name of the machine (its container; a VM's name too).
+pub fn container(id: &str) -> String {
+    format!("{PREFIX}-{id}")
+}
+
+/// Reads the machine's key from its state folder.
+pub fn key(id: &str) -> Result<String, String> {
+    let path = state_dir(id).join("key");
+    std::fs::read_to_string(&path)
+        .map(|k| k.trim().to_string())
+        .map_err(|e| format!("machine {id}: key {}: {e}", path.display()))
+}
+
+/// A client of the machine's warden through the host socket in its state
+/// folder, keyed.
+pub fn connect(id: &str, first: Option<(u32, &Request)>) -> Result<Client, String> {
+    let key = key(id)?;
+    let socket = socket(id);
+    Client::connect_keyed(&socket, Some(&key), first)
+        .map_err(|e| format!("{}: {e}", socket.display()))
+}
 
 /// Makes the state folder and what warden reads from it; the key is made
 /// once and kept.
@@ -126,7 +168,7 @@ pub(super) fn give(paths: &[PathBuf], to_machine_root: bool) -> Result<(), Strin
     }
     let mut args = vec!["unshare", "chown", "-R", owner];
     args.extend(present.iter().map(String::as_str));
-    podman("hand the state folder over", &args).map(drop)
+    engine::run("hand the state folder over", &args).map(drop)
 }
 
 /// 64 hex characters from /dev/urandom, mode 0600; kept when present.

@@ -1,0 +1,98 @@
+//! What a kind of machine must do for the launcher: a container under
+//! podman or Docker (`container.rs`), or a micro-VM under QEMU (`vm/`).
+//! `machine.rs` does what both share (the definition, the keys, the state
+//! folder, the image, undoing a failed `up`) and asks the machine's backend
+//! for the rest; the backends know nothing of each other.
+
+use super::definition::{Definition, Kind};
+use super::host::Host;
+use super::image::Image;
+use crate::client::Client;
+use crate::protocol::Request;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What `up` has ready when it hands over to the backend.
+pub struct Prepared<'a> {
+    pub def: &'a Definition,
+    pub host: &'a Host,
+    /// The machine's state folder.
+    pub state: PathBuf,
+    pub image: Image,
+    /// Digests everything the machine is made of except the runtime's keys.
+    pub digest: String,
+    /// The runtime's `.env`: only the keys the definition names.
+    pub keys_text: &'a str,
+    /// When `up` began, for its progress lines.
+    pub start: Instant,
+}
+
+/// What one `up` made, in the order made: undone in reverse when a later
+/// step fails. What an earlier `up` made is never touched.
+#[derive(Default)]
+pub struct Made {
+    pub state: Option<PathBuf>,
+    pub image: Option<String>,
+    pub volumes: Vec<String>,
+    pub container: Option<String>,
+}
+
+pub trait Backend {
+    /// "container" or "VM", for people.
+    fn noun(&self) -> &'static str;
+
+    /// Refuses a definition this host cannot run as this kind, saying why.
+    fn fits(&self, def: &Definition, host: &Host) -> Result<(), String>;
+
+    /// Makes (or keeps) the machine and starts it; returns once its warden
+    /// answers. What it makes is recorded in `made`.
+    fn up(&self, prepared: &Prepared, made: &mut Made) -> Result<(), String>;
+
+    /// Starts a stopped machine and waits for its warden.
+    fn start(&self, id: &str) -> Result<(), String>;
+
+    /// Stops the machine: warden is asked first, killed after a grace.
+    fn stop(&self, id: &str) -> Result<(), String>;
+
+    /// Prints the machine's own output (the engine's log, a VM's console).
+    fn logs(&self, id: &str) -> Result<(), String>;
+
+    /// Removes the machine; with `volumes`, its disks or volumes too.
+    fn remove(&self, id: &str, volumes: bool) -> Result<(), String>;
+
+    /// A client of the machine's warden, keyed.
+    fn connect(&self, id: &str, first: Option<(u32, &Request)>) -> Result<Client, String>;
+
+    /// Copies the audit log into `copy` (an empty folder); true when the
+    /// copy may lack the last lines (the machine runs and has not yet
+    /// written them where the host can read them).
+    fn copy_audit(&self, id: &str, copy: &Path) -> Result<bool, String>;
+
+    /// This owner's machines of this kind, one line each for `ps`.
+    fn list(&self) -> Result<Vec<String>, String>;
+
+    /// The ids of this owner's machines that have anything of this kind
+    /// left (a container, a volume, a VM's folder), for `prune`.
+    fn ids(&self) -> Result<Vec<String>, String>;
+}
+
+/// Every backend, for what asks all of them (`ps`, `prune`).
+pub fn all() -> [&'static dyn Backend; 2] {
+    [&super::container::Container, &super::vm::Vm]
+}
+
+/// The backend of the machine `id` as it exists now.
+pub fn of(id: &str) -> &'static dyn Backend {
+    match super::vm::is_vm(id) {
+        true => &super::vm::Vm,
+        false => &super::container::Container,
+    }
+}
+
+/// The backend a definition of `kind` asks for.
+pub fn for_kind(kind: Kind) -> &'static dyn Backend {
+    match kind {
+        Kind::Vm => &super::vm::Vm,
+        Kind::Container => &super::container::Container,
+    }
+}

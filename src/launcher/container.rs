@@ -1,0 +1,470 @@
+//! The container backend: a machine as a container `warden-<id>` with two
+//! volumes (`warden-<id>-data`, `warden-<id>-work`), made by podman
+//! (rootful or rootless) or Docker. The host talks to warden only through
+//! the host socket in the machine's state folder, presenting the key;
+//! `podman exec` is used only to run the definition's setup script.
+
+use super::agent_setup::{check_requires, engine_size, hand_keys, host_ports};
+use super::agent_setup::{published, size_of};
+use super::backend::{Backend, Made, Prepared};
+use super::create::{
+    create_args, entrypoint_is_warden, static_warden, CreatePlan, Entry, RUNTIME_UID, SHELL_UID,
+};
+use super::definition::{Definition, Network, Workspace};
+use super::engine;
+use super::host::{Engine, Host};
+use super::state::{container, give, key, socket, state_dir, write_machine_files, PREFIX};
+use super::step;
+use crate::client::Client;
+use crate::protocol::Request;
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// How long `up` waits for warden's host socket to answer.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The container backend.
+pub struct Container;
+
+impl Backend for Container {
+    fn noun(&self) -> &'static str {
+        "container"
+    }
+
+    fn fits(&self, def: &Definition, host: &Host) -> Result<(), String> {
+        fits(def, host)
+    }
+
+    fn up(&self, prepared: &Prepared, made: &mut Made) -> Result<(), String> {
+        up(prepared, made)
+    }
+
+    fn start(&self, id: &str) -> Result<(), String> {
+        start(id)
+    }
+
+    fn stop(&self, id: &str) -> Result<(), String> {
+        engine::run("stop", &["stop", "-t", "10", &container(id)]).map(drop)
+    }
+
+    fn logs(&self, id: &str) -> Result<(), String> {
+        logs(id)
+    }
+
+    fn remove(&self, id: &str, volumes: bool) -> Result<(), String> {
+        remove(id, volumes)
+    }
+
+    fn connect(&self, id: &str, first: Option<(u32, &Request)>) -> Result<Client, String> {
+        super::state::connect(id, first)
+    }
+
+    fn copy_audit(&self, id: &str, copy: &Path) -> Result<bool, String> {
+        let from = format!("{}:/home/runtime/data/audit", container(id));
+        engine::run("copy audit log", &["cp", &from, &copy.to_string_lossy()])?;
+        Ok(false)
+    }
+
+    fn list(&self) -> Result<Vec<String>, String> {
+        list()
+    }
+
+    fn ids(&self) -> Result<Vec<String>, String> {
+        ids()
+    }
+}
+
+/// The container's part of `up`: made (or kept when its inputs are the
+/// same), started, warden waited for, the keys handed over, `requires`
+/// checked and `setup` run once.
+fn up(p: &Prepared, made: &mut Made) -> Result<(), String> {
+    let (def, start) = (p.def, p.start);
+    let name = def.container(PREFIX);
+    let created = match current_inputs(&name).as_deref() {
+        Some(found) if found == p.digest => {
+            step(start, &format!("{name}: unchanged, kept"));
+            false
+        }
+        found => {
+            if found.is_some() {
+                engine::remove_container("remove old container", &name)?;
+                step(
+                    start,
+                    &format!("{name}: inputs changed, old container removed"),
+                );
+            }
+            write_machine_files(def, &p.state, p.host)?;
+            create(def, &p.state, &p.image.name, &p.digest, made)?;
+            made.container = Some(name.clone());
+            step(start, &format!("{name}: created"));
+            true
+        }
+    };
+    if let Some(old) = &p.image.replaced {
+        super::image::remove_replaced(old, start);
+    }
+    if !running(&name)? {
+        engine::run("start", &["start", &name])?;
+        step(start, &format!("{name}: started"));
+    }
+    wait_ready(&def.id, &key(&def.id)?)?;
+    step(start, "warden answers on the host socket");
+    hand_keys(&def.id, p.keys_text)?;
+    step(
+        start,
+        &format!("keys handed to the runtime: {}", def.keys.len()),
+    );
+    check_requires(def)?;
+    if let Some(script) = &def.setup {
+        // Once per container: a failed setup runs again at the next `up`.
+        let done = p.state.join("setup.done");
+        let ran = !created && std::fs::read_to_string(&done).is_ok_and(|d| d == p.digest);
+        if !ran {
+            run_setup(&name, script)?;
+            std::fs::write(&done, &p.digest).map_err(|e| format!("{}: {e}", done.display()))?;
+            step(start, &format!("setup {} ran", script.display()));
+        }
+    }
+    for line in published(&name) {
+        step(start, &format!("published: {line}"));
+    }
+    match size_of(&name) {
+        Some(size) if engine_size(def, p.host).is_some() => step(start, &format!("size: {size}")),
+        _ => step(start, "size: not held (a rootless engine on cgroup v1 ignores limits); commands keep their own rlimits"),
+    }
+    Ok(())
+}
+
+/// Starts the stopped container and waits for its warden; a running one
+/// is left as it is.
+fn start(id: &str) -> Result<(), String> {
+    let name = container(id);
+    if !engine::exists("container", &name) {
+        return Err(format!(
+            "machine {id}: no such machine (make it with `warden machine up`)"
+        ));
+    }
+    if !running(&name)? {
+        let started = Instant::now();
+        engine::run("start", &["start", &name])?;
+        wait_ready(id, &key(id)?)?;
+        eprintln!(
+            "machine {id} started in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+fn logs(id: &str) -> Result<(), String> {
+    let engine = engine::host()?.engine.program();
+    let status = engine::command()?
+        .args(["logs", &container(id)])
+        .status()
+        .map_err(|e| format!("logs: cannot run {engine}: {e}"))?;
+    match status.success() {
+        true => Ok(()),
+        false => Err(format!("logs: {engine} failed ({status})")),
+    }
+}
+
+/// Removes the container; with `volumes`, its volumes too.
+fn remove(id: &str, volumes: bool) -> Result<(), String> {
+    let name = container(id);
+    if engine::exists("container", &name) {
+        engine::remove_container("rm", &name)?;
+        println!("removed {name}");
+    }
+    if !volumes {
+        return Ok(());
+    }
+    if engine::host()?.rootless {
+        // What an earlier `up` handed to the machine's root comes back
+        // first, or the owner could not remove the state folder.
+        let state = state_dir(id);
+        give(&[state.join("etc"), state.join("run")], false)?;
+    }
+    for volume in [format!("{PREFIX}-{id}-data"), format!("{PREFIX}-{id}-work")] {
+        if engine::exists("volume", &volume) {
+            engine::run("remove volume", &["volume", "rm", "-f", &volume])?;
+            println!("removed volume {volume}");
+        }
+    }
+    Ok(())
+}
+
+/// This owner's containers with their status and published ports.
+fn list() -> Result<Vec<String>, String> {
+    let filter = format!("label=warden.owner={}", engine::owner());
+    let out = engine::run(
+        "ps",
+        &[
+            "ps",
+            "-a",
+            "--filter",
+            &filter,
+            "--format",
+            "{{.Names}}\t{{.Status}}",
+        ],
+    )?;
+    let line = |line: &str| {
+        let name = line.split('\t').next().unwrap_or_default();
+        match published(name).join(", ") {
+            ports if ports.is_empty() => line.to_string(),
+            ports => format!("{line}\t{ports}"),
+        }
+    };
+    Ok(out.lines().map(line).collect())
+}
+
+/// The machine ids on this owner's containers and volumes.
+fn ids() -> Result<Vec<String>, String> {
+    let filter = format!("label=warden.owner={}", engine::owner());
+    let format = match engine::host()?.engine {
+        Engine::Podman => "{{index .Labels \"warden.machine\"}}",
+        Engine::Docker => "{{.Label \"warden.machine\"}}",
+    };
+    let containers = engine::run(
+        "list containers",
+        &["ps", "-a", "--filter", &filter, "--format", format],
+    )?;
+    let volumes = engine::run(
+        "list volumes",
+        &["volume", "ls", "--filter", &filter, "--format", format],
+    )?;
+    Ok(containers
+        .lines()
+        .chain(volumes.lines())
+        .map(String::from)
+        .collect())
+}
+
+/// Refuses a definition this host cannot run as written, saying why.
+pub fn fits(def: &Definition, host: &Host) -> Result<(), String> {
+    let engine = host.engine.program();
+    let rootless = host.rootless;
+    match &def.network {
+        Network::Host if !rootless => return Err("network \"host\": refused rootful, since warden's firewall would then be the host's own; use \"private\" or a namespace".into()),
+        Network::Namespace(path) if host.engine == Engine::Docker => return Err(format!("network {}: Docker cannot join a namespace by path; use podman", path.display())),
+        Network::Namespace(path) if rootless => return Err(format!("network {}: a rootless owner cannot join a namespace made by root; use \"none\" or \"private\"", path.display())),
+        Network::Namespace(path) if !path.exists() => return Err(format!("network {}: no such namespace (make it with `ip netns add`)", path.display())),
+        Network::Private if rootless && host.engine == Engine::Podman => {
+            if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/net/tun") {
+                return Err(format!("network \"private\": rootless podman needs /dev/net/tun, which this user cannot open ({e}); use \"none\", or run as root"));
+            }
+        }
+        _ => {}
+    }
+    if !def.dns.is_empty() && matches!(def.network, Network::None | Network::Host) {
+        return Err("dns: name servers need a network of the machine's own (\"private\" or a namespace); on \"none\" or \"host\" the engine refuses them".into());
+    }
+    if def.keep_id.is_on() && !(rootless && host.engine == Engine::Podman) {
+        return Err(format!("keep_id: needs rootless podman ({engine} {} here): rootful, files written in lent folders belong to the machine's uids on the host ({RUNTIME_UID}, {SHELL_UID})", if rootless { "rootless" } else { "rootful" }));
+    }
+    Ok(())
+}
+
+/// The inputs digest of an existing container, None when there is none.
+fn current_inputs(name: &str) -> Option<String> {
+    if !engine::exists("container", name) {
+        return None;
+    }
+    let format = "{{index .Config.Labels \"warden.inputs\"}}";
+    engine::run(
+        "inspect",
+        &["container", "inspect", "--format", format, name],
+    )
+    .ok()
+    .map(|s| s.trim().to_string())
+}
+
+fn running(name: &str) -> Result<bool, String> {
+    let out = engine::run(
+        "inspect",
+        &[
+            "container",
+            "inspect",
+            "--format",
+            "{{.State.Running}}",
+            name,
+        ],
+    )?;
+    Ok(out.trim() == "true")
+}
+
+/// Makes the volumes (labelled with the owner, so `prune` finds them)
+/// when missing; podman would make them unlabelled otherwise.
+fn ensure_volume(name: &str, id: &str, made: &mut Made) -> Result<(), String> {
+    if engine::exists("volume", name) {
+        return Ok(());
+    }
+    made.volumes.push(name.to_string());
+    let owner = format!("warden.owner={}", engine::owner());
+    let machine = format!("warden.machine={id}");
+    engine::run(
+        "create volume",
+        &[
+            "volume", "create", "--label", &owner, "--label", &machine, name,
+        ],
+    )
+    .map(drop)
+}
+
+/// `podman create` with everything the definition asks for; the volumes
+/// it makes are recorded in `made`.
+fn create(
+    def: &Definition,
+    state: &Path,
+    image: &str,
+    digest: &str,
+    made: &mut Made,
+) -> Result<(), String> {
+    let host = engine::host()?;
+    let data = def.data_volume(PREFIX);
+    ensure_volume(&data, &def.id, made)?;
+    let workspace = match &def.workspace {
+        Workspace::Volume => {
+            let v = def.work_volume(PREFIX);
+            ensure_volume(&v, &def.id, made)?;
+            v
+        }
+        Workspace::Folder(path) => path.to_string_lossy().into_owned(),
+    };
+    let entry = match entrypoint_is_warden(&engine::run(
+        "inspect image",
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{json .Config.Entrypoint}}",
+            image,
+        ],
+    )?) {
+        true => Entry::Image,
+        false => Entry::Lent(static_warden().map_err(|e| format!("lend warden: {e}"))?),
+    };
+    let name = def.container(PREFIX);
+    let plan = CreatePlan {
+        engine: host.engine,
+        name: &name,
+        id: &def.id,
+        owner: engine::owner(),
+        digest,
+        network: network_option(&def.network, host.rootless),
+        data_volume: &data,
+        workspace,
+        state,
+        ulimits: &host.ulimits,
+        keep_id: def.keep_id,
+        lends: &def.lend,
+        dns: &def.dns,
+        env: def
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect(),
+        ports: host_ports(def)?,
+        restart: def.restart,
+        size: engine_size(def, host),
+        entry,
+        command: def.command.as_deref(),
+        image,
+    };
+    let args = create_args(&plan);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    engine::run("create container", &args).map(drop)
+}
+
+/// The engine's `--network` value.
+fn network_option(network: &Network, rootless: bool) -> String {
+    match network {
+        Network::None => "none".into(),
+        Network::Private if rootless => "slirp4netns".into(),
+        Network::Private => "bridge".into(),
+        Network::Host => "host".into(),
+        Network::Namespace(path) => format!("ns:{}", path.display()),
+    }
+}
+
+/// Waits (bounded) until warden answers a keyed hello on the host socket.
+fn wait_ready(id: &str, key: &str) -> Result<(), String> {
+    let socket = socket(id);
+    let started = Instant::now();
+    let deadline = started + READY_TIMEOUT;
+    let mut next_look = started + Duration::from_millis(250);
+    loop {
+        let error = match Client::connect_keyed(&socket, Some(key), None) {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        // A machine whose warden refused to start ends at once: say so
+        // with its last words rather than wait out the deadline.
+        if Instant::now() > next_look {
+            next_look = Instant::now() + Duration::from_millis(250);
+            if !running(&container(id))? {
+                let logs = engine::command()?
+                    .args(["logs", "--tail", "5", &container(id)])
+                    .output()
+                    .map(|o| {
+                        let (out, err) = (o.stdout, o.stderr);
+                        format!("{}{}", engine::text(&out), engine::text(&err))
+                    })
+                    .unwrap_or_default();
+                return Err(format!(
+                    "wait for warden: the machine stopped before warden answered; its last lines:\n{}",
+                    logs.trim_end()
+                ));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "wait for warden: {} did not answer in {} s: {error} (see `warden machine logs {id}`)",
+                socket.display(),
+                READY_TIMEOUT.as_secs()
+            ));
+        }
+        // A short step: warden boots in tens of milliseconds.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Runs the setup script once, as runtime, in the workspace.
+fn run_setup(name: &str, script: &Path) -> Result<(), String> {
+    let text = std::fs::read(script).map_err(|e| format!("setup {}: {e}", script.display()))?;
+    let engine = engine::host()?.engine.program();
+    let mut child = engine::command()?
+        .args([
+            "exec",
+            "-i",
+            "-u",
+            &RUNTIME_UID.to_string(),
+            "-w",
+            "/home/runtime/workspace",
+            name,
+            "sh",
+            "-s",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("setup: cannot run {engine}: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(&text);
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("setup: {engine}: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "setup {} failed ({}):\n{}{}",
+        script.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}

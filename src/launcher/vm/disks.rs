@@ -1,0 +1,172 @@
+//! A VM's disks and initramfs: the root disk made once per image from the
+//! engine's export, the machine's initramfs (the kit's, with the machine's
+//! own files appended), and its volumes copied sparse from the kit.
+
+use super::{dir, Kit};
+use crate::launcher::engine;
+use crate::launcher::state::{key, state_dir};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub(super) const VOLUMES: [&str; 2] = ["data.ext4", "workspace.ext4"];
+
+pub(super) fn copy_sparse(from: &Path, to: &Path) -> Result<(), String> {
+    let out = Command::new("cp")
+        .arg("--sparse=always")
+        .args([from, to])
+        .output()
+        .map_err(|e| format!("cp: {e}"))?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(format!(
+            "copy {}: {}",
+            from.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
+/// The root disk of `image`: made once per image id (its file system
+/// tree, exported by the engine, into ext4 with `mkfs.ext4 -d`).
+pub(super) fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, String> {
+    let id = engine::run(
+        "image id",
+        &["image", "inspect", "--format", "{{.Id}}", image],
+    )?;
+    let id = id.trim().trim_start_matches("sha256:");
+    let short = &id[..id.len().min(16)];
+    // Root's alone: a disk holds the whole image, which the engine's own
+    // storage keeps from other users too.
+    let images = kit.dir.join("images");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&images)
+        .map_err(|e| format!("{}: {e}", images.display()))?;
+    std::fs::set_permissions(&images, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("{}: {e}", images.display()))?;
+    let disk = images.join(format!("{short}.ext4"));
+    if disk.exists() {
+        return Ok(disk);
+    }
+    let tree = tempfile::Builder::new()
+        .prefix("warden-rootfs-")
+        .tempdir_in(&images)
+        .map_err(|e| format!("{}: {e}", images.display()))?;
+    let container = engine::run("export image", &["create", image, "true"])?;
+    let container = container.trim().to_string();
+    let exported = Command::new("sh")
+        .arg("-c")
+        .arg(r#""$0" export "$1" | tar -x -C "$2" --numeric-owner"#)
+        .arg(engine::host()?.engine.program())
+        .args([&container, &tree.path().display().to_string()])
+        .output();
+    let _ = engine::run("export image", &["rm", "-f", &container]);
+    let exported = exported.map_err(|e| format!("export {image}: {e}"))?;
+    if !exported.status.success() {
+        return Err(format!(
+            "export {image}: {}",
+            String::from_utf8_lossy(&exported.stderr).trim()
+        ));
+    }
+    // Two `up`s of one image each make their own, and the last rename wins.
+    let partial = tree.path().with_extension("ext4");
+    let made = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-L", "root", "-d"])
+        .arg(tree.path())
+        .arg(&partial)
+        .arg("2G")
+        .output()
+        .map_err(|e| format!("mkfs.ext4 (apt-get install e2fsprogs): {e}"))?;
+    if !made.status.success() {
+        let _ = std::fs::remove_file(&partial);
+        return Err(format!(
+            "mkfs.ext4 {}: {}",
+            partial.display(),
+            String::from_utf8_lossy(&made.stderr).trim()
+        ));
+    }
+    std::fs::rename(&partial, &disk).map_err(|e| format!("{}: {e}", disk.display()))?;
+    Ok(disk)
+}
+
+/// The kit's initramfs with the machine's own files appended as a second
+/// cpio archive (the kernel unpacks both): its key, config and policy, and
+/// the runtime's keys, all root's; warden moves them onto the root disk.
+pub(super) fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), String> {
+    let vm = dir(id);
+    let state = state_dir(id);
+    let stage = tempfile::Builder::new()
+        .prefix("stage-")
+        .tempdir_in(&vm)
+        .map_err(|e| format!("{}: {e}", vm.display()))?;
+    let etc = stage.path().join("etc/warden");
+    std::fs::create_dir_all(etc.join("policy")).map_err(|e| format!("{}: {e}", etc.display()))?;
+    let key = key(id)?;
+    let config = serde_json::json!({"key_file": "/etc/warden/key"});
+    let mut files: Vec<(PathBuf, Vec<u8>, u32)> = vec![
+        (etc.join("key"), key.into_bytes(), 0o600),
+        (
+            etc.join("machine.json"),
+            format!("{config:#}\n").into_bytes(),
+            0o644,
+        ),
+    ];
+    if !keys_text.is_empty() {
+        files.push((
+            etc.join("runtime.env"),
+            keys_text.as_bytes().to_vec(),
+            0o600,
+        ));
+    }
+    let policy = state.join("etc/policy");
+    for entry in std::fs::read_dir(&policy).map_err(|e| format!("{}: {e}", policy.display()))? {
+        let entry = entry.map_err(|e| format!("{}: {e}", policy.display()))?;
+        let bytes =
+            std::fs::read(entry.path()).map_err(|e| format!("{}: {e}", entry.path().display()))?;
+        files.push((etc.join("policy").join(entry.file_name()), bytes, 0o644));
+    }
+    for (path, bytes, mode) in files {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        f.write_all(&bytes)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let initrd = vm.join("initrd.gz");
+    let partial = vm.join("initrd.gz.partial");
+    let _ = std::fs::remove_file(&partial);
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&partial)
+        .map_err(|e| format!("{}: {e}", partial.display()))?;
+    let base = kit.dir.join("initrd.gz");
+    std::fs::File::open(&base)
+        .and_then(|mut f| std::io::copy(&mut f, &mut out))
+        .map_err(|e| format!("{}: {e}", base.display()))?;
+    drop(out);
+    let packed = Command::new("sh")
+        .arg("-c")
+        .arg(r#"cd "$0" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet | gzip >> "$1""#)
+        .arg(stage.path())
+        .arg(&partial)
+        .output()
+        .map_err(|e| format!("cpio: {e}"))?;
+    if !packed.status.success() {
+        let _ = std::fs::remove_file(&partial);
+        return Err(format!(
+            "initramfs: {} (apt-get install cpio)",
+            String::from_utf8_lossy(&packed.stderr).trim()
+        ));
+    }
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("{}: {e}", partial.display()))?;
+    std::fs::rename(&partial, &initrd).map_err(|e| format!("{}: {e}", initrd.display()))
+}

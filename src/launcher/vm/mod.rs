@@ -1,0 +1,468 @@
+//! The launcher's VM backend: a machine as a micro-VM under QEMU, with
+//! warden as its PID 1 (see machine/vm/README.md).
+//!
+//! The kit (`machine/vm/build`: kernel, initramfs, empty volumes) is shared;
+//! each machine gets, in `<state>/vm/`: an initramfs with its own files
+//! appended (key, config, policy, the runtime's keys), its data and
+//! workspace disks (its volumes, kept across remakes), the host's end of
+//! its vsock (`vsock.sock`, kept by its own vhost-device-vsock, which is
+//! why every guest can have CID 3), its serial console (`serial.log`) and
+//! QEMU's pid. The root disk is made from the machine's image once per
+//! image and shared read-only (`snapshot=on`: writes go to a throwaway
+//! overlay). QEMU runs with software emulation only.
+//!
+//! The host reaches warden through `vsock.sock` ("CONNECT <port>"), with the
+//! machine's key, and stops it with the protocol's `shutdown` request.
+
+mod disks;
+mod qemu;
+
+use disks::{copy_sparse, initrd, rootfs, VOLUMES};
+use qemu::launch;
+pub use qemu::{in_own_scope, kit, qemu_args, tsc_khz, vm_size, Kit, GUEST_CID, KIT};
+
+use super::backend::{Backend, Made, Prepared};
+use super::definition::{Definition, Network, Workspace};
+use super::host::Host;
+use super::state::{container, key, state_dir, write_machine_files};
+use super::{sha256_hex, step};
+use crate::client::{Client, Message};
+use crate::protocol::{Event, Request};
+use std::io::Write;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Software emulation boots in seconds here; a loaded host takes longer.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long `stop` waits for the power to go off before it kills QEMU.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// The VM backend.
+pub struct Vm;
+
+impl Backend for Vm {
+    fn noun(&self) -> &'static str {
+        "VM"
+    }
+
+    fn fits(&self, def: &Definition, host: &Host) -> Result<(), String> {
+        fits(def, host.rootless)
+    }
+
+    fn up(&self, p: &Prepared, _made: &mut Made) -> Result<(), String> {
+        write_machine_files(p.def, &p.state, p.host)?;
+        // The keys travel in the VM's initramfs: new values remake it.
+        let inputs = sha256_hex(format!("{}\0{}", p.digest, p.keys_text).as_bytes());
+        up(p.def, &p.image.name, &inputs, p.keys_text, p.start)
+    }
+
+    fn start(&self, id: &str) -> Result<(), String> {
+        Err(format!(
+            "machine {id}: --start is for containers; `warden machine up` starts a VM"
+        ))
+    }
+
+    fn stop(&self, id: &str) -> Result<(), String> {
+        stop(id)
+    }
+
+    fn logs(&self, id: &str) -> Result<(), String> {
+        logs(id)
+    }
+
+    fn remove(&self, id: &str, volumes: bool) -> Result<(), String> {
+        remove(id, volumes)
+    }
+
+    fn connect(&self, id: &str, first: Option<(u32, &Request)>) -> Result<Client, String> {
+        connect(id, first)
+    }
+
+    fn copy_audit(&self, id: &str, copy: &Path) -> Result<bool, String> {
+        std::fs::create_dir(copy).map_err(|e| format!("{}: {e}", copy.display()))?;
+        copy_audit(id, copy)
+    }
+
+    fn list(&self) -> Result<Vec<String>, String> {
+        Ok(list())
+    }
+
+    fn ids(&self) -> Result<Vec<String>, String> {
+        Ok(ids())
+    }
+}
+
+/// The machine's VM folder.
+pub fn dir(id: &str) -> PathBuf {
+    state_dir(id).join("vm")
+}
+
+/// Whether the machine `id` is a VM (its folder says so).
+pub fn is_vm(id: &str) -> bool {
+    dir(id).is_dir()
+}
+
+/// Refuses what a VM here cannot do, saying why.
+pub fn fits(def: &Definition, rootless: bool) -> Result<(), String> {
+    let refuse = |what: &str, why: &str| Err(format!("kind \"vm\": {what}: {why}"));
+    if rootless {
+        return refuse(
+            "rootless",
+            "VMs are made as root for now (their root disk comes from root's image storage)",
+        );
+    }
+    if !def.lend.is_empty() {
+        return refuse(
+            "lend",
+            "a VM has no shared folders here (no virtiofs); use the workspace disk",
+        );
+    }
+    if let Workspace::Folder(_) = def.workspace {
+        return refuse(
+            "workspace",
+            "a VM's workspace is its own disk, not a host folder",
+        );
+    }
+    if def.network != Network::None {
+        return refuse("network", "a VM has no network device yet; only \"none\"");
+    }
+    if def.keep_id.is_on() {
+        return refuse("keep_id", "a VM has no host folders to keep ids in");
+    }
+    let agent_fields = [
+        ("command", def.command.is_some()),
+        ("restart", def.restart != super::agent::Restart::No),
+        ("ports", !def.ports.is_empty()),
+        ("requires", !def.requires.is_empty()),
+        ("idle_stop_minutes", def.idle_stop_minutes.is_some()),
+    ];
+    if let Some((field, _)) = agent_fields.iter().find(|(_, given)| *given) {
+        return refuse(
+            field,
+            "not for VMs yet: a VM runs warden alone, with no network device to publish on",
+        );
+    }
+    if def.setup.is_some() {
+        return refuse(
+            "setup",
+            "not run in VMs yet (the host has no way to run as runtime in one)",
+        );
+    }
+    Ok(())
+}
+
+/// Makes (or keeps) and starts the VM. `inputs` digests everything the
+/// machine is made of; the same inputs on a running VM keep it.
+pub fn up(
+    def: &Definition,
+    image: &str,
+    inputs: &str,
+    keys_text: &str,
+    start: Instant,
+) -> Result<(), String> {
+    let kit = kit()?;
+    let vm = dir(&def.id);
+    let io = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&vm)
+        .map_err(|e| io(&vm, e))?;
+    let recorded = vm.join("inputs");
+    let same = std::fs::read_to_string(&recorded).is_ok_and(|d| d == inputs);
+    if running(&def.id) {
+        if same {
+            step(start, &format!("{}: unchanged, kept", container(&def.id)));
+            return Ok(());
+        }
+        stop(&def.id)?;
+        step(start, "inputs changed: the old VM powered off");
+    }
+    let rootfs = rootfs(&kit, image)?;
+    step(start, &format!("root disk {}", rootfs.display()));
+    for volume in VOLUMES {
+        if !vm.join(volume).exists() {
+            copy_sparse(&kit.dir.join(volume), &vm.join(volume))?;
+        }
+    }
+    initrd(&kit, &def.id, keys_text)?;
+    // Recorded only once the VM answers: one that never did is not kept.
+    let _ = std::fs::remove_file(&recorded);
+    launch(&kit, &def.id, &rootfs, vm_size(&def.size))?;
+    step(start, "QEMU started (software emulation)");
+    if let Err(e) = wait_ready(&def.id) {
+        kill(&def.id);
+        return Err(e);
+    }
+    step(start, "warden answers over vsock");
+    std::fs::write(&recorded, inputs).map_err(|e| io(&recorded, e))
+}
+
+/// QEMU's pid, when that process is this machine's QEMU.
+fn qemu_pid(id: &str) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(dir(id).join("qemu.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let name = container(id);
+    cmdline
+        .split(|b| *b == 0)
+        .any(|arg| arg == name.as_bytes())
+        .then_some(pid)
+}
+
+pub fn running(id: &str) -> bool {
+    qemu_pid(id).is_some()
+}
+
+/// The last lines of the machine's console.
+fn console_tail(id: &str, lines: usize) -> String {
+    let text = std::fs::read_to_string(dir(id).join("serial.log")).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Waits for warden's "ready" line on the console, then for an answer
+/// over vsock: connecting before the guest listens only makes work for the
+/// vsock backend.
+fn wait_ready(id: &str) -> Result<(), String> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let serial = dir(id).join("serial.log");
+    loop {
+        let ready =
+            std::fs::read_to_string(&serial).is_ok_and(|text| text.contains("warden: ready in "));
+        let error = match ready {
+            true => match connect(id, None) {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            },
+            false => "warden has not said it is ready on the console".into(),
+        };
+        if !running(id) {
+            stop_backend(id);
+            return Err(format!(
+                "the VM stopped before warden answered; its console's last lines:\n{}",
+                console_tail(id, 15)
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "warden did not answer over vsock in {} s: {error}; the console's last lines:\n{}",
+                READY_TIMEOUT.as_secs(),
+                console_tail(id, 15)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Connects to the VM's warden through the host's end of its vsock.
+pub fn connect(id: &str, first: Option<(u32, &Request)>) -> Result<Client, String> {
+    let key = key(id)?;
+    let path = dir(id).join("vsock.sock");
+    Client::connect_hybrid_vsock(&path, crate::vsock::DEFAULT_PORT, &key, first)
+        .map_err(|e| format!("machine {id} (VM): {e}"))
+}
+
+/// Asks warden to stop and power off; kills QEMU after the grace period.
+pub fn stop(id: &str) -> Result<(), String> {
+    if let Some(pid) = qemu_pid(id) {
+        let asked = connect(id, None).and_then(|mut c| {
+            c.set_read_timeout(Some(Duration::from_secs(10)))
+                .map_err(|e| e.to_string())?;
+            c.send(0, &Request::Shutdown).map_err(|e| e.to_string())?;
+            match c.receive() {
+                Ok(Message::Event(0, Event::ShuttingDown)) | Err(_) => Ok(()),
+                Ok(other) => Err(format!("shutdown answered {other:?}")),
+            }
+        });
+        let deadline = Instant::now() + STOP_GRACE;
+        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if qemu_pid(id).is_some() {
+            kill(id);
+            return Err(format!(
+                "machine {id}: the VM did not power off within {} s ({}); QEMU was killed",
+                STOP_GRACE.as_secs(),
+                asked.err().unwrap_or_else(|| "shutdown asked".into())
+            ));
+        }
+    }
+    stop_backend(id);
+    Ok(())
+}
+
+/// Ends a VM that cannot be asked: QEMU killed, its backend ended.
+fn kill(id: &str) {
+    if let Some(pid) = qemu_pid(id) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    stop_backend(id);
+}
+
+/// Ends the machine's vhost-device-vsock.
+pub(super) fn stop_backend(id: &str) {
+    let pid = std::fs::read_to_string(dir(id).join("vhost.pid"))
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok());
+    if let Some(pid) = pid {
+        let is_ours = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&dir(id).display().to_string()));
+        if is_ours {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+    let _ = std::fs::remove_file(dir(id).join("vhost.pid"));
+}
+
+/// Removes the VM's files; with `volumes`, its disks too.
+pub fn remove(id: &str, volumes: bool) -> Result<(), String> {
+    if running(id) {
+        stop(id)?;
+    }
+    let vm = dir(id);
+    let entries = std::fs::read_dir(&vm).map_err(|e| format!("{}: {e}", vm.display()))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if VOLUMES.iter().any(|v| name == *v) && !volumes {
+            continue;
+        }
+        let path = entry.path();
+        let removed = match path.is_dir() {
+            true => std::fs::remove_dir_all(&path),
+            false => std::fs::remove_file(&path),
+        };
+        removed.map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    println!("removed VM {}", container(id));
+    Ok(())
+}
+
+/// The ids of this owner's VMs (the machines in its state root with a VM
+/// folder), sorted.
+pub fn ids() -> Vec<String> {
+    let Ok(root) = crate::launcher::host::state_root() else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|id| crate::launcher::definition::valid_id(id) && is_vm(id))
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// One line per VM of this owner: name and state.
+pub fn list() -> Vec<String> {
+    ids()
+        .into_iter()
+        .map(|id| {
+            let state = match running(&id) {
+                true => "Running (VM)",
+                false => "Stopped (VM)",
+            };
+            format!("{}\t{state}", container(&id))
+        })
+        .collect()
+}
+
+/// The machine's console.
+pub fn logs(id: &str) -> Result<(), String> {
+    let path = dir(id).join("serial.log");
+    let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::io::stdout()
+        .write_all(&text)
+        .map_err(|e| format!("stdout: {e}"))
+}
+
+/// Copies the audit log out of the data disk (read with debugfs, never
+/// mounted on the host) into `copy`. Said plainly when the VM runs: the
+/// lines it has not yet written to its disk are not in the copy.
+pub fn copy_audit(id: &str, copy: &Path) -> Result<bool, String> {
+    let disk = dir(id).join("data.ext4");
+    let out = Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("rdump /audit {}", copy.display()))
+        .arg(&disk)
+        .output()
+        .map_err(|e| format!("debugfs (apt-get install e2fsprogs): {e}"))?;
+    let dumped = copy.join("audit");
+    if !dumped.is_dir() && running(id) {
+        return Err(format!(
+            "machine {id}: the VM runs and its data disk holds no audit log yet (the guest has not written it back); try again in a minute, or after `warden machine stop {id}`"
+        ));
+    }
+    if !out.status.success() || !dumped.is_dir() {
+        return Err(format!(
+            "read the audit log from {}: {}",
+            disk.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    // rdump makes `copy/audit`; the log's files belong directly in `copy`.
+    // Only regular files come out: the disk is the machine's, and a link
+    // there must not lead the host (root) to its own files.
+    for entry in std::fs::read_dir(&dumped)
+        .map_err(|e| e.to_string())?
+        .flatten()
+    {
+        let path = entry.path();
+        let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+        let moved = match regular {
+            true => std::fs::rename(&path, copy.join(entry.file_name())),
+            false => std::fs::remove_file(&path).or_else(|_| std::fs::remove_dir_all(&path)),
+        };
+        moved.map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let _ = std::fs::remove_dir(&dumped);
+    Ok(running(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_vm_cannot_do_is_refused_with_the_reason() {
+        let def = |extra: &str| {
+            let text = format!(r#"{{"id": "v", "image": "x", "kind": "vm"{extra}}}"#);
+            Definition::parse(Path::new("/d/def.json"), &text).unwrap()
+        };
+        let table = [
+            ("", false, None),
+            ("", true, Some("rootless")),
+            (
+                r#", "lend": [{"host": "/h", "at": "/lent/h", "mode": "read"}]"#,
+                false,
+                Some("lend"),
+            ),
+            (r#", "workspace": "/w""#, false, Some("workspace")),
+            (r#", "network": "private""#, false, Some("network")),
+            (r#", "keep_id": true"#, false, Some("keep_id")),
+            (r#", "setup": "s.sh""#, false, Some("setup")),
+        ];
+        for (extra, rootless, want) in table {
+            match (fits(&def(extra), rootless), want) {
+                (Ok(()), None) => {}
+                (Err(e), Some(w)) => assert!(e.starts_with(&format!("kind \"vm\": {w}: ")), "{e}"),
+                (got, want) => panic!("{extra}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+}
