@@ -7,29 +7,11 @@
 mod common;
 
 use common::machine::*;
+use common::{printed, text};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 const CANARY: &str = "agent-canary-7f3a91";
-
-/// A folder the machine's users can read (tempdirs are 0700).
-fn open_folder() -> tempfile::TempDir {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
-}
-
-fn write_json(path: &Path, value: &serde_json::Value) {
-    std::fs::write(path, value.to_string()).unwrap();
-}
-
-fn up(definition: &Path) -> std::process::Output {
-    let started = Instant::now();
-    let out = warden_with(&["machine", "up", definition.to_str().unwrap()], &[]);
-    eprintln!("up took {:.2} s", started.elapsed().as_secs_f64());
-    out
-}
 
 /// Runs one shell command through the agent's own page; its JSON answer.
 fn agent_run(port: u16, cmd: &str) -> serde_json::Value {
@@ -55,33 +37,27 @@ fn a_node_runtime_lives_in_its_machine() {
     if !ready(test) {
         return;
     }
-    let id = machine_id("node");
-    let _cleanup = Cleanup(id.clone());
-    let dir = open_folder();
+    let m = TestMachine::new("node");
+    let id = &m.id;
     // The agent's folder, lent at routines: its program is there.
-    let routines = agent_folder(dir.path());
-    std::fs::write(dir.path().join(".env"), format!("API_TOKEN={CANARY}\n")).unwrap();
+    let routines = agent_folder(m.dir.path());
+    std::fs::write(m.dir.path().join(".env"), format!("API_TOKEN={CANARY}\n")).unwrap();
     let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/node");
-    let definition = dir.path().join("def.json");
-    write_json(
-        &definition,
-        &serde_json::json!({
-            "id": id,
-            "image": IMAGE,
-            "network": "private",
-            "command": ["node", "/home/runtime/workspace/routines/server.mjs"],
-            "env": {"AGENT_PORT": "3000"},
-            "ports": [{"port": 3000, "host": "auto", "from": 18300}],
-            "keys": ["API_TOKEN"],
-            "lend": [
-                {"host": routines, "at": "/home/runtime/workspace/routines", "mode": "read"},
-                {"host": client, "at": "/opt/warden-client", "mode": "read"},
-            ],
-        }),
-    );
-    let out = up(&definition);
+    m.define(serde_json::json!({
+        "image": IMAGE,
+        "network": "private",
+        "command": ["node", "/home/runtime/workspace/routines/server.mjs"],
+        "env": {"AGENT_PORT": "3000"},
+        "ports": [{"port": 3000, "host": "auto", "from": 18300}],
+        "keys": ["API_TOKEN"],
+        "lend": [
+            {"host": routines, "at": "/home/runtime/workspace/routines", "mode": "read"},
+            {"host": client, "at": "/opt/warden-client", "mode": "read"},
+        ],
+    }));
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
-    let container = format!("warden-{id}");
+    let container = m.container();
     let port = host_port(&container, 3000).expect("port 3000 published");
     assert!(port >= 18300, "auto port {port}");
     let published = inspect(&container, "{{json .HostConfig.PortBindings}}");
@@ -130,14 +106,14 @@ fn a_node_runtime_lives_in_its_machine() {
     assert!(!ran["stdout"].as_str().unwrap().contains("BOUND"), "{ran}");
 
     // The runtime's output is the machine's log.
-    let logs = warden(&["machine", "logs", &id]);
+    let logs = warden(&["machine", "logs", id]);
     assert!(
         text(&logs.stdout).contains("agent: serving on port 3000"),
         "{}",
         show("logs", &logs)
     );
     // `status` shows the main process and the published port.
-    let status = warden(&["machine", "status", &id]);
+    let status = warden(&["machine", "status", id]);
     let said = text(&status.stdout);
     assert!(said.contains("main process: pid"), "{said}");
     assert!(said.contains(&format!("127.0.0.1:{port}")), "{said}");
@@ -157,27 +133,21 @@ fn an_image_without_warden_runs_with_the_lent_one() {
     let Some(binary) = static_warden(test) else {
         return;
     };
-    let id = machine_id("bare");
-    let _cleanup = Cleanup(id.clone());
+    let m = TestMachine::new("bare");
+    let id = &m.id;
     // A project at the path it has on the host, under /home.
     let (project, _gone) = project_under_home("bare");
-    let dir = open_folder();
-    let definition = dir.path().join("def.json");
-    write_json(
-        &definition,
-        &serde_json::json!({
-            "id": id,
-            "image": ROOTFS,
-            "requires": ["python3", "git"],
-            "lend": [{"host": project, "at": project, "mode": "write"}],
-        }),
-    );
+    m.define(serde_json::json!({
+        "image": ROOTFS,
+        "requires": ["python3", "git"],
+        "lend": [{"host": project, "at": project, "mode": "write"}],
+    }));
     let out = warden_with(
-        &["machine", "up", definition.to_str().unwrap()],
+        &["machine", "up", m.definition().to_str().unwrap()],
         &[("WARDEN_MACHINE_BINARY", &binary)],
     );
     assert!(out.status.success(), "{}", show("up", &out));
-    let container = format!("warden-{id}");
+    let container = m.container();
     let entry = inspect(&container, "{{json .Config.Entrypoint}}");
     assert!(entry.contains("/usr/local/lib/warden/warden"), "{entry}");
 
@@ -186,7 +156,7 @@ fn an_image_without_warden_runs_with_the_lent_one() {
         "cd {} && python3 -c 'open(\"made-inside.txt\", \"w\").write(\"hi\")' && id -un",
         project.display()
     );
-    let out = warden(&["machine", "exec", &id, "--shell", &line]);
+    let out = warden(&["machine", "exec", id, "--shell", &line]);
     assert!(out.status.success(), "{}", show("exec", &out));
     assert_eq!(text(&out.stdout).trim(), "shell");
     assert_eq!(
@@ -194,7 +164,7 @@ fn an_image_without_warden_runs_with_the_lent_one() {
         "hi"
     );
     // Every layer holds, with warden's users made at boot.
-    let status = warden(&["machine", "status", &id]);
+    let status = warden(&["machine", "status", id]);
     let said = text(&status.stdout);
     assert!(status.status.success(), "{}", show("status", &status));
     assert!(
@@ -212,27 +182,24 @@ fn requires_refuses_an_image_without_the_command_and_leaves_nothing() {
     let Some(binary) = static_warden(test) else {
         return;
     };
-    let id = machine_id("nopy");
-    let _cleanup = Cleanup(id.clone());
-    let dir = open_folder();
+    let m = TestMachine::defined(
+        "nopy",
+        serde_json::json!({"dockerfile": "Dockerfile", "requires": ["python3"]}),
+    );
+    let id = &m.id;
     std::fs::write(
-        dir.path().join("Dockerfile"),
+        m.dir.path().join("Dockerfile"),
         format!("FROM {ROOTFS}\nRUN rm -f /usr/bin/python3 /usr/bin/python3.*\n"),
     )
     .unwrap();
-    let definition = dir.path().join("def.json");
-    write_json(
-        &definition,
-        &serde_json::json!({"id": id, "dockerfile": "Dockerfile", "requires": ["python3"]}),
-    );
     let out = warden_with(
-        &["machine", "up", definition.to_str().unwrap()],
+        &["machine", "up", m.definition().to_str().unwrap()],
         &[("WARDEN_MACHINE_BINARY", &binary)],
     );
     assert!(!out.status.success(), "{}", show("up", &out));
     let err = text(&out.stderr);
     assert!(err.contains("requires: the image has no python3"), "{err}");
-    assert_eq!(leftovers(&id), "", "{err}");
+    assert_eq!(leftovers(id), "", "{err}");
     let image = format!("localhost/warden-{id}:latest");
     let exists = podman(&["image", "exists", &image]);
     assert!(
@@ -247,8 +214,8 @@ fn a_rebuilt_base_image_rebuilds_the_agent_image() {
     if !ready(test) {
         return;
     }
-    let id = machine_id("rebase");
-    let _cleanup = Cleanup(id.clone());
+    let m = TestMachine::new("rebase");
+    let id = &m.id;
     let base = format!("localhost/wt-base-{}:latest", std::process::id());
     struct Untag(String);
     impl Drop for Untag {
@@ -258,7 +225,7 @@ fn a_rebuilt_base_image_rebuilds_the_agent_image() {
     }
     let _untag = Untag(base.clone());
     let build_base = |mark: &str| {
-        let dir = open_folder();
+        let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("Dockerfile"),
             format!("FROM {IMAGE}\nLABEL wt.mark={mark}\n"),
@@ -274,23 +241,18 @@ fn a_rebuilt_base_image_rebuilds_the_agent_image() {
         assert!(out.status.success(), "{}", show("build base", &out));
     };
     build_base("one");
-    let dir = open_folder();
     std::fs::write(
-        dir.path().join("Dockerfile"),
+        m.dir.path().join("Dockerfile"),
         format!("FROM {base}\nRUN echo agent > /agent-layer\n"),
     )
     .unwrap();
-    let definition = dir.path().join("def.json");
-    write_json(
-        &definition,
-        &serde_json::json!({"id": id, "dockerfile": "Dockerfile"}),
-    );
+    m.define(serde_json::json!({"dockerfile": "Dockerfile"}));
     let image = format!("localhost/warden-{id}:latest");
-    let out = up(&definition);
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
     let first = inspect(&image, "{{.Id}}");
     // Unchanged: kept.
-    let out = up(&definition);
+    let out = m.up();
     assert!(
         text(&out.stdout).contains("unchanged"),
         "{}",
@@ -299,7 +261,7 @@ fn a_rebuilt_base_image_rebuilds_the_agent_image() {
     assert_eq!(inspect(&image, "{{.Id}}"), first);
     // The base is rebuilt: the agent image follows, and the old one goes.
     build_base("two");
-    let out = up(&definition);
+    let out = m.up();
     assert!(
         out.status.success(),
         "{}",
@@ -326,19 +288,16 @@ fn an_idle_machine_stops_itself_a_hold_keeps_it_and_exec_start_wakes_it() {
     if !ready(test) {
         return;
     }
-    let id = machine_id("idle");
-    let _cleanup = Cleanup(id.clone());
-    let dir = open_folder();
-    let definition = dir.path().join("def.json");
     // Three seconds idle, and a main process that would run forever.
-    write_json(
-        &definition,
-        &serde_json::json!({"id": id, "image": IMAGE, "idle_stop_minutes": 0.05,
-                            "command": ["sleep", "infinity"], "restart": "on-failure"}),
+    let m = TestMachine::defined(
+        "idle",
+        serde_json::json!({"image": IMAGE, "idle_stop_minutes": 0.05,
+                           "command": ["sleep", "infinity"], "restart": "on-failure"}),
     );
-    let out = up(&definition);
+    let id = &m.id;
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
-    let container = format!("warden-{id}");
+    let container = m.container();
     let started = Instant::now();
     assert!(
         wait_exited(&container, Duration::from_secs(30)),
@@ -354,11 +313,11 @@ fn an_idle_machine_stops_itself_a_hold_keeps_it_and_exec_start_wakes_it() {
     assert_eq!(inspect(&container, "{{.State.Running}}"), "false");
 
     // exec --start wakes it and runs the command.
-    let out = warden(&["machine", "exec", &id, "--start", "--", "echo", "awake"]);
+    let out = warden(&["machine", "exec", id, "--start", "--", "echo", "awake"]);
     assert!(out.status.success(), "{}", show("exec --start", &out));
     assert_eq!(text(&out.stdout), "awake\n");
     // A hold from the runtime keeps it up past its idle time...
-    let mut client = warden::launcher::machine::connect(&id, None).unwrap();
+    let mut client = warden::launcher::machine::connect(id, None).unwrap();
     let until = warden::activity::now_ms() + 60_000;
     assert_eq!(client.hold(until).unwrap(), until);
     drop(client);
@@ -368,21 +327,21 @@ fn an_idle_machine_stops_itself_a_hold_keeps_it_and_exec_start_wakes_it() {
         "true",
         "held, yet stopped"
     );
-    let status = warden(&["machine", "status", &id]);
+    let status = warden(&["machine", "status", id]);
     assert!(
         text(&status.stdout).contains("held by the runtime until"),
         "{}",
         show("status", &status)
     );
     // ...and once let go, it stops again.
-    let mut client = warden::launcher::machine::connect(&id, None).unwrap();
+    let mut client = warden::launcher::machine::connect(id, None).unwrap();
     assert_eq!(client.hold(0).unwrap(), 0);
     drop(client);
     assert!(
         wait_exited(&container, Duration::from_secs(30)),
         "still up 30 s after the hold ended"
     );
-    let audit = warden(&["machine", "audit", &id]);
+    let audit = warden(&["machine", "audit", id]);
     let said = text(&audit.stdout);
     assert!(
         said.contains("idle_stop") && said.contains("hold"),
@@ -403,39 +362,33 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
     if !ready(test) {
         return;
     }
-    let id = machine_id("attacked");
-    let _cleanup = Cleanup(id.clone());
+    let m = TestMachine::new("attacked");
+    let id = &m.id;
     let (attack_dir, _) = build_attack_program();
-    let dir = open_folder();
-    let routines = agent_folder(dir.path());
+    let routines = agent_folder(m.dir.path());
     std::fs::write(routines.join("agent.md"), ROUTINE_CANARY).unwrap();
     let (project, _gone) = project_under_home("attacked");
-    std::fs::write(dir.path().join(".env"), format!("API_KEY={ENV_CANARY}\n")).unwrap();
+    std::fs::write(m.dir.path().join(".env"), format!("API_KEY={ENV_CANARY}\n")).unwrap();
     let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/node");
-    let definition = dir.path().join("def.json");
-    write_json(
-        &definition,
-        &serde_json::json!({
-            "id": id,
-            "image": IMAGE,
-            "network": "private",
-            "command": ["node", "/home/runtime/workspace/routines/server.mjs"],
-            "restart": "on-failure",
-            "ports": [{"port": 3000, "host": "auto", "from": 18400}],
-            "requires": ["node", "python3"],
-            "idle_stop_minutes": 60,
-            "keys": ["API_KEY"],
-            "lend": [
-                {"host": routines, "at": "/home/runtime/workspace/routines", "mode": "write"},
-                {"host": project, "at": project, "mode": "write"},
-                {"host": client, "at": "/opt/warden-client", "mode": "read"},
-                {"host": attack_dir.path(), "at": "/opt/attack", "mode": "read"},
-            ],
-        }),
-    );
-    let out = up(&definition);
+    m.define(serde_json::json!({
+        "image": IMAGE,
+        "network": "private",
+        "command": ["node", "/home/runtime/workspace/routines/server.mjs"],
+        "restart": "on-failure",
+        "ports": [{"port": 3000, "host": "auto", "from": 18400}],
+        "requires": ["node", "python3"],
+        "idle_stop_minutes": 60,
+        "keys": ["API_KEY"],
+        "lend": [
+            {"host": routines, "at": "/home/runtime/workspace/routines", "mode": "write"},
+            {"host": project, "at": project, "mode": "write"},
+            {"host": client, "at": "/opt/warden-client", "mode": "read"},
+            {"host": attack_dir.path(), "at": "/opt/attack", "mode": "read"},
+        ],
+    }));
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
-    let container = format!("warden-{id}");
+    let container = m.container();
     // The runtime's memory and a folder of its own in the workspace.
     let exec = |user: &str, line: &str| {
         let out = podman(&["exec", "-u", user, &container, "sh", "-c", line]);
@@ -448,7 +401,7 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
     exec("2000", "mkdir /home/runtime/workspace/runtime-notes && echo notes > /home/runtime/workspace/runtime-notes/n.txt");
     let port = host_port(&container, 3000).unwrap();
     http_get(port, "/", Duration::from_secs(20)).expect("the runtime serves");
-    let mut client = warden::launcher::machine::connect(&id, None).unwrap();
+    let mut client = warden::launcher::machine::connect(id, None).unwrap();
     let main = client.status().unwrap().main.expect("a main process").pid;
     let targets = Targets {
         home: "/home/runtime".into(),
@@ -475,7 +428,7 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
                 ..Default::default()
             },
         );
-        assert_ne!(o.exit.status, 0, "{name} succeeded: {}", text(&o));
+        assert_ne!(o.exit.status, 0, "{name} succeeded: {}", printed(&o));
         assert_no_secret(name, &o);
         tried += 1;
     }
@@ -489,8 +442,12 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
                 ..Default::default()
             },
         );
-        assert_eq!(o.exit.status, 0, "{name}: {}", text(&o));
-        assert!(text(&o).starts_with("blocked: "), "{name}: {}", text(&o));
+        assert_eq!(o.exit.status, 0, "{name}: {}", printed(&o));
+        assert!(
+            printed(&o).starts_with("blocked: "),
+            "{name}: {}",
+            printed(&o)
+        );
         assert_no_secret(name, &o);
         tried += 1;
     }
@@ -505,7 +462,7 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
             ..Default::default()
         },
     );
-    assert_eq!(text(&o), "ok\n", "{:?}", o.exit);
+    assert_eq!(printed(&o), "ok\n", "{:?}", o.exit);
     assert_eq!(
         std::fs::read_to_string(project.join("by-shell")).unwrap(),
         "made\n"
@@ -534,26 +491,23 @@ fn a_machine_has_its_size_and_a_memory_bomb_stops_at_it() {
     if !ready_with(test, ROOTFS) {
         return;
     }
-    let id = machine_id("size");
-    let _cleanup = Cleanup(id.clone());
-    let dir = open_folder();
-    let definition = dir.path().join("def.json");
-    write_json(
-        &definition,
-        &serde_json::json!({"id": id, "image": ROOTFS, "cpus": 1, "memory": "256m", "pids": 300,
-                            "command": ["sleep", "infinity"]}),
+    let m = TestMachine::defined(
+        "size",
+        serde_json::json!({"image": ROOTFS, "cpus": 1, "memory": "256m", "pids": 300,
+                           "command": ["sleep", "infinity"]}),
     );
-    let out = up(&definition);
+    let id = &m.id;
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
     let said = text(&out.stdout);
     assert!(
         said.contains("size: cpus 1, memory 256 MiB, processes 300"),
         "{said}"
     );
-    let container = format!("warden-{id}");
+    let container = m.container();
     assert_eq!(inspect(&container, "{{.HostConfig.Memory}}"), "268435456");
     assert_eq!(inspect(&container, "{{.HostConfig.PidsLimit}}"), "300");
-    let status = warden(&["machine", "status", &id]);
+    let status = warden(&["machine", "status", id]);
     assert!(
         text(&status.stdout).contains("machine size: cpus 1, memory 256 MiB, processes 300"),
         "{}",
@@ -563,19 +517,19 @@ fn a_machine_has_its_size_and_a_memory_bomb_stops_at_it() {
     // 600 MiB in a 256 MiB machine: within the command's address-space
     // limit, beyond the machine's memory.
     let bomb = "python3 -c \"x = b'a' * (600 << 20); print(len(x))\"";
-    let out = warden(&["machine", "exec", &id, "--shell", bomb]);
+    let out = warden(&["machine", "exec", id, "--shell", bomb]);
     assert_eq!(out.status.code(), Some(137), "{}", show("bomb", &out));
     assert!(
         text(&out.stderr).contains("memory limit reached"),
         "{}",
         show("bomb", &out)
     );
-    let mut client = warden::launcher::machine::connect(&id, None).unwrap();
+    let mut client = warden::launcher::machine::connect(id, None).unwrap();
     let status = client.status().unwrap();
     assert!(status.main.is_some(), "the runtime is alive");
-    let out = warden(&["machine", "exec", &id, "--", "echo", "next"]);
+    let out = warden(&["machine", "exec", id, "--", "echo", "next"]);
     assert_eq!(text(&out.stdout), "next\n", "{}", show("next", &out));
-    let audit = warden(&["machine", "audit", &id]);
+    let audit = warden(&["machine", "audit", id]);
     assert!(
         text(&audit.stdout).contains("limit=memory"),
         "{}",
@@ -591,14 +545,11 @@ fn in_a_container_what_a_command_leaves_behind_ends_with_it() {
     if !ready_with(test, ROOTFS) {
         return;
     }
-    let id = machine_id("lifetime");
-    let _cleanup = Cleanup(id.clone());
-    let dir = open_folder();
-    let definition = dir.path().join("def.json");
-    write_json(&definition, &serde_json::json!({"id": id, "image": ROOTFS}));
-    let out = up(&definition);
+    let m = TestMachine::defined("lifetime", serde_json::json!({"image": ROOTFS}));
+    let id = &m.id;
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
-    let container = format!("warden-{id}");
+    let container = m.container();
     let sleepers = |n: &str| {
         let out = podman(&[
             "exec",
@@ -616,7 +567,7 @@ fn in_a_container_what_a_command_leaves_behind_ends_with_it() {
         "sh -c '(sleep 911 &) &'; sleep 0.2",
         "nohup sleep 911 >/dev/null 2>&1 &",
     ] {
-        let out = warden(&["machine", "exec", &id, "--shell", line]);
+        let out = warden(&["machine", "exec", id, "--shell", line]);
         assert!(out.status.success(), "{}", show(line, &out));
         assert_eq!(sleepers("911"), 0, "{line} left a process behind");
     }
@@ -624,20 +575,20 @@ fn in_a_container_what_a_command_leaves_behind_ends_with_it() {
     let out = warden(&[
         "machine",
         "exec",
-        &id,
+        id,
         "--keep-background",
         "--shell",
         "setsid sleep 912 &",
     ]);
     assert!(out.status.success(), "{}", show("kept", &out));
     assert_eq!(sleepers("912"), 1);
-    let status = warden(&["machine", "status", &id]);
+    let status = warden(&["machine", "status", id]);
     assert!(
         text(&status.stdout).contains("sleep"),
         "{}",
         show("status", &status)
     );
-    let mut client = warden::launcher::machine::connect(&id, None).unwrap();
+    let mut client = warden::launcher::machine::connect(id, None).unwrap();
     let (_, left) = client.stop_shell("KILL").unwrap();
     assert_eq!(left, 0);
     assert_eq!(sleepers("912"), 0);

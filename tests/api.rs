@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{privileged, Machine, Options, RUNTIME_UID, SHELL_UID};
+use common::{privileged, text, Machine, Options, RUNTIME_UID, SHELL_UID};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -30,10 +30,6 @@ fn shell(line: &str) -> RunRequest {
 
 fn run(m: &Machine, req: RunRequest) -> Output {
     m.client().run(req).unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn boot() -> Machine {

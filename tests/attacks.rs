@@ -6,10 +6,10 @@
 mod common;
 
 use common::attacks::{
-    assert_no_secret, build_attack_program, programs, shell_lines, text, Targets, DATA_CANARY,
+    assert_no_secret, build_attack_program, programs, shell_lines, Targets, DATA_CANARY,
     ENV_CANARY, ROUTINE_CANARY,
 };
-use common::{privileged, Machine, Options, RUNTIME_UID, SHELL_UID};
+use common::{printed, privileged, Machine, Options, RUNTIME_UID, SHELL_UID};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -149,7 +149,7 @@ fn every_attack_fails() {
     let mut tried = 0;
     for (name, line) in &lines {
         let o = s.run(sh(line));
-        assert_ne!(o.exit.status, 0, "{name} succeeded: {}", text(&o));
+        assert_ne!(o.exit.status, 0, "{name} succeeded: {}", printed(&o));
         assert_no_secret(name, &o);
         tried += 1;
     }
@@ -164,8 +164,12 @@ fn every_attack_fails() {
     for (name, args) in &programs {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let o = s.attack(&args);
-        assert_eq!(o.exit.status, 0, "{name}: {}", text(&o));
-        assert!(text(&o).starts_with("blocked: "), "{name}: {}", text(&o));
+        assert_eq!(o.exit.status, 0, "{name}: {}", printed(&o));
+        assert!(
+            printed(&o).starts_with("blocked: "),
+            "{name}: {}",
+            printed(&o)
+        );
         assert_no_secret(name, &o);
         tried += 1;
     }
@@ -195,7 +199,7 @@ fn every_attack_fails() {
         String::from_utf8_lossy(&o.stdout).trim(),
         SHELL_UID.to_string(),
         "{}",
-        text(&o)
+        printed(&o)
     );
     tried += 1;
 
@@ -265,9 +269,9 @@ fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
     );
     let o = s.run(bomb);
     assert!(
-        text(&o).to_lowercase().contains("fork"),
+        printed(&o).to_lowercase().contains("fork"),
         "the bomb never hit the process limit: {}",
-        text(&o)
+        printed(&o)
     );
     alive();
     assert_eq!(
@@ -290,7 +294,7 @@ fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
             ..Default::default()
         },
     ));
-    assert!(text(&o).starts_with("blocked: "), "{}", text(&o));
+    assert!(printed(&o).starts_with("blocked: "), "{}", printed(&o));
     alive();
 
     // Output, file size, CPU time: each named in the exit event.
@@ -391,12 +395,12 @@ fn a_build_still_works_inside_the_confinement() {
             folder: Some("build".into()),
             ..sh(step)
         });
-        assert_eq!(o.exit.status, 0, "{step}: {}", text(&o));
+        assert_eq!(o.exit.status, 0, "{step}: {}", printed(&o));
         assert_eq!(
             String::from_utf8_lossy(&o.stdout).trim().lines().last(),
             Some(want),
             "{step}: {}",
-            text(&o)
+            printed(&o)
         );
     }
 }
@@ -442,7 +446,7 @@ fn a_commands_folder_is_one_shell_could_make_or_enter() {
     for (folder, says, absent) in refused {
         let o = in_folder(folder);
         let (status, error) = exit_of(&o);
-        assert_ne!(status, 0, "{folder}: {}", text(&o));
+        assert_ne!(status, 0, "{folder}: {}", printed(&o));
         assert!(error.contains(says), "{folder}: {error}");
         assert!(!w.join(absent).exists(), "{folder}: {absent} was made");
     }
@@ -450,7 +454,7 @@ fn a_commands_folder_is_one_shell_could_make_or_enter() {
     assert!(refusals.len() >= 4, "each refusal is audited: {refusals:?}");
     // A folder shell could make itself is made, and is shell's.
     let o = in_folder("mine/deeper");
-    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    assert_eq!(o.exit.status, 0, "{}", printed(&o));
     use std::os::unix::fs::MetadataExt;
     assert_eq!(
         std::fs::metadata(w.join("mine/deeper")).unwrap().uid(),
@@ -496,18 +500,18 @@ fn shell_has_its_own_tmp_shm_and_ipc() {
     let o = run(&format!(
         "ln -s {h}/data/planted-by-shell /tmp/{name} && ls -l /tmp/{name} && echo x > /dev/shm/{name}"
     ));
-    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    assert_eq!(o.exit.status, 0, "{}", printed(&o));
     assert!(std::fs::symlink_metadata(format!("/tmp/{name}")).is_err());
     assert!(!Path::new(&format!("/dev/shm/{name}")).exists());
     // ... and it stays shell's, from one command to the next.
     let o = run(&format!("test -L /tmp/{name} && cat /dev/shm/{name}"));
-    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    assert_eq!(o.exit.status, 0, "{}", printed(&o));
     // What others put in the machine's /tmp is not shell's to see.
     let theirs = format!("/tmp/runtime-{tag}");
     std::fs::write(&theirs, "runtime's").unwrap();
     let o = run(&format!("cat {theirs}"));
     let _ = std::fs::remove_file(&theirs);
-    assert_ne!(o.exit.status, 0, "{}", text(&o));
+    assert_ne!(o.exit.status, 0, "{}", printed(&o));
     // A System V segment is made in shell's own namespace, never the
     // machine's, and is gone once its command has ended.
     let shell_segments = || {
@@ -520,7 +524,7 @@ fn shell_has_its_own_tmp_shm_and_ipc() {
     };
     // A 0600 segment too: warden removes it without read permission on it.
     let o = run("ipcmk -M 8388608 && ipcmk -p 0600 -M 4194304 && ipcmk -p 0600 -Q && ipcs -m | grep -c '^0x'");
-    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    assert_eq!(o.exit.status, 0, "{}", printed(&o));
     assert_eq!(
         shell_segments(),
         0,
@@ -531,7 +535,7 @@ fn shell_has_its_own_tmp_shm_and_ipc() {
         String::from_utf8_lossy(&o.stdout).trim(),
         "0",
         "{}",
-        text(&o)
+        printed(&o)
     );
     let status = m.client().status().unwrap();
     let layer = status
@@ -575,7 +579,7 @@ fn the_runtime_stops_every_process_shell_left_behind() {
                   setsid sh -c '(sleep 778 &) &'")
         })
         .unwrap();
-    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    assert_eq!(o.exit.status, 0, "{}", printed(&o));
     let sleepers = || {
         ["777", "778"]
             .iter()
@@ -635,7 +639,7 @@ fn a_command_on_a_terminal_is_as_confined_and_its_terminal_is_its_own() {
     let o = s.run(on_terminal(sh(
         "id -un; tty; test -t 0 && test -t 1 && test -t 2 && echo all-three",
     )));
-    let said = text(&o);
+    let said = printed(&o);
     assert_eq!(o.exit.status, 0, "{said}");
     assert!(said.starts_with("shell\r\n/dev/pts/"), "{said}");
     assert!(said.contains("all-three"), "{said}");
@@ -645,7 +649,7 @@ fn a_command_on_a_terminal_is_as_confined_and_its_terminal_is_its_own() {
         argv: Some(vec![bin, "tiocsti".into()]),
         ..Default::default()
     }));
-    assert!(text(&o).starts_with("blocked: "), "{}", text(&o));
+    assert!(printed(&o).starts_with("blocked: "), "{}", printed(&o));
 
     // A session that stays: another command cannot reach its terminal.
     let mut client = s.m.client();
@@ -670,7 +674,7 @@ fn a_command_on_a_terminal_is_as_confined_and_its_terminal_is_its_own() {
     let o = s.run(sh(&format!(
         "echo typed-by-another > {other}; cat {other}; stat -c %U:%a {other}"
     )));
-    let said = text(&o);
+    let said = printed(&o);
     assert!(!said.contains("typed-by-another"), "{said}");
     assert!(said.contains("Permission denied"), "{said}");
     assert!(
@@ -702,7 +706,7 @@ fn what_a_command_leaves_behind_ends_with_it() {
     ];
     for (name, line) in escapes {
         let o = m.client().run(sh(line)).unwrap();
-        let said = text(&o);
+        let said = printed(&o);
         let pid: i32 = said
             .lines()
             .last()
@@ -730,11 +734,11 @@ fn what_a_command_leaves_behind_ends_with_it() {
                 "for i in $(seq 100); do setsid sleep 950 & done; echo started",
             ))
             .unwrap();
-        assert_eq!(text(&o), "started\n");
+        assert_eq!(printed(&o), "started\n");
         assert_eq!(common::processes_of(SHELL_UID, &["sleep", "950"]), 0);
     }
     let o = m.client().run(sh("echo still-runs")).unwrap();
-    assert_eq!(text(&o), "still-runs\n");
+    assert_eq!(printed(&o), "still-runs\n");
     let status = m.client().status().unwrap();
     let lifetime = status
         .layers

@@ -6,13 +6,13 @@
 
 mod common;
 
-use common::{privileged, Machine, Options, SHELL_UID};
+use common::{printed, privileged, Machine, Options, SHELL_UID};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use warden::client::{Client, Output};
+use warden::client::Client;
 use warden::protocol::RunRequest;
 
 const KEY: &str = "flood-key-0123456789abcdef0123456789abcdef";
@@ -22,14 +22,6 @@ fn sh(line: &str) -> RunRequest {
         shell: Some(line.into()),
         ..Default::default()
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A machine with a host socket and key, as the launcher makes one.
@@ -123,8 +115,8 @@ fn shell_cannot_reach_the_hosts_way_in_nor_spend_wardens_memory() {
         "python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])' {host_path}"
     );
     let o = m.client().run(sh(&probe)).unwrap();
-    assert_ne!(o.exit.status, 0, "shell connected: {}", text(&o));
-    assert!(text(&o).contains("PermissionError"), "{}", text(&o));
+    assert_ne!(o.exit.status, 0, "shell connected: {}", printed(&o));
+    assert!(printed(&o).contains("PermissionError"), "{}", printed(&o));
 
     // 2. Where the mode cannot tell (keep-id makes the owner shell), the
     //    API refuses a peer inside the machine before reading a byte: a
@@ -151,13 +143,13 @@ EOF"#
     );
     let (rss_before, _) = footprint(pid);
     let o = m.client().run(sh(&flood)).unwrap();
-    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    assert_eq!(o.exit.status, 0, "{}", printed(&o));
     let refused: u64 = String::from_utf8_lossy(&o.stdout)
         .trim()
         .trim_start_matches("refused ")
         .parse()
         .unwrap();
-    assert!(refused >= 2900, "{}", text(&o));
+    assert!(refused >= 2900, "{}", printed(&o));
 
     //    ... and 600 connections held open at once, in parallel, take no
     //    place at the door: the owner still gets in meanwhile.
@@ -186,7 +178,7 @@ EOF"#
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "owner got in");
     drop(owner);
     let held = holder.join().unwrap();
-    assert!(text(&held).contains("holding"), "{}", text(&held));
+    assert!(printed(&held).contains("holding"), "{}", printed(&held));
 
     // 3. Strangers outside the machine (this test, as the host) announce
     //    1 MiB frames before any key: nothing is allocated for them.
@@ -265,7 +257,7 @@ EOF"#;
     assert!(
         String::from_utf8_lossy(&o.stdout).starts_with("HTTP/1.1 400"),
         "{}",
-        text(&o)
+        printed(&o)
     );
     // 5000 CONNECTs to an unlisted 253-character name, within 20 s.
     let flood = r#"python3 - <<'EOF'
@@ -282,9 +274,9 @@ while done < 5000 and time.time() < end:
 print(done)
 EOF"#;
     let o = m.client().run(sh(flood)).unwrap();
-    assert_eq!(o.exit.status, 0, "{}", text(&o));
+    assert_eq!(o.exit.status, 0, "{}", printed(&o));
     let sent: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
-    assert!(sent >= 1000, "{}", text(&o));
+    assert!(sent >= 1000, "{}", printed(&o));
     let o = m.client().run(sh("echo evidence-after")).unwrap();
     assert_eq!(o.exit.status, 0);
     // The line verified before the flood is still there: nothing the owner

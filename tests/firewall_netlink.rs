@@ -295,6 +295,20 @@ fn nft_files() -> Vec<std::path::PathBuf> {
     files
 }
 
+/// A machine in `ns` whose image has no nft: /dev/null over it, in
+/// warden's mount namespace only (the test's own nft still reads the table
+/// back).
+fn without_nft(ns: &Netns) -> common::Options {
+    common::Options {
+        netns: Some(ns.0.clone()),
+        binds: nft_files()
+            .into_iter()
+            .map(|f| ("/dev/null".into(), f))
+            .collect(),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn warden_without_nft_applies_its_firewall_over_netlink() {
     let test = "warden_without_nft_applies_its_firewall_over_netlink";
@@ -302,17 +316,7 @@ fn warden_without_nft_applies_its_firewall_over_netlink() {
         return;
     }
     let ns = Netns::new("boot");
-    // The image has no nft: /dev/null over it, in warden's mount namespace
-    // only (the test's own nft still reads the table back).
-    let opts = common::Options {
-        netns: Some(ns.0.clone()),
-        binds: nft_files()
-            .into_iter()
-            .map(|f| ("/dev/null".into(), f))
-            .collect(),
-        ..Default::default()
-    };
-    let machine = common::Machine::boot(opts);
+    let machine = common::Machine::boot(without_nft(&ns));
     let status = machine.client().status().unwrap();
     let fw = status
         .layers
@@ -360,13 +364,8 @@ fn without_nft_or_cap_net_admin_the_firewall_does_not_hold() {
     }
     let ns = Netns::new("nocap");
     let opts = common::Options {
-        netns: Some(ns.0.clone()),
-        binds: nft_files()
-            .into_iter()
-            .map(|f| ("/dev/null".into(), f))
-            .collect(),
         drop_caps: vec!["net_admin".into()],
-        ..Default::default()
+        ..without_nft(&ns)
     };
     let machine = common::Machine::boot(opts);
     let status = machine.client().status().unwrap();

@@ -8,15 +8,10 @@
 mod common;
 
 use common::internet::{python, script, Internet, INTERNET_NAMES, REPO_FILE};
-use common::{privileged, Machine, Options};
+use common::{printed, privileged, Machine, Options};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::Output;
 use std::time::{Duration, Instant};
-
-fn text(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-}
 
 #[test]
 fn dns_answers_from_its_table_and_logs_each_query() {
@@ -58,7 +53,7 @@ fn dns_answers_from_its_table_and_logs_each_query() {
         .args([&v6, "allowed.test", "A", "--tcp"])
         .output()
         .unwrap();
-    assert_eq!(text(&out), format!("NOERROR\nA {v4}\n"));
+    assert_eq!(printed(&out), format!("NOERROR\nA {v4}\n"));
     let log = net.dns_queries();
     let from = format!("from {}", net.machine_v4);
     assert!(
@@ -107,7 +102,7 @@ fn http_and_https_answer_with_host_and_path() {
         .arg("https://allowed.test/")
         .output()
         .unwrap();
-    assert!(!out.status.success(), "{}", text(&out));
+    assert!(!out.status.success(), "{}", printed(&out));
     let log = net.http_requests();
     let from = format!("from {}", net.machine_v4);
     assert!(
@@ -136,7 +131,7 @@ fn the_resolv_conf_and_hosts_files_send_lookups_to_the_internet() {
         .output()
         .unwrap();
     assert_eq!(
-        text(&out),
+        printed(&out),
         "hello www.allowed.test /phello allowed.test /six"
     );
     assert!(net.dns_queries().contains("www.allowed.test A NOERROR"));
@@ -167,7 +162,7 @@ fn git_clones_the_repository_over_https() {
         .env("GIT_TERMINAL_PROMPT", "0")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", printed(&out));
     let file = std::fs::read_to_string(clone.join(REPO_FILE.0)).unwrap();
     assert_eq!(file, REPO_FILE.1);
     let log = net.http_requests();
@@ -201,7 +196,10 @@ fn the_bare_ports_answer_a_direct_connection() {
         .args(["-c", &probe])
         .output()
         .unwrap();
-    assert_eq!(text(&out), "SSH-2.0-internet.test\nhello from 8080\nping\n");
+    assert_eq!(
+        printed(&out),
+        "SSH-2.0-internet.test\nhello from 8080\nping\n"
+    );
     let log = net.connections();
     let m4 = net.machine_v4;
     assert!(log.contains(&format!("tcp 22 from {m4}")), "{log}");
@@ -231,7 +229,7 @@ fn two_internets_coexist_and_dropping_one_deletes_its_namespaces() {
         .args(["netns", "list"])
         .output()
         .unwrap();
-    let list = text(&list);
+    let list = printed(&list);
     assert!(
         !list.contains(&names[0]) && !list.contains(&names[1]),
         "{list}"

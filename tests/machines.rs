@@ -6,72 +6,38 @@
 mod common;
 
 use common::machine::{
-    inspect, leftovers, podman, ready, show, text, wait_exited, warden, Cleanup, IMAGE,
+    inspect, leftovers, machine_id, podman, ready, show, wait_exited, warden, TestMachine, IMAGE,
 };
-use common::warden_bin;
+use common::{text, warden_bin};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const CANARY: &str = "canary-xyz-123";
 
-/// A definition in a temp folder, with its `.env`, a lent folder and a
-/// setup script.
-struct Fixture {
-    dir: tempfile::TempDir,
-    id: String,
-}
-
-impl Fixture {
-    fn new(tag: &str, keys: &[&str]) -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let id = format!("t{}-{tag}", std::process::id());
-        let lent = dir.path().join("lent");
-        std::fs::create_dir(&lent).unwrap();
-        std::fs::write(lent.join("file.txt"), "lent-content\n").unwrap();
-        std::fs::write(
-            dir.path().join(".env"),
-            format!("API_TOKEN={CANARY}\nOTHER=no\n"),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.path().join("setup.sh"),
-            "set -e\necho made-by-setup > setup-marker\n",
-        )
-        .unwrap();
-        let definition = serde_json::json!({
-            "id": id,
-            "image": IMAGE,
-            "keys": keys,
-            "lend": [{"host": lent, "at": "/lent/src", "mode": "read"}],
-            "setup": "setup.sh",
-            // A main process that runs until stopped, as an agent would.
-            "command": ["sleep", "infinity"],
-        });
-        std::fs::write(dir.path().join("def.json"), definition.to_string()).unwrap();
-        Fixture { dir, id }
-    }
-
-    fn definition(&self) -> PathBuf {
-        self.dir.path().join("def.json")
-    }
-
-    fn up(&self) -> Output {
-        let started = Instant::now();
-        let out = warden(&["machine", "up", self.definition().to_str().unwrap()]);
-        eprintln!("up took {:.2} s", started.elapsed().as_secs_f64());
-        out
-    }
-
-    fn exec(&self, argv: &[&str]) -> Output {
-        let mut args = vec!["machine", "exec", &self.id, "--"];
-        args.extend(argv);
-        warden(&args)
-    }
-
-    fn container(&self) -> String {
-        format!("warden-{}", self.id)
-    }
+/// A machine whose definition has its `.env`, a lent folder and a setup
+/// script.
+fn fixture(tag: &str, keys: &[&str]) -> TestMachine {
+    let fx = TestMachine::new(tag);
+    let dir = fx.dir.path();
+    let lent = dir.join("lent");
+    std::fs::create_dir(&lent).unwrap();
+    std::fs::write(lent.join("file.txt"), "lent-content\n").unwrap();
+    std::fs::write(dir.join(".env"), format!("API_TOKEN={CANARY}\nOTHER=no\n")).unwrap();
+    std::fs::write(
+        dir.join("setup.sh"),
+        "set -e\necho made-by-setup > setup-marker\n",
+    )
+    .unwrap();
+    fx.define(serde_json::json!({
+        "image": IMAGE,
+        "keys": keys,
+        "lend": [{"host": lent, "at": "/lent/src", "mode": "read"}],
+        "setup": "setup.sh",
+        // A main process that runs until stopped, as an agent would.
+        "command": ["sleep", "infinity"],
+    }));
+    fx
 }
 
 #[test]
@@ -79,8 +45,7 @@ fn a_machine_is_made_keyed_kept_stopped_and_removed() {
     if !ready("a_machine_is_made_keyed_kept_stopped_and_removed") {
         return;
     }
-    let fx = Fixture::new("life", &["API_TOKEN"]);
-    let _cleanup = Cleanup(fx.id.clone());
+    let fx = fixture("life", &["API_TOKEN"]);
 
     let out = fx.up();
     assert!(out.status.success(), "{}", show("up", &out));
@@ -204,7 +169,7 @@ fn a_machine_is_made_keyed_kept_stopped_and_removed() {
 
 /// A copy of the key with another value is refused on the host socket, and
 /// the audit log (copied out and verified) says so.
-fn wrong_key_is_refused_and_audited(fx: &Fixture) {
+fn wrong_key_is_refused_and_audited(fx: &TestMachine) {
     let bad = fx.dir.path().join("bad-key");
     let key = std::fs::read_to_string(format!("/var/lib/warden/machines/{}/key", fx.id)).unwrap();
     let flipped: String = key
@@ -240,8 +205,7 @@ fn a_missing_key_stops_up_before_anything_is_made() {
     if !ready("a_missing_key_stops_up_before_anything_is_made") {
         return;
     }
-    let fx = Fixture::new("nokey", &["API_TOKEN", "NOT_THERE"]);
-    let _cleanup = Cleanup(fx.id.clone());
+    let fx = fixture("nokey", &["API_TOKEN", "NOT_THERE"]);
     let out = fx.up();
     assert!(!out.status.success(), "{}", show("up", &out));
     let stderr = text(&out.stderr);
@@ -258,8 +222,7 @@ fn a_failing_setup_fails_up_with_its_output() {
     if !ready("a_failing_setup_fails_up_with_its_output") {
         return;
     }
-    let fx = Fixture::new("setup", &[]);
-    let _cleanup = Cleanup(fx.id.clone());
+    let fx = fixture("setup", &[]);
     std::fs::write(
         fx.dir.path().join("setup.sh"),
         "echo setup-says-no >&2\nexit 3\n",
@@ -283,22 +246,13 @@ fn a_failing_setup_fails_up_with_its_output() {
     assert!(!state.exists(), "{} is left", state.display());
 }
 
-/// The definition, changed by `edit` and written back.
-fn edit_definition(fx: &Fixture, edit: impl FnOnce(&mut serde_json::Value)) {
-    let path = fx.definition();
-    let mut definition: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    edit(&mut definition);
-    std::fs::write(&path, definition.to_string()).unwrap();
-}
-
 /// `podman exec -u USER C sh -c SCRIPT`.
-fn sh_in(fx: &Fixture, user: &str, script: &str) -> Output {
+fn sh_in(fx: &TestMachine, user: &str, script: &str) -> Output {
     podman(&["exec", "-u", user, &fx.container(), "sh", "-c", script])
 }
 
 /// Removes the images a test built (by tag or id), after its machine:
-/// declare it before the machine's `Cleanup` so it drops after it.
+/// declare it before the machine so it drops after it.
 struct Images(Vec<String>);
 
 impl Drop for Images {
@@ -316,7 +270,7 @@ fn image_id(image: &str) -> String {
 }
 
 /// `up`, timed; fails the test when `up` fails.
-fn timed_up(fx: &Fixture, what: &str) -> (String, f64) {
+fn timed_up(fx: &TestMachine, what: &str) -> (String, f64) {
     let started = Instant::now();
     let out = fx.up();
     let seconds = started.elapsed().as_secs_f64();
@@ -330,10 +284,9 @@ fn a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data() {
     if !ready("a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data") {
         return;
     }
-    let fx = Fixture::new("dfile", &[]);
-    let tag = format!("localhost/warden-{}:latest", fx.id);
+    let tag = format!("localhost/warden-{}:latest", machine_id("dfile"));
     let mut images = Images(vec![tag.clone()]);
-    let _cleanup = Cleanup(fx.id.clone());
+    let fx = fixture("dfile", &[]);
     let dockerfile = fx.dir.path().join("Dockerfile");
     let write_dockerfile = |word: &str| {
         std::fs::write(
@@ -345,7 +298,7 @@ fn a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data() {
         .unwrap()
     };
     write_dockerfile("one");
-    edit_definition(&fx, |d| {
+    fx.edit(|d| {
         d.as_object_mut().unwrap().remove("image");
         d["dockerfile"] = "Dockerfile".into();
     });
@@ -404,8 +357,7 @@ fn podman_stop_and_kill_end_the_machine_with_143() {
     if !ready("podman_stop_and_kill_end_the_machine_with_143") {
         return;
     }
-    let fx = Fixture::new("stop", &[]);
-    let _cleanup = Cleanup(fx.id.clone());
+    let fx = fixture("stop", &[]);
     let out = fx.up();
     assert!(out.status.success(), "{}", show("up", &out));
     let c = fx.container();
@@ -449,7 +401,7 @@ fn podman_stop_and_kill_end_the_machine_with_143() {
 }
 
 /// The container's processes in state Z, as `pid (comm) Z` lines.
-fn zombies(fx: &Fixture) -> Vec<String> {
+fn zombies(fx: &TestMachine) -> Vec<String> {
     let out = sh_in(
         fx,
         "0",
@@ -479,8 +431,7 @@ fn orphans_of_exec_leave_no_zombies() {
     if !ready("orphans_of_exec_leave_no_zombies") {
         return;
     }
-    let fx = Fixture::new("zomb", &[]);
-    let _cleanup = Cleanup(fx.id.clone());
+    let fx = fixture("zomb", &[]);
     let out = fx.up();
     assert!(out.status.success(), "{}", show("up", &out));
 
@@ -518,8 +469,7 @@ fn keys_never_reach_shell() {
     if !ready("keys_never_reach_shell") {
         return;
     }
-    let fx = Fixture::new("keys", &["API_TOKEN"]);
-    let _cleanup = Cleanup(fx.id.clone());
+    let fx = fixture("keys", &["API_TOKEN"]);
     let out = fx.up();
     assert!(out.status.success(), "{}", show("up", &out));
     // The runtime has it: the test is not vacuous.
@@ -684,38 +634,33 @@ impl Owner {
     }
 }
 
-/// Removes a rootless machine, whatever happened.
-struct OwnerCleanup(String);
-
-impl Drop for OwnerCleanup {
-    fn drop(&mut self) {
-        let _ = owner().warden(&["machine", "rm", &self.0, "--volumes"]);
-    }
-}
-
-/// A rootless definition in a folder the owner owns, with a folder lent
-/// for writing; `extra` is laid over it.
-fn rootless_fixture(tag: &str, extra: serde_json::Value) -> (tempfile::TempDir, String, PathBuf) {
-    let owner = owner();
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let id = format!("t{}-{tag}", std::process::id());
-    let out_dir = dir.path().join("out");
+/// A rootless machine, made and removed by the owner: its definition in a
+/// folder the owner owns, with a folder lent for writing; `extra` is laid
+/// over it.
+fn rootless_machine(tag: &str, extra: serde_json::Value) -> TestMachine {
+    let uid = nix::unistd::Uid::from_raw(owner().uid);
+    let id = machine_id(tag);
+    let state = owner().state(&id);
+    let m = TestMachine::in_folder(
+        id,
+        tempfile::tempdir_in("/var/tmp").unwrap(),
+        |args| owner().warden(args),
+        state,
+    );
+    let out_dir = m.dir.path().join("out");
     std::fs::create_dir(&out_dir).unwrap();
     let mut definition = serde_json::json!({
-        "id": id,
         "image": IMAGE,
         "lend": [{"host": out_dir, "at": "/lent/out", "mode": "write"}],
     });
     if let (Some(d), Some(e)) = (definition.as_object_mut(), extra.as_object()) {
         d.extend(e.clone());
     }
-    let file = dir.path().join("def.json");
-    std::fs::write(&file, definition.to_string()).unwrap();
-    let uid = nix::unistd::Uid::from_raw(owner.uid);
-    for path in [dir.path(), &out_dir, &file] {
+    m.define(definition);
+    for path in [m.dir.path(), &out_dir, &m.definition()] {
         nix::unistd::chown(path, Some(uid), None).unwrap();
     }
-    (dir, id, file)
+    m
 }
 
 #[test]
@@ -724,8 +669,8 @@ fn a_rootless_owner_gets_what_shell_writes_with_keep_id() {
         return;
     }
     let owner = owner();
-    let (dir, id, file) = rootless_fixture("keepid", serde_json::json!({"keep_id": true}));
-    let _cleanup = OwnerCleanup(id.clone());
+    let m = rootless_machine("keepid", serde_json::json!({"keep_id": true}));
+    let id = &m.id;
 
     let out = owner.warden(&["machine", "check"]);
     let facts = text(&out.stdout);
@@ -736,18 +681,13 @@ fn a_rootless_owner_gets_what_shell_writes_with_keep_id() {
     );
     assert!(facts.contains("subordinate ids of warden-owner"), "{facts}");
 
-    let out = owner.warden(&["machine", "up", file.to_str().unwrap()]);
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
-    let exec = |argv: &[&str]| {
-        let mut args = vec!["machine", "exec", &id, "--"];
-        args.extend(argv);
-        owner.warden(&args)
-    };
-    let out = exec(&["id", "-un"]);
+    let out = m.exec(&["id", "-un"]);
     assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("id", &out));
-    let out = exec(&["sh", "-c", "echo from-shell > /lent/out/made && id -u"]);
+    let out = m.exec(&["sh", "-c", "echo from-shell > /lent/out/made && id -u"]);
     assert_eq!(text(&out.stdout).trim(), "2001", "{}", show("write", &out));
-    let made = std::fs::metadata(dir.path().join("out/made")).unwrap();
+    let made = std::fs::metadata(m.dir.path().join("out/made")).unwrap();
     use std::os::unix::fs::MetadataExt;
     assert_eq!(
         made.uid(),
@@ -759,18 +699,18 @@ fn a_rootless_owner_gets_what_shell_writes_with_keep_id() {
     // was handed to the machine's root, and shell cannot read it, not even
     // after an `up` that keeps the machine (which must not touch the files
     // the machine has mounted).
-    let out = owner.warden(&["machine", "up", file.to_str().unwrap()]);
+    let out = m.up();
     assert!(
         text(&out.stdout).contains("unchanged, kept"),
         "{}",
         show("up again", &out)
     );
-    let out = exec(&["cat", "/etc/warden/key"]);
+    let out = m.exec(&["cat", "/etc/warden/key"]);
     assert!(!out.status.success(), "{}", show("cat key", &out));
-    let key = std::fs::read_to_string(owner.state(&id).join("key")).unwrap();
+    let key = std::fs::read_to_string(owner.state(id).join("key")).unwrap();
     assert!(!text(&out.stdout).contains(key.trim()));
 
-    let out = owner.warden(&["machine", "status", &id]);
+    let out = owner.warden(&["machine", "status", id]);
     let status = text(&out.stdout);
     assert!(
         status
@@ -785,9 +725,9 @@ fn a_rootless_owner_gets_what_shell_writes_with_keep_id() {
         show("ps", &out)
     );
 
-    let out = owner.warden(&["machine", "rm", &id, "--volumes"]);
+    let out = owner.warden(&["machine", "rm", id, "--volumes"]);
     assert!(out.status.success(), "{}", show("rm", &out));
-    assert!(!owner.state(&id).exists(), "the state folder is gone");
+    assert!(!owner.state(id).exists(), "the state folder is gone");
 }
 
 /// The Python framework's case: a container of the agent's own from an
@@ -809,7 +749,7 @@ fn a_container_of_the_agents_own_from_any_image_writes_as_the_owner() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", show("mkdir", &out));
-    let (_dir, id, file) = rootless_fixture(
+    let m = rootless_machine(
         "pyfw",
         serde_json::json!({
             "image": common::machine::ROOTFS,
@@ -818,14 +758,14 @@ fn a_container_of_the_agents_own_from_any_image_writes_as_the_owner() {
             "lend": [{"host": project, "at": project, "mode": "write"}],
         }),
     );
-    let _cleanup = OwnerCleanup(id.clone());
-    let out = owner.warden(&["machine", "up", file.to_str().unwrap()]);
+    let id = &m.id;
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
     let line = format!(
         "cd {} && python3 -c 'open(\"from-python.txt\", \"w\").write(\"py\")' && id -un",
         project.display()
     );
-    let out = owner.warden(&["machine", "exec", &id, "--shell", &line]);
+    let out = owner.warden(&["machine", "exec", id, "--shell", &line]);
     assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("exec", &out));
     use std::os::unix::fs::MetadataExt;
     let made = std::fs::metadata(project.join("from-python.txt")).unwrap();
@@ -834,7 +774,7 @@ fn a_container_of_the_agents_own_from_any_image_writes_as_the_owner() {
         owner.uid,
         "the command's file is the owner's on the host"
     );
-    let out = owner.warden(&["machine", "status", &id]);
+    let out = owner.warden(&["machine", "status", id]);
     let status = text(&out.stdout);
     for line in status
         .lines()
@@ -842,7 +782,7 @@ fn a_container_of_the_agents_own_from_any_image_writes_as_the_owner() {
     {
         assert!(line.contains(" holds "), "{status}");
     }
-    let out = owner.warden(&["machine", "rm", &id, "--volumes"]);
+    let out = owner.warden(&["machine", "rm", id, "--volumes"]);
     assert!(out.status.success(), "{}", show("rm", &out));
     assert!(
         project.join("from-python.txt").exists(),
@@ -868,7 +808,7 @@ fn keep_id_runtime_makes_the_agents_own_changes_the_owners() {
         .unwrap();
     assert!(out.status.success(), "{}", show("mkdir", &out));
     let routines = "/home/runtime/workspace/routines";
-    let (_dir, id, file) = rootless_fixture(
+    let m = rootless_machine(
         "keeprt",
         serde_json::json!({
             "keep_id": "runtime",
@@ -876,8 +816,8 @@ fn keep_id_runtime_makes_the_agents_own_changes_the_owners() {
             "lend": [{"host": agent, "at": routines, "mode": "write"}],
         }),
     );
-    let _cleanup = OwnerCleanup(id.clone());
-    let out = owner.warden(&["machine", "up", file.to_str().unwrap()]);
+    let id = &m.id;
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
     // The agent (runtime) changes its own routines.
     let container = format!("warden-{id}");
@@ -906,7 +846,7 @@ fn keep_id_runtime_makes_the_agents_own_changes_the_owners() {
     let line = format!(
         "touch {routines}/planted; echo evil >> {routines}/skill.md; cat {routines}/skill.md"
     );
-    let out = owner.warden(&["machine", "exec", &id, "--shell", &line]);
+    let out = owner.warden(&["machine", "exec", id, "--shell", &line]);
     assert_eq!(
         text(&out.stdout),
         "self-change\n",
@@ -927,13 +867,13 @@ fn a_rootless_machine_on_the_hosts_network_says_its_firewall_cannot_hold() {
         return;
     }
     let owner = owner();
-    let (_dir, id, file) = rootless_fixture("hostnet", serde_json::json!({"network": "host"}));
-    let _cleanup = OwnerCleanup(id.clone());
-    let out = owner.warden(&["machine", "up", file.to_str().unwrap()]);
+    let m = rootless_machine("hostnet", serde_json::json!({"network": "host"}));
+    let id = &m.id;
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
 
     // The policy's default, required: commands are refused, saying why.
-    let out = owner.warden(&["machine", "status", &id]);
+    let out = owner.warden(&["machine", "status", id]);
     let status = text(&out.stdout);
     let firewall = status
         .lines()
@@ -946,32 +886,24 @@ fn a_rootless_machine_on_the_hosts_network_says_its_firewall_cannot_hold() {
         "{status}"
     );
     assert!(status.contains("REFUSING COMMANDS"), "{status}");
-    let exec = |argv: &[&str]| {
-        let mut args = vec!["machine", "exec", &id, "--"];
-        args.extend(argv);
-        owner.warden(&args)
-    };
-    let out = exec(&["id", "-un"]);
+    let out = m.exec(&["id", "-un"]);
     assert!(!out.status.success(), "{}", show("exec", &out));
     assert!(
         text(&out.stderr).contains("firewall did not hold"),
         "{}",
         show("exec", &out)
     );
-    let logs = owner.warden(&["machine", "logs", &id]);
+    let logs = owner.warden(&["machine", "logs", id]);
     let logs = format!("{}{}", text(&logs.stdout), text(&logs.stderr));
     assert!(logs.contains("firewall (required) does not hold"), "{logs}");
 
     // best-effort: commands run, and status keeps saying what is missing.
-    let mut definition: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    definition["firewall"] = "best-effort".into();
-    std::fs::write(&file, definition.to_string()).unwrap();
-    let out = owner.warden(&["machine", "up", file.to_str().unwrap()]);
+    m.edit(|d| d["firewall"] = "best-effort".into());
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up best-effort", &out));
-    let out = exec(&["id", "-un"]);
+    let out = m.exec(&["id", "-un"]);
     assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("exec", &out));
-    let status = text(&owner.warden(&["machine", "status", &id]).stdout);
+    let status = text(&owner.warden(&["machine", "status", id]).stdout);
     assert!(status.contains("DOES NOT HOLD (best effort)"), "{status}");
     assert!(!status.contains("REFUSING COMMANDS"), "{status}");
 }
@@ -1008,8 +940,8 @@ fn the_launcher_refuses_what_this_host_cannot_hold_and_says_why() {
         ),
     ];
     for (extra, want) in cases {
-        let fx = Fixture::new("refused", &[]);
-        edit_definition(&fx, |d| {
+        let fx = fixture("refused", &[]);
+        fx.edit(|d| {
             if let (Some(d), Some(e)) = (d.as_object_mut(), extra.as_object()) {
                 d.extend(e.clone());
             }
@@ -1049,10 +981,9 @@ fn a_machine_on_a_namespace_reaches_listed_hosts_through_its_proxy_only() {
     // The tests' own internet: DNS, HTTP and HTTPS in a namespace reached
     // from `machine_ns`, which the machine joins.
     let net = common::internet::Internet::start();
-    let fx = Fixture::new("netns", &[]);
-    let _cleanup = Cleanup(fx.id.clone());
+    let fx = fixture("netns", &[]);
     let ca_dir = net.ca.parent().unwrap().to_path_buf();
-    edit_definition(&fx, |d| {
+    fx.edit(|d| {
         d["network"] = format!("/run/netns/{}", net.machine_ns).into();
         d["dns"] = serde_json::json!([net.v4.to_string()]);
         d["hosts"] = serde_json::json!(["allowed.test"]);

@@ -6,9 +6,8 @@
 
 mod common;
 
-use common::machine::{machine_id, show, text, IMAGE};
-use common::{privileged, skipped, warden_bin};
-use std::path::Path;
+use common::machine::{machine_id, show, TestMachine, IMAGE};
+use common::{privileged, skipped, text, warden_bin};
 use std::process::{Command, Output, Stdio};
 
 const CANARY: &str = "docker-canary-51c2";
@@ -43,14 +42,6 @@ fn warden(args: &[&str]) -> Output {
         .unwrap()
 }
 
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = warden(&["machine", "rm", &self.0, "--volumes"]);
-    }
-}
-
 /// Containers, volumes and the state folder the machine left.
 fn leftovers(id: &str) -> String {
     let label = format!("label=warden.machine={id}");
@@ -82,23 +73,22 @@ fn a_docker_machine_is_built_confined_keyed_stopped_and_removed() {
         return;
     }
     let id = machine_id("docker");
-    let _cleanup = Cleanup(id.clone());
-    let dir = tempfile::tempdir().unwrap();
+    let state = warden::launcher::machine::state_dir(&id);
+    // Removed with Docker as the engine; its folder 0700, as tempdirs are.
+    let m = TestMachine::in_folder(id, tempfile::tempdir().unwrap(), warden, state);
+    let id = &m.id;
     // The context holds the owner's keys: they must not reach the image.
-    std::fs::write(dir.path().join(".env"), format!("API_TOKEN={CANARY}\n")).unwrap();
+    std::fs::write(m.dir.path().join(".env"), format!("API_TOKEN={CANARY}\n")).unwrap();
     std::fs::write(
-        dir.path().join("Dockerfile"),
+        m.dir.path().join("Dockerfile"),
         format!("FROM {IMAGE}\nCOPY . /ctx\nRUN echo built-on-docker > /etc/marker\n"),
     )
     .unwrap();
-    let definition = dir.path().join("def.json");
-    let value = serde_json::json!({
-        "id": id, "dockerfile": "Dockerfile", "keys": ["API_TOKEN"],
+    m.define(serde_json::json!({
+        "dockerfile": "Dockerfile", "keys": ["API_TOKEN"],
         "command": ["sleep", "infinity"],
-    });
-    std::fs::write(&definition, value.to_string()).unwrap();
-    let up = || warden(&["machine", "up", definition.to_str().unwrap()]);
-    let out = up();
+    }));
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
     assert!(
         text(&out.stdout).contains(": built"),
@@ -124,12 +114,12 @@ fn a_docker_machine_is_built_confined_keyed_stopped_and_removed() {
     );
     assert!(!listed.contains(".env"), "{listed}");
     // Commands run as shell, every required layer holds, the key stays the runtime's.
-    let out = warden(&["machine", "exec", &id, "--", "id", "-un"]);
+    let out = warden(&["machine", "exec", id, "--", "id", "-un"]);
     assert_eq!(text(&out.stdout), "shell\n", "{}", show("exec", &out));
     let out = warden(&[
         "machine",
         "exec",
-        &id,
+        id,
         "--shell",
         "env; cat /home/runtime/.env; cat /proc/1/environ",
     ]);
@@ -138,7 +128,7 @@ fn a_docker_machine_is_built_confined_keyed_stopped_and_removed() {
         "{}",
         show("exec", &out)
     );
-    let status = warden(&["machine", "status", &id]);
+    let status = warden(&["machine", "status", id]);
     let said = text(&status.stdout);
     assert!(status.status.success(), "{}", show("status", &status));
     for line in said.lines().filter(|l| l.starts_with("layer ")) {
@@ -149,7 +139,7 @@ fn a_docker_machine_is_built_confined_keyed_stopped_and_removed() {
     }
     assert!(said.contains("layer firewall      holds"), "{said}");
     // Nothing changed: kept, not rebuilt.
-    let out = up();
+    let out = m.up();
     assert!(
         text(&out.stdout).contains("unchanged, kept"),
         "{}",
@@ -160,7 +150,7 @@ fn a_docker_machine_is_built_confined_keyed_stopped_and_removed() {
     let out = docker(&["stop", "-t", "10", &container]);
     assert!(out.status.success(), "{}", show("docker stop", &out));
     assert_eq!(inspect(&container, "{{.State.ExitCode}}"), "143");
-    let audit = warden(&["machine", "audit", &id]);
+    let audit = warden(&["machine", "audit", id]);
     assert!(audit.status.success(), "{}", show("audit", &audit));
     assert!(
         text(&audit.stdout).contains("chain intact"),
@@ -168,13 +158,13 @@ fn a_docker_machine_is_built_confined_keyed_stopped_and_removed() {
         show("audit", &audit)
     );
 
-    let out = warden(&["machine", "rm", &id, "--volumes"]);
+    let out = warden(&["machine", "rm", id, "--volumes"]);
     assert!(out.status.success(), "{}", show("rm", &out));
-    assert_eq!(leftovers(&id), "");
+    assert_eq!(leftovers(id), "");
     let image = docker(&["image", "inspect", &format!("localhost/warden-{id}:latest")]);
     assert!(
         !image.status.success(),
         "the machine's image is removed with it"
     );
-    assert!(Path::new(&definition).exists());
+    assert!(m.definition().exists());
 }

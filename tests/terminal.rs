@@ -7,6 +7,7 @@
 mod common;
 
 use common::machine::*;
+use common::text;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -76,16 +77,9 @@ fn a_person_at_a_terminal_types_resizes_interrupts_and_exits() {
     if !ready_with(test, ROOTFS) || !tmux_ready(test) {
         return;
     }
-    let id = machine_id("tty");
-    let _cleanup = Cleanup(id.clone());
-    let dir = tempfile::tempdir().unwrap();
-    let definition = dir.path().join("def.json");
-    std::fs::write(
-        &definition,
-        serde_json::json!({"id": id, "image": ROOTFS}).to_string(),
-    )
-    .unwrap();
-    let out = warden(&["machine", "up", definition.to_str().unwrap()]);
+    let m = TestMachine::defined("tty", serde_json::json!({"image": ROOTFS}));
+    let id = &m.id;
+    let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
 
     let session = format!("warden-test-{}", std::process::id());

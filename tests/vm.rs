@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::text;
 use common::vm::{self, Options, Vm};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -373,10 +374,6 @@ fn pid1_of_a_namespace_without_proc_is_not_taken_for_a_vm() {
     assert!(!log.contains("vsock"), "{log}");
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// `warden ARGS` from the host (the guard inherited), its output shown
 /// when an assertion fails.
 fn warden(args: &[&str]) -> (bool, String, String) {
@@ -405,29 +402,23 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     }
     let _one = vm::one_at_a_time();
     const CANARY: &str = "vm-canary-4471";
-    let dir = tempfile::tempdir().unwrap();
-    let id = format!("t{}-vm", std::process::id());
-    std::fs::write(dir.path().join(".env"), format!("API_TOKEN={CANARY}\n")).unwrap();
-    let definition = serde_json::json!({
-        "id": id, "image": "localhost/warden-machine:latest", "kind": "vm",
-        "keys": ["API_TOKEN"], "hosts": ["allowed.example"],
-    });
-    let file = dir.path().join("def.json");
-    std::fs::write(&file, definition.to_string()).unwrap();
-    struct Cleanup(String);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = warden(&["machine", "rm", &self.0, "--volumes"]);
-        }
-    }
-    let _cleanup = Cleanup(id.clone());
+    let m = common::machine::TestMachine::defined(
+        "vm",
+        serde_json::json!({
+            "image": "localhost/warden-machine:latest", "kind": "vm",
+            "keys": ["API_TOKEN"], "hosts": ["allowed.example"],
+        }),
+    );
+    let id = &m.id;
+    std::fs::write(m.dir.path().join(".env"), format!("API_TOKEN={CANARY}\n")).unwrap();
+    let file = m.definition();
 
     let started = Instant::now();
     let (ok, out, err) = warden(&["machine", "up", file.to_str().unwrap()]);
     assert!(ok, "up: {out}{err}");
     eprintln!("launcher VM: up {:.1} s", started.elapsed().as_secs_f64());
     let exec = |argv: &[&str]| {
-        let mut args = vec!["machine", "exec", &id];
+        let mut args = vec!["machine", "exec", id];
         args.extend(argv);
         warden(&args)
     };
@@ -442,7 +433,7 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     assert_eq!(out, "built\n/home/runtime/workspace/build\n", "{err}");
     // The key reached the runtime's .env (warden said so at boot), and
     // no command of shell's sees it.
-    let (_, console, _) = warden(&["machine", "logs", &id]);
+    let (_, console, _) = warden(&["machine", "logs", id]);
     assert!(
         console.contains("the runtime's keys were handed over"),
         "{console}"
@@ -454,7 +445,7 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     assert!(!ok, "{out}{err}");
     assert!(!out.contains(CANARY) && !err.contains(CANARY), "{out}{err}");
 
-    let (ok, status, err) = warden(&["machine", "status", &id]);
+    let (ok, status, err) = warden(&["machine", "status", id]);
     assert!(ok, "{err}");
     for layer in ["firewall", "proc_hidden", "landlock", "seccomp"] {
         assert!(
@@ -481,25 +472,25 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     assert!(refused.elapsed() >= Duration::from_millis(400));
 
     let stopping = Instant::now();
-    let (ok, out, err) = warden(&["machine", "stop", &id]);
+    let (ok, out, err) = warden(&["machine", "stop", id]);
     assert!(ok, "stop: {out}{err}");
     eprintln!(
         "launcher VM: stop {:.1} s",
         stopping.elapsed().as_secs_f64()
     );
-    let (_, console, _) = warden(&["machine", "logs", &id]);
+    let (_, console, _) = warden(&["machine", "logs", id]);
     assert!(console.contains("reboot: Power down"), "{console}");
     assert!(!console.contains("Kernel panic"), "{console}");
     let (_, out, _) = warden(&["machine", "ps"]);
     assert!(out.contains(&format!("warden-{id}\tStopped (VM)")), "{out}");
 
-    let (ok, audit, err) = warden(&["machine", "audit", &id]);
+    let (ok, audit, err) = warden(&["machine", "audit", id]);
     assert!(ok, "audit: {audit}{err}");
     assert!(audit.contains("chain intact"), "{audit}");
     assert!(audit.contains("connection_refused"), "{audit}");
     assert!(!audit.contains(CANARY), "{audit}");
 
-    let (ok, out, err) = warden(&["machine", "rm", &id, "--volumes"]);
+    let (ok, out, err) = warden(&["machine", "rm", id, "--volumes"]);
     assert!(ok, "rm: {out}{err}");
     assert!(!std::path::Path::new(&format!("/var/lib/warden/machines/{id}")).exists());
 }

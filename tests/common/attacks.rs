@@ -196,17 +196,9 @@ pub fn programs(t: &Targets) -> Vec<(&'static str, Vec<String>)> {
         .collect()
 }
 
-pub fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// No canary may ever appear in a command's output.
 pub fn assert_no_secret(name: &str, o: &Output) {
-    let t = text(o);
+    let t = super::printed(o);
     for canary in [ENV_CANARY, DATA_CANARY] {
         assert!(!t.contains(canary), "{name}: a secret leaked: {t}");
     }

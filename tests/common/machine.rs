@@ -3,7 +3,7 @@
 //! with this host's options, a machine removed whatever happened, what a
 //! machine left behind, and a plain HTTP GET to a published port.
 
-use super::{privileged, skipped, warden_bin};
+use super::{privileged, skipped, text, warden_bin};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -79,10 +79,6 @@ pub fn podman(args: &[&str]) -> Output {
         .unwrap()
 }
 
-pub fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 pub fn show(what: &str, out: &Output) -> String {
     format!(
         "{what}: {}\nstdout:\n{}\nstderr:\n{}",
@@ -98,18 +94,104 @@ pub fn inspect(container: &str, format: &str) -> String {
         .to_string()
 }
 
-/// Removes the machine, its volumes and state folder, whatever happened.
-pub struct Cleanup(pub String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = warden(&["machine", "rm", &self.0, "--volumes"]);
-    }
-}
-
 /// A fresh machine id for this test run.
 pub fn machine_id(tag: &str) -> String {
     format!("t{}-{tag}", std::process::id())
+}
+
+/// A machine made by `warden machine up` from a definition in a folder of
+/// its own. Dropped, whatever happened (a failed assertion too), it is
+/// removed with its volumes, and its state folder is deleted; then the
+/// folder goes.
+pub struct TestMachine {
+    pub id: String,
+    /// Where the definition is, with whatever it names (lends, a
+    /// Dockerfile, `.env`).
+    pub dir: tempfile::TempDir,
+    /// `warden ARGS` as whoever owns the machine.
+    warden: fn(&[&str]) -> Output,
+    state: PathBuf,
+}
+
+impl TestMachine {
+    /// Machine `machine_id(tag)`, rootful, with a folder the machine's
+    /// users can read (tempdirs are 0700). Nothing is made yet.
+    pub fn new(tag: &str) -> TestMachine {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let id = machine_id(tag);
+        let state = warden::launcher::machine::state_dir(&id);
+        TestMachine::in_folder(id, dir, warden, state)
+    }
+
+    /// `new`, with `definition` written.
+    pub fn defined(tag: &str, definition: serde_json::Value) -> TestMachine {
+        let machine = TestMachine::new(tag);
+        machine.define(definition);
+        machine
+    }
+
+    /// Machine `id`, its definition in `dir`, made and removed by `warden`,
+    /// its state folder at `state`.
+    pub fn in_folder(
+        id: String,
+        dir: tempfile::TempDir,
+        warden: fn(&[&str]) -> Output,
+        state: PathBuf,
+    ) -> TestMachine {
+        TestMachine {
+            id,
+            dir,
+            warden,
+            state,
+        }
+    }
+
+    pub fn definition(&self) -> PathBuf {
+        self.dir.path().join("def.json")
+    }
+
+    /// Writes `definition`, with this machine's id.
+    pub fn define(&self, mut definition: serde_json::Value) {
+        definition["id"] = self.id.clone().into();
+        std::fs::write(self.definition(), definition.to_string()).unwrap();
+    }
+
+    /// The definition, changed by `edit` and written back.
+    pub fn edit(&self, edit: impl FnOnce(&mut serde_json::Value)) {
+        let path = self.definition();
+        let mut definition: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        edit(&mut definition);
+        std::fs::write(&path, definition.to_string()).unwrap();
+    }
+
+    /// `warden machine up` with the definition, timed.
+    pub fn up(&self) -> Output {
+        let started = Instant::now();
+        let out = (self.warden)(&["machine", "up", self.definition().to_str().unwrap()]);
+        eprintln!("up took {:.2} s", started.elapsed().as_secs_f64());
+        out
+    }
+
+    /// `warden machine exec ID -- ARGV`.
+    pub fn exec(&self, argv: &[&str]) -> Output {
+        let mut args = vec!["machine", "exec", &self.id, "--"];
+        args.extend(argv);
+        (self.warden)(&args)
+    }
+
+    pub fn container(&self) -> String {
+        format!("warden-{}", self.id)
+    }
+}
+
+impl Drop for TestMachine {
+    fn drop(&mut self) {
+        let _ = (self.warden)(&["machine", "rm", &self.id, "--volumes"]);
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
 }
 
 /// Anything left of the machine: containers or volumes with its label,

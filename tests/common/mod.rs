@@ -47,6 +47,34 @@ pub fn skipped(reason: &str) {
     }
 }
 
+/// Bytes a program printed, as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// What a command printed: its stdout, then its stderr.
+pub fn printed(out: &impl Printed) -> String {
+    let (stdout, stderr) = out.streams();
+    text(stdout) + &text(stderr)
+}
+
+/// A command's output, run on the host or through warden.
+pub trait Printed {
+    fn streams(&self) -> (&[u8], &[u8]);
+}
+
+impl Printed for std::process::Output {
+    fn streams(&self) -> (&[u8], &[u8]) {
+        (&self.stdout, &self.stderr)
+    }
+}
+
+impl Printed for warden::client::Output {
+    fn streams(&self) -> (&[u8], &[u8]) {
+        (&self.stdout, &self.stderr)
+    }
+}
+
 pub fn warden_bin() -> &'static str {
     env!("CARGO_BIN_EXE_warden")
 }
