@@ -25,7 +25,7 @@ pub use decide::{decide, pick, Allowed};
 pub use http::{parse_request, Plain, Request};
 pub use refusal::{Kind, Refused};
 pub use rules::{Defaults, Rules, Settings};
-pub use start::bind;
+pub use start::{bind, start};
 
 use crate::net::target::Target;
 use crate::policy::NetworkPolicy;
