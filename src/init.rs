@@ -284,21 +284,11 @@ fn start_network(
         }
     });
     let policy = &sup.network.policy;
-    let settings = proxy::Settings::from_policy(policy, &sup.config.policy_dir);
-    let started = Proxy::new(settings, policy, defaults.clone(), record).and_then(|p| {
-        let p = Arc::new(p);
-        let tokio_listeners = runtime.block_on(async {
-            listeners
-                .into_iter()
-                .map(tokio::net::TcpListener::from_std)
-                .collect::<std::io::Result<Vec<_>>>()
-        });
-        let tokio_listeners = tokio_listeners.map_err(|e| format!("proxy: {e}"))?;
-        runtime.spawn(p.clone().serve(tokio_listeners));
-        Ok(p)
-    });
+    let dir = &sup.config.policy_dir;
+    let started: Result<(Arc<Proxy>, _), String> =
+        proxy::start(runtime, policy, dir, defaults.clone(), record, listeners);
     let proxy_error = match started {
-        Ok(p) => {
+        Ok((p, _serving)) => {
             sup.network.set_proxy(p);
             None
         }

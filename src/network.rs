@@ -5,7 +5,7 @@
 use crate::confine::policy::{NetworkPolicy, Requirement};
 use crate::confine::spawn::Identity;
 use crate::net::firewall::{self, Findings, Scope, Verdict, Way};
-use crate::net::proxy::{Proxy, Rules};
+use crate::net::proxy::{self, Proxy, Rules};
 use crate::net::registries;
 use crate::protocol::{LayerState, ProxyState};
 use crate::reaper::Reaper;
@@ -393,17 +393,11 @@ pub fn standalone(
         Ok(p) => p,
         Err(e) => return fail(e.to_string()),
     };
-    let record: crate::net::proxy::Recorder = match audit_dir {
-        Some(dir) => match crate::audit::Audit::open_with(dir, None, None, Default::default()) {
-            Ok(audit) => Arc::new(move |kind, fields| audit.record(kind, fields)),
-            Err(e) => return fail(format!("audit log in {}: {e}", dir.display())),
-        },
-        None => Arc::new(|kind, mut fields| {
-            fields["kind"] = kind.into();
-            println!("{fields}");
-        }),
+    let record = match standalone_recorder(audit_dir) {
+        Ok(record) => record,
+        Err(e) => return fail(e),
     };
-    let defaults: crate::net::proxy::Defaults = Default::default();
+    let defaults: proxy::Defaults = Default::default();
     if policy.hosts.is_none() {
         let env: Vec<(String, String)> = std::env::vars().collect();
         let found = registries::from_configuration(std::path::Path::new("/"), &env);
@@ -417,26 +411,48 @@ pub fn standalone(
         Ok(rt) => rt,
         Err(e) => return fail(e.to_string()),
     };
-    let settings = crate::net::proxy::Settings::from_policy(&policy, policy_dir);
-    let proxy = match runtime.block_on(async { Proxy::new(settings, &policy, defaults, record) }) {
-        Ok(p) => Arc::new(p),
+    let listeners = match runtime.block_on(bind_each(listen)) {
+        Ok(listeners) => listeners,
         Err(e) => return fail(e),
     };
-    runtime.block_on(async {
-        let mut listeners = Vec::new();
-        for addr in listen {
-            match tokio::net::TcpListener::bind(addr).await {
-                Ok(l) => listeners.push(l),
-                Err(e) => return fail(format!("{addr}: {e}")),
-            }
-        }
-        let shown: Vec<String> = listeners
-            .iter()
-            .filter_map(|l| l.local_addr().ok())
-            .map(|a| a.to_string())
-            .collect();
-        crate::say!("proxy listening on {}", shown.join(" "));
-        proxy.serve(listeners).await;
-        0
-    })
+    let shown: Vec<String> = listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .map(|a| a.to_string())
+        .collect();
+    let serving = match proxy::start(&runtime, &policy, policy_dir, defaults, record, listeners) {
+        Ok((_, serving)) => serving,
+        Err(e) => return fail(e),
+    };
+    crate::say!("proxy listening on {}", shown.join(" "));
+    let _ = runtime.block_on(serving);
+    0
+}
+
+/// Where the standalone proxy's audit lines go: an audit log in `dir`,
+/// else stdout, one JSON object a line.
+fn standalone_recorder(dir: Option<&std::path::Path>) -> Result<proxy::Recorder, String> {
+    let Some(dir) = dir else {
+        return Ok(Arc::new(|kind, mut fields| {
+            fields["kind"] = kind.into();
+            println!("{fields}");
+        }));
+    };
+    match crate::audit::Audit::open_with(dir, None, None, Default::default()) {
+        Ok(audit) => Ok(Arc::new(move |kind, fields| audit.record(kind, fields))),
+        Err(e) => Err(format!("audit log in {}: {e}", dir.display())),
+    }
+}
+
+/// Binds each address given to `warden proxy`. Bound the way tokio binds
+/// (its listen backlog, address reuse), then handed over as std listeners,
+/// which is what the proxy starts on.
+async fn bind_each(listen: &[std::net::SocketAddr]) -> Result<Vec<TcpListener>, String> {
+    let mut listeners = Vec::new();
+    for addr in listen {
+        let bound = tokio::net::TcpListener::bind(addr).await;
+        let listener = bound.and_then(|l| l.into_std());
+        listeners.push(listener.map_err(|e| format!("{addr}: {e}"))?);
+    }
+    Ok(listeners)
 }

@@ -1,0 +1,273 @@
+//! The admission decision, pure: whether a target is on the list
+//! (`decide`), and which of the addresses its name resolved to may be
+//! connected to (`pick`). The proxy's I/O asks these and nothing else.
+
+use super::refusal::{Kind, Refused};
+use super::rules::Rules;
+use crate::net::addr::{self, Cidr};
+use crate::net::target::{Host, Target};
+use std::net::{IpAddr, SocketAddr};
+
+/// A target the list allows: the name to resolve, and the entry (as the
+/// owner wrote it) that allows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allowed<'a> {
+    pub name: &'a str,
+    pub entry: &'a str,
+}
+
+/// Pure: whether `target` may be reached under `rules`. The proxy reaches
+/// hosts by name only, so that the list (names) is what decides.
+pub fn decide<'a>(rules: &'a Rules, target: &'a Target) -> Result<Allowed<'a>, Refused> {
+    let name = match &target.host {
+        Host::Ip(_) => {
+            return Err(Refused::new(
+                Kind::IpTarget,
+                "an IP address as the target: the proxy reaches hosts by name",
+            ))
+        }
+        Host::Name(name) => name.as_str(),
+    };
+    match rules.hosts.allowing(name, target.port) {
+        Some(entry) => Ok(Allowed { name, entry }),
+        None => Err(Refused::new(
+            Kind::NotListed,
+            format!("{name}:{} is not on the host list", target.port),
+        )),
+    }
+}
+
+/// Pure: the addresses `name` resolved to that may be connected to on
+/// `port`, in the resolver's order (the proxy tries them in turn), or why
+/// there is none. An address of a refused class passes only when `allow`
+/// lists it; when none passes, the reason names the last one refused.
+pub fn pick(
+    name: &str,
+    resolved: &[IpAddr],
+    port: u16,
+    allow: &[Cidr],
+) -> Result<Vec<SocketAddr>, Refused> {
+    let mut passed = Vec::new();
+    let mut last_refusal = None;
+    for &ip in resolved {
+        match addr::check(ip, allow) {
+            Ok(()) => passed.push(SocketAddr::new(ip, port)),
+            Err(class) => {
+                last_refusal = Some(format!("{name} resolves to {ip}, a {class} address"))
+            }
+        }
+    }
+    match (passed.is_empty(), last_refusal) {
+        (false, _) => Ok(passed),
+        (true, Some(reason)) => Err(Refused::new(Kind::RefusedAddress, reason)),
+        (true, None) => Err(Refused::new(
+            Kind::NoAddress,
+            format!("{name} has no address"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::hosts::HostList;
+    use crate::net::target;
+
+    fn rules(entries: &[&str], allow: &[&str]) -> Rules {
+        let entries: Vec<String> = entries.iter().map(|e| e.to_string()).collect();
+        Rules {
+            hosts: HostList::parse(&entries, &[80, 443]).unwrap(),
+            allow: allow.iter().map(|c| c.parse().unwrap()).collect(),
+            from: "network.json",
+        }
+    }
+
+    #[test]
+    fn decide_table() {
+        let rules = rules(
+            &["allowed.test", "*.allowed.test", "api.example.test:8443"],
+            &[],
+        );
+        type Case<'a> = (&'a str, Result<(&'a str, &'a str), (Kind, u16, &'a str)>);
+        let cases: &[Case] = &[
+            ("allowed.test:443", Ok(("allowed.test", "allowed.test"))),
+            ("allowed.test:80", Ok(("allowed.test", "allowed.test"))),
+            (
+                "www.allowed.test:443",
+                Ok(("www.allowed.test", "*.allowed.test")),
+            ),
+            (
+                "api.example.test:8443",
+                Ok(("api.example.test", "api.example.test:8443")),
+            ),
+            (
+                "allowed.test:22",
+                Err((
+                    Kind::NotListed,
+                    403,
+                    "allowed.test:22 is not on the host list",
+                )),
+            ),
+            (
+                "api.example.test:443",
+                Err((
+                    Kind::NotListed,
+                    403,
+                    "api.example.test:443 is not on the host list",
+                )),
+            ),
+            (
+                "denied.test:443",
+                Err((
+                    Kind::NotListed,
+                    403,
+                    "denied.test:443 is not on the host list",
+                )),
+            ),
+            (
+                "notallowed.test:443",
+                Err((
+                    Kind::NotListed,
+                    403,
+                    "notallowed.test:443 is not on the host list",
+                )),
+            ),
+            (
+                "203.0.113.7:443",
+                Err((
+                    Kind::IpTarget,
+                    403,
+                    "an IP address as the target: the proxy reaches hosts by name",
+                )),
+            ),
+            (
+                "[2001:db8::1]:443",
+                Err((
+                    Kind::IpTarget,
+                    403,
+                    "an IP address as the target: the proxy reaches hosts by name",
+                )),
+            ),
+        ];
+        for (authority, want) in cases {
+            let t = target::parse_authority(authority).unwrap();
+            match (decide(&rules, &t), want) {
+                (Ok(got), Ok((name, entry))) => {
+                    assert_eq!((got.name, got.entry), (*name, *entry), "{authority}")
+                }
+                (Err(r), Err((kind, status, reason))) => {
+                    assert_eq!(
+                        (r.kind, r.status(), r.reason.as_str()),
+                        (*kind, *status, *reason),
+                        "{authority}"
+                    )
+                }
+                (got, want) => panic!("{authority}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn pick_table() {
+        let none: &[&str] = &[];
+        type Case<'a> = (
+            &'a [&'a str],
+            &'a [&'a str],
+            Result<&'a [&'a str], (Kind, &'a str)>,
+        );
+        let cases: &[Case] = &[
+            (&["93.184.216.34"], none, Ok(&["93.184.216.34:443"])),
+            (
+                &["2606:2800:220:1::1"],
+                none,
+                Ok(&["[2606:2800:220:1::1]:443"]),
+            ),
+            // Only the addresses that pass, in the resolver's order.
+            (
+                &["127.0.0.1", "93.184.216.34", "10.0.0.1", "93.184.216.35"],
+                none,
+                Ok(&["93.184.216.34:443", "93.184.216.35:443"]),
+            ),
+            (
+                &["127.0.0.1"],
+                none,
+                Err((
+                    Kind::RefusedAddress,
+                    "h.test resolves to 127.0.0.1, a loopback address",
+                )),
+            ),
+            (
+                &["192.168.77.7"],
+                none,
+                Err((
+                    Kind::RefusedAddress,
+                    "h.test resolves to 192.168.77.7, a private address",
+                )),
+            ),
+            // The reason names the last address refused.
+            (
+                &["127.0.0.1", "169.254.169.254"],
+                none,
+                Err((
+                    Kind::RefusedAddress,
+                    "h.test resolves to 169.254.169.254, a cloud-metadata address",
+                )),
+            ),
+            (
+                &["::ffff:127.0.0.1"],
+                none,
+                Err((
+                    Kind::RefusedAddress,
+                    "h.test resolves to ::ffff:127.0.0.1, a ipv4-in-ipv6-mapped address",
+                )),
+            ),
+            (
+                &["fd00::1"],
+                none,
+                Err((
+                    Kind::RefusedAddress,
+                    "h.test resolves to fd00::1, a unique-local address",
+                )),
+            ),
+            // What the policy allows passes.
+            (
+                &["192.168.77.7"],
+                &["192.168.77.0/24"],
+                Ok(&["192.168.77.7:443"]),
+            ),
+            // A metadata address only by a block that is that one address.
+            (
+                &["169.254.169.254"],
+                &["169.254.0.0/16"],
+                Err((
+                    Kind::RefusedAddress,
+                    "h.test resolves to 169.254.169.254, a cloud-metadata address",
+                )),
+            ),
+            (
+                &["169.254.169.254"],
+                &["169.254.169.254/32"],
+                Ok(&["169.254.169.254:443"]),
+            ),
+            (&[], none, Err((Kind::NoAddress, "h.test has no address"))),
+        ];
+        for (resolved, allow, want) in cases {
+            let ips: Vec<IpAddr> = resolved.iter().map(|ip| ip.parse().unwrap()).collect();
+            let allow: Vec<Cidr> = allow.iter().map(|c| c.parse().unwrap()).collect();
+            match (pick("h.test", &ips, 443, &allow), want) {
+                (Ok(got), Ok(addrs)) => {
+                    let got: Vec<String> = got.iter().map(|a| a.to_string()).collect();
+                    assert_eq!(got, *addrs, "{resolved:?}")
+                }
+                (Err(r), Err((kind, reason))) => {
+                    assert_eq!(
+                        (r.kind, r.reason.as_str()),
+                        (*kind, *reason),
+                        "{resolved:?}"
+                    )
+                }
+                (got, want) => panic!("{resolved:?}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+}

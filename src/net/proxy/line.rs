@@ -1,0 +1,98 @@
+//! The `egress` audit line: what one connection through the proxy asked
+//! for, what was decided, where it went and what it moved. Every decision
+//! is one such line.
+
+use super::refusal::Refused;
+use super::relay::Moved;
+use crate::net::target::{Host, Target};
+use serde_json::{json, Value};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
+
+/// What is known of a connection so far; filled in as it goes.
+pub(super) struct Line {
+    peer: SocketAddr,
+    pub(super) method: String,
+    pub(super) target: Option<Target>,
+    pub(super) entry: Option<String>,
+    pub(super) resolved: Vec<IpAddr>,
+    pub(super) address: Option<SocketAddr>,
+    up: u64,
+    down: u64,
+    status: Option<u16>,
+    end: &'static str,
+}
+
+impl Line {
+    pub(super) fn new(peer: SocketAddr) -> Line {
+        Line {
+            peer,
+            method: String::new(),
+            target: None,
+            entry: None,
+            resolved: Vec::new(),
+            address: None,
+            up: 0,
+            down: 0,
+            status: None,
+            end: "",
+        }
+    }
+
+    /// What a carried connection moved, and how it ended.
+    pub(super) fn moved(&mut self, moved: Moved) {
+        self.up = moved.up;
+        self.down = moved.down;
+        self.status = moved.status;
+        self.end = moved.end;
+    }
+
+    /// The line of a connection that was carried.
+    pub(super) fn allowed(&self, started: Instant) -> Value {
+        self.value(true, started)
+    }
+
+    /// The line of a refusal: its reason, status and stable word.
+    pub(super) fn refused(&self, r: &Refused, started: Instant) -> Value {
+        let mut line = self.value(false, started);
+        line["reason"] = r.reason.as_str().into();
+        line["status"] = r.status().into();
+        line["refusal"] = r.kind.as_str().into();
+        line
+    }
+
+    fn value(&self, allowed: bool, started: Instant) -> Value {
+        let (host, port) = match &self.target {
+            Some(t) => (
+                Some(match &t.host {
+                    Host::Name(n) => n.clone(),
+                    Host::Ip(ip) => ip.to_string(),
+                }),
+                Some(t.port),
+            ),
+            None => (None, None),
+        };
+        let mut line = json!({
+            "allowed": allowed,
+            "method": self.method,
+            "host": host,
+            "port": port,
+            "client": self.peer.to_string(),
+            "resolved": self.resolved.iter().map(|ip| ip.to_string()).collect::<Vec<_>>(),
+            "address": self.address.map(|a| a.to_string()),
+            "bytes_up": self.up,
+            "bytes_down": self.down,
+            "duration_ms": (started.elapsed().as_secs_f64() * 1e3 * 10.0).round() / 10.0,
+        });
+        if let Some(entry) = &self.entry {
+            line["entry"] = entry.clone().into();
+        }
+        if let Some(status) = self.status {
+            line["status"] = status.into();
+        }
+        if !self.end.is_empty() {
+            line["end"] = self.end.into();
+        }
+        line
+    }
+}

@@ -1,0 +1,217 @@
+//! The egress proxy: HTTP CONNECT and absolute-URI plain HTTP, on loopback
+//! only, to the hosts on the machine's list and nowhere else.
+//!
+//! For each request it decides on the name first (the list), then resolves
+//! the name itself, refuses every resolved address that is not an ordinary
+//! public one unless the policy lists it, and connects to an address it
+//! checked: the name is never resolved a second time. Every decision is
+//! one audit line.
+//!
+//! This file is the orchestration: accepting, and taking one connection
+//! from its request head to its audit line. What is decided is pure and
+//! lives apart (`decide`, `http`); so do the rules (`rules`), reaching the
+//! upstream (`upstream`) and moving bytes (`relay`).
+
+mod decide;
+mod http;
+mod line;
+mod refusal;
+mod relay;
+mod rules;
+mod start;
+mod upstream;
+
+pub use decide::{decide, pick, Allowed};
+pub use http::{parse_request, Plain, Request};
+pub use refusal::{Kind, Refused};
+pub use rules::{Defaults, Rules, Settings};
+pub use start::{bind, start};
+
+use crate::net::target::Target;
+use crate::confine::policy::NetworkPolicy;
+use hickory_resolver::TokioResolver;
+use http::Head;
+use line::Line;
+use rules::Source;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Where audit lines go: warden's log, or stdout in the standalone mode.
+pub type Recorder = Arc<dyn Fn(&str, Value) + Send + Sync>;
+
+pub struct Proxy {
+    settings: Settings,
+    source: Source,
+    resolver: TokioResolver,
+    record: Recorder,
+    tunnels: Arc<Semaphore>,
+    /// Connections carried and refused since start, for status.
+    pub carried: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+/// A connection the proxy will carry: its request, the open upstream,
+/// and the tunnel slot it holds until it ends.
+struct Admitted {
+    head: Head,
+    request: Request,
+    upstream: TcpStream,
+    permit: OwnedSemaphorePermit,
+}
+
+impl Proxy {
+    /// `policy` is the network policy read at boot; `default_hosts` the
+    /// list used when it names none.
+    pub fn new(
+        settings: Settings,
+        policy: &NetworkPolicy,
+        default_hosts: Defaults,
+        record: Recorder,
+    ) -> Result<Proxy, String> {
+        let source = Source::new(&settings.policy_dir, policy, default_hosts, record.clone())?;
+        Ok(Proxy {
+            resolver: upstream::resolver()?,
+            tunnels: Arc::new(Semaphore::new(settings.max_tunnels)),
+            settings,
+            source,
+            record,
+            carried: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        })
+    }
+
+    /// The rules for the next connection (network.json is read again when
+    /// it changed); None while the default list is not known yet.
+    pub fn rules(&self) -> Option<Arc<Rules>> {
+        self.source.current()
+    }
+
+    /// Reads network.json now (the API's `reload`); the answer says what
+    /// holds.
+    pub fn reload(&self) -> Result<Option<Arc<Rules>>, String> {
+        self.source.reload()
+    }
+
+    /// Accepts on every listener until the runtime ends.
+    pub async fn serve(self: Arc<Self>, listeners: Vec<TcpListener>) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for listener in listeners {
+            let proxy = self.clone();
+            tasks.spawn(async move { proxy.accept_loop(listener).await });
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    async fn accept_loop(self: Arc<Self>, listener: TcpListener) {
+        loop {
+            match listener.accept().await {
+                Ok((stream, peer)) => {
+                    let proxy = self.clone();
+                    tokio::spawn(async move { proxy.handle(stream, peer).await });
+                }
+                Err(e) => {
+                    // Out of descriptors, most likely: wait rather than spin.
+                    crate::say!("proxy: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    async fn handle(self: Arc<Self>, mut client: TcpStream, peer: SocketAddr) {
+        let started = Instant::now();
+        let _ = client.set_nodelay(true);
+        let mut line = Line::new(peer);
+        let admitted = match self.admit(&mut client, &mut line).await {
+            Ok(Some(admitted)) => admitted,
+            // Connected and closed without a word: the firewall probe.
+            Ok(None) => return,
+            Err(refused) => {
+                self.refuse(&mut client, &line, refused, started).await;
+                return;
+            }
+        };
+        self.carried.fetch_add(1, Ordering::Relaxed);
+        // The slot is held until the line is written.
+        let Admitted {
+            head,
+            request,
+            upstream,
+            permit: _permit,
+        } = admitted;
+        let idle = self.settings.idle;
+        let moved = match &request.plain {
+            None => relay::tunnel(client, upstream, head.early(), idle).await,
+            Some(plain) => relay::forward(client, upstream, plain, head.early(), idle).await,
+        };
+        line.moved(moved);
+        (self.record)("egress", line.allowed(started));
+    }
+
+    /// Everything up to an open upstream connection: the request read and
+    /// parsed, a tunnel slot taken, the target decided on and reached.
+    async fn admit(
+        &self,
+        client: &mut TcpStream,
+        line: &mut Line,
+    ) -> Result<Option<Admitted>, Refused> {
+        let Some(head) = http::read_head_in_time(client).await? else {
+            return Ok(None);
+        };
+        let request = parse_request(&head.bytes)?;
+        line.method = request.method.clone();
+        line.target = Some(request.target.clone());
+        let permit = self.tunnels.clone().try_acquire_owned().map_err(|_| {
+            Refused::new(
+                Kind::TooManyConnections,
+                "too many connections through the proxy at once",
+            )
+        })?;
+        let upstream = self.open(&request.target, line).await?;
+        Ok(Some(Admitted {
+            head,
+            request,
+            upstream,
+            permit,
+        }))
+    }
+
+    /// Decides on the name, resolves it, checks each address, and connects
+    /// to the first that passes.
+    async fn open(&self, t: &Target, line: &mut Line) -> Result<TcpStream, Refused> {
+        let Some(rules) = self.source.wait().await else {
+            return Err(Refused::new(
+                Kind::ListNotKnown,
+                "the default host list is not known yet",
+            ));
+        };
+        let allowed = decide(&rules, t)?;
+        line.entry = Some(allowed.entry.to_string());
+        let found = upstream::resolve(&self.resolver, allowed.name).await?;
+        line.resolved = found.clone();
+        let addresses = pick(allowed.name, &found, t.port, &rules.allow)?;
+        let (stream, to) = upstream::connect(&addresses, self.settings.connect_timeout).await?;
+        line.address = Some(to);
+        Ok(stream)
+    }
+
+    /// Answers a refused client (best effort: it may be gone) and writes
+    /// the refusal's line.
+    async fn refuse(&self, client: &mut TcpStream, line: &Line, r: Refused, started: Instant) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        let response = http::refusal_response(&r);
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            client.write_all(response.as_bytes()),
+        )
+        .await;
+        let _ = client.shutdown().await;
+        (self.record)("egress", line.refused(&r, started));
+    }
+}

@@ -1,0 +1,203 @@
+//! What the proxy may reach: the host list and the allowed address
+//! ranges, as of the last good read of network.json (read again whenever
+//! the file changes), or warden's default list once it is worked out.
+
+use super::Recorder;
+use crate::net::addr::Cidr;
+use crate::net::hosts::HostList;
+use crate::confine::policy::{NetworkPolicy, PolicyError};
+use serde_json::{json, Value};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the proxy may reach, as of the last good read of the policy.
+#[derive(Debug)]
+pub struct Rules {
+    pub hosts: HostList,
+    pub allow: Vec<Cidr>,
+    /// "network.json" or "default": where the host list came from.
+    pub from: &'static str,
+}
+
+impl Rules {
+    /// None while the policy names no list and the default one is still
+    /// being worked out (asking the machine's tools takes a second or two).
+    pub fn new(
+        policy: &NetworkPolicy,
+        default_hosts: Option<&[String]>,
+    ) -> Result<Option<Rules>, String> {
+        let (list, from) = match (&policy.hosts, default_hosts) {
+            (Some(list), _) => (list.as_slice(), "network.json"),
+            (None, Some(defaults)) => (defaults, "default"),
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(Rules {
+            hosts: HostList::parse(list, &policy.ports)?,
+            allow: policy.allow_addresses.clone(),
+            from,
+        }))
+    }
+}
+
+/// The default host list, filled in once by whoever works it out.
+pub type Defaults = Arc<std::sync::OnceLock<Vec<String>>>;
+
+/// The proxy's settings that hold until restart.
+pub struct Settings {
+    pub policy_dir: PathBuf,
+    pub max_tunnels: usize,
+    pub idle: Duration,
+    pub connect_timeout: Duration,
+}
+
+impl Settings {
+    pub fn from_policy(policy: &NetworkPolicy, policy_dir: &Path) -> Settings {
+        Settings {
+            policy_dir: policy_dir.to_path_buf(),
+            max_tunnels: policy.max_tunnels,
+            idle: Duration::from_millis(policy.idle_timeout_ms),
+            connect_timeout: Duration::from_millis(policy.connect_timeout_ms),
+        }
+    }
+}
+
+/// What identifies a version of network.json: a change to any of these
+/// means the file must be read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+fn file_key(path: &Path) -> Option<FileKey> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileKey {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+    })
+}
+
+struct Loaded {
+    key: Option<FileKey>,
+    /// The last network policy that parsed.
+    policy: NetworkPolicy,
+    rules: Option<Arc<Rules>>,
+}
+
+/// Where the rules come from: network.json in the policy folder, and the
+/// default list for a policy that names none. Each reload is an audit
+/// line.
+pub(super) struct Source {
+    policy_dir: PathBuf,
+    default_hosts: Defaults,
+    loaded: Mutex<Loaded>,
+    record: Recorder,
+}
+
+impl Source {
+    /// `policy` is the network policy read at boot.
+    pub(super) fn new(
+        policy_dir: &Path,
+        policy: &NetworkPolicy,
+        default_hosts: Defaults,
+        record: Recorder,
+    ) -> Result<Source, String> {
+        let rules = Rules::new(policy, default_hosts.get().map(Vec::as_slice))?;
+        let key = file_key(&policy_dir.join("network.json"));
+        Ok(Source {
+            policy_dir: policy_dir.to_path_buf(),
+            default_hosts,
+            loaded: Mutex::new(Loaded {
+                key,
+                policy: policy.clone(),
+                rules: rules.map(Arc::new),
+            }),
+            record,
+        })
+    }
+
+    fn path(&self) -> PathBuf {
+        self.policy_dir.join("network.json")
+    }
+
+    /// The rules for the next connection: network.json is read again when
+    /// it changed. A file that no longer parses keeps the last good rules,
+    /// and says why once per version of the file. None while the default
+    /// list is not known yet.
+    pub(super) fn current(&self) -> Option<Arc<Rules>> {
+        let key = file_key(&self.path());
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if key != loaded.key {
+            loaded.key = key;
+            if let Err(e) = self.load(&mut loaded) {
+                crate::say!("network policy not reloaded, the last good one holds: {e}");
+            }
+        }
+        if loaded.rules.is_none() {
+            let defaults = self.default_hosts.get().map(Vec::as_slice);
+            if let Ok(Some(rules)) = Rules::new(&loaded.policy, defaults) {
+                loaded.rules = Some(Arc::new(rules));
+            }
+        }
+        loaded.rules.clone()
+    }
+
+    /// The rules, waiting (at most 15 s, at boot) for the default list.
+    pub(super) async fn wait(&self) -> Option<Arc<Rules>> {
+        for _ in 0..750 {
+            if let Some(rules) = self.current() {
+                return Some(rules);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    /// Reads network.json now (the API's `reload`); the answer says what
+    /// holds.
+    pub(super) fn reload(&self) -> Result<Option<Arc<Rules>>, String> {
+        {
+            let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+            loaded.key = file_key(&self.path());
+            self.load(&mut loaded)?;
+        }
+        Ok(self.current())
+    }
+
+    fn load(&self, loaded: &mut Loaded) -> Result<(), String> {
+        let parsed = NetworkPolicy::load(&self.policy_dir)
+            .map_err(|e: PolicyError| e.to_string())
+            .and_then(|policy| {
+                let rules = Rules::new(&policy, self.default_hosts.get().map(Vec::as_slice))?;
+                Ok((policy, rules))
+            });
+        match parsed {
+            Ok((policy, rules)) => {
+                (self.record)("policy_reload", self.reloaded(&policy, rules.as_ref()));
+                loaded.policy = policy;
+                loaded.rules = rules.map(Arc::new);
+                Ok(())
+            }
+            Err(e) => {
+                (self.record)(
+                    "policy_reload_failed",
+                    json!({"file": self.path(), "error": e, "kept": "the last good network policy"}),
+                );
+                Err(e)
+            }
+        }
+    }
+
+    /// The `policy_reload` line: what holds from now on.
+    fn reloaded(&self, policy: &NetworkPolicy, rules: Option<&Rules>) -> Value {
+        let hosts = rules.map(|r| r.hosts.entries());
+        json!({"file": self.path(), "hosts_from": if policy.hosts.is_some() { "network.json" } else { "default" },
+               "hosts": hosts, "allow_addresses": policy.allow_addresses.iter().map(|c| c.to_string()).collect::<Vec<_>>()})
+    }
+}

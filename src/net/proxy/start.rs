@@ -1,0 +1,57 @@
+//! Starting the proxy, the same way in warden's boot and in `warden
+//! proxy`: its loopback listeners, and the proxy built and serving on
+//! them in the runtime.
+
+use super::{Defaults, Proxy, Recorder, Settings};
+use crate::confine::policy::NetworkPolicy;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+
+/// Binds the proxy on loopback: 127.0.0.1 always, ::1 when this machine
+/// has an IPv6 loopback. Returns the listeners and what could not be bound.
+pub fn bind(port: u16) -> Result<(Vec<std::net::TcpListener>, Option<String>), String> {
+    let v4 = SocketAddr::from(([127, 0, 0, 1], port));
+    let first = std::net::TcpListener::bind(v4).map_err(|e| format!("proxy on {v4}: {e}"))?;
+    first
+        .set_nonblocking(true)
+        .map_err(|e| format!("proxy on {v4}: {e}"))?;
+    let mut listeners = vec![first];
+    let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
+    let missing = match std::net::TcpListener::bind(v6) {
+        Ok(l) => {
+            let _ = l.set_nonblocking(true);
+            listeners.push(l);
+            None
+        }
+        Err(e) => Some(format!("proxy on {v6}: {e}")),
+    };
+    Ok((listeners, missing))
+}
+
+/// Builds the proxy from the network policy read at boot and serves on
+/// `listeners` (bound already, non-blocking) in `runtime`. Returns the
+/// proxy, for status and reload, and the task that serves until the
+/// runtime ends.
+pub fn start(
+    runtime: &Runtime,
+    policy: &NetworkPolicy,
+    policy_dir: &Path,
+    defaults: Defaults,
+    record: Recorder,
+    listeners: Vec<std::net::TcpListener>,
+) -> Result<(Arc<Proxy>, JoinHandle<()>), String> {
+    let settings = Settings::from_policy(policy, policy_dir);
+    // Tokio's sockets must be made inside its runtime.
+    let _inside = runtime.enter();
+    let proxy = Arc::new(Proxy::new(settings, policy, defaults, record)?);
+    let listeners = listeners
+        .into_iter()
+        .map(tokio::net::TcpListener::from_std)
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| format!("proxy: {e}"))?;
+    let serving = runtime.spawn(proxy.clone().serve(listeners));
+    Ok((proxy, serving))
+}
