@@ -2,6 +2,7 @@
 //! says once ready, and its last phase (14); `init` runs them in order
 //! (its `phases`), with the ones that bind sockets and start processes.
 
+use crate::audit::Event;
 use crate::audit::{Audit, Rotation};
 use crate::config::{self, MachineConfig};
 use crate::confine::policy::Policy;
@@ -245,7 +246,7 @@ pub fn leave_the_books_in_order(sup: &Supervisor, status: i32) -> i32 {
     }
     sup.network.remove(&sup.reaper);
     sup.audit.write_all_counts();
-    sup.audit.record("shutdown", json!({"status": status}));
+    sup.audit.record(Event::Shutdown, json!({"status": status}));
     sup.audit.sync();
     crate::say!("exiting with status {status}");
     status

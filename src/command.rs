@@ -4,6 +4,7 @@
 //! audit lines (`execute`). The API only turns frames into a checked
 //! request and a `Sink`, and the report back into frames.
 
+use crate::audit;
 use crate::confine::spawn::{SpawnError, Stdio};
 use crate::output::{pump, Budget, Out};
 use crate::protocol::{Event, ExitReport, Kind, StdinMode};
@@ -55,7 +56,7 @@ pub async fn execute(
     let started = Instant::now();
     let failed = |status: i32, message: String| {
         sup.audit.record(
-            "command_failed",
+            audit::Event::CommandFailed,
             json!({"requester_uid": requester, "argv": run.argv, "folder": run.folder_text(),
                    "status": status, "error": message}),
         );
@@ -123,7 +124,7 @@ pub async fn execute(
     }
     sup.command_started(command, pid, &run, requester, tag);
     sup.audit.record(
-        "command_start",
+        audit::Event::CommandStart,
         json!({"command": command, "pid": pid.as_raw(), "requester_uid": requester,
                "argv": run.argv, "folder": run.folder_text(),
                "limits": limits, "keep_background": run.keep_background,
@@ -259,7 +260,7 @@ pub async fn execute(
     };
     sup.count_spent(&report);
     sup.audit.record(
-        "command_end",
+        audit::Event::CommandEnd,
         json!({"command": command, "status": report.status, "code": report.code,
                "signal": report.signal, "limit": report.limit,
                "duration_ms": report.duration_ms, "stdout_bytes": report.stdout_bytes,

@@ -372,7 +372,7 @@ async fn read_exactly(pipe: &tokio::net::unix::pipe::Receiver, len: usize) -> Ve
 /// The audit line of an action on a detached command.
 pub fn audit(
     sup: &Supervisor,
-    kind: &str,
+    kind: crate::audit::Event,
     command: u64,
     requester_uid: u32,
     extra: serde_json::Value,

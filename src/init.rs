@@ -2,6 +2,7 @@
 //! supervise until the main process ends or a shutdown signal arrives.
 
 use crate::api;
+use crate::audit::Event;
 use crate::boot::{
     announce, bind_proxy, leave_the_books_in_order, load_config, make_layout, make_users,
     mount_volumes, open_audit, prepare_confinement, supervisor, BootError,
@@ -131,7 +132,7 @@ fn phases(
     let boot_ms = boot.elapsed().as_secs_f64() * 1e3;
     sup.set_boot_ms(boot_ms);
     sup.audit.record(
-        "boot",
+        Event::Boot,
         json!({"version": env!("CARGO_PKG_VERSION"), "pid1": pid1,
                "pid": nix::unistd::getpid().as_raw(), "config": config_path,
                "users": [user_line(&sup.runtime), user_line(&sup.shell)],
@@ -298,7 +299,7 @@ fn start_network(
         }
     };
     sup.audit.record(
-        "network",
+        Event::Network,
         json!({"firewall": match &applied { Some(Ok(_)) => json!("applied"), Some(Err(e)) => json!({"error": e}), None => json!("off") },
                "firewall_via": applied.and_then(Result::ok).map(|way| way.name()),
                "firewall_policy": policy.firewall, "proxy": sup.network.listening,
@@ -327,7 +328,7 @@ fn work_out_default_hosts(sup: &Arc<Supervisor>, defaults: proxy::Defaults) {
         .spawn(move || {
             let (hosts, sources) = crate::network::default_hosts(&sup2.reaper, shell, &home, &path);
             sup2.audit.record(
-                "default_hosts",
+                Event::DefaultHosts,
                 json!({"hosts": hosts, "registries_found": sources}),
             );
             let _ = filled.set(hosts);
@@ -495,7 +496,7 @@ fn start_main(sup: &Supervisor) -> Option<Result<Main, i32>> {
                 argv: argv.clone(),
             }));
             sup.audit.record(
-                "main_start",
+                Event::MainStart,
                 json!({"pid": spawned.pid.as_raw(), "argv": argv}),
             );
             Some(Ok(Main {
@@ -507,8 +508,10 @@ fn start_main(sup: &Supervisor) -> Option<Result<Main, i32>> {
         Err(SpawnError::Child(f)) => {
             // The program's name may carry a secret: redacted like the log.
             crate::say!("main process: {}", sup.audit.redact(&f.to_string()));
-            sup.audit
-                .record("main_failed", json!({"argv": argv, "error": f.to_string()}));
+            sup.audit.record(
+                Event::MainFailed,
+                json!({"argv": argv, "error": f.to_string()}),
+            );
             Some(Err(f.status()))
         }
         Err(e) => {
@@ -573,7 +576,7 @@ async fn supervise(
                 sig = signals.recv() => {
                     let Some(sig) = sig else { continue };
                     if is_shutdown(sig) {
-                        sup.audit.record("signal", json!({"signal": sig.as_str(), "action": "shutdown"}));
+                        sup.audit.record(Event::Signal, json!({"signal": sig.as_str(), "action": "shutdown"}));
                         return shutdown(&sup, sig, None).await;
                     }
                     continue;
@@ -593,20 +596,20 @@ async fn supervise(
             sig = signals.recv() => {
                 let Some(sig) = sig else { continue };
                 if is_shutdown(sig) {
-                    sup.audit.record("signal", json!({"signal": sig.as_str(), "action": "shutdown"}));
+                    sup.audit.record(Event::Signal, json!({"signal": sig.as_str(), "action": "shutdown"}));
                     crate::say!("{sig}: shutting down");
                     return shutdown(&sup, sig, main).await;
                 }
                 let forwarded = main.as_ref().is_some_and(|m| sup.reaper.signal(m.pid, sig, false));
                 let action = if forwarded { "forwarded to main" } else { "ignored: no main process" };
-                sup.audit.record("signal", json!({"signal": sig.as_str(), "action": action}));
+                sup.audit.record(Event::Signal, json!({"signal": sig.as_str(), "action": action}));
             }
             _ = sup.stop_requested() => {
                 return stopped_on_request(&sup, main).await;
             }
             exit = main_exit => {
                 let status = exit.map(Exit::status).unwrap_or(125);
-                sup.audit.record("main_exit", json!({"status": status}));
+                sup.audit.record(Event::MainExit, json!({"status": status}));
                 crate::say!("main process exited with status {status}; stopping");
                 sup.set_main(None);
                 stop_everything(&sup, None).await;
@@ -650,7 +653,7 @@ fn watch_idleness(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime) {
             if sup.activity.stop_now(sup.running_count()) {
                 let idle_ms = sup.activity.idle().as_millis() as u64;
                 sup.audit.record(
-                    "idle_stop",
+                    Event::IdleStop,
                     json!({"idle_ms": idle_ms, "idle_stop_s": limit.as_secs()}),
                 );
                 sup.request_stop();
@@ -686,7 +689,7 @@ async fn shutdown(sup: &Supervisor, sig: Signal, main: Option<Main>) -> i32 {
             let status = exit
                 .map(Exit::status)
                 .unwrap_or(128 + Signal::SIGKILL as i32);
-            sup.audit.record("main_exit", json!({"status": status}));
+            sup.audit.record(Event::MainExit, json!({"status": status}));
             status
         }
     }
@@ -731,7 +734,7 @@ async fn stop_everything(sup: &Supervisor, mut main: Option<&mut Main>) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     sup.audit.record(
-        "stopped",
+        Event::Stopped,
         json!({"terminated": termed, "killed_after_grace": killed}),
     );
 }

@@ -434,7 +434,7 @@ pub fn standalone(
 fn standalone_recorder(dir: Option<&std::path::Path>) -> Result<proxy::Recorder, String> {
     let Some(dir) = dir else {
         return Ok(Arc::new(|kind, mut fields| {
-            fields["kind"] = kind.into();
+            fields["kind"] = kind.word().into();
             println!("{fields}");
         }));
     };

@@ -5,6 +5,7 @@ use serde_json::json;
 use std::path::Path;
 use std::process::Command;
 use warden::audit::Audit;
+use warden::audit::Event;
 
 fn warden(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_warden"))
@@ -18,15 +19,15 @@ fn warden(args: &[&str]) -> (i32, String) {
 
 fn write_log(dir: &Path) -> String {
     let audit = Audit::open(dir, None, None).unwrap();
-    audit.record("boot", json!({"version": "test"}));
+    audit.record(Event::Boot, json!({"version": "test"}));
     for i in 0..5 {
         audit.record(
-            "command_start",
+            Event::CommandStart,
             json!({"command": i, "argv": ["echo", format!("n{i}")]}),
         );
-        audit.record("command_end", json!({"command": i, "status": 0}));
+        audit.record(Event::CommandEnd, json!({"command": i, "status": 0}));
     }
-    audit.record("shutdown", json!({"status": 0}));
+    audit.record(Event::Shutdown, json!({"status": 0}));
     audit.path().display().to_string()
 }
 
@@ -122,7 +123,7 @@ fn an_anchor_kept_on_the_host_shows_a_cut_or_a_replaced_log() {
     assert_eq!(mode, 0o600);
     // More lines later: the anchored line is still there.
     let audit = Audit::open(dir.path(), None, None).unwrap();
-    audit.record("boot", json!({"version": "again"}));
+    audit.record(Event::Boot, json!({"version": "again"}));
     drop(audit);
     let (code, out) = warden(&["audit", "verify", "--anchor", a, &log]);
     assert_eq!(code, 0, "{out}");
@@ -145,7 +146,7 @@ fn an_anchor_kept_on_the_host_shows_a_cut_or_a_replaced_log() {
     let other = tempfile::tempdir().unwrap();
     let other_log = write_log(other.path());
     let audit = Audit::open(other.path(), None, None).unwrap();
-    audit.record("boot", json!({"version": "forged"}));
+    audit.record(Event::Boot, json!({"version": "forged"}));
     drop(audit);
     let (code, out) = warden(&["audit", "verify", "--anchor", a, &other_log]);
     assert_eq!(code, 1, "{out}");
@@ -164,7 +165,7 @@ fn lines_rotated_away_before_the_owner_read_them_fail_the_check() {
         let audit = Audit::open_with(dir.path(), None, None, rotation).unwrap();
         for i in 0..n {
             audit.record(
-                "egress",
+                Event::Egress,
                 json!({"allowed": false, "host": format!("h{i}.test")}),
             );
         }
@@ -201,7 +202,7 @@ fn a_reader_that_stops_early_ends_tail_quietly() {
     let audit = Audit::open(dir.path(), None, None).unwrap();
     for i in 0..5000 {
         audit.record(
-            "command_start",
+            Event::CommandStart,
             json!({"command": i, "argv": ["echo", "x".repeat(64)]}),
         );
     }
@@ -227,9 +228,13 @@ fn a_flood_of_refusals_is_a_burst_and_a_count() {
     let dir = tempfile::tempdir().unwrap();
     let audit = Audit::open(dir.path(), None, None).unwrap();
     for i in 0..5000 {
-        audit.record_refusal("egress", "proxy", json!({"host": format!("h{i}.test")}));
+        audit.record_refusal(
+            Event::Egress,
+            "proxy",
+            json!({"host": format!("h{i}.test")}),
+        );
     }
-    audit.record("command_start", json!({"command": 1}));
+    audit.record(Event::CommandStart, json!({"command": 1}));
     audit.sync();
     let text = std::fs::read_to_string(dir.path().join(warden::audit::FILE_NAME)).unwrap();
     let lines: Vec<serde_json::Value> = text

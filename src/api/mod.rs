@@ -8,6 +8,7 @@
 mod version4;
 
 use crate::admission::{turn_away, Admission, Pass, Peer, MAX_CONNECTIONS, MAX_UNAUTHENTICATED};
+use crate::audit;
 use crate::command::{self, Running, Sink};
 use crate::output::{write_frames, Capped, Out};
 use crate::protocol::{
@@ -128,7 +129,7 @@ fn refuse_peer(sup: &Supervisor, door: &Door, peer: Peer, reason: &str) {
         Door::Host(_, via) => ("host", *via),
     };
     sup.audit.record_refusal(
-        "connection_refused",
+        audit::Event::ConnectionRefused,
         &format!("uid {}", peer.uid),
         json!({"door": door, "via": via, "uid": peer.uid, "pid": peer.pid, "reason": reason}),
     );
@@ -257,7 +258,7 @@ impl Conn {
                 let message = self.sup.audit.redact(&message).into_owned();
                 let uid = self.requester();
                 self.sup.audit.record_refusal(
-                    "request_refused",
+                    audit::Event::RequestRefused,
                     &format!("uid {uid}"),
                     json!({"requester_uid": uid, "id": id, "code": code, "message": message}),
                 );
@@ -331,7 +332,7 @@ impl Conn {
                 let _one_at_a_time = REFUSALS.lock().await;
                 let also = UNAUDITED.swap(0, Ordering::Relaxed);
                 self.sup.audit.record(
-                    "connection_refused",
+                    audit::Event::ConnectionRefused,
                     json!({"door": "host", "via": via, "reason": reason,
                            "also_refused_unaudited": also}),
                 );
@@ -339,7 +340,7 @@ impl Conn {
                 return Err((ErrorCode::Refused, reason.into()));
             }
             self.sup.audit.record(
-                "connection",
+                audit::Event::Connection,
                 json!({"door": "host", "via": via, "key": "accepted", "peer_uid": self.requester()}),
             );
             // From here the owner asks, by the key.
@@ -467,7 +468,7 @@ impl Conn {
             Door::Host(_, via) => via,
         };
         self.sup.audit.record(
-            "shutdown_requested",
+            audit::Event::ShutdownRequested,
             json!({"requester_uid": self.requester(), "door": door}),
         );
         Event::ShuttingDown
@@ -497,7 +498,7 @@ impl Conn {
             self.sup.free_kept_tags();
         }
         self.sup.audit.record(
-            "shell_stopped",
+            audit::Event::ShellStopped,
             json!({"requester_uid": self.requester(), "signal": sig.as_str(),
                    "signalled": signalled, "left": left}),
         );
@@ -522,10 +523,9 @@ impl Conn {
             }
         }
         let state = self.sup.set_gate(reason);
-        let kind = if state.closed {
-            "gate_closed"
-        } else {
-            "gate_opened"
+        let kind = match state.closed {
+            true => audit::Event::GateClosed,
+            false => audit::Event::GateOpened,
         };
         self.sup.audit.record(
             kind,
@@ -545,7 +545,7 @@ impl Conn {
             return error(ErrorCode::BadRequest, "an audit kind is [a-z0-9_]{1,64}");
         }
         let line = json!({"from_uid": self.requester(), "event": kind, "fields": fields});
-        match self.sup.audit.record_seq("runtime", line) {
+        match self.sup.audit.record_seq(audit::Event::Runtime, line) {
             Some(seq) => Event::Recorded { seq },
             None => error(ErrorCode::AuditFailing, "the audit log cannot be written"),
         }
@@ -586,7 +586,7 @@ impl Conn {
         }
         if let Some(reason) = self.sup.gate().reason {
             self.sup.audit.record(
-                "command_refused",
+                audit::Event::CommandRefused,
                 json!({"requester_uid": self.requester(), "reason": format!("the gate is closed: {reason}")}),
             );
             return Some(error(
@@ -596,7 +596,7 @@ impl Conn {
         }
         if let Some(reason) = self.sup.confinement.refusal() {
             self.sup.audit.record(
-                "command_refused",
+                audit::Event::CommandRefused,
                 json!({"requester_uid": self.requester(), "reason": reason}),
             );
             return Some(error(

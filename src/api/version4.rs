@@ -5,6 +5,7 @@
 //! supervisor's, `keys`, `activity`, `pty` and `detached`.
 
 use super::{error, Conn, Door, Slot};
+use crate::audit;
 use crate::protocol::{ErrorCode, Event, StdinMode};
 use crate::request;
 use serde_json::json;
@@ -36,13 +37,15 @@ impl Conn {
         if let Err(e) =
             crate::keys::write_env(&self.sup.paths.env_file, text, runtime.uid, runtime.gid)
         {
-            self.sup.audit.record("keys_failed", json!({"error": e}));
+            self.sup
+                .audit
+                .record(audit::Event::KeysFailed, json!({"error": e}));
             return error(ErrorCode::Internal, format!("hand_keys: {e}"));
         }
         self.sup.keys.arrive(text);
         self.sup
             .audit
-            .record("keys_handed", json!({"names": names}));
+            .record(audit::Event::KeysHanded, json!({"names": names}));
         Event::KeysHanded { names }
     }
 
@@ -86,7 +89,7 @@ impl Conn {
         match self.sup.activity.hold(until_ms) {
             Ok(until_ms) => {
                 self.sup.audit.record(
-                    "hold",
+                    audit::Event::Hold,
                     json!({"until_ms": until_ms, "requester_uid": self.requester()}),
                 );
                 Event::Held { until_ms }
@@ -150,7 +153,7 @@ impl Conn {
         }
         crate::detached::audit(
             &self.sup,
-            "command_attached",
+            audit::Event::CommandAttached,
             command,
             self.requester(),
             json!({}),
@@ -183,7 +186,7 @@ impl Conn {
         };
         crate::detached::audit(
             &self.sup,
-            "command_waited",
+            audit::Event::CommandWaited,
             command,
             self.requester(),
             json!({}),
@@ -212,7 +215,7 @@ impl Conn {
                 let signal = sig.as_str().to_string();
                 crate::detached::audit(
                     &self.sup,
-                    "command_signalled",
+                    audit::Event::CommandSignalled,
                     command,
                     self.requester(),
                     json!({"signal": signal}),

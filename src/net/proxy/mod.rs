@@ -27,8 +27,9 @@ pub use refusal::{Kind, Refused};
 pub use rules::{Defaults, Rules, Settings};
 pub use start::{bind, start};
 
-use crate::net::target::Target;
+use crate::audit::Event;
 use crate::confine::policy::NetworkPolicy;
+use crate::net::target::Target;
 use hickory_resolver::TokioResolver;
 use http::Head;
 use line::Line;
@@ -43,7 +44,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Where audit lines go: warden's log, or stdout in the standalone mode.
-pub type Recorder = Arc<dyn Fn(&str, Value) + Send + Sync>;
+pub type Recorder = Arc<dyn Fn(Event, Value) + Send + Sync>;
 
 pub struct Proxy {
     settings: Settings,
@@ -151,7 +152,7 @@ impl Proxy {
             Some(plain) => relay::forward(client, upstream, plain, head.early(), idle).await,
         };
         line.moved(moved);
-        (self.record)("egress", line.allowed(started));
+        (self.record)(Event::Egress, line.allowed(started));
     }
 
     /// Everything up to an open upstream connection: the request read and
@@ -212,6 +213,6 @@ impl Proxy {
         )
         .await;
         let _ = client.shutdown().await;
-        (self.record)("egress", line.refused(&r, started));
+        (self.record)(Event::Egress, line.refused(&r, started));
     }
 }

@@ -3,9 +3,10 @@
 //! the file changes), or warden's default list once it is worked out.
 
 use super::Recorder;
+use crate::audit::Event;
+use crate::confine::policy::{NetworkPolicy, PolicyError};
 use crate::net::addr::Cidr;
 use crate::net::hosts::HostList;
-use crate::confine::policy::{NetworkPolicy, PolicyError};
 use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -179,14 +180,14 @@ impl Source {
             });
         match parsed {
             Ok((policy, rules)) => {
-                (self.record)("policy_reload", self.reloaded(&policy, rules.as_ref()));
+                (self.record)(Event::PolicyReload, self.reloaded(&policy, rules.as_ref()));
                 loaded.policy = policy;
                 loaded.rules = rules.map(Arc::new);
                 Ok(())
             }
             Err(e) => {
                 (self.record)(
-                    "policy_reload_failed",
+                    Event::PolicyReloadFailed,
                     json!({"file": self.path(), "error": e, "kept": "the last good network policy"}),
                 );
                 Err(e)

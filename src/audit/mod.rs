@@ -6,6 +6,9 @@
 //! SHA-256 of the line as it was before the splice. Lines are written with
 //! one write(2) each on an O_APPEND file, so a line is whole or absent.
 
+mod event;
+pub use event::Event;
+
 use crate::redact::Redactor;
 use crate::throttle::{Throttle, Verdict};
 use serde_json::{Map, Value};
@@ -136,18 +139,18 @@ impl Audit {
     /// returns why it still cannot, if it cannot.
     pub fn retry(&self) -> Option<String> {
         let before = self.failing()?;
-        self.record("audit_recovered", serde_json::json!({"after": before}));
+        self.record(Event::AuditRecovered, serde_json::json!({"after": before}));
         self.failing()
     }
 
     /// Appends one event, whole or not at all. A failure never crashes
     /// warden: it is said on stderr and kept for `failing`.
-    pub fn record(&self, kind: &str, fields: Value) {
+    pub fn record(&self, kind: Event, fields: Value) {
         self.record_seq(kind, fields);
     }
 
     /// The same, returning the line's sequence number if it was written.
-    pub fn record_seq(&self, kind: &str, fields: Value) -> Option<u64> {
+    pub fn record_seq(&self, kind: Event, fields: Value) -> Option<u64> {
         self.write_counts(false);
         self.write(kind, fields)
     }
@@ -156,7 +159,7 @@ impl Audit {
     /// peer, a bad frame, a host not on the list): written whole up to a
     /// burst per window and `source`, then counted into one `suppressed`
     /// line, so a flood cannot push the owner's evidence out of rotation.
-    pub fn record_refusal(&self, kind: &str, source: &str, fields: Value) {
+    pub fn record_refusal(&self, kind: Event, source: &str, fields: Value) {
         self.write_counts(false);
         // What a count keeps as examples: the host asked for, else why.
         let sample = ["host", "reason", "message"]
@@ -167,7 +170,7 @@ impl Audit {
             .throttle
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .admit(kind, source, sample.as_deref(), Instant::now());
+            .admit(kind.word(), source, sample.as_deref(), Instant::now());
         if verdict == Verdict::Write {
             self.write(kind, fields);
         }
@@ -194,7 +197,7 @@ impl Audit {
             let line = serde_json::json!({"of": s.kind, "source": s.source, "count": s.count,
                                           "window_ms": s.window.as_millis() as u64,
                                           "samples": s.samples});
-            if self.write("suppressed", line).is_none() {
+            if self.write(Event::Suppressed, line).is_none() {
                 self.throttle
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -203,7 +206,7 @@ impl Audit {
         }
     }
 
-    fn write(&self, kind: &str, fields: Value) -> Option<u64> {
+    fn write(&self, kind: Event, fields: Value) -> Option<u64> {
         let fields = crate::printable::clamp(match &self.redactor {
             Some(r) => r.value(fields),
             None => fields,
@@ -216,7 +219,7 @@ impl Audit {
                 self.rotation.max_bytes
             );
             self.append(
-                "rotated_away",
+                Event::RotatedAway,
                 serde_json::json!({"first": first, "last": last}),
             );
         }
@@ -225,10 +228,10 @@ impl Audit {
 
     /// Seals and appends one line; with the range of lines that rotation
     /// dropped to make room, if it did.
-    fn append(&self, kind: &str, fields: Value) -> Option<(u64, Option<(u64, u64)>)> {
+    fn append(&self, kind: Event, fields: Value) -> Option<(u64, Option<(u64, u64)>)> {
         let mut chain = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let seq = chain.seq + 1;
-        let line = seal(seq, &now(), kind, fields, &chain.prev);
+        let line = seal(seq, &now(), kind.word(), fields, &chain.prev);
         let mut dropped = None;
         let written = self
             .rotate_if_full(&mut chain, line.text.len() as u64, &mut dropped)
@@ -784,7 +787,7 @@ mod tests {
         let audit = Audit::open_with(dir.path(), None, None, rotation).unwrap();
         for i in 0..200 {
             audit.record(
-                "command_start",
+                Event::CommandStart,
                 json!({"command": i, "argv": ["echo", "x".repeat(40)]}),
             );
         }
@@ -817,7 +820,7 @@ mod tests {
         );
         // Reopened after a rotation, the chain continues.
         let audit = Audit::open_with(dir.path(), None, None, rotation).unwrap();
-        audit.record("boot", json!({}));
+        audit.record(Event::Boot, json!({}));
         drop(audit);
         verify_files(&log_files(dir.path()).unwrap()).unwrap();
     }
@@ -834,15 +837,15 @@ mod tests {
     fn a_torn_last_line_is_dropped_at_open() {
         let dir = tempfile::tempdir().unwrap();
         let audit = Audit::open(dir.path(), None, None).unwrap();
-        audit.record("boot", json!({}));
-        audit.record("shutdown", json!({}));
+        audit.record(Event::Boot, json!({}));
+        audit.record(Event::Shutdown, json!({}));
         drop(audit);
         let path = dir.path().join(FILE_NAME);
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str("{\"seq\":3,\"ki");
         std::fs::write(&path, &text).unwrap();
         let audit = Audit::open(dir.path(), None, None).unwrap();
-        audit.record("boot", json!({}));
+        audit.record(Event::Boot, json!({}));
         drop(audit);
         let (lines, _) = verify_files(&[path]).unwrap();
         assert_eq!(lines, 3);
@@ -867,11 +870,11 @@ mod tests {
     fn reopened_log_continues_the_chain() {
         let dir = tempfile::tempdir().unwrap();
         let audit = Audit::open(dir.path(), None, None).unwrap();
-        audit.record("boot", json!({}));
-        audit.record("shutdown", json!({}));
+        audit.record(Event::Boot, json!({}));
+        audit.record(Event::Shutdown, json!({}));
         drop(audit);
         let audit = Audit::open(dir.path(), None, None).unwrap();
-        audit.record("boot", json!({}));
+        audit.record(Event::Boot, json!({}));
         let text = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
         let mut prev = GENESIS.to_string();
         for (i, line) in text.lines().enumerate() {
