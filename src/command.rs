@@ -191,7 +191,7 @@ pub async fn execute(
         Err(exit) => (exit, None),
         Ok(limit) => {
             sup.reaper.signal(pid, Signal::SIGKILL, true);
-            ((&mut exit_rx).await, Some(limit.to_string()))
+            ((&mut exit_rx).await, Some(limit))
         }
     };
     // What it left behind (a new session, a double fork, a daemon) ends
@@ -223,32 +223,16 @@ pub async fn execute(
     sup.command_ended(command);
 
     let exit = exit.unwrap_or(Exit::Code(125));
-    // Output cut at its limit is that limit, even when the command exited
-    // before the watch heard of it; limits the kernel enforces announce
-    // themselves by signal.
-    let limit = limit.or_else(|| budget.was_exceeded().then(|| "output".to_string()));
-    // Killed while the OOM killer struck in the machine's cgroup: its
-    // memory limit (commands are first in its line).
-    // (A shell reports its killed child as 137.) The count is read again
-    // only then: the usual end pays for one read, not two.
-    let killed = matches!(exit, Exit::Signal(libc::SIGKILL) | Exit::Code(137));
+    // The OOM count is read again only when the command was killed: the
+    // usual end pays for one read, not two.
     let oom_struck = || matches!((oom_before, crate::oom::kills()), (Some(a), Some(b)) if b > a);
-    let limit = limit.or_else(|| (killed && oom_struck()).then(|| "memory".to_string()));
-    let limit = limit.or_else(|| match exit {
-        Exit::Signal(libc::SIGXCPU) => Some("cpu".to_string()),
-        Exit::Signal(libc::SIGXFSZ) => Some("file_size".to_string()),
-        _ => None,
-    });
-    let (code, signal) = match exit {
-        Exit::Code(c) => (Some(c), None),
-        Exit::Signal(n) => (None, Some(signal_name(n))),
-    };
+    let ending = classify_exit(exit, limit, budget.was_exceeded(), oom_struck);
     let spent = sup.reaper.take_spent(pid);
     let report = ExitReport {
         status: exit.status(),
-        code,
-        signal,
-        limit,
+        code: ending.code,
+        signal: ending.signal,
+        limit: ending.limit.map(str::to_string),
         error: None,
         duration_ms: ms(started.elapsed()),
         stdout_bytes: counts[0].load(Ordering::Relaxed),
@@ -270,6 +254,50 @@ pub async fn execute(
                "left_behind_killed": escaped.0, "left_behind_surviving": escaped.1}),
     );
     report
+}
+
+/// How a command ended, as its exit report and audit line say it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    pub code: Option<i32>,
+    pub signal: Option<String>,
+    /// The limit that ended it: `timeout`, `output`, `memory`, `cpu`,
+    /// `file_size`.
+    pub limit: Option<&'static str>,
+}
+
+/// Pure: how a command ended, from its exit, the limit warden's watch
+/// hit (if one did), whether its output passed its budget, and whether
+/// the OOM killer struck while it ran (asked only when it was killed).
+pub fn classify_exit(
+    exit: Exit,
+    watched: Option<&'static str>,
+    output_exceeded: bool,
+    oom_struck: impl FnOnce() -> bool,
+) -> Ending {
+    // Output cut at its limit is that limit, even when the command exited
+    // before the watch heard of it.
+    let limit = watched.or(output_exceeded.then_some("output"));
+    // Killed while the OOM killer struck in the machine's cgroup: its
+    // memory limit (commands are first in its line). A shell reports its
+    // killed child as 137.
+    let killed = matches!(exit, Exit::Signal(libc::SIGKILL) | Exit::Code(137));
+    let limit = limit.or_else(|| (killed && oom_struck()).then_some("memory"));
+    // Limits the kernel enforces by rlimit announce themselves by signal.
+    let limit = limit.or(match exit {
+        Exit::Signal(libc::SIGXCPU) => Some("cpu"),
+        Exit::Signal(libc::SIGXFSZ) => Some("file_size"),
+        _ => None,
+    });
+    let (code, signal) = match exit {
+        Exit::Code(c) => (Some(c), None),
+        Exit::Signal(n) => (None, Some(signal_name(n))),
+    };
+    Ending {
+        code,
+        signal,
+        limit,
+    }
 }
 
 /// A command's stdio: pipes, or a terminal (the child's end taken once,
@@ -378,5 +406,136 @@ fn widen(fd: &OwnedFd) {
     // SAFETY: F_SETPIPE_SZ on a pipe we own; failure only keeps the default.
     unsafe {
         libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (exit, watched, output exceeded, OOM struck) -> (code, signal, limit)
+    type Case = (
+        Exit,
+        Option<&'static str>,
+        bool,
+        bool,
+        Option<i32>,
+        Option<&'static str>,
+        Option<&'static str>,
+    );
+
+    #[test]
+    fn classify_exit_table() {
+        const KILL: i32 = libc::SIGKILL;
+        let cases: &[Case] = &[
+            (Exit::Code(0), None, false, false, Some(0), None, None),
+            (Exit::Code(3), None, false, true, Some(3), None, None),
+            (
+                Exit::Signal(KILL),
+                Some("timeout"),
+                false,
+                true,
+                None,
+                Some("SIGKILL"),
+                Some("timeout"),
+            ),
+            (
+                Exit::Signal(KILL),
+                Some("output"),
+                true,
+                false,
+                None,
+                Some("SIGKILL"),
+                Some("output"),
+            ),
+            (
+                Exit::Code(0),
+                None,
+                true,
+                false,
+                Some(0),
+                None,
+                Some("output"),
+            ),
+            (
+                Exit::Signal(KILL),
+                None,
+                false,
+                true,
+                None,
+                Some("SIGKILL"),
+                Some("memory"),
+            ),
+            (
+                Exit::Code(137),
+                None,
+                false,
+                true,
+                Some(137),
+                None,
+                Some("memory"),
+            ),
+            (
+                Exit::Signal(KILL),
+                None,
+                false,
+                false,
+                None,
+                Some("SIGKILL"),
+                None,
+            ),
+            (
+                Exit::Signal(libc::SIGTERM),
+                None,
+                false,
+                true,
+                None,
+                Some("SIGTERM"),
+                None,
+            ),
+            (
+                Exit::Signal(libc::SIGXCPU),
+                None,
+                false,
+                false,
+                None,
+                Some("SIGXCPU"),
+                Some("cpu"),
+            ),
+            (
+                Exit::Signal(libc::SIGXFSZ),
+                None,
+                false,
+                false,
+                None,
+                Some("SIGXFSZ"),
+                Some("file_size"),
+            ),
+        ];
+        for &(exit, watched, exceeded, oom, code, signal, limit) in cases {
+            let got = classify_exit(exit, watched, exceeded, || oom);
+            let want = Ending {
+                code,
+                signal: signal.map(str::to_string),
+                limit,
+            };
+            assert_eq!(
+                got, want,
+                "{exit:?} watched {watched:?} exceeded {exceeded} oom {oom}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_oom_count_is_read_only_for_a_killed_command() {
+        let asked = std::cell::Cell::new(0);
+        let oom = || {
+            asked.set(asked.get() + 1);
+            true
+        };
+        classify_exit(Exit::Code(0), None, false, oom);
+        assert_eq!(asked.get(), 0);
+        classify_exit(Exit::Signal(libc::SIGKILL), None, false, oom);
+        assert_eq!(asked.get(), 1);
     }
 }
