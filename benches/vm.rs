@@ -36,7 +36,7 @@ fn unable() -> Option<String> {
         return Some("the VM bench needs root".into());
     }
     if let Err(e) = warden::launcher::vm::kit() {
-        return Some(e);
+        return Some(e.to_string());
     }
     let image = podman().args(["image", "exists", IMAGE]).status();
     match image {

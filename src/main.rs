@@ -476,14 +476,18 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             definition,
             env_file,
             vm,
-        } => m::up(&definition, env_file.as_deref(), vm).map(|()| 0),
-        MachineAction::Ps => m::ps().map(|()| 0),
+        } => m::up(&definition, env_file.as_deref(), vm)
+            .map(|()| 0)
+            .map_err(String::from),
+        MachineAction::Ps => m::ps().map(|()| 0).map_err(String::from),
         MachineAction::Exec { id, start, command } => {
             m::check_id(&id)?;
             if start {
                 m::start(&id)?;
             }
-            run_on(command.request()?, |first| m::connect(&id, first))
+            run_on(command.request()?, |first| {
+                m::connect(&id, first).map_err(String::from)
+            })
         }
         MachineAction::Status { id, json, start } => {
             m::check_id(&id)?;
@@ -516,12 +520,19 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             m::check_id(&id)?;
             attach(m::connect(&id, None)?, command)
         }
-        MachineAction::Stop { id } => m::check_id(&id).and_then(|()| m::stop(&id)).map(|()| 0),
-        MachineAction::Logs { id } => m::check_id(&id).and_then(|()| m::logs(&id)).map(|()| 0),
+        MachineAction::Stop { id } => m::check_id(&id)
+            .and_then(|()| m::stop(&id))
+            .map(|()| 0)
+            .map_err(String::from),
+        MachineAction::Logs { id } => m::check_id(&id)
+            .and_then(|()| m::logs(&id))
+            .map(|()| 0)
+            .map_err(String::from),
         MachineAction::Rm { id, volumes } => m::check_id(&id)
             .and_then(|()| m::rm(&id, volumes))
-            .map(|()| 0),
-        MachineAction::Prune => m::prune().map(|()| 0),
+            .map(|()| 0)
+            .map_err(String::from),
+        MachineAction::Prune => m::prune().map(|()| 0).map_err(String::from),
         MachineAction::Audit { id, allow_gap } => {
             m::check_id(&id)?;
             let (files, anchor) = m::copy_audit(&id)?;

@@ -6,12 +6,13 @@
 use super::agent::{free_port, HostPort, AUTO_SPAN};
 use super::definition::Definition;
 use super::engine;
+use super::error::LaunchError;
 use super::host::Host;
 use super::state::connect;
 
 /// Each command `requires` names must be on warden's PATH, as shell finds
 /// it; the missing ones are named in one line.
-pub(super) fn check_requires(def: &Definition) -> Result<(), String> {
+pub(super) fn check_requires(def: &Definition) -> Result<(), LaunchError> {
     if def.requires.is_empty() {
         return Ok(());
     }
@@ -25,22 +26,26 @@ pub(super) fn check_requires(def: &Definition) -> Result<(), String> {
     let mut client = connect(&def.id, None)?;
     let out = client
         .run(request)
-        .map_err(|e| format!("requires: the check could not run: {e}"))?;
+        .map_err(|e| LaunchError::new("requires", format!("the check could not run: {e}")))?;
     let missing = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if !missing.is_empty() {
-        return Err(format!(
-            "requires: the image has no {missing} (looked up on warden's PATH, as shell)"
+        return Err(LaunchError::new(
+            "requires",
+            format!("the image has no {missing} (looked up on warden's PATH, as shell)"),
         ));
     }
     match (out.exit.status, &out.exit.error) {
         (0, None) => Ok(()),
-        (status, error) => Err(format!(
-            "requires: the check failed (status {status}{}): {}",
-            error
-                .as_deref()
-                .map(|e| format!(", {e}"))
-                .unwrap_or_default(),
-            String::from_utf8_lossy(&out.stderr).trim()
+        (status, error) => Err(LaunchError::new(
+            "requires",
+            format!(
+                "the check failed (status {status}{}): {}",
+                error
+                    .as_deref()
+                    .map(|e| format!(", {e}"))
+                    .unwrap_or_default(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
         )),
     }
 }
@@ -86,21 +91,27 @@ pub fn size_of(name: &str) -> Option<String> {
 
 /// The host port of each of the runtime's ports: as given (when free), or
 /// the first free one from its base.
-pub(super) fn host_ports(def: &Definition) -> Result<Vec<(u16, u16)>, String> {
+pub(super) fn host_ports(def: &Definition) -> Result<Vec<(u16, u16)>, LaunchError> {
     let mut chosen: Vec<(u16, u16)> = Vec::new();
     for (i, port) in def.ports.iter().enumerate() {
         let taken: Vec<u16> = chosen.iter().map(|(h, _)| *h).collect();
         let host = match port.host {
             HostPort::Fixed(h) => {
                 if std::net::TcpListener::bind(("127.0.0.1", h)).is_err() {
-                    return Err(format!("ports[{i}]: 127.0.0.1:{h} is taken on this host"));
+                    return Err(LaunchError::new(
+                        format!("ports[{i}]"),
+                        format!("127.0.0.1:{h} is taken on this host"),
+                    ));
                 }
                 h
             }
             HostPort::Auto { from } => free_port(from, &taken).ok_or_else(|| {
-                format!(
-                    "ports[{i}]: no free port on 127.0.0.1 from {from} to {}",
-                    from.saturating_add(AUTO_SPAN)
+                LaunchError::new(
+                    format!("ports[{i}]"),
+                    format!(
+                        "no free port on 127.0.0.1 from {from} to {}",
+                        from.saturating_add(AUTO_SPAN)
+                    ),
                 )
             })?,
         };
@@ -113,10 +124,10 @@ pub(super) fn host_ports(def: &Definition) -> Result<Vec<(u16, u16)>, String> {
 /// version 4): never on a command line, never through the engine. warden
 /// writes them as the runtime's `.env` and starts the main process with
 /// them.
-pub(super) fn hand_keys(id: &str, text: &str) -> Result<(), String> {
+pub(super) fn hand_keys(id: &str, text: &str) -> Result<(), LaunchError> {
     let mut client = connect(id, None)?;
     client
         .hand_keys(text)
         .map(drop)
-        .map_err(|e| format!("hand the keys over: {e}"))
+        .map_err(|e| LaunchError::new("hand the keys over", e.to_string()))
 }

@@ -5,6 +5,7 @@
 //! for the rest; the backends know nothing of each other.
 
 use super::definition::{Definition, Kind};
+use super::error::LaunchError;
 use super::host::Host;
 use super::image::Image;
 use crate::client::Client;
@@ -42,38 +43,38 @@ pub trait Backend {
     fn noun(&self) -> &'static str;
 
     /// Refuses a definition this host cannot run as this kind, saying why.
-    fn fits(&self, def: &Definition, host: &Host) -> Result<(), String>;
+    fn fits(&self, def: &Definition, host: &Host) -> Result<(), LaunchError>;
 
     /// Makes (or keeps) the machine and starts it; returns once its warden
     /// answers. What it makes is recorded in `made`.
-    fn up(&self, prepared: &Prepared, made: &mut Made) -> Result<(), String>;
+    fn up(&self, prepared: &Prepared, made: &mut Made) -> Result<(), LaunchError>;
 
     /// Starts a stopped machine and waits for its warden.
-    fn start(&self, id: &str) -> Result<(), String>;
+    fn start(&self, id: &str) -> Result<(), LaunchError>;
 
     /// Stops the machine: warden is asked first, killed after a grace.
-    fn stop(&self, id: &str) -> Result<(), String>;
+    fn stop(&self, id: &str) -> Result<(), LaunchError>;
 
     /// Prints the machine's own output (the engine's log, a VM's console).
-    fn logs(&self, id: &str) -> Result<(), String>;
+    fn logs(&self, id: &str) -> Result<(), LaunchError>;
 
     /// Removes the machine; with `volumes`, its disks or volumes too.
-    fn remove(&self, id: &str, volumes: bool) -> Result<(), String>;
+    fn remove(&self, id: &str, volumes: bool) -> Result<(), LaunchError>;
 
     /// A client of the machine's warden, keyed.
-    fn connect(&self, id: &str, first: Option<(u32, &Request)>) -> Result<Client, String>;
+    fn connect(&self, id: &str, first: Option<(u32, &Request)>) -> Result<Client, LaunchError>;
 
     /// Copies the audit log into `copy` (an empty folder); true when the
     /// copy may lack the last lines (the machine runs and has not yet
     /// written them where the host can read them).
-    fn copy_audit(&self, id: &str, copy: &Path) -> Result<bool, String>;
+    fn copy_audit(&self, id: &str, copy: &Path) -> Result<bool, LaunchError>;
 
     /// This owner's machines of this kind, one line each for `ps`.
-    fn list(&self) -> Result<Vec<String>, String>;
+    fn list(&self) -> Result<Vec<String>, LaunchError>;
 
     /// The ids of this owner's machines that have anything of this kind
     /// left (a container, a volume, a VM's folder), for `prune`.
-    fn ids(&self) -> Result<Vec<String>, String>;
+    fn ids(&self) -> Result<Vec<String>, LaunchError>;
 }
 
 /// Every backend, for what asks all of them (`ps`, `prune`).

@@ -12,6 +12,7 @@ use super::create::{
 };
 use super::definition::{Definition, Network, Workspace};
 use super::engine;
+use super::error::LaunchError;
 use super::host::{Engine, Host};
 use super::state::{container, give, key, socket, state_dir, write_machine_files, PREFIX};
 use super::step;
@@ -33,45 +34,45 @@ impl Backend for Container {
         "container"
     }
 
-    fn fits(&self, def: &Definition, host: &Host) -> Result<(), String> {
+    fn fits(&self, def: &Definition, host: &Host) -> Result<(), LaunchError> {
         fits(def, host)
     }
 
-    fn up(&self, prepared: &Prepared, made: &mut Made) -> Result<(), String> {
+    fn up(&self, prepared: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         up(prepared, made)
     }
 
-    fn start(&self, id: &str) -> Result<(), String> {
+    fn start(&self, id: &str) -> Result<(), LaunchError> {
         start(id)
     }
 
-    fn stop(&self, id: &str) -> Result<(), String> {
+    fn stop(&self, id: &str) -> Result<(), LaunchError> {
         engine::run("stop", &["stop", "-t", "10", &container(id)]).map(drop)
     }
 
-    fn logs(&self, id: &str) -> Result<(), String> {
+    fn logs(&self, id: &str) -> Result<(), LaunchError> {
         logs(id)
     }
 
-    fn remove(&self, id: &str, volumes: bool) -> Result<(), String> {
+    fn remove(&self, id: &str, volumes: bool) -> Result<(), LaunchError> {
         remove(id, volumes)
     }
 
-    fn connect(&self, id: &str, first: Option<(u32, &Request)>) -> Result<Client, String> {
+    fn connect(&self, id: &str, first: Option<(u32, &Request)>) -> Result<Client, LaunchError> {
         super::state::connect(id, first)
     }
 
-    fn copy_audit(&self, id: &str, copy: &Path) -> Result<bool, String> {
+    fn copy_audit(&self, id: &str, copy: &Path) -> Result<bool, LaunchError> {
         let from = format!("{}:/home/runtime/data/audit", container(id));
         engine::run("copy audit log", &["cp", &from, &copy.to_string_lossy()])?;
         Ok(false)
     }
 
-    fn list(&self) -> Result<Vec<String>, String> {
+    fn list(&self) -> Result<Vec<String>, LaunchError> {
         list()
     }
 
-    fn ids(&self) -> Result<Vec<String>, String> {
+    fn ids(&self) -> Result<Vec<String>, LaunchError> {
         ids()
     }
 }
@@ -79,7 +80,7 @@ impl Backend for Container {
 /// The container's part of `up`: made (or kept when its inputs are the
 /// same), started, warden waited for, the keys handed over, `requires`
 /// checked and `setup` run once.
-fn up(p: &Prepared, made: &mut Made) -> Result<(), String> {
+fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     let (def, start) = (p.def, p.start);
     let name = def.container(PREFIX);
     let created = match current_inputs(&name).as_deref() {
@@ -123,7 +124,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), String> {
         let ran = !created && std::fs::read_to_string(&done).is_ok_and(|d| d == p.digest);
         if !ran {
             run_setup(&name, script)?;
-            std::fs::write(&done, &p.digest).map_err(|e| format!("{}: {e}", done.display()))?;
+            std::fs::write(&done, &p.digest).map_err(|e| LaunchError::io(&done, e))?;
             step(start, &format!("setup {} ran", script.display()));
         }
     }
@@ -139,11 +140,12 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), String> {
 
 /// Starts the stopped container and waits for its warden; a running one
 /// is left as it is.
-fn start(id: &str) -> Result<(), String> {
+fn start(id: &str) -> Result<(), LaunchError> {
     let name = container(id);
     if !engine::exists("container", &name) {
-        return Err(format!(
-            "machine {id}: no such machine (make it with `warden machine up`)"
+        return Err(LaunchError::new(
+            format!("machine {id}"),
+            "no such machine (make it with `warden machine up`)",
         ));
     }
     if !running(&name)? {
@@ -158,20 +160,23 @@ fn start(id: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn logs(id: &str) -> Result<(), String> {
+fn logs(id: &str) -> Result<(), LaunchError> {
     let engine = engine::host()?.engine.program();
     let status = engine::command()?
         .args(["logs", &container(id)])
         .status()
-        .map_err(|e| format!("logs: cannot run {engine}: {e}"))?;
+        .map_err(|e| LaunchError::new("logs", format!("cannot run {engine}: {e}")))?;
     match status.success() {
         true => Ok(()),
-        false => Err(format!("logs: {engine} failed ({status})")),
+        false => Err(LaunchError::new(
+            "logs",
+            format!("{engine} failed ({status})"),
+        )),
     }
 }
 
 /// Removes the container; with `volumes`, its volumes too.
-fn remove(id: &str, volumes: bool) -> Result<(), String> {
+fn remove(id: &str, volumes: bool) -> Result<(), LaunchError> {
     let name = container(id);
     if engine::exists("container", &name) {
         engine::remove_container("rm", &name)?;
@@ -196,7 +201,7 @@ fn remove(id: &str, volumes: bool) -> Result<(), String> {
 }
 
 /// This owner's containers with their status and published ports.
-fn list() -> Result<Vec<String>, String> {
+fn list() -> Result<Vec<String>, LaunchError> {
     let filter = format!("label=warden.owner={}", engine::owner());
     let out = engine::run(
         "ps",
@@ -220,7 +225,7 @@ fn list() -> Result<Vec<String>, String> {
 }
 
 /// The machine ids on this owner's containers and volumes.
-fn ids() -> Result<Vec<String>, String> {
+fn ids() -> Result<Vec<String>, LaunchError> {
     let filter = format!("label=warden.owner={}", engine::owner());
     let format = match engine::host()?.engine {
         Engine::Podman => "{{index .Labels \"warden.machine\"}}",
@@ -242,28 +247,33 @@ fn ids() -> Result<Vec<String>, String> {
 }
 
 /// Refuses a definition this host cannot run as written, saying why.
-pub fn fits(def: &Definition, host: &Host) -> Result<(), String> {
+pub fn fits(def: &Definition, host: &Host) -> Result<(), LaunchError> {
     let engine = host.engine.program();
     let rootless = host.rootless;
     match &def.network {
-        Network::Host if !rootless => return Err("network \"host\": refused rootful, since warden's firewall would then be the host's own; use \"private\" or a namespace".into()),
-        Network::Namespace(path) if host.engine == Engine::Docker => return Err(format!("network {}: Docker cannot join a namespace by path; use podman", path.display())),
-        Network::Namespace(path) if rootless => return Err(format!("network {}: a rootless owner cannot join a namespace made by root; use \"none\" or \"private\"", path.display())),
-        Network::Namespace(path) if !path.exists() => return Err(format!("network {}: no such namespace (make it with `ip netns add`)", path.display())),
+        Network::Host if !rootless => return Err(LaunchError::new("network \"host\"", "refused rootful, since warden's firewall would then be the host's own; use \"private\" or a namespace")),
+        Network::Namespace(path) if host.engine == Engine::Docker => return Err(namespace(path, "Docker cannot join a namespace by path; use podman")),
+        Network::Namespace(path) if rootless => return Err(namespace(path, "a rootless owner cannot join a namespace made by root; use \"none\" or \"private\"")),
+        Network::Namespace(path) if !path.exists() => return Err(namespace(path, "no such namespace (make it with `ip netns add`)")),
         Network::Private if rootless && host.engine == Engine::Podman => {
             if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/net/tun") {
-                return Err(format!("network \"private\": rootless podman needs /dev/net/tun, which this user cannot open ({e}); use \"none\", or run as root"));
+                return Err(LaunchError::new("network \"private\"", format!("rootless podman needs /dev/net/tun, which this user cannot open ({e}); use \"none\", or run as root")));
             }
         }
         _ => {}
     }
     if !def.dns.is_empty() && matches!(def.network, Network::None | Network::Host) {
-        return Err("dns: name servers need a network of the machine's own (\"private\" or a namespace); on \"none\" or \"host\" the engine refuses them".into());
+        return Err(LaunchError::new("dns", "name servers need a network of the machine's own (\"private\" or a namespace); on \"none\" or \"host\" the engine refuses them"));
     }
     if def.keep_id.is_on() && !(rootless && host.engine == Engine::Podman) {
-        return Err(format!("keep_id: needs rootless podman ({engine} {} here): rootful, files written in lent folders belong to the machine's uids on the host ({RUNTIME_UID}, {SHELL_UID})", if rootless { "rootless" } else { "rootful" }));
+        return Err(LaunchError::new("keep_id", format!("needs rootless podman ({engine} {} here): rootful, files written in lent folders belong to the machine's uids on the host ({RUNTIME_UID}, {SHELL_UID})", if rootless { "rootless" } else { "rootful" })));
     }
     Ok(())
+}
+
+/// A namespace the definition names that this host cannot join.
+fn namespace(path: &Path, why: &str) -> LaunchError {
+    LaunchError::new(format!("network {}", path.display()), why)
 }
 
 /// The inputs digest of an existing container, None when there is none.
@@ -280,7 +290,7 @@ fn current_inputs(name: &str) -> Option<String> {
     .map(|s| s.trim().to_string())
 }
 
-fn running(name: &str) -> Result<bool, String> {
+fn running(name: &str) -> Result<bool, LaunchError> {
     let out = engine::run(
         "inspect",
         &[
@@ -296,7 +306,7 @@ fn running(name: &str) -> Result<bool, String> {
 
 /// Makes the volumes (labelled with the owner, so `prune` finds them)
 /// when missing; podman would make them unlabelled otherwise.
-fn ensure_volume(name: &str, id: &str, made: &mut Made) -> Result<(), String> {
+fn ensure_volume(name: &str, id: &str, made: &mut Made) -> Result<(), LaunchError> {
     if engine::exists("volume", name) {
         return Ok(());
     }
@@ -320,7 +330,7 @@ fn create(
     image: &str,
     digest: &str,
     made: &mut Made,
-) -> Result<(), String> {
+) -> Result<(), LaunchError> {
     let host = engine::host()?;
     let data = def.data_volume(PREFIX);
     ensure_volume(&data, &def.id, made)?;
@@ -343,7 +353,7 @@ fn create(
         ],
     )?) {
         true => Entry::Image,
-        false => Entry::Lent(static_warden().map_err(|e| format!("lend warden: {e}"))?),
+        false => Entry::Lent(static_warden().map_err(|e| e.within("lend warden"))?),
     };
     let name = def.container(PREFIX);
     let plan = CreatePlan {
@@ -389,7 +399,7 @@ fn network_option(network: &Network, rootless: bool) -> String {
 }
 
 /// Waits (bounded) until warden answers a keyed hello on the host socket.
-fn wait_ready(id: &str, key: &str) -> Result<(), String> {
+fn wait_ready(id: &str, key: &str) -> Result<(), LaunchError> {
     let socket = socket(id);
     let started = Instant::now();
     let deadline = started + READY_TIMEOUT;
@@ -412,17 +422,23 @@ fn wait_ready(id: &str, key: &str) -> Result<(), String> {
                         format!("{}{}", engine::text(&out), engine::text(&err))
                     })
                     .unwrap_or_default();
-                return Err(format!(
-                    "wait for warden: the machine stopped before warden answered; its last lines:\n{}",
-                    logs.trim_end()
+                return Err(LaunchError::new(
+                    "wait for warden",
+                    format!(
+                        "the machine stopped before warden answered; its last lines:\n{}",
+                        logs.trim_end()
+                    ),
                 ));
             }
         }
         if Instant::now() > deadline {
-            return Err(format!(
-                "wait for warden: {} did not answer in {} s: {error} (see `warden machine logs {id}`)",
-                socket.display(),
-                READY_TIMEOUT.as_secs()
+            return Err(LaunchError::new(
+                "wait for warden",
+                format!(
+                    "{} did not answer in {} s: {error} (see `warden machine logs {id}`)",
+                    socket.display(),
+                    READY_TIMEOUT.as_secs()
+                ),
             ));
         }
         // A short step: warden boots in tens of milliseconds.
@@ -431,8 +447,9 @@ fn wait_ready(id: &str, key: &str) -> Result<(), String> {
 }
 
 /// Runs the setup script once, as runtime, in the workspace.
-fn run_setup(name: &str, script: &Path) -> Result<(), String> {
-    let text = std::fs::read(script).map_err(|e| format!("setup {}: {e}", script.display()))?;
+fn run_setup(name: &str, script: &Path) -> Result<(), LaunchError> {
+    let text = std::fs::read(script)
+        .map_err(|e| LaunchError::new(format!("setup {}", script.display()), e.to_string()))?;
     let engine = engine::host()?.engine.program();
     let mut child = engine::command()?
         .args([
@@ -450,21 +467,22 @@ fn run_setup(name: &str, script: &Path) -> Result<(), String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("setup: cannot run {engine}: {e}"))?;
+        .map_err(|e| LaunchError::new("setup", format!("cannot run {engine}: {e}")))?;
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(&text);
     }
     let out = child
         .wait_with_output()
-        .map_err(|e| format!("setup: {engine}: {e}"))?;
+        .map_err(|e| LaunchError::new("setup", format!("{engine}: {e}")))?;
     if out.status.success() {
         return Ok(());
     }
-    Err(format!(
+    // The script's whole output, on lines of their own: no step to name.
+    Err(LaunchError::sentence(format!(
         "setup {} failed ({}):\n{}{}",
         script.display(),
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
-    ))
+    )))
 }

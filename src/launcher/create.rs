@@ -5,6 +5,7 @@
 
 use super::agent::{KeepId, Restart};
 use super::definition::{Lend, LendMode};
+use super::error::LaunchError;
 use super::host::Engine;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -200,11 +201,12 @@ pub fn is_static_elf(bytes: &[u8]) -> bool {
 
 /// The static warden lent to images without one: `WARDEN_MACHINE_BINARY`
 /// when set, else this very program when it is static.
-pub fn static_warden() -> Result<PathBuf, String> {
+pub fn static_warden() -> Result<PathBuf, LaunchError> {
     let (path, from) = match std::env::var_os("WARDEN_MACHINE_BINARY") {
         Some(path) => (PathBuf::from(path), "WARDEN_MACHINE_BINARY"),
         None => (
-            std::fs::read_link("/proc/self/exe").map_err(|e| format!("this program: {e}"))?,
+            std::fs::read_link("/proc/self/exe")
+                .map_err(|e| LaunchError::new("this program", e.to_string()))?,
             "this warden",
         ),
     };
@@ -216,11 +218,17 @@ pub fn static_warden() -> Result<PathBuf, String> {
     });
     match read {
         Ok(n) if is_static_elf(&head[..n]) => Ok(path),
-        Ok(_) => Err(format!(
-            "the image has no warden, and {from} ({}) is not a static binary to lend it: set WARDEN_MACHINE_BINARY to a static warden (the release build is one)",
-            path.display()
+        Ok(_) => Err(LaunchError::new(
+            format!(
+                "the image has no warden, and {from} ({}) is not a static binary to lend it",
+                path.display()
+            ),
+            "set WARDEN_MACHINE_BINARY to a static warden (the release build is one)",
         )),
-        Err(e) => Err(format!("{from} {}: {e}", path.display())),
+        Err(e) => Err(LaunchError::new(
+            format!("{from} {}", path.display()),
+            e.to_string(),
+        )),
     }
 }
 

@@ -8,6 +8,7 @@
 //! Each choice can be set by the owner: `WARDEN_ENGINE` (podman, docker),
 //! `WARDEN_OCI_RUNTIME`, `WARDEN_CGROUP_MANAGER` (podman only).
 
+use super::error::LaunchError;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -25,12 +26,13 @@ impl Engine {
         }
     }
 
-    fn parse(name: &str) -> Result<Engine, String> {
+    fn parse(name: &str) -> Result<Engine, LaunchError> {
         match name {
             "podman" => Ok(Engine::Podman),
             "docker" => Ok(Engine::Docker),
-            other => Err(format!(
-                "WARDEN_ENGINE={other:?}: the engines are podman and docker"
+            other => Err(LaunchError::new(
+                format!("WARDEN_ENGINE={other:?}"),
+                "the engines are podman and docker",
             )),
         }
     }
@@ -73,10 +75,10 @@ pub const IDS_NEEDED: u64 = 2002;
 const NOFILE_WANTED: u64 = 1 << 20;
 const NPROC_WANTED: u64 = 32768;
 
-static HOST: OnceLock<Result<Host, String>> = OnceLock::new();
+static HOST: OnceLock<Result<Host, LaunchError>> = OnceLock::new();
 
 /// The host, found at first use.
-pub fn get() -> Result<&'static Host, String> {
+pub fn get() -> Result<&'static Host, LaunchError> {
     HOST.get_or_init(detect).as_ref().map_err(Clone::clone)
 }
 
@@ -92,13 +94,16 @@ fn which(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn detect() -> Result<Host, String> {
+fn detect() -> Result<Host, LaunchError> {
     let engine = Engine::parse(&env("WARDEN_ENGINE").unwrap_or_else(|| "podman".into()))?;
     let program = engine.program();
     if which(program).is_none() {
         return Err(match engine {
-            Engine::Podman => "podman is not installed: apt-get install podman (or set WARDEN_ENGINE=docker where a Docker engine runs)".into(),
-            Engine::Docker => "docker is not installed".into(),
+            Engine::Podman => LaunchError::new(
+                "podman is not installed",
+                "apt-get install podman (or set WARDEN_ENGINE=docker where a Docker engine runs)",
+            ),
+            Engine::Docker => LaunchError::sentence("docker is not installed"),
         });
     }
     let uid = nix::unistd::geteuid().as_raw();
@@ -171,17 +176,20 @@ fn detect() -> Result<Host, String> {
 
 /// The Docker daemon's security options; a client with no engine behind
 /// it fails here, with that said.
-fn docker_security() -> Result<String, String> {
+fn docker_security() -> Result<String, LaunchError> {
     let out = std::process::Command::new("docker")
         .args(["info", "--format", "{{.SecurityOptions}}"])
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| format!("docker: {e}"))?;
+        .map_err(|e| LaunchError::new("docker", e.to_string()))?;
     match out.status.success() {
         true => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
-        false => Err(format!(
-            "docker: no Docker engine answers ({}); start one, or use podman",
-            first_line(&String::from_utf8_lossy(&out.stderr))
+        false => Err(LaunchError::new(
+            "docker",
+            format!(
+                "no Docker engine answers ({}); start one, or use podman",
+                first_line(&String::from_utf8_lossy(&out.stderr))
+            ),
         )),
     }
 }
@@ -207,16 +215,19 @@ pub fn cgroup_mode(root: &Path) -> Cgroups {
 pub fn choose_runtime(
     cgroups: Cgroups,
     have_runc: bool,
-) -> Result<Option<(String, &'static str)>, String> {
+) -> Result<Option<(String, &'static str)>, LaunchError> {
     match (cgroups, have_runc) {
         (Cgroups::Unified, _) => Ok(None),
         (_, true) => Ok(Some((
             "runc".into(),
             "cgroup v1 controllers are mounted; crun refuses them",
         ))),
-        (mode, false) => Err(format!(
-            "this host mounts cgroups in {} mode, which crun refuses, and runc is not installed: apt-get install runc (or set WARDEN_OCI_RUNTIME)",
-            if mode == Cgroups::Hybrid { "hybrid" } else { "v1" }
+        (mode, false) => Err(LaunchError::new(
+            format!(
+                "this host mounts cgroups in {} mode, which crun refuses, and runc is not installed",
+                if mode == Cgroups::Hybrid { "hybrid" } else { "v1" }
+            ),
+            "apt-get install runc (or set WARDEN_OCI_RUNTIME)",
         )),
     }
 }
@@ -255,7 +266,12 @@ pub fn under(wanted: u64, hard: Option<u64>) -> u64 {
 /// Rootless podman maps a machine's users through the owner's
 /// subordinate ids: both files need a range for the owner (by name or
 /// uid) of at least IDS_NEEDED ids.
-pub fn subordinate_ids(user: &str, uid: u32, subuid: &str, subgid: &str) -> Result<String, String> {
+pub fn subordinate_ids(
+    user: &str,
+    uid: u32,
+    subuid: &str,
+    subgid: &str,
+) -> Result<String, LaunchError> {
     let count = |text: &str| -> u64 {
         text.lines()
             .filter_map(|l| {
@@ -269,8 +285,9 @@ pub fn subordinate_ids(user: &str, uid: u32, subuid: &str, subgid: &str) -> Resu
     };
     let (uids, gids) = (count(subuid), count(subgid));
     if uids < IDS_NEEDED || gids < IDS_NEEDED {
-        return Err(format!(
-            "rootless podman needs at least {IDS_NEEDED} subordinate ids for {user} (found {uids} in /etc/subuid, {gids} in /etc/subgid): as root, usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}"
+        return Err(LaunchError::new(
+            format!("rootless podman needs at least {IDS_NEEDED} subordinate ids for {user} (found {uids} in /etc/subuid, {gids} in /etc/subgid)"),
+            format!("as root, usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}"),
         ));
     }
     Ok(format!(
@@ -290,7 +307,7 @@ fn user_name(uid: u32) -> Option<String> {
 /// Where the machines' state folders live: the launcher's files are its
 /// user's, root's in /var/lib, anyone else's in their own data folder.
 /// Found without asking the engine: `exec` and `status` need only this.
-pub fn state_root() -> Result<PathBuf, String> {
+pub fn state_root() -> Result<PathBuf, LaunchError> {
     match nix::unistd::geteuid().is_root() {
         true => Ok(PathBuf::from(ROOTFUL_STATE)),
         false => user_state_root(env("XDG_DATA_HOME"), env("HOME")),
@@ -298,12 +315,15 @@ pub fn state_root() -> Result<PathBuf, String> {
 }
 
 /// A rootless owner's machines live in their own data folder.
-pub fn user_state_root(xdg_data: Option<String>, home: Option<String>) -> Result<PathBuf, String> {
+pub fn user_state_root(
+    xdg_data: Option<String>,
+    home: Option<String>,
+) -> Result<PathBuf, LaunchError> {
     let absolute = |p: String| Some(PathBuf::from(p)).filter(|p| p.is_absolute());
     match (xdg_data.and_then(absolute), home.and_then(absolute)) {
         (Some(data), _) => Ok(data.join("warden/machines")),
         (None, Some(home)) => Ok(home.join(".local/share/warden/machines")),
-        (None, None) => Err("rootless: neither XDG_DATA_HOME nor HOME is set to an absolute path: nowhere to keep the machines' state".into()),
+        (None, None) => Err(LaunchError::new("rootless", "neither XDG_DATA_HOME nor HOME is set to an absolute path: nowhere to keep the machines' state")),
     }
 }
 
@@ -340,7 +360,9 @@ mod tests {
             choose_runtime(Cgroups::Legacy, true).unwrap().unwrap().0,
             "runc"
         );
-        let e = choose_runtime(Cgroups::Hybrid, false).unwrap_err();
+        let e = choose_runtime(Cgroups::Hybrid, false)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("hybrid") && e.contains("apt-get install runc"),
             "{e}"
@@ -389,7 +411,7 @@ mod tests {
             let got = subordinate_ids("alice", 1000, subuid, subgid);
             assert_eq!(got.is_ok(), good, "{subuid:?} {subgid:?}: {got:?}");
             if let Err(e) = got {
-                assert!(e.contains("usermod --add-subuids"), "{e}");
+                assert!(e.to_string().contains("usermod --add-subuids"), "{e}");
             }
         }
     }

@@ -7,6 +7,7 @@
 
 use super::definition::{Definition, Source};
 use super::engine::{self, exists};
+use super::error::LaunchError;
 use super::host::{Engine, Host};
 use super::state::PREFIX;
 use super::{sha256_hex, step};
@@ -29,7 +30,12 @@ pub struct Image {
 }
 
 /// The machine's image: as named, or built when its inputs changed.
-pub fn image(def: &Definition, state: &Path, start: Instant, host: &Host) -> Result<Image, String> {
+pub fn image(
+    def: &Definition,
+    state: &Path,
+    start: Instant,
+    host: &Host,
+) -> Result<Image, LaunchError> {
     let dockerfile = match &def.source {
         Source::Image(name) => {
             return Ok(Image {
@@ -41,8 +47,12 @@ pub fn image(def: &Definition, state: &Path, start: Instant, host: &Host) -> Res
         Source::Dockerfile(path) => path,
     };
     let tag = format!("localhost/{PREFIX}-{}:latest", def.id);
-    let text = std::fs::read(dockerfile)
-        .map_err(|e| format!("dockerfile {}: {e}", dockerfile.display()))?;
+    let text = std::fs::read(dockerfile).map_err(|e| {
+        LaunchError::new(
+            format!("dockerfile {}", dockerfile.display()),
+            e.to_string(),
+        )
+    })?;
     let folder = dockerfile.parent().unwrap_or(Path::new("/"));
     let digest = inputs_digest(&text, folder)?;
     let recorded = state.join("image.sha256");
@@ -68,7 +78,7 @@ pub fn image(def: &Definition, state: &Path, start: Instant, host: &Host) -> Res
         }
         Engine::Docker => docker_build(host, &tag, dockerfile, folder)?,
     }
-    std::fs::write(&recorded, &digest).map_err(|e| format!("{}: {e}", recorded.display()))?;
+    std::fs::write(&recorded, &digest).map_err(|e| LaunchError::io(&recorded, e))?;
     let after = image_id(&tag);
     step(start, &format!("image {tag}: built"));
     Ok(Image {
@@ -106,7 +116,7 @@ pub fn image_id(name: &str) -> Option<String> {
 }
 
 /// The digest of everything a build is made of.
-fn inputs_digest(dockerfile: &[u8], context: &Path) -> Result<String, String> {
+fn inputs_digest(dockerfile: &[u8], context: &Path) -> Result<String, LaunchError> {
     let mut inputs = String::from_utf8_lossy(dockerfile).into_owned();
     for from in from_images(&String::from_utf8_lossy(dockerfile)) {
         // An image not here yet makes the build fail with the engine's
@@ -221,13 +231,14 @@ fn substitute(word: &str, args: &[(String, String)]) -> String {
 /// time (not by content: cheap on a large project, and any edit changes
 /// the time). `.env` files never reach an image and `.git` is not built
 /// from, so neither counts.
-fn context_fingerprint(context: &Path) -> Result<String, String> {
+fn context_fingerprint(context: &Path) -> Result<String, LaunchError> {
     use std::os::unix::fs::MetadataExt;
     let mut entries: Vec<String> = Vec::new();
     let mut pending: Vec<PathBuf> = vec![context.to_path_buf()];
     while let Some(dir) = pending.pop() {
-        let listing =
-            std::fs::read_dir(&dir).map_err(|e| format!("build context {}: {e}", dir.display()))?;
+        let listing = std::fs::read_dir(&dir).map_err(|e| {
+            LaunchError::new(format!("build context {}", dir.display()), e.to_string())
+        })?;
         for entry in listing.flatten() {
             let name = entry.file_name();
             if name == ".env" || name == ".git" {
@@ -247,9 +258,9 @@ fn context_fingerprint(context: &Path) -> Result<String, String> {
                 meta.mtime_nsec()
             ));
             if entries.len() > MAX_CONTEXT_FILES {
-                return Err(format!(
-                    "build context {}: more than {MAX_CONTEXT_FILES} files; give the Dockerfile a folder of its own",
-                    context.display()
+                return Err(LaunchError::new(
+                    format!("build context {}", context.display()),
+                    format!("more than {MAX_CONTEXT_FILES} files; give the Dockerfile a folder of its own"),
                 ));
             }
             if meta.is_dir() {
@@ -314,12 +325,22 @@ fn docker_build_args(
 /// the client's builder (a legacy builder reads no ignore file beside the
 /// Dockerfile); the daemon still applies the context's own
 /// `.dockerignore`.
-fn docker_build(host: &Host, tag: &str, dockerfile: &Path, context: &Path) -> Result<(), String> {
+fn docker_build(
+    host: &Host,
+    tag: &str,
+    dockerfile: &Path,
+    context: &Path,
+) -> Result<(), LaunchError> {
     use std::process::{Command, Stdio};
     let name = dockerfile
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| format!("dockerfile {}: no file name", dockerfile.display()))?;
+        .ok_or_else(|| {
+            LaunchError::new(
+                format!("dockerfile {}", dockerfile.display()),
+                "no file name",
+            )
+        })?;
     let bridge = engine::run("bridge network", &["network", "inspect", "bridge"]).is_ok();
     let args = docker_build_args(host, tag, &name, bridge);
     let mut tar = Command::new("tar")
@@ -329,8 +350,11 @@ fn docker_build(host: &Host, tag: &str, dockerfile: &Path, context: &Path) -> Re
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("build image: cannot run tar: {e}"))?;
-    let stream = tar.stdout.take().ok_or("build image: tar gave no output")?;
+        .map_err(|e| LaunchError::new("build image", format!("cannot run tar: {e}")))?;
+    let stream = tar
+        .stdout
+        .take()
+        .ok_or_else(|| LaunchError::new("build image", "tar gave no output"))?;
     let out = engine::command()?
         // The legacy builder, when the client has no BuildKit component:
         // the context is ours already.
@@ -340,15 +364,18 @@ fn docker_build(host: &Host, tag: &str, dockerfile: &Path, context: &Path) -> Re
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .output()
-        .map_err(|e| format!("build image: cannot run docker: {e}"))?;
+        .map_err(|e| LaunchError::new("build image", format!("cannot run docker: {e}")))?;
     let tar_out = tar
         .wait_with_output()
-        .map_err(|e| format!("build image: tar: {e}"))?;
+        .map_err(|e| LaunchError::new("build image", format!("tar: {e}")))?;
     if !tar_out.status.success() {
-        return Err(format!(
-            "build image: tar of {} failed: {}",
-            context.display(),
-            String::from_utf8_lossy(&tar_out.stderr).trim()
+        return Err(LaunchError::new(
+            "build image",
+            format!(
+                "tar of {} failed: {}",
+                context.display(),
+                String::from_utf8_lossy(&tar_out.stderr).trim()
+            ),
         ));
     }
     if out.status.success() {
@@ -370,14 +397,14 @@ fn docker_build(host: &Host, tag: &str, dockerfile: &Path, context: &Path) -> Re
 /// The build context's ignore file, kept in the state folder: the
 /// context's own (.containerignore or .dockerignore), plus every `.env`,
 /// so that a `COPY . .` never puts the owner's keys into an image.
-fn build_ignore(context: &Path, state: &Path) -> Result<PathBuf, String> {
+fn build_ignore(context: &Path, state: &Path) -> Result<PathBuf, LaunchError> {
     let own = [".containerignore", ".dockerignore"]
         .iter()
         .find_map(|name| std::fs::read_to_string(context.join(name)).ok())
         .unwrap_or_default();
     let path = state.join("build.ignore");
     std::fs::write(&path, format!("{own}\n.env\n**/.env\n"))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| LaunchError::io(&path, e))?;
     Ok(path)
 }
 

@@ -12,6 +12,7 @@ use super::backend::{self, Made, Prepared};
 use super::definition::{valid_id, Definition, Kind};
 use super::engine;
 pub use super::engine::host;
+use super::error::LaunchError;
 use super::host::Host;
 pub use super::state::{container, key, socket, state_dir, PREFIX};
 use super::state::{give, prepare_state};
@@ -24,10 +25,10 @@ use std::time::Instant;
 /// Makes (or reuses) and starts the machine `definition` describes. When
 /// a step fails, what this `up` made (container, volumes, image, state
 /// folder) is removed again, and the error names the step.
-pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(), String> {
+pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(), LaunchError> {
     let host = host()?;
     let start = Instant::now();
-    let mut def = Definition::load(definition).map_err(|e| e.to_string())?;
+    let mut def = Definition::load(definition)?;
     if as_vm {
         def.kind = Kind::Vm;
     }
@@ -37,16 +38,17 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
     let exists = existing.noun() != backend.noun()
         && (def.kind == Kind::Container || engine::exists("container", &container(&def.id)));
     if exists {
-        return Err(format!(
-            "machine {}: it exists as a {}; `warden machine rm {} --volumes` first to make it a {}",
-            def.id,
-            existing.noun(),
-            def.id,
-            backend.noun(),
+        return Err(LaunchError::new(
+            format!("machine {}", def.id),
+            format!(
+                "it exists as a {}; `warden machine rm {} --volumes` first to make it a {}",
+                existing.noun(),
+                def.id,
+                backend.noun(),
+            ),
         ));
     }
-    let text = std::fs::read_to_string(definition)
-        .map_err(|e| format!("{}: {e}", definition.display()))?;
+    let text = std::fs::read_to_string(definition).map_err(|e| LaunchError::io(definition, e))?;
     // The keys first: a missing one stops `up` before anything is made.
     let env_file = env_file
         .map(Path::to_path_buf)
@@ -66,7 +68,10 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
         }
         Err(e) => Err(match undo(made) {
             removed if removed.is_empty() => e,
-            removed => format!("{e}\n  removed what this `up` made: {}", removed.join(", ")),
+            removed => e.note(format!(
+                "removed what this `up` made: {}",
+                removed.join(", ")
+            )),
         }),
     }
 }
@@ -75,7 +80,7 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
 /// it could not, said as such).
 fn undo(made: Made) -> Vec<String> {
     let mut said = Vec::new();
-    let mut note = |what: String, done: Result<(), String>| match done {
+    let mut note = |what: String, done: Result<(), LaunchError>| match done {
         Ok(()) => said.push(what),
         Err(e) => said.push(format!("{what} NOT removed ({e})")),
     };
@@ -97,7 +102,8 @@ fn undo(made: Made) -> Vec<String> {
         if host().is_ok_and(|h| h.rootless) {
             let _ = give(&[state.join("etc"), state.join("run")], false);
         }
-        let done = std::fs::remove_dir_all(&state).map_err(|e| e.to_string());
+        let done =
+            std::fs::remove_dir_all(&state).map_err(|e| LaunchError::sentence(e.to_string()));
         note(format!("state folder {}", state.display()), done);
     }
     said
@@ -112,7 +118,7 @@ fn bring_up(
     host: &Host,
     start: Instant,
     made: &mut Made,
-) -> Result<(), String> {
+) -> Result<(), LaunchError> {
     let fresh_state = !state_dir(&def.id).exists();
     let state = prepare_state(def)?;
     if fresh_state {
@@ -170,31 +176,29 @@ pub fn runtime_env(
 }
 
 /// The runtime's `.env`: the named keys, from the owner's `.env`.
-fn read_keys(def: &Definition, env_file: &Path) -> Result<String, String> {
+fn read_keys(def: &Definition, env_file: &Path) -> Result<String, LaunchError> {
     let owner_env = match std::fs::read_to_string(env_file) {
         Ok(text) => parse_env_file(&text),
         Err(e) if def.keys.is_empty() && e.kind() == std::io::ErrorKind::NotFound => {
             BTreeMap::new()
         }
         Err(e) => {
-            return Err(format!(
-                "keys {}: cannot read {}: {e}",
-                def.keys.join(", "),
-                env_file.display()
+            return Err(LaunchError::new(
+                format!("keys {}", def.keys.join(", ")),
+                format!("cannot read {}: {e}", env_file.display()),
             ))
         }
     };
     runtime_env(&def.keys, &owner_env).map_err(|missing| {
-        format!(
-            "keys: {} missing from {}",
-            missing.join(", "),
-            env_file.display()
+        LaunchError::new(
+            "keys",
+            format!("{} missing from {}", missing.join(", "), env_file.display()),
         )
     })
 }
 
 /// Lists this owner's machines, every kind.
-pub fn ps() -> Result<(), String> {
+pub fn ps() -> Result<(), LaunchError> {
     host()?;
     for backend in backend::all() {
         for line in backend.list()? {
@@ -205,26 +209,29 @@ pub fn ps() -> Result<(), String> {
 }
 
 /// Stops the machine: warden is asked, and killed after a grace.
-pub fn stop(id: &str) -> Result<(), String> {
+pub fn stop(id: &str) -> Result<(), LaunchError> {
     host()?;
     backend::of(id).stop(id)
 }
 
 /// Prints the machine's own output.
-pub fn logs(id: &str) -> Result<(), String> {
+pub fn logs(id: &str) -> Result<(), LaunchError> {
     host()?;
     backend::of(id).logs(id)
 }
 
 /// Removes the machine; with `volumes`, its volumes and state folder too.
-pub fn rm(id: &str, volumes: bool) -> Result<(), String> {
+pub fn rm(id: &str, volumes: bool) -> Result<(), LaunchError> {
     host()?;
     backend::of(id).remove(id, volumes)?;
     if volumes {
         let state = state_dir(id);
         match std::fs::remove_dir_all(&state) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(format!("state folder {}: {e}", state.display()))
+                return Err(LaunchError::new(
+                    format!("state folder {}", state.display()),
+                    e.to_string(),
+                ))
             }
             _ => {}
         }
@@ -241,7 +248,7 @@ pub fn rm(id: &str, volumes: bool) -> Result<(), String> {
 /// Removes every machine of this owner's (every container and volume
 /// labelled with its uid, every VM in its state root), and their state
 /// folders; nothing else.
-pub fn prune() -> Result<(), String> {
+pub fn prune() -> Result<(), LaunchError> {
     host()?;
     let mut all = Vec::new();
     for backend in backend::all() {
@@ -257,11 +264,12 @@ pub fn prune() -> Result<(), String> {
 }
 
 /// Checks an id given on the command line.
-pub fn check_id(id: &str) -> Result<(), String> {
+pub fn check_id(id: &str) -> Result<(), LaunchError> {
     match valid_id(id) {
         true => Ok(()),
-        false => Err(format!(
-            "{id:?}: not a machine id ([a-z0-9][a-z0-9-]{{0,30}})"
+        false => Err(LaunchError::new(
+            format!("{id:?}"),
+            "not a machine id ([a-z0-9][a-z0-9-]{0,30})",
         )),
     }
 }
@@ -270,14 +278,14 @@ pub fn check_id(id: &str) -> Result<(), String> {
 /// files in chain order and the anchor's path.
 /// The anchor is None when the copy may lag behind the log (a running
 /// VM's disk): checking it then could report a cut that is not there.
-pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, Option<PathBuf>), String> {
+pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, Option<PathBuf>), LaunchError> {
     host()?;
     let state = state_dir(id);
     let copy = state.join("audit-copy");
     // Copying into an existing folder would nest the copy inside it.
     match std::fs::remove_dir_all(&copy) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(format!("{}: {e}", copy.display()))
+            return Err(LaunchError::io(&copy, e))
         }
         _ => {}
     }
@@ -286,7 +294,7 @@ pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, Option<PathBuf>), String> {
         println!("the VM runs: this copy, read from its data disk, may lack its last lines (not yet written to the disk); the anchor is checked once it is stopped");
         anchor = None;
     }
-    let files = crate::audit::log_files(&copy).map_err(|e| format!("{}: {e}", copy.display()))?;
+    let files = crate::audit::log_files(&copy).map_err(|e| LaunchError::io(&copy, e))?;
     Ok((files, anchor))
 }
 
@@ -308,7 +316,7 @@ pub fn describe_tail(files: &[PathBuf], n: usize) -> Vec<String> {
 pub fn connect(
     id: &str,
     first: Option<(u32, &crate::protocol::Request)>,
-) -> Result<Client, String> {
+) -> Result<Client, LaunchError> {
     // No engine is asked: a command's round trip is the API's alone.
     super::host::state_root()?;
     backend::of(id).connect(id, first)
@@ -316,14 +324,16 @@ pub fn connect(
 
 /// Starts a machine that exists but is stopped, and waits for its warden
 /// (`exec --start`, `status --start`). A running one is left as it is.
-pub fn start(id: &str) -> Result<(), String> {
+pub fn start(id: &str) -> Result<(), LaunchError> {
     host()?;
     backend::of(id).start(id)
 }
 
 /// Warden's status of the machine.
-pub fn status(id: &str) -> Result<crate::protocol::Status, String> {
-    connect(id, None)?.status().map_err(|e| e.to_string())
+pub fn status(id: &str) -> Result<crate::protocol::Status, LaunchError> {
+    connect(id, None)?
+        .status()
+        .map_err(|e| LaunchError::sentence(e.to_string()))
 }
 
 #[cfg(test)]
@@ -345,5 +355,10 @@ mod tests {
         assert!(!valid_id("../x"));
         assert!(!valid_id(""));
         assert!(!valid_id("-a"));
+        assert_eq!(check_id("t123-a"), Ok(()));
+        assert_eq!(
+            check_id("../x").unwrap_err().to_string(),
+            r#""../x": not a machine id ([a-z0-9][a-z0-9-]{0,30})"#
+        );
     }
 }

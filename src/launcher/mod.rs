@@ -6,7 +6,8 @@
 //! `backend.rs` what a kind must do, done by `container.rs` and `vm/`;
 //! `engine.rs` runs podman or Docker; `state.rs` keeps a machine's state
 //! folder; `image.rs` builds images; `create.rs` and `agent*.rs` turn a
-//! definition into the engine's arguments and the agent's setup.
+//! definition into the engine's arguments and the agent's setup;
+//! `error.rs` is the error every step returns.
 
 pub mod agent;
 pub mod agent_setup;
@@ -15,11 +16,14 @@ pub mod container;
 pub mod create;
 pub mod definition;
 pub mod engine;
+pub mod error;
 pub mod host;
 pub mod image;
 pub mod machine;
 pub mod state;
 pub mod vm;
+
+pub use error::LaunchError;
 
 use sha2::{Digest, Sha256};
 use std::time::Instant;

@@ -6,6 +6,7 @@
 
 use super::definition::{Definition, LendMode};
 use super::engine;
+use super::error::LaunchError;
 use super::host;
 use super::host::Host;
 use crate::client::Client;
@@ -37,28 +38,31 @@ pub fn container(id: &str) -> String {
 }
 
 /// Reads the machine's key from its state folder.
-pub fn key(id: &str) -> Result<String, String> {
+pub fn key(id: &str) -> Result<String, LaunchError> {
     let path = state_dir(id).join("key");
     std::fs::read_to_string(&path)
         .map(|k| k.trim().to_string())
-        .map_err(|e| format!("machine {id}: key {}: {e}", path.display()))
+        .map_err(|e| {
+            LaunchError::new(
+                format!("machine {id}"),
+                format!("key {}: {e}", path.display()),
+            )
+        })
 }
 
 /// A client of the machine's warden through the host socket in its state
 /// folder, keyed.
-pub fn connect(id: &str, first: Option<(u32, &Request)>) -> Result<Client, String> {
+pub fn connect(id: &str, first: Option<(u32, &Request)>) -> Result<Client, LaunchError> {
     let key = key(id)?;
     let socket = socket(id);
-    Client::connect_keyed(&socket, Some(&key), first)
-        .map_err(|e| format!("{}: {e}", socket.display()))
+    Client::connect_keyed(&socket, Some(&key), first).map_err(|e| LaunchError::io(&socket, e))
 }
 
 /// Makes the state folder and what warden reads from it; the key is made
 /// once and kept.
-pub(super) fn prepare_state(def: &Definition) -> Result<PathBuf, String> {
+pub(super) fn prepare_state(def: &Definition) -> Result<PathBuf, LaunchError> {
     let state = state_dir(&def.id);
-    let io =
-        |what: &str, e: std::io::Error| format!("state folder {}: {what}: {e}", state.display());
+    let io = |what: &str, e: std::io::Error| state_error(&state, what, e);
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -77,9 +81,8 @@ pub(super) fn write_machine_files(
     def: &Definition,
     state: &Path,
     host: &Host,
-) -> Result<(), String> {
-    let io =
-        |what: &str, e: std::io::Error| format!("state folder {}: {what}: {e}", state.display());
+) -> Result<(), LaunchError> {
+    let io = |what: &str, e: std::io::Error| state_error(state, what, e);
     // An earlier `up` may have handed them to the machine's root: take
     // them back to write them.
     let seen = [state.join("etc"), state.join("run")];
@@ -136,6 +139,14 @@ pub(super) fn write_machine_files(
     Ok(())
 }
 
+/// `state folder {state}: {what}: {e}`.
+fn state_error(state: &Path, what: &str, e: std::io::Error) -> LaunchError {
+    LaunchError::new(
+        format!("state folder {}", state.display()),
+        format!("{what}: {e}"),
+    )
+}
+
 /// Folders 0700 and files 0600, all the way down (no link is followed).
 pub(super) fn close_to_all_but_root(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
@@ -153,7 +164,7 @@ pub(super) fn close_to_all_but_root(dir: &Path) -> std::io::Result<()> {
 
 /// Hands `paths` to the machine's root (uid 1 of the rootless owner's
 /// user namespace, the first subordinate id), or back to the owner (0).
-pub(super) fn give(paths: &[PathBuf], to_machine_root: bool) -> Result<(), String> {
+pub(super) fn give(paths: &[PathBuf], to_machine_root: bool) -> Result<(), LaunchError> {
     let owner = if to_machine_root { "1:1" } else { "0:0" };
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::geteuid().as_raw();

@@ -89,7 +89,12 @@ pub fn one_at_a_time() -> MutexGuard<'static, ()> {
 /// elsewhere the test skips, saying why.
 pub fn kit(test: &str) -> Option<Kit> {
     let found = warden::launcher::vm::kit();
-    let mut missing: Vec<String> = found.as_ref().err().cloned().into_iter().collect();
+    let mut missing: Vec<String> = found
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .into_iter()
+        .collect();
     if let Ok(kit) = &found {
         if !kit.dir.join("rootfs.ext4").exists() {
             missing.push("rootfs.ext4 (machine/vm/build makes it)".into());

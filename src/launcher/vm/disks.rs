@@ -4,6 +4,7 @@
 
 use super::{dir, Kit};
 use crate::launcher::engine;
+use crate::launcher::error::LaunchError;
 use crate::launcher::state::{key, state_dir};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -12,25 +13,24 @@ use std::process::Command;
 
 pub(super) const VOLUMES: [&str; 2] = ["data.ext4", "workspace.ext4"];
 
-pub(super) fn copy_sparse(from: &Path, to: &Path) -> Result<(), String> {
+pub(super) fn copy_sparse(from: &Path, to: &Path) -> Result<(), LaunchError> {
     let out = Command::new("cp")
         .arg("--sparse=always")
         .args([from, to])
         .output()
-        .map_err(|e| format!("cp: {e}"))?;
+        .map_err(|e| LaunchError::new("cp", e.to_string()))?;
     match out.status.success() {
         true => Ok(()),
-        false => Err(format!(
-            "copy {}: {}",
-            from.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
+        false => Err(LaunchError::new(
+            format!("copy {}", from.display()),
+            String::from_utf8_lossy(&out.stderr).trim(),
         )),
     }
 }
 
 /// The root disk of `image`: made once per image id (its file system
 /// tree, exported by the engine, into ext4 with `mkfs.ext4 -d`).
-pub(super) fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, String> {
+pub(super) fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, LaunchError> {
     let id = engine::run(
         "image id",
         &["image", "inspect", "--format", "{{.Id}}", image],
@@ -44,9 +44,9 @@ pub(super) fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, String> {
         .mode(0o700)
         .recursive(true)
         .create(&images)
-        .map_err(|e| format!("{}: {e}", images.display()))?;
+        .map_err(|e| LaunchError::io(&images, e))?;
     std::fs::set_permissions(&images, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("{}: {e}", images.display()))?;
+        .map_err(|e| LaunchError::io(&images, e))?;
     let disk = images.join(format!("{short}.ext4"));
     if disk.exists() {
         return Ok(disk);
@@ -54,7 +54,7 @@ pub(super) fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, String> {
     let tree = tempfile::Builder::new()
         .prefix("warden-rootfs-")
         .tempdir_in(&images)
-        .map_err(|e| format!("{}: {e}", images.display()))?;
+        .map_err(|e| LaunchError::io(&images, e))?;
     let container = engine::run("export image", &["create", image, "true"])?;
     let container = container.trim().to_string();
     let exported = Command::new("sh")
@@ -64,11 +64,12 @@ pub(super) fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, String> {
         .args([&container, &tree.path().display().to_string()])
         .output();
     let _ = engine::run("export image", &["rm", "-f", &container]);
-    let exported = exported.map_err(|e| format!("export {image}: {e}"))?;
+    let exported =
+        exported.map_err(|e| LaunchError::new(format!("export {image}"), e.to_string()))?;
     if !exported.status.success() {
-        return Err(format!(
-            "export {image}: {}",
-            String::from_utf8_lossy(&exported.stderr).trim()
+        return Err(LaunchError::new(
+            format!("export {image}"),
+            String::from_utf8_lossy(&exported.stderr).trim(),
         ));
     }
     // Two `up`s of one image each make their own, and the last rename wins.
@@ -79,31 +80,30 @@ pub(super) fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, String> {
         .arg(&partial)
         .arg("2G")
         .output()
-        .map_err(|e| format!("mkfs.ext4 (apt-get install e2fsprogs): {e}"))?;
+        .map_err(|e| LaunchError::new("mkfs.ext4 (apt-get install e2fsprogs)", e.to_string()))?;
     if !made.status.success() {
         let _ = std::fs::remove_file(&partial);
-        return Err(format!(
-            "mkfs.ext4 {}: {}",
-            partial.display(),
-            String::from_utf8_lossy(&made.stderr).trim()
+        return Err(LaunchError::new(
+            format!("mkfs.ext4 {}", partial.display()),
+            String::from_utf8_lossy(&made.stderr).trim(),
         ));
     }
-    std::fs::rename(&partial, &disk).map_err(|e| format!("{}: {e}", disk.display()))?;
+    std::fs::rename(&partial, &disk).map_err(|e| LaunchError::io(&disk, e))?;
     Ok(disk)
 }
 
 /// The kit's initramfs with the machine's own files appended as a second
 /// cpio archive (the kernel unpacks both): its key, config and policy, and
 /// the runtime's keys, all root's; warden moves them onto the root disk.
-pub(super) fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), String> {
+pub(super) fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), LaunchError> {
     let vm = dir(id);
     let state = state_dir(id);
     let stage = tempfile::Builder::new()
         .prefix("stage-")
         .tempdir_in(&vm)
-        .map_err(|e| format!("{}: {e}", vm.display()))?;
+        .map_err(|e| LaunchError::io(&vm, e))?;
     let etc = stage.path().join("etc/warden");
-    std::fs::create_dir_all(etc.join("policy")).map_err(|e| format!("{}: {e}", etc.display()))?;
+    std::fs::create_dir_all(etc.join("policy")).map_err(|e| LaunchError::io(&etc, e))?;
     let key = key(id)?;
     let config = serde_json::json!({"key_file": "/etc/warden/key"});
     let mut files: Vec<(PathBuf, Vec<u8>, u32)> = vec![
@@ -122,10 +122,9 @@ pub(super) fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), String>
         ));
     }
     let policy = state.join("etc/policy");
-    for entry in std::fs::read_dir(&policy).map_err(|e| format!("{}: {e}", policy.display()))? {
-        let entry = entry.map_err(|e| format!("{}: {e}", policy.display()))?;
-        let bytes =
-            std::fs::read(entry.path()).map_err(|e| format!("{}: {e}", entry.path().display()))?;
+    for entry in std::fs::read_dir(&policy).map_err(|e| LaunchError::io(&policy, e))? {
+        let entry = entry.map_err(|e| LaunchError::io(&policy, e))?;
+        let bytes = std::fs::read(entry.path()).map_err(|e| LaunchError::io(&entry.path(), e))?;
         files.push((etc.join("policy").join(entry.file_name()), bytes, 0o644));
     }
     for (path, bytes, mode) in files {
@@ -134,9 +133,8 @@ pub(super) fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), String>
             .create_new(true)
             .mode(mode)
             .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        f.write_all(&bytes)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|e| LaunchError::io(&path, e))?;
+        f.write_all(&bytes).map_err(|e| LaunchError::io(&path, e))?;
     }
     let initrd = vm.join("initrd.gz");
     let partial = vm.join("initrd.gz.partial");
@@ -146,11 +144,11 @@ pub(super) fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), String>
         .create_new(true)
         .mode(0o600)
         .open(&partial)
-        .map_err(|e| format!("{}: {e}", partial.display()))?;
+        .map_err(|e| LaunchError::io(&partial, e))?;
     let base = kit.dir.join("initrd.gz");
     std::fs::File::open(&base)
         .and_then(|mut f| std::io::copy(&mut f, &mut out))
-        .map_err(|e| format!("{}: {e}", base.display()))?;
+        .map_err(|e| LaunchError::io(&base, e))?;
     drop(out);
     let packed = Command::new("sh")
         .arg("-c")
@@ -158,15 +156,18 @@ pub(super) fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), String>
         .arg(stage.path())
         .arg(&partial)
         .output()
-        .map_err(|e| format!("cpio: {e}"))?;
+        .map_err(|e| LaunchError::new("cpio", e.to_string()))?;
     if !packed.status.success() {
         let _ = std::fs::remove_file(&partial);
-        return Err(format!(
-            "initramfs: {} (apt-get install cpio)",
-            String::from_utf8_lossy(&packed.stderr).trim()
+        return Err(LaunchError::new(
+            "initramfs",
+            format!(
+                "{} (apt-get install cpio)",
+                String::from_utf8_lossy(&packed.stderr).trim()
+            ),
         ));
     }
     std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("{}: {e}", partial.display()))?;
-    std::fs::rename(&partial, &initrd).map_err(|e| format!("{}: {e}", initrd.display()))
+        .map_err(|e| LaunchError::io(&partial, e))?;
+    std::fs::rename(&partial, &initrd).map_err(|e| LaunchError::io(&initrd, e))
 }

@@ -23,6 +23,7 @@ pub use qemu::{in_own_scope, kit, qemu_args, tsc_khz, vm_size, Kit, GUEST_CID, K
 
 use super::backend::{Backend, Made, Prepared};
 use super::definition::{Definition, Network, Workspace};
+use super::error::LaunchError;
 use super::host::Host;
 use super::state::{container, key, state_dir, write_machine_files};
 use super::{sha256_hex, step};
@@ -48,49 +49,50 @@ impl Backend for Vm {
         "VM"
     }
 
-    fn fits(&self, def: &Definition, host: &Host) -> Result<(), String> {
+    fn fits(&self, def: &Definition, host: &Host) -> Result<(), LaunchError> {
         fits(def, host.rootless)
     }
 
-    fn up(&self, p: &Prepared, _made: &mut Made) -> Result<(), String> {
+    fn up(&self, p: &Prepared, _made: &mut Made) -> Result<(), LaunchError> {
         write_machine_files(p.def, &p.state, p.host)?;
         // The keys travel in the VM's initramfs: new values remake it.
         let inputs = sha256_hex(format!("{}\0{}", p.digest, p.keys_text).as_bytes());
         up(p.def, &p.image.name, &inputs, p.keys_text, p.start)
     }
 
-    fn start(&self, id: &str) -> Result<(), String> {
-        Err(format!(
-            "machine {id}: --start is for containers; `warden machine up` starts a VM"
+    fn start(&self, id: &str) -> Result<(), LaunchError> {
+        Err(LaunchError::new(
+            format!("machine {id}"),
+            "--start is for containers; `warden machine up` starts a VM",
         ))
     }
 
-    fn stop(&self, id: &str) -> Result<(), String> {
+    fn stop(&self, id: &str) -> Result<(), LaunchError> {
         stop(id)
     }
 
-    fn logs(&self, id: &str) -> Result<(), String> {
+    fn logs(&self, id: &str) -> Result<(), LaunchError> {
         logs(id)
     }
 
-    fn remove(&self, id: &str, volumes: bool) -> Result<(), String> {
+    fn remove(&self, id: &str, volumes: bool) -> Result<(), LaunchError> {
         remove(id, volumes)
     }
 
-    fn connect(&self, id: &str, first: Option<(u32, &Request)>) -> Result<Client, String> {
+    fn connect(&self, id: &str, first: Option<(u32, &Request)>) -> Result<Client, LaunchError> {
         connect(id, first)
     }
 
-    fn copy_audit(&self, id: &str, copy: &Path) -> Result<bool, String> {
-        std::fs::create_dir(copy).map_err(|e| format!("{}: {e}", copy.display()))?;
+    fn copy_audit(&self, id: &str, copy: &Path) -> Result<bool, LaunchError> {
+        std::fs::create_dir(copy).map_err(|e| LaunchError::io(copy, e))?;
         copy_audit(id, copy)
     }
 
-    fn list(&self) -> Result<Vec<String>, String> {
+    fn list(&self) -> Result<Vec<String>, LaunchError> {
         Ok(list())
     }
 
-    fn ids(&self) -> Result<Vec<String>, String> {
+    fn ids(&self) -> Result<Vec<String>, LaunchError> {
         Ok(ids())
     }
 }
@@ -106,8 +108,9 @@ pub fn is_vm(id: &str) -> bool {
 }
 
 /// Refuses what a VM here cannot do, saying why.
-pub fn fits(def: &Definition, rootless: bool) -> Result<(), String> {
-    let refuse = |what: &str, why: &str| Err(format!("kind \"vm\": {what}: {why}"));
+pub fn fits(def: &Definition, rootless: bool) -> Result<(), LaunchError> {
+    let refuse =
+        |what: &str, why: &str| Err(LaunchError::new("kind \"vm\"", format!("{what}: {why}")));
     if rootless {
         return refuse(
             "rootless",
@@ -162,15 +165,14 @@ pub fn up(
     inputs: &str,
     keys_text: &str,
     start: Instant,
-) -> Result<(), String> {
+) -> Result<(), LaunchError> {
     let kit = kit()?;
     let vm = dir(&def.id);
-    let io = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
     std::fs::DirBuilder::new()
         .mode(0o700)
         .recursive(true)
         .create(&vm)
-        .map_err(|e| io(&vm, e))?;
+        .map_err(|e| LaunchError::io(&vm, e))?;
     let recorded = vm.join("inputs");
     let same = std::fs::read_to_string(&recorded).is_ok_and(|d| d == inputs);
     if running(&def.id) {
@@ -198,7 +200,7 @@ pub fn up(
         return Err(e);
     }
     step(start, "warden answers over vsock");
-    std::fs::write(&recorded, inputs).map_err(|e| io(&recorded, e))
+    std::fs::write(&recorded, inputs).map_err(|e| LaunchError::io(&recorded, e))
 }
 
 /// QEMU's pid, when that process is this machine's QEMU.
@@ -230,7 +232,7 @@ fn console_tail(id: &str, lines: usize) -> String {
 /// Waits for warden's "ready" line on the console, then for an answer
 /// over vsock: connecting before the guest listens only makes work for the
 /// vsock backend.
-fn wait_ready(id: &str) -> Result<(), String> {
+fn wait_ready(id: &str) -> Result<(), LaunchError> {
     let deadline = Instant::now() + READY_TIMEOUT;
     let serial = dir(id).join("serial.log");
     loop {
@@ -239,22 +241,28 @@ fn wait_ready(id: &str) -> Result<(), String> {
         let error = match ready {
             true => match connect(id, None) {
                 Ok(_) => return Ok(()),
-                Err(e) => e,
+                Err(e) => e.to_string(),
             },
             false => "warden has not said it is ready on the console".into(),
         };
         if !running(id) {
             stop_backend(id);
-            return Err(format!(
+            // The console's lines follow: a sentence with no step.
+            return Err(LaunchError::sentence(format!(
                 "the VM stopped before warden answered; its console's last lines:\n{}",
                 console_tail(id, 15)
-            ));
+            )));
         }
         if Instant::now() > deadline {
-            return Err(format!(
-                "warden did not answer over vsock in {} s: {error}; the console's last lines:\n{}",
-                READY_TIMEOUT.as_secs(),
-                console_tail(id, 15)
+            return Err(LaunchError::new(
+                format!(
+                    "warden did not answer over vsock in {} s",
+                    READY_TIMEOUT.as_secs()
+                ),
+                format!(
+                    "{error}; the console's last lines:\n{}",
+                    console_tail(id, 15)
+                ),
             ));
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -262,35 +270,40 @@ fn wait_ready(id: &str) -> Result<(), String> {
 }
 
 /// Connects to the VM's warden through the host's end of its vsock.
-pub fn connect(id: &str, first: Option<(u32, &Request)>) -> Result<Client, String> {
+pub fn connect(id: &str, first: Option<(u32, &Request)>) -> Result<Client, LaunchError> {
     let key = key(id)?;
     let path = dir(id).join("vsock.sock");
     Client::connect_hybrid_vsock(&path, crate::vsock::DEFAULT_PORT, &key, first)
-        .map_err(|e| format!("machine {id} (VM): {e}"))
+        .map_err(|e| LaunchError::new(format!("machine {id} (VM)"), e.to_string()))
 }
 
 /// Asks warden to stop and power off; kills QEMU after the grace period.
-pub fn stop(id: &str) -> Result<(), String> {
+pub fn stop(id: &str) -> Result<(), LaunchError> {
     if let Some(pid) = qemu_pid(id) {
-        let asked = connect(id, None).and_then(|mut c| {
-            c.set_read_timeout(Some(Duration::from_secs(10)))
-                .map_err(|e| e.to_string())?;
-            c.send(0, &Request::Shutdown).map_err(|e| e.to_string())?;
-            match c.receive() {
-                Ok(Message::Event(0, Event::ShuttingDown)) | Err(_) => Ok(()),
-                Ok(other) => Err(format!("shutdown answered {other:?}")),
-            }
-        });
+        let asked = connect(id, None)
+            .map_err(|e| e.to_string())
+            .and_then(|mut c| {
+                c.set_read_timeout(Some(Duration::from_secs(10)))
+                    .map_err(|e| e.to_string())?;
+                c.send(0, &Request::Shutdown).map_err(|e| e.to_string())?;
+                match c.receive() {
+                    Ok(Message::Event(0, Event::ShuttingDown)) | Err(_) => Ok(()),
+                    Ok(other) => Err(format!("shutdown answered {other:?}")),
+                }
+            });
         let deadline = Instant::now() + STOP_GRACE;
         while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
         if qemu_pid(id).is_some() {
             kill(id);
-            return Err(format!(
-                "machine {id}: the VM did not power off within {} s ({}); QEMU was killed",
-                STOP_GRACE.as_secs(),
-                asked.err().unwrap_or_else(|| "shutdown asked".into())
+            return Err(LaunchError::new(
+                format!("machine {id}"),
+                format!(
+                    "the VM did not power off within {} s ({}); QEMU was killed",
+                    STOP_GRACE.as_secs(),
+                    asked.err().unwrap_or_else(|| "shutdown asked".into())
+                ),
             ));
         }
     }
@@ -328,12 +341,12 @@ pub(super) fn stop_backend(id: &str) {
 }
 
 /// Removes the VM's files; with `volumes`, its disks too.
-pub fn remove(id: &str, volumes: bool) -> Result<(), String> {
+pub fn remove(id: &str, volumes: bool) -> Result<(), LaunchError> {
     if running(id) {
         stop(id)?;
     }
     let vm = dir(id);
-    let entries = std::fs::read_dir(&vm).map_err(|e| format!("{}: {e}", vm.display()))?;
+    let entries = std::fs::read_dir(&vm).map_err(|e| LaunchError::io(&vm, e))?;
     for entry in entries.flatten() {
         let name = entry.file_name();
         if VOLUMES.iter().any(|v| name == *v) && !volumes {
@@ -344,7 +357,7 @@ pub fn remove(id: &str, volumes: bool) -> Result<(), String> {
             true => std::fs::remove_dir_all(&path),
             false => std::fs::remove_file(&path),
         };
-        removed.map_err(|e| format!("{}: {e}", path.display()))?;
+        removed.map_err(|e| LaunchError::io(&path, e))?;
     }
     println!("removed VM {}", container(id));
     Ok(())
@@ -383,43 +396,43 @@ pub fn list() -> Vec<String> {
 }
 
 /// The machine's console.
-pub fn logs(id: &str) -> Result<(), String> {
+pub fn logs(id: &str) -> Result<(), LaunchError> {
     let path = dir(id).join("serial.log");
-    let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = std::fs::read(&path).map_err(|e| LaunchError::io(&path, e))?;
     std::io::stdout()
         .write_all(&text)
-        .map_err(|e| format!("stdout: {e}"))
+        .map_err(|e| LaunchError::new("stdout", e.to_string()))
 }
 
 /// Copies the audit log out of the data disk (read with debugfs, never
 /// mounted on the host) into `copy`. Said plainly when the VM runs: the
 /// lines it has not yet written to its disk are not in the copy.
-pub fn copy_audit(id: &str, copy: &Path) -> Result<bool, String> {
+pub fn copy_audit(id: &str, copy: &Path) -> Result<bool, LaunchError> {
     let disk = dir(id).join("data.ext4");
     let out = Command::new("debugfs")
         .arg("-R")
         .arg(format!("rdump /audit {}", copy.display()))
         .arg(&disk)
         .output()
-        .map_err(|e| format!("debugfs (apt-get install e2fsprogs): {e}"))?;
+        .map_err(|e| LaunchError::new("debugfs (apt-get install e2fsprogs)", e.to_string()))?;
     let dumped = copy.join("audit");
     if !dumped.is_dir() && running(id) {
-        return Err(format!(
-            "machine {id}: the VM runs and its data disk holds no audit log yet (the guest has not written it back); try again in a minute, or after `warden machine stop {id}`"
+        return Err(LaunchError::new(
+            format!("machine {id}"),
+            format!("the VM runs and its data disk holds no audit log yet (the guest has not written it back); try again in a minute, or after `warden machine stop {id}`"),
         ));
     }
     if !out.status.success() || !dumped.is_dir() {
-        return Err(format!(
-            "read the audit log from {}: {}",
-            disk.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
+        return Err(LaunchError::new(
+            format!("read the audit log from {}", disk.display()),
+            String::from_utf8_lossy(&out.stderr).trim(),
         ));
     }
     // rdump makes `copy/audit`; the log's files belong directly in `copy`.
     // Only regular files come out: the disk is the machine's, and a link
     // there must not lead the host (root) to its own files.
     for entry in std::fs::read_dir(&dumped)
-        .map_err(|e| e.to_string())?
+        .map_err(|e| LaunchError::sentence(e.to_string()))?
         .flatten()
     {
         let path = entry.path();
@@ -428,7 +441,7 @@ pub fn copy_audit(id: &str, copy: &Path) -> Result<bool, String> {
             true => std::fs::rename(&path, copy.join(entry.file_name())),
             false => std::fs::remove_file(&path).or_else(|_| std::fs::remove_dir_all(&path)),
         };
-        moved.map_err(|e| format!("{}: {e}", path.display()))?;
+        moved.map_err(|e| LaunchError::io(&path, e))?;
     }
     let _ = std::fs::remove_dir(&dumped);
     Ok(running(id))
@@ -460,7 +473,10 @@ mod tests {
         for (extra, rootless, want) in table {
             match (fits(&def(extra), rootless), want) {
                 (Ok(()), None) => {}
-                (Err(e), Some(w)) => assert!(e.starts_with(&format!("kind \"vm\": {w}: ")), "{e}"),
+                (Err(e), Some(w)) => {
+                    let text = e.to_string();
+                    assert!(text.starts_with(&format!("kind \"vm\": {w}: ")), "{text}");
+                }
                 (got, want) => panic!("{extra}: {got:?}, wanted {want:?}"),
             }
         }

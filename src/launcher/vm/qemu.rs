@@ -4,6 +4,7 @@
 //! of its own.
 
 use super::{dir, stop_backend};
+use crate::launcher::error::LaunchError;
 use crate::launcher::state::container;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ pub struct Kit {
 }
 
 /// Finds the kit and the programs, or says what is missing and how to get it.
-pub fn kit() -> Result<Kit, String> {
+pub fn kit() -> Result<Kit, LaunchError> {
     let dir = PathBuf::from(std::env::var("WARDEN_VM_CACHE").unwrap_or_else(|_| KIT.into()));
     let mut missing: Vec<String> = ["vmlinuz", "initrd.gz", "data.ext4", "workspace.ext4"]
         .iter()
@@ -47,7 +48,7 @@ pub fn kit() -> Result<Kit, String> {
     }
     match (qemu, vhost) {
         (Some(qemu), Some(vhost)) if missing.is_empty() => Ok(Kit { dir, qemu, vhost }),
-        _ => Err(format!("a VM needs: {}", missing.join("; "))),
+        _ => Err(LaunchError::new("a VM needs", missing.join("; "))),
     }
 }
 
@@ -167,14 +168,18 @@ pub fn qemu_args(
 
 /// Starts the vsock backend, then QEMU (which daemonizes once the VM is
 /// set up); both outlive the launcher, in sessions of their own.
-pub(super) fn launch(kit: &Kit, id: &str, rootfs: &Path, size: (u64, u32)) -> Result<(), String> {
+pub(super) fn launch(
+    kit: &Kit,
+    id: &str,
+    rootfs: &Path,
+    size: (u64, u32),
+) -> Result<(), LaunchError> {
     let vm = dir(id);
     for stale in ["vhost.sock", "vsock.sock", "qemu.pid", "serial.log"] {
         let _ = std::fs::remove_file(vm.join(stale));
     }
     let log = |name: &str| {
-        std::fs::File::create(vm.join(name))
-            .map_err(|e| format!("{}: {e}", vm.join(name).display()))
+        std::fs::File::create(vm.join(name)).map_err(|e| LaunchError::io(&vm.join(name), e))
     };
     let systemd = systemd_runs();
     let vhost_args = vec![
@@ -195,18 +200,18 @@ pub(super) fn launch(kit: &Kit, id: &str, rootfs: &Path, size: (u64, u32)) -> Re
         .stderr(log("vhost.err")?)
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("vhost-device-vsock: {e}"))?;
+        .map_err(|e| LaunchError::new("vhost-device-vsock", e.to_string()))?;
     std::fs::write(vm.join("vhost.pid"), vhost.id().to_string())
-        .map_err(|e| format!("vhost.pid: {e}"))?;
+        .map_err(|e| LaunchError::new("vhost.pid", e.to_string()))?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while !vm.join("vhost.sock").exists() {
         if Instant::now() > deadline {
             stop_backend(id);
-            return Err(format!(
-                "vhost-device-vsock made no socket in 10 s: {}",
+            return Err(LaunchError::new(
+                "vhost-device-vsock made no socket in 10 s",
                 std::fs::read_to_string(vm.join("vhost.err"))
                     .unwrap_or_default()
-                    .trim()
+                    .trim(),
             ));
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -214,7 +219,9 @@ pub(super) fn launch(kit: &Kit, id: &str, rootfs: &Path, size: (u64, u32)) -> Re
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let Some(khz) = tsc_khz(&cpuinfo) else {
         stop_backend(id);
-        return Err("no cpu MHz in /proc/cpuinfo (microvm needs it)".into());
+        return Err(LaunchError::sentence(
+            "no cpu MHz in /proc/cpuinfo (microvm needs it)",
+        ));
     };
     let qemu = qemu_args(id, &kit.dir.join("vmlinuz"), rootfs, &vm, khz, size);
     let unit = format!("warden-{id}-qemu");
@@ -224,13 +231,12 @@ pub(super) fn launch(kit: &Kit, id: &str, rootfs: &Path, size: (u64, u32)) -> Re
         .stdin(Stdio::null())
         .process_group(0)
         .output()
-        .map_err(|e| format!("{}: {e}", kit.qemu.display()))?;
+        .map_err(|e| LaunchError::io(&kit.qemu, e))?;
     if !out.status.success() {
         stop_backend(id);
-        return Err(format!(
-            "QEMU failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+        return Err(LaunchError::new(
+            format!("QEMU failed ({})", out.status),
+            String::from_utf8_lossy(&out.stderr).trim(),
         ));
     }
     Ok(())
