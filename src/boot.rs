@@ -5,6 +5,7 @@
 use crate::audit::Event;
 use crate::audit::{Audit, Rotation};
 use crate::config::{self, MachineConfig};
+use crate::confine::cgroups::{self, Cgroups};
 use crate::confine::policy::Policy;
 use crate::confine::{self, Confinement};
 use crate::init::InitArgs;
@@ -139,15 +140,27 @@ pub fn open_audit(
     })
 }
 
-/// 7. The confinement of commands, prepared once, and the network policy.
-pub fn prepare_confinement(policy: Policy, pid1: bool, shell_uid: u32) -> (Confinement, Network) {
+/// 7. The confinement of commands, prepared once (per-command cgroups
+///    where the machine has a hierarchy of its own), and the network policy.
+pub fn prepare_confinement(
+    policy: Policy,
+    pid1: bool,
+    own_cgroups: bool,
+    shell_uid: u32,
+) -> (Confinement, Network) {
     let proc_hidden = if pid1 {
         confine::hide_processes()
     } else {
         Err("not PID 1: /proc belongs to the host; shell can list other processes".to_string())
     };
+    // Only a hierarchy that is the machine's own: on a host's, warden
+    // would move the host's processes about.
+    let cgroups = match own_cgroups && pid1 {
+        true => Cgroups::set_up(Path::new(cgroups::ROOT)),
+        false => Err("the machine has no cgroup v2 hierarchy of its own (command_cgroups is off; a VM always has one)".to_string()),
+    };
     let network = Network::new(policy.network.clone(), shell_uid);
-    (Confinement::new(policy, proc_hidden), network)
+    (Confinement::new(policy, proc_hidden, cgroups), network)
 }
 
 /// 8. Loopback, and the egress proxy's listening sockets (none: the

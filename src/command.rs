@@ -5,6 +5,7 @@
 //! request and a `Sink`, and the report back into frames.
 
 use crate::audit;
+use crate::confine::cgroups::CommandCgroup;
 use crate::confine::spawn::{SpawnError, Stdio};
 use crate::output::{pump, Budget, Out};
 use crate::protocol::{Event, ExitReport, Kind, StdinMode};
@@ -83,9 +84,15 @@ pub async fn execute(
         sup.tags.give_back(tag);
         failed(status, message)
     };
-    let launch = match sup.shell_launch(&run, &limits, tag) {
-        Ok(launch) => launch,
+    let (launch, cgroup) = match sup.shell_launch(&run, &limits, tag) {
+        Ok(made) => made,
         Err(e) => return failed(125, e.to_string()),
+    };
+    let failed = |status: i32, message: String| {
+        if let Some(cgroup) = &cgroup {
+            cgroup.remove();
+        }
+        failed(status, message)
     };
     let io = match run.pty {
         None => CommandPipes::new(run.stdin).map(Io::Pipes),
@@ -194,11 +201,22 @@ pub async fn execute(
             ((&mut exit_rx).await, Some(limit))
         }
     };
+    // What its cgroup says stopped it, read before the cgroup goes.
+    let cgroup_hit = cgroup.as_ref().and_then(CommandCgroup::limit_hit);
     // What it left behind (a new session, a double fork, a daemon) ends
     // now, unless it asked to keep it: then the tag stays taken.
-    let escaped = match run.keep_background {
-        true => (0, 0),
-        false => {
+    let escaped = match (run.keep_background, cgroup) {
+        (true, _) => (0, 0),
+        (false, Some(cgroup)) => {
+            let ended = tokio::task::spawn_blocking(move || cgroup.end())
+                .await
+                .unwrap_or((0, 1));
+            if ended.1 == 0 {
+                sup.tags.give_back(tag);
+            }
+            ended
+        }
+        (false, None) => {
             let shell = sup.shell.uid;
             let swept = tokio::task::spawn_blocking(move || crate::lifetime::sweep(shell, tag))
                 .await
@@ -226,7 +244,7 @@ pub async fn execute(
     // The OOM count is read again only when the command was killed: the
     // usual end pays for one read, not two.
     let oom_struck = || matches!((oom_before, crate::oom::kills()), (Some(a), Some(b)) if b > a);
-    let ending = classify_exit(exit, limit, budget.was_exceeded(), oom_struck);
+    let ending = classify_exit(exit, limit, budget.was_exceeded(), cgroup_hit, oom_struck);
     let spent = sup.reaper.take_spent(pid);
     let report = ExitReport {
         status: exit.status(),
@@ -261,27 +279,37 @@ pub async fn execute(
 pub struct Ending {
     pub code: Option<i32>,
     pub signal: Option<String>,
-    /// The limit that ended it: `timeout`, `output`, `memory`, `cpu`,
-    /// `file_size`.
+    /// The limit that ended it: `timeout`, `output`, `memory`,
+    /// `processes`, `cpu`, `file_size`.
     pub limit: Option<&'static str>,
 }
 
 /// Pure: how a command ended, from its exit, the limit warden's watch
-/// hit (if one did), whether its output passed its budget, and whether
-/// the OOM killer struck while it ran (asked only when it was killed).
+/// hit (if one did), whether its output passed its budget, the limit its
+/// own cgroup counted (if it has one), and whether the OOM killer struck
+/// in the machine while it ran (asked only when it was killed).
 pub fn classify_exit(
     exit: Exit,
     watched: Option<&'static str>,
     output_exceeded: bool,
+    cgroup_hit: Option<&'static str>,
     oom_struck: impl FnOnce() -> bool,
 ) -> Ending {
     // Output cut at its limit is that limit, even when the command exited
     // before the watch heard of it.
     let limit = watched.or(output_exceeded.then_some("output"));
-    // Killed while the OOM killer struck in the machine's cgroup: its
-    // memory limit (commands are first in its line). A shell reports its
-    // killed child as 137.
+    // A shell reports its killed child as 137.
     let killed = matches!(exit, Exit::Signal(libc::SIGKILL) | Exit::Code(137));
+    // Its own cgroup's limits: memory kills the whole command; processes
+    // only refuses forks, so it is the reason only for a failed command.
+    let failed = !matches!(exit, Exit::Code(0));
+    let limit = limit.or(match cgroup_hit {
+        Some("memory") if killed => Some("memory"),
+        Some("processes") if failed => Some("processes"),
+        _ => None,
+    });
+    // Killed while the OOM killer struck in the machine's cgroup: its
+    // memory limit (commands are first in its line).
     let limit = limit.or_else(|| (killed && oom_struck()).then_some("memory"));
     // Limits the kernel enforces by rlimit announce themselves by signal.
     let limit = limit.or(match exit {
@@ -413,107 +441,44 @@ fn widen(fd: &OwnedFd) {
 mod tests {
     use super::*;
 
-    /// (exit, watched, output exceeded, OOM struck) -> (code, signal, limit)
+    /// (exit, watched, output exceeded, cgroup's count, OOM struck) ->
+    /// (code, signal, limit)
     type Case = (
         Exit,
         Option<&'static str>,
         bool,
+        Option<&'static str>,
         bool,
         Option<i32>,
         Option<&'static str>,
         Option<&'static str>,
     );
 
+    #[rustfmt::skip]
+    const CASES: &[Case] = &[
+        (Exit::Code(0), None, false, None, false, Some(0), None, None),
+        (Exit::Code(3), None, false, None, true, Some(3), None, None),
+        (Exit::Signal(KILL), Some("timeout"), false, Some("memory"), true, None, Some("SIGKILL"), Some("timeout")),
+        (Exit::Signal(KILL), Some("output"), true, None, false, None, Some("SIGKILL"), Some("output")),
+        (Exit::Code(0), None, true, None, false, Some(0), None, Some("output")),
+        (Exit::Signal(KILL), None, false, Some("memory"), false, None, Some("SIGKILL"), Some("memory")),
+        (Exit::Code(137), None, false, Some("memory"), false, Some(137), None, Some("memory")),
+        (Exit::Code(0), None, false, Some("memory"), false, Some(0), None, None),
+        (Exit::Code(1), None, false, Some("processes"), false, Some(1), None, Some("processes")),
+        (Exit::Code(0), None, false, Some("processes"), false, Some(0), None, None),
+        (Exit::Signal(KILL), None, false, None, true, None, Some("SIGKILL"), Some("memory")),
+        (Exit::Code(137), None, false, None, true, Some(137), None, Some("memory")),
+        (Exit::Signal(KILL), None, false, None, false, None, Some("SIGKILL"), None),
+        (Exit::Signal(libc::SIGTERM), None, false, None, true, None, Some("SIGTERM"), None),
+        (Exit::Signal(libc::SIGXCPU), None, false, None, false, None, Some("SIGXCPU"), Some("cpu")),
+        (Exit::Signal(libc::SIGXFSZ), None, false, None, false, None, Some("SIGXFSZ"), Some("file_size")),
+    ];
+    const KILL: i32 = libc::SIGKILL;
+
     #[test]
     fn classify_exit_table() {
-        const KILL: i32 = libc::SIGKILL;
-        let cases: &[Case] = &[
-            (Exit::Code(0), None, false, false, Some(0), None, None),
-            (Exit::Code(3), None, false, true, Some(3), None, None),
-            (
-                Exit::Signal(KILL),
-                Some("timeout"),
-                false,
-                true,
-                None,
-                Some("SIGKILL"),
-                Some("timeout"),
-            ),
-            (
-                Exit::Signal(KILL),
-                Some("output"),
-                true,
-                false,
-                None,
-                Some("SIGKILL"),
-                Some("output"),
-            ),
-            (
-                Exit::Code(0),
-                None,
-                true,
-                false,
-                Some(0),
-                None,
-                Some("output"),
-            ),
-            (
-                Exit::Signal(KILL),
-                None,
-                false,
-                true,
-                None,
-                Some("SIGKILL"),
-                Some("memory"),
-            ),
-            (
-                Exit::Code(137),
-                None,
-                false,
-                true,
-                Some(137),
-                None,
-                Some("memory"),
-            ),
-            (
-                Exit::Signal(KILL),
-                None,
-                false,
-                false,
-                None,
-                Some("SIGKILL"),
-                None,
-            ),
-            (
-                Exit::Signal(libc::SIGTERM),
-                None,
-                false,
-                true,
-                None,
-                Some("SIGTERM"),
-                None,
-            ),
-            (
-                Exit::Signal(libc::SIGXCPU),
-                None,
-                false,
-                false,
-                None,
-                Some("SIGXCPU"),
-                Some("cpu"),
-            ),
-            (
-                Exit::Signal(libc::SIGXFSZ),
-                None,
-                false,
-                false,
-                None,
-                Some("SIGXFSZ"),
-                Some("file_size"),
-            ),
-        ];
-        for &(exit, watched, exceeded, oom, code, signal, limit) in cases {
-            let got = classify_exit(exit, watched, exceeded, || oom);
+        for &(exit, watched, exceeded, cgroup, oom, code, signal, limit) in CASES {
+            let got = classify_exit(exit, watched, exceeded, cgroup, || oom);
             let want = Ending {
                 code,
                 signal: signal.map(str::to_string),
@@ -521,7 +486,7 @@ mod tests {
             };
             assert_eq!(
                 got, want,
-                "{exit:?} watched {watched:?} exceeded {exceeded} oom {oom}"
+                "{exit:?} watched {watched:?} exceeded {exceeded} cgroup {cgroup:?} oom {oom}"
             );
         }
     }
@@ -533,9 +498,9 @@ mod tests {
             asked.set(asked.get() + 1);
             true
         };
-        classify_exit(Exit::Code(0), None, false, oom);
+        classify_exit(Exit::Code(0), None, false, None, oom);
         assert_eq!(asked.get(), 0);
-        classify_exit(Exit::Signal(libc::SIGKILL), None, false, oom);
+        classify_exit(Exit::Signal(libc::SIGKILL), None, false, None, oom);
         assert_eq!(asked.get(), 1);
     }
 }

@@ -55,6 +55,10 @@ pub struct MachineConfig {
     /// Seconds with no request, no command and no hold after which warden
     /// stops the machine itself; None: never.
     pub idle_stop_s: Option<u64>,
+    /// /sys/fs/cgroup is a writable cgroup v2 hierarchy of the machine's
+    /// own (a private cgroup namespace): give each command a cgroup there.
+    /// A VM's warden mounts its own and needs no saying.
+    pub command_cgroups: bool,
 }
 
 /// Commands when the audit log cannot be written.
@@ -108,6 +112,7 @@ impl Default for MachineConfig {
             lang: "C.UTF-8".into(),
             main_waits_for_keys: false,
             idle_stop_s: None,
+            command_cgroups: false,
         }
     }
 }

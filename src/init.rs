@@ -117,7 +117,9 @@ fn phases(
     let accounts = make_users(&config)?; // 4
     let (paths, changes) = make_layout(&config, &accounts)?; // 5
     let audit = open_audit(&config, &paths, &accounts)?; // 6
-    let (confinement, mut network) = prepare_confinement(policy, pid1, accounts[1].uid); // 7
+    let own_cgroups = vm.is_some() || config.command_cgroups;
+    let (confinement, mut network) =
+        prepare_confinement(policy, pid1, own_cgroups, accounts[1].uid); // 7
     let proxy_listeners = bind_proxy(&mut network); // 8
     let sup = supervisor(config, accounts, audit, confinement, network, pid1);
     let runtime = tokio::runtime::Builder::new_multi_thread() // 9

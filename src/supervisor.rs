@@ -3,6 +3,7 @@
 
 use crate::audit::Audit;
 use crate::config::MachineConfig;
+use crate::confine::cgroups::CommandCgroup;
 use crate::confine::policy::Limits;
 use crate::confine::probe::Probe;
 use crate::confine::spawn::{Grouping, Identity, Launch, LaunchError, Stdio, Workdir};
@@ -219,7 +220,7 @@ impl Supervisor {
         run: &ValidRun,
         limits: &Limits,
         tag: u32,
-    ) -> Result<Launch, String> {
+    ) -> Result<(Launch, Option<CommandCgroup>), String> {
         let env = self.shell_env(&run.env);
         let path = env
             .iter()
@@ -242,9 +243,16 @@ impl Supervisor {
                 .map_err(|e| format!("cannot make or enter the working folder: {e}"))?,
             ),
         };
-        let confine = self
+        let mut confine = self
             .confinement
             .for_command(folder.as_ref(), limits, false)?;
+        let cgroup = self
+            .confinement
+            .command_cgroup(&tag.to_string(), limits)?
+            .map(|(cgroup, procs)| {
+                confine.join_cgroup(procs);
+                cgroup
+            });
         let workdir = match folder {
             None => Workdir::At(c_path(&self.shell.home).map_err(|e| e.to_string())?),
             Some(fd) => Workdir::Fd(fd),
@@ -260,6 +268,7 @@ impl Supervisor {
             workdir,
             Some(confine),
         )
+        .map(|launch| (launch, cgroup))
         .map_err(|e| e.to_string())
     }
 
@@ -301,16 +310,6 @@ impl Supervisor {
             space("shell_space", &self.shell_space),
             space("link_protections", &self.link_protections),
             space("oom_order", &self.oom_order),
-            crate::confine::state(
-                "lifetime",
-                true,
-                true,
-                format!(
-                    "each command's processes carry a group of its own ({}-{}), kept through setsid, double forks and daemon(); whatever carries it when the command ends is killed (keep_background: at stop_shell or the machine's stop); no cgroup needed",
-                    crate::lifetime::TAG_BASE,
-                    crate::lifetime::TAG_BASE + crate::lifetime::TAG_COUNT - 1
-                ),
-            ),
         ];
         self.confinement.record(found, more)
     }
@@ -323,10 +322,24 @@ impl Supervisor {
     }
 
     fn run_probe(&self) -> Result<Probe, String> {
-        let confine = self
-            .confinement
-            .for_command(None, &self.confinement.policy.limits, true)?;
-        self.spawn_probe("warden-probe", confine)
+        let mut confine =
+            self.confinement
+                .for_command(None, &self.confinement.policy.limits, true)?;
+        // A cgroup that allows one process: the probe's fork must fail.
+        let one = Limits {
+            processes: Some(1),
+            ..Default::default()
+        };
+        let cgroup = self.confinement.command_cgroup("probe", &one)?;
+        let cgroup = cgroup.map(|(cgroup, procs)| {
+            confine.join_cgroup(procs);
+            cgroup
+        });
+        let found = self.spawn_probe("warden-probe", confine);
+        if let Some(cgroup) = cgroup {
+            cgroup.remove();
+        }
+        found
     }
 
     fn spawn_probe(

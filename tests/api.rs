@@ -769,6 +769,8 @@ fn huge_values_are_taken_as_they_are_without_overflow() {
         file_size_bytes: Some(u64::MAX),
         open_files: Some(u64::MAX),
         timeout_ms: Some(u64::MAX),
+        memory_bytes: Some(u64::MAX),
+        cpu_percent: Some(u64::MAX),
     });
     let out = run(&m, req);
     assert_eq!(

@@ -2,6 +2,7 @@
 //! the policy, handed to each command, and verified by behaviour with a
 //! probe (a child that applies every layer, then tests each from inside).
 
+pub mod cgroups;
 pub mod landlock;
 pub mod policy;
 pub mod probe;
@@ -11,6 +12,7 @@ pub mod spawner;
 
 use crate::confine::policy::{Limits, Policy, Requirement};
 use crate::protocol::LayerState;
+use cgroups::{Cgroups, CommandCgroup};
 use landlock::{Coverage, StaticRules};
 use probe::{NetProbe, Probe};
 use seccompiler::BpfProgram;
@@ -26,6 +28,8 @@ pub struct Confinement {
     pub coverage: Coverage,
     last_cap: u32,
     proc_hidden: Result<(), String>,
+    /// Per-command cgroups, or why there are none.
+    cgroups: Result<Cgroups, String>,
     /// The layers as the last probe found them.
     layers: Mutex<Vec<LayerState>>,
 }
@@ -33,7 +37,11 @@ pub struct Confinement {
 impl Confinement {
     /// The confinement of `policy`; its Landlock rules are opened by
     /// `open_rules`, once commands' mount namespace exists.
-    pub fn new(policy: Policy, proc_hidden: Result<(), String>) -> Confinement {
+    pub fn new(
+        policy: Policy,
+        proc_hidden: Result<(), String>,
+        cgroups: Result<Cgroups, String>,
+    ) -> Confinement {
         let mut policy = policy;
         // Commands reach the network through the proxy: Landlock must let
         // them connect to its port (of any address: Landlock knows ports
@@ -51,6 +59,7 @@ impl Confinement {
             coverage,
             last_cap: last_capability(),
             proc_hidden,
+            cgroups,
             policy,
             layers: Mutex::new(Vec::new()),
         }
@@ -97,7 +106,33 @@ impl Confinement {
             last_cap: self.last_cap,
             probe,
             net_probe: None,
+            cgroup: None,
         })
+    }
+
+    /// The cgroup `name` for one command (None where commands get no
+    /// cgroups), with the fd its child joins through.
+    pub fn command_cgroup(
+        &self,
+        name: &str,
+        limits: &Limits,
+    ) -> Result<Option<(CommandCgroup, OwnedFd)>, String> {
+        let Ok(cgroups) = &self.cgroups else {
+            return Ok(None);
+        };
+        cgroups.for_command(name, limits).map(Some).map_err(|e| {
+            format!(
+                "the command's cgroup {}/{name}: {e}",
+                cgroups.dir().display()
+            )
+        })
+    }
+
+    /// Whether commands' ends are by cgroup.kill (the layer was proven).
+    pub fn cgroups_hold(&self) -> bool {
+        self.layers()
+            .iter()
+            .any(|l| l.layer == "cgroups" && l.holds)
     }
 
     /// The firewall probe's layers: those of a command but Landlock, whose
@@ -109,6 +144,7 @@ impl Confinement {
             last_cap: self.last_cap,
             probe: false,
             net_probe: Some(probe),
+            cgroup: None,
         }
     }
 
@@ -155,6 +191,7 @@ impl Confinement {
                 ]
                 .iter()
                 .map(|layer| state(layer, true, false, format!("the probe failed: {e}")))
+                .chain([self.cgroups_state(Probe(0)), self.lifetime_state(Probe(0))])
                 .collect();
             }
         };
@@ -243,31 +280,44 @@ impl Confinement {
             ),
             state("rlimits", true, true, describe_limits(&self.policy.limits)),
             state("proc_hidden", false, self.proc_hidden.is_ok(), proc_detail),
-            state("cgroups", false, false, cgroup_detail()),
+            self.cgroups_state(probe),
+            self.lifetime_state(probe),
         ]
     }
-}
 
-/// Per-command cgroups are not built yet; say what this machine would
-/// offer them, measured from its cgroup v2 mounts.
-fn cgroup_detail() -> String {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let offered: Vec<String> = mountinfo
-        .lines()
-        .filter(|l| l.contains(" - cgroup2 "))
-        .filter_map(|l| l.split_whitespace().nth(4))
-        .map(|mount| {
-            let controllers =
-                std::fs::read_to_string(format!("{mount}/cgroup.controllers")).unwrap_or_default();
-            format!("{mount} offers [{}]", controllers.trim())
-        })
-        .collect();
-    let here = if offered.is_empty() {
-        "no cgroup v2 mount here".to_string()
-    } else {
-        offered.join("; ")
-    };
-    format!("per-command cgroups are not used by this build; memory and process limits rest on rlimits ({here})")
+    /// The cgroups layer: it holds when commands get cgroups and the
+    /// probe, in a cgroup allowing one process, could not fork.
+    fn cgroups_state(&self, probe: Probe) -> LayerState {
+        let cgroups = match &self.cgroups {
+            Err(e) => return state("cgroups", false, false, format!("{e}; commands get no cgroup of their own: lifetime tags end what they leave behind, rlimits bound each process (memory by address space, which memfd and shared memory escape), the machine's own limits bound them all")),
+            Ok(c) => c,
+        };
+        let l = &self.policy.limits;
+        let show = |v: Option<u64>| v.map_or("max".to_string(), |v| v.to_string());
+        let cpu = match cgroups.has_cpu() {
+            true => format!("cpu.max {}%", show(l.cpu_percent)),
+            false => "no cpu controller: no CPU bound".to_string(),
+        };
+        match probe.has(Probe::FORK_REFUSED) {
+            true => state("cgroups", false, true, format!("each command in a cgroup of its own under {}: memory.max {} (memory_bytes), no swap, pids.max {} (processes), {cpu}, memory.oom.group; ended with cgroup.kill; a probe in a cgroup of pids.max 1 could not fork", cgroups.dir().display(), show(l.memory_bytes), show(l.processes))),
+            false => state("cgroups", false, false, format!("the probe, in a cgroup of pids.max 1 under {}, could still fork: commands' cgroups are not trusted", cgroups.dir().display())),
+        }
+    }
+
+    /// How a command's leftovers end: by its cgroup where that holds,
+    /// else by its tag.
+    fn lifetime_state(&self, probe: Probe) -> LayerState {
+        let tags = format!(
+            "each command's processes carry a group of its own ({}-{}), kept through setsid, double forks and daemon()",
+            crate::lifetime::TAG_BASE,
+            crate::lifetime::TAG_BASE + crate::lifetime::TAG_COUNT - 1
+        );
+        let detail = match self.cgroups.is_ok() && probe.has(Probe::FORK_REFUSED) {
+            true => format!("cgroup.kill: whatever is left in a command's cgroup when it ends is killed (keep_background: its group's processes at stop_shell or the machine's stop); {tags}"),
+            false => format!("{tags}; whatever carries it when the command ends is killed (keep_background: at stop_shell or the machine's stop); no cgroup needed"),
+        };
+        state("lifetime", true, true, detail)
+    }
 }
 
 pub fn state(layer: &str, required: bool, holds: bool, detail: String) -> LayerState {

@@ -52,6 +52,13 @@ pub struct Limits {
     pub output_bytes: Option<u64>,
     pub file_size_bytes: Option<u64>,
     pub open_files: Option<u64>,
+    /// Memory of the command as a whole (its cgroup's memory.max: page
+    /// cache, memfd and shared memory included); held only where commands
+    /// get cgroups of their own.
+    pub memory_bytes: Option<u64>,
+    /// CPU time per wall time, in percent of one CPU (its cgroup's
+    /// cpu.max); held only where commands get cgroups of their own.
+    pub cpu_percent: Option<u64>,
 }
 
 impl Limits {
@@ -69,6 +76,8 @@ impl Limits {
             output_bytes: min(self.output_bytes, asked.output_bytes),
             file_size_bytes: min(self.file_size_bytes, asked.file_size_bytes),
             open_files: min(self.open_files, asked.open_files),
+            memory_bytes: min(self.memory_bytes, asked.memory_bytes),
+            cpu_percent: min(self.cpu_percent, asked.cpu_percent),
         }
     }
 }

@@ -42,6 +42,9 @@ impl Probe {
     pub const NET_REFUSED_FAST: u32 = 1 << 7;
     /// The proxy's port answered (on ::1 as well, when asked).
     pub const NET_PROXY_REACHED: u32 = 1 << 8;
+    /// fork(2) failed with EAGAIN: the probe's cgroup allows it one
+    /// process, itself (so it is in that cgroup, and pids.max holds).
+    pub const FORK_REFUSED: u32 = 1 << 9;
 
     pub fn has(self, bit: u32) -> bool {
         self.0 & bit != 0
@@ -90,6 +93,9 @@ pub(super) unsafe fn layers(last_cap: u32, uid: u32) -> u32 {
     }
     if libc::getuid() == uid && libc::geteuid() == uid {
         bits |= Probe::IDENTITY;
+    }
+    if fork_refused() {
+        bits |= Probe::FORK_REFUSED;
     }
     bits
 }
@@ -140,6 +146,22 @@ pub(super) unsafe fn network(p: NetProbe, uid: u32) -> u32 {
         bits |= Probe::IDENTITY;
     }
     bits
+}
+
+/// Whether a fork fails with EAGAIN; a child that was made exits at once
+/// and is waited for.
+///
+/// # Safety
+/// Raw, async-signal-safe syscalls only: callable in a forked child.
+unsafe fn fork_refused() -> bool {
+    match libc::fork() {
+        0 => libc::_exit(0),
+        pid if pid > 0 => {
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+            false
+        }
+        _ => Errno::last() == Errno::EAGAIN,
+    }
 }
 
 /// How a TCP connect from the firewall probe ended.

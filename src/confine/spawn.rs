@@ -52,6 +52,19 @@ pub struct Confine {
     pub probe: bool,
     /// Instead of exec, test the firewall and report (see `NetProbe`).
     pub net_probe: Option<NetProbe>,
+    /// The command's cgroup's `cgroup.procs`, which the child joins first.
+    pub cgroup: Option<OwnedFd>,
+}
+
+impl Confine {
+    /// Puts the child in a cgroup (`procs`: its `cgroup.procs`). Its
+    /// pids.max then bounds the command's processes, and RLIMIT_NPROC,
+    /// which counts every process of the user, goes: it would refuse a
+    /// fork before the cgroup could count it.
+    pub fn join_cgroup(&mut self, procs: OwnedFd) {
+        self.cgroup = Some(procs);
+        self.rlimits.retain(|&(resource, _, _)| resource != libc::RLIMIT_NPROC);
+    }
 }
 
 /// A fully prepared program launch.
@@ -139,6 +152,7 @@ pub enum Stage {
     Terminal = 10,
     /// Not a failure: a probe's report.
     Probe = 11,
+    Cgroup = 12,
 }
 
 impl Stage {
@@ -155,6 +169,7 @@ impl Stage {
             9 => Stage::Landlock,
             10 => Stage::Terminal,
             11 => Stage::Probe,
+            12 => Stage::Cgroup,
             _ => return None,
         })
     }
@@ -172,6 +187,7 @@ impl Stage {
             Stage::Capabilities => "cannot empty the capability sets",
             Stage::Landlock => "cannot enforce Landlock",
             Stage::Probe => "probe",
+            Stage::Cgroup => "cannot join the command's cgroup",
         }
     }
 }
@@ -481,6 +497,13 @@ impl ChildPlan<'_> {
             }
 
             let confine = self.launch.confine.as_ref();
+            // Into its cgroup first, while still root (cgroup.procs is
+            // root's): everything it starts from here on is in it.
+            if let Some(procs) = confine.and_then(|c| c.cgroup.as_ref()) {
+                if libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
+                    failed(Stage::Cgroup);
+                }
+            }
             if confine.is_some() {
                 // First in line for the OOM killer: a confined command
                 // before the runtime and warden (raising needs no
