@@ -84,6 +84,9 @@ fn main() {
         eprintln!("SKIPPED: the exec bench needs root (namespaces, setuid)");
         return;
     }
+    if std::env::args().any(|a| a == SWEEP_INSIDE) {
+        return sweep_inside();
+    }
     let scratch = tempfile::tempdir().unwrap();
     private_users(scratch.path());
     for tool in ["sudo", "runuser"] {
@@ -197,6 +200,7 @@ fn main() {
             us(confined) - us(bare),
             confined.as_secs_f64() / bare.as_secs_f64()
         );
+        println!("{}", sweep_in_a_machine());
     }
     // Output throughput: warden's API against a raw pipe from the same
     // producer, each moving the same bytes.
@@ -279,4 +283,58 @@ fn vm_field(pid: i32, field: &str) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let line = status.lines().find(|l| l.starts_with(field)).unwrap_or("");
     line[field.len().min(line.len())..].trim().to_string()
+}
+
+/// The argument that makes this bench measure the sweep from inside a PID
+/// namespace of its own.
+const SWEEP_INSIDE: &str = "sweep-inside";
+/// Processes beside the bench in that namespace: a machine's warden,
+/// runtime and its tools, generously.
+const MACHINE_PROCESSES: usize = 24;
+
+/// What the lifetime sweep costs where it runs: in a machine, whose /proc
+/// lists its own processes only (this host's lists every process here).
+/// The bench runs itself again in a new PID namespace with its own /proc.
+fn sweep_in_a_machine() -> String {
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(std::env::current_exe().unwrap())
+        .arg(SWEEP_INSIDE)
+        .output()
+        .expect("unshare (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.trim().to_string()
+}
+
+/// Inside the namespace: a machine's worth of processes, then the sweep
+/// of a command that left nothing behind, 2000 times.
+fn sweep_inside() {
+    let mut others: Vec<std::process::Child> = (0..MACHINE_PROCESSES)
+        .map(|_| Command::new("sleep").arg("60").spawn().unwrap())
+        .collect();
+    let listed = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .count();
+    let row = measure("the lifetime sweep", 2000, || {
+        assert_eq!(
+            warden::lifetime::sweep(SHELL_UID, warden::lifetime::TAG_BASE),
+            (0, 0)
+        )
+    });
+    for child in &mut others {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    println!(
+        "the lifetime sweep of a command's end, in a machine-sized /proc ({listed} processes): p50 {:.0} µs, p99 {:.0} µs",
+        us(row.stats.p50),
+        us(row.stats.p99)
+    );
 }

@@ -90,6 +90,10 @@ export interface Limits {
   file_size_bytes?: number;
   open_files?: number;
   timeout_ms?: number;
+  /** Held only where commands get cgroups of their own (status layer `cgroups`). */
+  memory_bytes?: number;
+  /** Percent of one CPU; held only where commands get cgroups of their own. */
+  cpu_percent?: number;
 }
 
 /** A terminal's size, in characters: each side 1 to 1000. */

@@ -63,7 +63,8 @@ impl Confine {
     /// fork before the cgroup could count it.
     pub fn join_cgroup(&mut self, procs: OwnedFd) {
         self.cgroup = Some(procs);
-        self.rlimits.retain(|&(resource, _, _)| resource != libc::RLIMIT_NPROC);
+        self.rlimits
+            .retain(|&(resource, _, _)| resource != libc::RLIMIT_NPROC);
     }
 }
 
