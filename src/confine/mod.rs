@@ -295,7 +295,10 @@ impl Confinement {
         let l = &self.policy.limits;
         let show = |v: Option<u64>| v.map_or("max".to_string(), |v| v.to_string());
         let cpu = match cgroups.has_cpu() {
-            true => format!("cpu.max {}%", show(l.cpu_percent)),
+            true => match l.cpu_percent {
+                Some(p) => format!("cpu.max {p}% of a CPU (cpu_percent)"),
+                None => "cpu.max max (cpu_percent)".to_string(),
+            },
             false => "no cpu controller: no CPU bound".to_string(),
         };
         match probe.has(Probe::FORK_REFUSED) {
