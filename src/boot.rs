@@ -8,7 +8,6 @@ use crate::config::{self, MachineConfig};
 use crate::confine::cgroups::{self, Cgroups};
 use crate::confine::policy::Policy;
 use crate::confine::{self, Confinement};
-use crate::init::InitArgs;
 use crate::layout;
 use crate::net::proxy;
 use crate::network::Network;
@@ -53,6 +52,13 @@ pub enum BootError {
     },
     #[error("vsock port {port}: {error}")]
     Vsock { port: u32, error: String },
+}
+
+/// What warden is started with: its machine config file (None: the
+/// default path) and the main process to run (empty: none).
+pub struct InitArgs {
+    pub config: Option<PathBuf>,
+    pub main: Vec<String>,
 }
 
 /// 3. The machine's config and its confinement policy (the command line's

@@ -3,6 +3,7 @@
 
 use crate::api;
 use crate::audit::Event;
+pub use crate::boot::InitArgs;
 use crate::boot::{
     announce, bind_proxy, leave_the_books_in_order, load_config, make_layout, make_users,
     mount_volumes, open_audit, prepare_confinement, supervisor, BootError,
@@ -19,7 +20,7 @@ use nix::unistd::Pid;
 use serde_json::json;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -37,11 +38,6 @@ const SYNCHRONOUS: [Signal; 6] = [
 /// Signals that stop the machine; everything else is forwarded.
 fn is_shutdown(sig: Signal) -> bool {
     matches!(sig, Signal::SIGTERM | Signal::SIGINT | Signal::SIGPWR)
-}
-
-pub struct InitArgs {
-    pub config: Option<PathBuf>,
-    pub main: Vec<String>,
 }
 
 /// Boots and supervises; returns the exit status for the process. As PID 1

@@ -62,7 +62,7 @@ pub struct Supervisor {
     /// The runtime's keys, once the host handed them over.
     pub keys: crate::keys::HandedKeys,
     /// Commands that outlive their connection.
-    pub detached: crate::detached::Registry,
+    pub detached: crate::detached::registry::Registry,
     /// Each command's lifetime tag.
     pub tags: crate::lifetime::Tags,
     /// What the commands that ended spent, all together.

@@ -2,6 +2,7 @@
 //! the policy, handed to each command, and verified by behaviour with a
 //! probe (a child that applies every layer, then tests each from inside).
 
+mod capabilities;
 pub mod cgroups;
 pub mod landlock;
 pub mod policy;

@@ -58,7 +58,7 @@ impl Probe {
 /// Only for a forked child, after the layers are applied.
 pub(super) unsafe fn layers(last_cap: u32, uid: u32) -> u32 {
     let mut bits = 0u32;
-    if super::spawn::empty_capabilities(last_cap) {
+    if super::capabilities::empty(last_cap) {
         bits |= Probe::NO_CAPABILITIES;
     }
     if libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1 {

@@ -4,7 +4,7 @@
 //! folder, the image, undoing a failed `up`) and asks the machine's backend
 //! for the rest; the backends know nothing of each other.
 
-use super::definition::{Definition, Kind};
+use super::definition::Definition;
 use super::error::LaunchError;
 use super::host::Host;
 use super::image::Image;
@@ -75,25 +75,4 @@ pub trait Backend {
     /// The ids of this owner's machines that have anything of this kind
     /// left (a container, a volume, a VM's folder), for `prune`.
     fn ids(&self) -> Result<Vec<String>, LaunchError>;
-}
-
-/// Every backend, for what asks all of them (`ps`, `prune`).
-pub fn all() -> [&'static dyn Backend; 2] {
-    [&super::container::Container, &super::vm::Vm]
-}
-
-/// The backend of the machine `id` as it exists now.
-pub fn of(id: &str) -> &'static dyn Backend {
-    match super::vm::is_vm(id) {
-        true => &super::vm::Vm,
-        false => &super::container::Container,
-    }
-}
-
-/// The backend a definition of `kind` asks for.
-pub fn for_kind(kind: Kind) -> &'static dyn Backend {
-    match kind {
-        Kind::Vm => &super::vm::Vm,
-        Kind::Container => &super::container::Container,
-    }
 }

@@ -8,7 +8,8 @@
 //! ask the backend of the machine as it exists.
 
 pub use super::agent_setup::{published, size_of};
-use super::backend::{self, Made, Prepared};
+use super::backend::{Backend, Made, Prepared};
+use super::container::Container;
 use super::definition::{valid_id, Definition, Kind};
 use super::engine;
 pub use super::engine::host;
@@ -16,6 +17,7 @@ use super::error::LaunchError;
 use super::host::Host;
 pub use super::state::{container, key, socket, state_dir, PREFIX};
 use super::state::{give, prepare_state};
+use super::vm::{self, Vm};
 use super::{sha256_hex, step};
 use crate::client::Client;
 use std::collections::BTreeMap;
@@ -32,9 +34,9 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
     if as_vm {
         def.kind = Kind::Vm;
     }
-    let backend = backend::for_kind(def.kind);
+    let backend = for_kind(def.kind);
     backend.fits(&def, host)?;
-    let existing = backend::of(&def.id);
+    let existing = of(&def.id);
     let exists = existing.noun() != backend.noun()
         && (def.kind == Kind::Container || engine::exists("container", &container(&def.id)));
     if exists {
@@ -145,7 +147,7 @@ fn bring_up(
         keys_text,
         start,
     };
-    backend::for_kind(def.kind).up(&prepared, made)
+    for_kind(def.kind).up(&prepared, made)
 }
 
 /// Parses a `.env` file: `NAME=VALUE` lines (an `export ` prefix, blank
@@ -200,7 +202,7 @@ fn read_keys(def: &Definition, env_file: &Path) -> Result<String, LaunchError> {
 /// Lists this owner's machines, every kind.
 pub fn ps() -> Result<(), LaunchError> {
     host()?;
-    for backend in backend::all() {
+    for backend in every_backend() {
         for line in backend.list()? {
             println!("{line}");
         }
@@ -211,19 +213,19 @@ pub fn ps() -> Result<(), LaunchError> {
 /// Stops the machine: warden is asked, and killed after a grace.
 pub fn stop(id: &str) -> Result<(), LaunchError> {
     host()?;
-    backend::of(id).stop(id)
+    of(id).stop(id)
 }
 
 /// Prints the machine's own output.
 pub fn logs(id: &str) -> Result<(), LaunchError> {
     host()?;
-    backend::of(id).logs(id)
+    of(id).logs(id)
 }
 
 /// Removes the machine; with `volumes`, its volumes and state folder too.
 pub fn rm(id: &str, volumes: bool) -> Result<(), LaunchError> {
     host()?;
-    backend::of(id).remove(id, volumes)?;
+    of(id).remove(id, volumes)?;
     if volumes {
         let state = state_dir(id);
         match std::fs::remove_dir_all(&state) {
@@ -251,7 +253,7 @@ pub fn rm(id: &str, volumes: bool) -> Result<(), LaunchError> {
 pub fn prune() -> Result<(), LaunchError> {
     host()?;
     let mut all = Vec::new();
-    for backend in backend::all() {
+    for backend in every_backend() {
         all.extend(backend.ids()?);
     }
     all.retain(|id| valid_id(id));
@@ -290,7 +292,7 @@ pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, Option<PathBuf>), LaunchErr
         _ => {}
     }
     let mut anchor = Some(state.join("anchor.json"));
-    if backend::of(id).copy_audit(id, &copy)? {
+    if of(id).copy_audit(id, &copy)? {
         println!("the VM runs: this copy, read from its data disk, may lack its last lines (not yet written to the disk); the anchor is checked once it is stopped");
         anchor = None;
     }
@@ -319,14 +321,14 @@ pub fn connect(
 ) -> Result<Client, LaunchError> {
     // No engine is asked: a command's round trip is the API's alone.
     super::host::state_root()?;
-    backend::of(id).connect(id, first)
+    of(id).connect(id, first)
 }
 
 /// Starts a machine that exists but is stopped, and waits for its warden
 /// (`exec --start`, `status --start`). A running one is left as it is.
 pub fn start(id: &str) -> Result<(), LaunchError> {
     host()?;
-    backend::of(id).start(id)
+    of(id).start(id)
 }
 
 /// Warden's status of the machine.
@@ -334,6 +336,27 @@ pub fn status(id: &str) -> Result<crate::protocol::Status, LaunchError> {
     connect(id, None)?
         .status()
         .map_err(|e| LaunchError::sentence(e.to_string()))
+}
+
+/// Every backend, for what asks all of them (`ps`, `prune`).
+fn every_backend() -> [&'static dyn Backend; 2] {
+    [&Container, &Vm]
+}
+
+/// The backend of the machine `id` as it exists now.
+fn of(id: &str) -> &'static dyn Backend {
+    match vm::is_vm(id) {
+        true => &Vm,
+        false => &Container,
+    }
+}
+
+/// The backend a definition of `kind` asks for.
+fn for_kind(kind: Kind) -> &'static dyn Backend {
+    match kind {
+        Kind::Vm => &Vm,
+        Kind::Container => &Container,
+    }
 }
 
 #[cfg(test)]

@@ -1,20 +1,11 @@
-//! Commands that outlive their connection (`detach` on a run, protocol
-//! version 4). Such a command's output goes to a buffer of its own (the
-//! last `BACKLOG_BYTES`, the oldest let go and counted) and to every
-//! connection attached to it; any authorised client may `list` them,
-//! `attach` (the backlog, then live, then the exit), `signal_command` and
-//! `wait`. They end as every command does: by exiting, by their timeout
-//! or output limit, by a signal, and with the machine. At most
-//! `MAX_RUNNING` run at once; the last `MAX_ENDED` that ended are kept for
-//! `list`, `attach` and `wait`.
+//! The detached commands a machine holds: each one's output backlog, its
+//! attached connections and its exit (`Detached`), and the registry of
+//! them all (`Registry`), which the supervisor keeps. Starting one is
+//! `detached::start`'s.
 
-use crate::command::{self, Running, Sink};
 use crate::output::Out;
 use crate::protocol::{DetachedCommand, Event, ExitReport, Kind};
-use crate::request::ValidRun;
-use crate::supervisor::Supervisor;
 use nix::unistd::Pid;
-use serde_json::json;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,10 +13,13 @@ use tokio::sync::{mpsc, watch};
 
 /// Output kept for whoever attaches later, per command.
 pub const BACKLOG_BYTES: usize = 1 << 20;
+
 /// Detached commands running at once.
 pub const MAX_RUNNING: usize = 64;
+
 /// Ended detached commands kept.
 pub const MAX_ENDED: usize = 64;
+
 /// How long an attached connection may keep a command's output waiting
 /// before it is let go (the command goes on).
 const ATTACHED_PATIENCE: Duration = Duration::from_secs(5);
@@ -79,9 +73,33 @@ pub fn trim(backlog: &mut VecDeque<(Kind, Vec<u8>)>, bytes: &mut usize, limit: u
 }
 
 impl Detached {
+    /// The detached command `command` (process `pid`), as it starts.
+    pub fn new(
+        (command, pid): (u64, Pid),
+        terminal: Option<Arc<crate::pty::Terminal>>,
+        tag: Option<String>,
+        argv: Vec<String>,
+        folder: Option<String>,
+        stdin: Option<mpsc::Sender<Vec<u8>>>,
+    ) -> Detached {
+        let (ended, _) = watch::channel(None);
+        Detached {
+            command,
+            pid,
+            tag,
+            argv,
+            folder,
+            started_ms: crate::activity::now_ms(),
+            stdin: Mutex::new(stdin),
+            terminal,
+            state: Default::default(),
+            ended,
+        }
+    }
+
     /// A chunk of output: kept, and sent to whoever is attached (one that
     /// cannot take it in time is let go).
-    async fn push(&self, kind: Kind, bytes: Vec<u8>) {
+    pub(super) async fn push(&self, kind: Kind, bytes: Vec<u8>) {
         let mut state = self.state.lock().await;
         let mut kept = Vec::with_capacity(state.attached.len());
         for (tx, id) in std::mem::take(&mut state.attached) {
@@ -107,7 +125,7 @@ impl Detached {
     }
 
     /// The command has ended: every attached connection gets its exit.
-    async fn end(&self, report: ExitReport) {
+    pub(super) async fn end(&self, report: ExitReport) {
         let mut state = self.state.lock().await;
         for (tx, id) in std::mem::take(&mut state.attached) {
             let _ = tx.send(Out::Event(id, Event::Exit(report.clone()))).await;
@@ -207,7 +225,7 @@ pub struct Registry {
 }
 
 impl Registry {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Detached>>> {
+    pub(super) fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Detached>>> {
         self.by_command.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -229,7 +247,7 @@ impl Registry {
         out
     }
 
-    fn ended(&self, command: u64) {
+    pub(super) fn ended(&self, command: u64) {
         let mut ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
         ended.push_back(command);
         while ended.len() > MAX_ENDED {
@@ -238,150 +256,6 @@ impl Registry {
             }
         }
     }
-}
-
-/// A command's stdin: the side attached connections write to, and the
-/// side the command is fed from.
-pub type StdinChannel = (mpsc::Sender<Vec<u8>>, mpsc::Receiver<Vec<u8>>);
-
-/// What the requester of a detached run is answered on.
-pub struct Requester {
-    pub tx: mpsc::Sender<Out>,
-    pub id: u32,
-    pub uid: u32,
-}
-
-/// Starts a detached run: answers `detached` (or the exit, when it could
-/// not start) on the requester's frame id, and runs it to its end whoever
-/// is connected.
-pub fn start(
-    sup: Arc<Supervisor>,
-    run: ValidRun,
-    requester: Requester,
-    stdin: Option<StdinChannel>,
-) {
-    let (hub_tx, mut hub_rx) = mpsc::channel::<Out>(16);
-    let tag = run.detach.clone().flatten();
-    let (argv, folder) = (run.argv.clone(), run.folder_text());
-    let (stdin_tx, stdin_rx) = match stdin {
-        Some((tx, rx)) => (Some(tx), Some(rx)),
-        None => (None, None),
-    };
-    let made: Arc<Mutex<Option<Arc<Detached>>>> = Arc::default();
-    let on_spawn = {
-        let (sup, made, tag) = (sup.clone(), made.clone(), tag.clone());
-        move |running: &Running| {
-            let (ended, _) = watch::channel(None);
-            let detached = Arc::new(Detached {
-                command: running.command,
-                pid: running.pid,
-                tag,
-                argv,
-                folder,
-                started_ms: crate::activity::now_ms(),
-                stdin: Mutex::new(stdin_tx),
-                terminal: running.terminal.clone(),
-                state: Default::default(),
-                ended,
-            });
-            sup.detached.map().insert(running.command, detached.clone());
-            *made.lock().unwrap_or_else(|e| e.into_inner()) = Some(detached);
-            true
-        }
-    };
-    tokio::spawn(async move {
-        let sink = Sink { tx: hub_tx, id: 0 };
-        let life = command::execute(&sup, run, requester.uid, sink, stdin_rx, on_spawn);
-        // The requester's queue is held only until it is answered, so that
-        // its connection can close while the command runs on.
-        let requester_id = requester.id;
-        let answer_to = Mutex::new(Some(requester.tx));
-        let hub = async {
-            while let Some(out) = hub_rx.recv().await {
-                let detached = made.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let Some(detached) = detached else { continue };
-                match out {
-                    Out::Event(_, Event::Started { command, pid }) => {
-                        let answer = Event::Detached {
-                            command,
-                            pid,
-                            tag: tag.clone(),
-                        };
-                        let tx = answer_to.lock().unwrap_or_else(|e| e.into_inner()).take();
-                        if let Some(tx) = tx {
-                            let _ = tx.send(Out::Event(requester_id, answer)).await;
-                        }
-                    }
-                    Out::Event(..) => {}
-                    Out::Data(kind, _, bytes) => detached.push(kind, bytes).await,
-                    Out::Splice {
-                        kind,
-                        pipe,
-                        len,
-                        done,
-                        ..
-                    } => {
-                        let bytes = read_exactly(&pipe, len).await;
-                        let whole = bytes.len() == len;
-                        detached.push(kind, bytes).await;
-                        let _ = done.send(whole);
-                    }
-                }
-            }
-        };
-        // The hub ends once the command's output is all in: then its end.
-        let (mut report, ()) = tokio::join!(life, hub);
-        report.error = report.error.map(|e| sup.audit.redact(&e).into_owned());
-        let detached = made.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        match detached {
-            Some(detached) => {
-                detached.end(report).await;
-                sup.detached.ended(detached.command);
-            }
-            // It never started: the requester hears why, as for any run.
-            None => {
-                let tx = answer_to.lock().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(tx) = tx {
-                    let _ = tx.send(Out::Event(requester_id, Event::Exit(report))).await;
-                }
-            }
-        }
-    });
-}
-
-/// Reads `len` bytes waiting in a pipe (the splice path's bytes, copied
-/// here into the backlog).
-async fn read_exactly(pipe: &tokio::net::unix::pipe::Receiver, len: usize) -> Vec<u8> {
-    let mut body = vec![0u8; len];
-    let mut got = 0;
-    while got < len {
-        if pipe.readable().await.is_err() {
-            break;
-        }
-        match pipe.try_read(&mut body[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(_) => break,
-        }
-    }
-    body.truncate(got);
-    body
-}
-
-/// The audit line of an action on a detached command.
-pub fn audit(
-    sup: &Supervisor,
-    kind: crate::audit::Event,
-    command: u64,
-    requester_uid: u32,
-    extra: serde_json::Value,
-) {
-    let mut fields = json!({"command": command, "requester_uid": requester_uid});
-    if let (Some(f), Some(e)) = (fields.as_object_mut(), extra.as_object()) {
-        f.extend(e.clone());
-    }
-    sup.audit.record(kind, fields);
 }
 
 #[cfg(test)]
