@@ -6,7 +6,8 @@
 
 use crate::audit;
 use crate::confine::cgroups::CommandCgroup;
-use crate::confine::spawn::{SpawnError, Stdio};
+use crate::confine::policy::Limits;
+use crate::confine::spawn::{SpawnError, Spawned, Stdio};
 use crate::output::{pump, Budget, Out};
 use crate::protocol::{Event, ExitReport, Kind, StdinMode};
 use crate::reaper::Exit;
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// Where a command's events and output go: the frames of one id on one
 /// connection (or a detached command's own buffer).
@@ -43,9 +44,10 @@ pub struct Running {
 /// A command's life, from its checked request to its exit report: its
 /// stdio (pipes or a terminal), the spawn, its output streamed to `sink`
 /// within its budget, the watch (exit, timeout, output limit: a limit kills
-/// the whole group), the drain, and its audit lines. `on_spawn` learns the
-/// command once it runs, and answers false when it must be killed at once
-/// (its client is gone). The caller sends the exit report.
+/// the whole group), what it left behind, the drain, and its audit lines.
+/// `on_spawn` learns the command once it runs, and answers false when it
+/// must be killed at once (its client is gone). The caller sends the exit
+/// report.
 pub async fn execute(
     sup: &Supervisor,
     run: ValidRun,
@@ -55,197 +57,47 @@ pub async fn execute(
     on_spawn: impl FnOnce(&Running) -> bool,
 ) -> ExitReport {
     let started = Instant::now();
-    let failed = |status: i32, message: String| {
-        sup.audit.record(
-            audit::Event::CommandFailed,
-            json!({"requester_uid": requester, "argv": run.argv, "folder": run.folder_text(),
-                   "status": status, "error": message}),
-        );
-        ExitReport {
-            status,
-            code: Some(status),
-            error: Some(message),
-            duration_ms: ms(started.elapsed()),
-            drained: true,
-            ..Default::default()
-        }
-    };
     let limits = sup.limits_for(&run);
     // The OOM killer's count before it runs (see `oom`).
     let oom_before = crate::oom::kills();
-    // Its tag: every process it starts carries it, wherever it goes.
-    let Some(tag) = sup.tags.take() else {
-        return failed(
-            125,
-            format!("all {} command tags are taken by kept background processes (stop_shell frees them)", crate::lifetime::TAG_COUNT),
-        );
-    };
-    let failed = |status: i32, message: String| {
-        sup.tags.give_back(tag);
-        failed(status, message)
-    };
-    let (launch, cgroup) = match sup.shell_launch(&run, &limits, tag) {
-        Ok(made) => made,
-        Err(e) => return failed(125, e.to_string()),
-    };
-    let failed = |status: i32, message: String| {
-        if let Some(cgroup) = &cgroup {
-            cgroup.remove();
-        }
-        failed(status, message)
-    };
-    let io = match run.pty {
-        None => CommandPipes::new(run.stdin).map(Io::Pipes),
-        Some(size) => crate::command::terminal(size.rows, size.cols, 0)
-            .map(|(terminal, child)| Io::Terminal(Arc::new(terminal), Some(child))),
-    };
-    let mut io = match io {
-        Ok(io) => io,
-        Err(e) => return failed(125, format!("stdio: {e}")),
-    };
-    let child = match &mut io {
-        Io::Pipes(pipes) => pipes.child.take(),
-        Io::Terminal(_, child) => child.take(),
-    };
-    let Some(child) = child else {
-        return failed(125, "stdio: already handed out".into());
-    };
-    let spawned = match sup.spawner.spawn(launch, child, !run.keep_background).await {
+    let started_one = match start(sup, &run, &limits).await {
         Ok(s) => s,
-        Err(SpawnError::Child(f)) => return failed(f.status(), f.to_string()),
-        Err(e) => return failed(125, e.to_string()),
+        Err((status, message)) => {
+            return not_started(sup, &run, requester, started, status, message)
+        }
     };
-    let pid = spawned.pid;
-    let command = sup.next_command_id();
-    let terminal = match &io {
-        Io::Terminal(terminal, _) => Some(terminal.clone()),
-        Io::Pipes(_) => None,
-    };
+    let Started {
+        spawned,
+        io,
+        tag,
+        cgroup,
+    } = started_one;
     let running = Running {
-        command,
-        pid,
-        terminal,
+        command: sup.next_command_id(),
+        pid: spawned.pid,
+        terminal: match &io {
+            Io::Terminal(terminal, _) => Some(terminal.clone()),
+            Io::Pipes(_) => None,
+        },
     };
     if !on_spawn(&running) {
-        sup.reaper.signal(pid, Signal::SIGKILL, true);
+        sup.reaper.signal(running.pid, Signal::SIGKILL, true);
     }
-    sup.command_started(command, pid, &run, requester, tag);
-    sup.audit.record(
-        audit::Event::CommandStart,
-        json!({"command": command, "pid": pid.as_raw(), "requester_uid": requester,
-               "argv": run.argv, "folder": run.folder_text(),
-               "limits": limits, "keep_background": run.keep_background,
-               "detached": run.detach.is_some(), "tag": run.detach.clone().flatten(),
-               "terminal": run.pty.is_some()}),
-    );
-    let started_event = Event::Started {
-        command,
-        pid: pid.as_raw(),
-    };
-    let _ = sink.tx.send(Out::Event(sink.id, started_event)).await;
-
-    let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    announce(sup, &run, requester, &limits, &running, tag, &sink).await;
     let budget = Budget::new(limits.output_bytes);
-    let stream = |pipe, kind, count: &Arc<AtomicU64>| {
-        tokio::spawn(pump(
-            pipe,
-            kind,
-            sink.id,
-            sink.tx.clone(),
-            count.clone(),
-            budget.clone(),
-        ))
-    };
-    let (mut out, mut err, feeder) = match io {
-        Io::Pipes(pipes) => {
-            let out = stream(pipes.stdout, Kind::Stdout, &counts[0]);
-            let err = stream(pipes.stderr, Kind::Stderr, &counts[1]);
-            let feeder = match (pipes.stdin, stdin_rx) {
-                (Some(pipe), Some(rx)) => Some(tokio::spawn(feed(pipe, rx))),
-                _ => None,
-            };
-            (out, err, feeder)
-        }
-        // One stream: a terminal has no stderr of its own.
-        Io::Terminal(terminal, _) => {
-            let out = tokio::spawn(crate::pty::pump(
-                terminal.clone(),
-                sink.id,
-                sink.tx.clone(),
-                counts[0].clone(),
-                budget.clone(),
-            ));
-            let err = tokio::spawn(async {});
-            let feeder = stdin_rx.map(|rx| tokio::spawn(crate::pty::feed(terminal, rx)));
-            (out, err, feeder)
-        }
-    };
-
-    let mut exit_rx = spawned.exit;
-    let deadline = async {
-        match limits.timeout_ms {
-            Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
-            None => std::future::pending().await,
-        }
-    };
-    // A limit warden watches kills the whole group at once.
-    let hit = tokio::select! {
-        exit = &mut exit_rx => Err(exit),
-        _ = deadline => Ok("timeout"),
-        _ = budget.exceeded.notified() => Ok("output"),
-    };
-    let (exit, limit) = match hit {
-        Err(exit) => (exit, None),
-        Ok(limit) => {
-            sup.reaper.signal(pid, Signal::SIGKILL, true);
-            ((&mut exit_rx).await, Some(limit))
-        }
-    };
+    let mut streams = Streams::start(io, &sink, stdin_rx, &budget);
+    let (exit, watched) = watch(sup, running.pid, spawned.exit, limits.timeout_ms, &budget).await;
     // What its cgroup says stopped it, read before the cgroup goes.
     let cgroup_hit = cgroup.as_ref().and_then(CommandCgroup::limit_hit);
-    // What it left behind (a new session, a double fork, a daemon) ends
-    // now, unless it asked to keep it: then the tag stays taken.
-    let escaped = match (run.keep_background, cgroup) {
-        (true, _) => (0, 0),
-        (false, Some(cgroup)) => {
-            let ended = tokio::task::spawn_blocking(move || cgroup.end())
-                .await
-                .unwrap_or((0, 1));
-            if ended.1 == 0 {
-                sup.tags.give_back(tag);
-            }
-            ended
-        }
-        (false, None) => {
-            let shell = sup.shell.uid;
-            let swept = tokio::task::spawn_blocking(move || crate::lifetime::sweep(shell, tag))
-                .await
-                .unwrap_or((0, 0));
-            if swept.1 == 0 {
-                sup.tags.give_back(tag);
-            }
-            swept
-        }
-    };
-    let drained = tokio::time::timeout(sup.drain_period(), async {
-        let _ = (&mut out).await;
-        let _ = (&mut err).await;
-    })
-    .await
-    .is_ok();
-    out.abort();
-    err.abort();
-    if let Some(f) = feeder {
-        f.abort();
-    }
-    sup.command_ended(command);
-
+    let escaped = end_leftovers(sup, run.keep_background, tag, cgroup).await;
+    let drained = streams.drain(sup.drain_period()).await;
+    sup.command_ended(running.command);
     let exit = exit.unwrap_or(Exit::Code(125));
     // The OOM count is read again only when the command was killed: the
     // usual end pays for one read, not two.
     let oom_struck = || matches!((oom_before, crate::oom::kills()), (Some(a), Some(b)) if b > a);
-    let ending = classify_exit(exit, limit, budget.was_exceeded(), cgroup_hit, oom_struck);
-    let spent = sup.reaper.take_spent(pid);
+    let ending = classify_exit(exit, watched, budget.was_exceeded(), cgroup_hit, oom_struck);
+    let spent = sup.reaper.take_spent(running.pid);
     let report = ExitReport {
         status: exit.status(),
         code: ending.code,
@@ -253,8 +105,8 @@ pub async fn execute(
         limit: ending.limit.map(str::to_string),
         error: None,
         duration_ms: ms(started.elapsed()),
-        stdout_bytes: counts[0].load(Ordering::Relaxed),
-        stderr_bytes: counts[1].load(Ordering::Relaxed),
+        stdout_bytes: streams.counts[0].load(Ordering::Relaxed),
+        stderr_bytes: streams.counts[1].load(Ordering::Relaxed),
         drained,
         cpu_user_ms: spent.map(|s| round_ms(s.user_ms)),
         cpu_system_ms: spent.map(|s| round_ms(s.system_ms)),
@@ -263,7 +115,7 @@ pub async fn execute(
     sup.count_spent(&report);
     sup.audit.record(
         audit::Event::CommandEnd,
-        json!({"command": command, "status": report.status, "code": report.code,
+        json!({"command": running.command, "status": report.status, "code": report.code,
                "signal": report.signal, "limit": report.limit,
                "duration_ms": report.duration_ms, "stdout_bytes": report.stdout_bytes,
                "stderr_bytes": report.stderr_bytes, "drained": report.drained,
@@ -272,6 +124,257 @@ pub async fn execute(
                "left_behind_killed": escaped.0, "left_behind_surviving": escaped.1}),
     );
     report
+}
+
+/// A command just spawned, with what it was given.
+struct Started {
+    spawned: Spawned,
+    io: Io,
+    /// The group every process it starts carries (see `lifetime`).
+    tag: u32,
+    cgroup: Option<CommandCgroup>,
+}
+
+/// Takes a tag, prepares the launch (and its cgroup) and the stdio, and
+/// spawns; on failure gives back what it took: (exit status, why).
+async fn start(
+    sup: &Supervisor,
+    run: &ValidRun,
+    limits: &Limits,
+) -> Result<Started, (i32, String)> {
+    let Some(tag) = sup.tags.take() else {
+        return Err((125, format!("all {} command tags are taken by kept background processes (stop_shell frees them)", crate::lifetime::TAG_COUNT)));
+    };
+    let (launch, cgroup) = match sup.shell_launch(run, limits, tag) {
+        Ok(made) => made,
+        Err(e) => {
+            sup.tags.give_back(tag);
+            return Err((125, e));
+        }
+    };
+    let spawned = match stdio(run) {
+        Ok((io, child)) => match sup.spawner.spawn(launch, child, !run.keep_background).await {
+            Ok(spawned) => Ok((spawned, io)),
+            Err(SpawnError::Child(f)) => Err((f.status(), f.to_string())),
+            Err(e) => Err((125, e.to_string())),
+        },
+        Err(e) => Err((125, e)),
+    };
+    match spawned {
+        Ok((spawned, io)) => Ok(Started {
+            spawned,
+            io,
+            tag,
+            cgroup,
+        }),
+        Err(failed) => {
+            if let Some(cgroup) = &cgroup {
+                cgroup.remove();
+            }
+            sup.tags.give_back(tag);
+            Err(failed)
+        }
+    }
+}
+
+/// The command's stdio, and the child's end of it to spawn with.
+fn stdio(run: &ValidRun) -> Result<(Io, Stdio), String> {
+    let io = match run.pty {
+        None => CommandPipes::new(run.stdin).map(Io::Pipes),
+        Some(size) => crate::command::terminal(size.rows, size.cols, 0)
+            .map(|(terminal, child)| Io::Terminal(Arc::new(terminal), Some(child))),
+    };
+    let mut io = io.map_err(|e| format!("stdio: {e}"))?;
+    let child = match &mut io {
+        Io::Pipes(pipes) => pipes.child.take(),
+        Io::Terminal(_, child) => child.take(),
+    };
+    let child = child.ok_or("stdio: already handed out")?;
+    Ok((io, child))
+}
+
+/// A command that could not start: its audit line and report.
+fn not_started(
+    sup: &Supervisor,
+    run: &ValidRun,
+    requester: u32,
+    started: Instant,
+    status: i32,
+    message: String,
+) -> ExitReport {
+    sup.audit.record(
+        audit::Event::CommandFailed,
+        json!({"requester_uid": requester, "argv": run.argv, "folder": run.folder_text(),
+               "status": status, "error": message}),
+    );
+    ExitReport {
+        status,
+        code: Some(status),
+        error: Some(message),
+        duration_ms: ms(started.elapsed()),
+        drained: true,
+        ..Default::default()
+    }
+}
+
+/// Says the command runs: in the supervisor's list, the audit log and to
+/// its client.
+async fn announce(
+    sup: &Supervisor,
+    run: &ValidRun,
+    requester: u32,
+    limits: &Limits,
+    running: &Running,
+    tag: u32,
+    sink: &Sink,
+) {
+    let (command, pid) = (running.command, running.pid);
+    sup.command_started(command, pid, run, requester, tag);
+    sup.audit.record(
+        audit::Event::CommandStart,
+        json!({"command": command, "pid": pid.as_raw(), "requester_uid": requester,
+               "argv": run.argv, "folder": run.folder_text(),
+               "limits": limits, "keep_background": run.keep_background,
+               "detached": run.detach.is_some(), "tag": run.detach.clone().flatten(),
+               "terminal": run.pty.is_some()}),
+    );
+    let started = Event::Started {
+        command,
+        pid: pid.as_raw(),
+    };
+    let _ = sink.tx.send(Out::Event(sink.id, started)).await;
+}
+
+/// The tasks that move a command's output to its sink (and its client's
+/// stdin to it), with the bytes counted.
+struct Streams {
+    out: tokio::task::JoinHandle<()>,
+    err: tokio::task::JoinHandle<()>,
+    feeder: Option<tokio::task::JoinHandle<()>>,
+    counts: [Arc<AtomicU64>; 2],
+}
+
+impl Streams {
+    fn start(
+        io: Io,
+        sink: &Sink,
+        stdin_rx: Option<mpsc::Receiver<Vec<u8>>>,
+        budget: &Arc<Budget>,
+    ) -> Streams {
+        let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+        let stream = |pipe, kind, count: &Arc<AtomicU64>| {
+            tokio::spawn(pump(
+                pipe,
+                kind,
+                sink.id,
+                sink.tx.clone(),
+                count.clone(),
+                budget.clone(),
+            ))
+        };
+        let (out, err, feeder) = match io {
+            Io::Pipes(pipes) => {
+                let out = stream(pipes.stdout, Kind::Stdout, &counts[0]);
+                let err = stream(pipes.stderr, Kind::Stderr, &counts[1]);
+                let feeder = match (pipes.stdin, stdin_rx) {
+                    (Some(pipe), Some(rx)) => Some(tokio::spawn(feed(pipe, rx))),
+                    _ => None,
+                };
+                (out, err, feeder)
+            }
+            // One stream: a terminal has no stderr of its own.
+            Io::Terminal(terminal, _) => {
+                let out = tokio::spawn(crate::pty::pump(
+                    terminal.clone(),
+                    sink.id,
+                    sink.tx.clone(),
+                    counts[0].clone(),
+                    budget.clone(),
+                ));
+                let feeder = stdin_rx.map(|rx| tokio::spawn(crate::pty::feed(terminal, rx)));
+                (out, tokio::spawn(async {}), feeder)
+            }
+        };
+        Streams {
+            out,
+            err,
+            feeder,
+            counts,
+        }
+    }
+
+    /// Waits (bounded) for the output to be delivered; false when the
+    /// period ran out first.
+    async fn drain(&mut self, period: Duration) -> bool {
+        let drained = tokio::time::timeout(period, async {
+            let _ = (&mut self.out).await;
+            let _ = (&mut self.err).await;
+        })
+        .await
+        .is_ok();
+        self.out.abort();
+        self.err.abort();
+        if let Some(f) = &self.feeder {
+            f.abort();
+        }
+        drained
+    }
+}
+
+/// Waits for the command's exit, its timeout or its output limit; a limit
+/// kills its whole group. (its exit, the limit hit).
+async fn watch(
+    sup: &Supervisor,
+    pid: Pid,
+    mut exit_rx: oneshot::Receiver<Exit>,
+    timeout_ms: Option<u64>,
+    budget: &Arc<Budget>,
+) -> (Option<Exit>, Option<&'static str>) {
+    let deadline = async {
+        match timeout_ms {
+            Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            None => std::future::pending().await,
+        }
+    };
+    let hit = tokio::select! {
+        exit = &mut exit_rx => Err(exit),
+        _ = deadline => Ok("timeout"),
+        _ = budget.exceeded.notified() => Ok("output"),
+    };
+    match hit {
+        Err(exit) => (exit.ok(), None),
+        Ok(limit) => {
+            sup.reaper.signal(pid, Signal::SIGKILL, true);
+            ((&mut exit_rx).await.ok(), Some(limit))
+        }
+    }
+}
+
+/// Ends what the command left behind (a new session, a double fork, a
+/// daemon): by its cgroup where it has one, else by its tag; unless it
+/// asked to keep it, and then the tag stays taken. (killed, still there)
+async fn end_leftovers(
+    sup: &Supervisor,
+    keep_background: bool,
+    tag: u32,
+    cgroup: Option<CommandCgroup>,
+) -> (usize, usize) {
+    let ended = match (keep_background, cgroup) {
+        (true, _) => return (0, 0),
+        (false, Some(cgroup)) => tokio::task::spawn_blocking(move || cgroup.end())
+            .await
+            .unwrap_or((0, 1)),
+        (false, None) => {
+            let shell = sup.shell.uid;
+            tokio::task::spawn_blocking(move || crate::lifetime::sweep(shell, tag))
+                .await
+                .unwrap_or((0, 1))
+        }
+    };
+    if ended.1 == 0 {
+        sup.tags.give_back(tag);
+    }
+    ended
 }
 
 /// How a command ended, as its exit report and audit line say it.
