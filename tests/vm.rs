@@ -524,6 +524,9 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
         serde_json::json!({
             "image": "localhost/warden-machine:latest", "kind": "vm",
             "keys": ["API_TOKEN"], "hosts": ["allowed.example"],
+            // The agent's own process: it sees its key, and runs on.
+            "command": ["sh", "-c", "printf %s \"$API_TOKEN\" | sha256sum > /home/runtime/data/main-saw; exec sleep 100000"],
+            "requires": ["python3", "git"],
         }),
     );
     let id = &m.id;
@@ -564,6 +567,10 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
 
     let (ok, status, err) = warden(&["machine", "status", id]);
     assert!(ok, "{err}");
+    // The main process runs, as runtime, with the key in its environment.
+    let main = warden::launcher::machine::status(id).unwrap().main;
+    let main = main.expect("a main process");
+    assert!(main.pid > 0 && main.argv[0] == "sh", "{main:?}");
     for layer in ["firewall", "proc_hidden", "landlock", "seccomp"] {
         assert!(
             status
@@ -600,6 +607,19 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     assert!(!console.contains("Kernel panic"), "{console}");
     let (_, out, _) = warden(&["machine", "ps"]);
     assert!(out.contains(&format!("warden-{id}\tStopped (VM)")), "{out}");
+
+    // What the main process wrote on the data disk: the digest of the key
+    // it was given.
+    let disk = format!("/var/lib/warden/machines/{id}/vm/data.ext4");
+    let saw = Command::new("debugfs")
+        .args(["-R", "cat /main-saw", &disk])
+        .output()
+        .unwrap();
+    let want = format!(
+        "{:x}  -",
+        <sha2::Sha256 as sha2::Digest>::digest(CANARY.as_bytes())
+    );
+    assert_eq!(text(&saw.stdout).trim(), want, "{}", text(&saw.stderr));
 
     let (ok, audit, err) = warden(&["machine", "audit", id]);
     assert!(ok, "audit: {audit}{err}");

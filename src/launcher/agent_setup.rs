@@ -11,8 +11,12 @@ use super::host::Host;
 use super::state::connect;
 
 /// Each command `requires` names must be on warden's PATH, as shell finds
-/// it; the missing ones are named in one line.
-pub(super) fn check_requires(def: &Definition) -> Result<(), LaunchError> {
+/// it; the missing ones are named in one line. `connect` reaches the
+/// machine's warden (a container's host socket, a VM's vsock).
+pub(super) fn check_requires(
+    def: &Definition,
+    connect: impl FnOnce() -> Result<crate::client::Client, LaunchError>,
+) -> Result<(), LaunchError> {
     if def.requires.is_empty() {
         return Ok(());
     }
@@ -23,8 +27,7 @@ pub(super) fn check_requires(def: &Definition) -> Result<(), LaunchError> {
         argv: Some(argv),
         ..Default::default()
     };
-    let mut client = connect(&def.id, None)?;
-    let out = client
+    let out = connect()?
         .run(request)
         .map_err(|e| LaunchError::new("requires", format!("the check could not run: {e}")))?;
     let missing = String::from_utf8_lossy(&out.stdout).trim().to_string();

@@ -96,7 +96,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
                     &format!("{name}: inputs changed, old container removed"),
                 );
             }
-            write_machine_files(def, &p.state, p.host)?;
+            write_machine_files(def, &p.state, p.host, None)?;
             create(def, &p.state, &p.image.name, &p.digest, made)?;
             made.container = Some(name.clone());
             step(start, &format!("{name}: created"));
@@ -117,7 +117,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         start,
         &format!("keys handed to the runtime: {}", def.keys.len()),
     );
-    check_requires(def)?;
+    check_requires(def, || super::state::connect(&def.id, None))?;
     if let Some(script) = &def.setup {
         // Once per container: a failed setup runs again at the next `up`.
         let done = p.state.join("setup.done");

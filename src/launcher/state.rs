@@ -81,6 +81,7 @@ pub(super) fn write_machine_files(
     def: &Definition,
     state: &Path,
     host: &Host,
+    main: Option<&[String]>,
 ) -> Result<(), LaunchError> {
     let io = |what: &str, e: std::io::Error| state_error(state, what, e);
     // An earlier `up` may have handed them to the machine's root: take
@@ -105,8 +106,10 @@ pub(super) fn write_machine_files(
         "host_socket": "/run/warden-host/api.sock",
         "key_file": "/etc/warden/key",
         // The keys come through the host socket right after boot: a main
-        // process waits for them, to start with them.
-        "main_waits_for_keys": !def.keys.is_empty(),
+        // process waits for them, to start with them. (Given here, the
+        // main process is a VM's, whose keys are on its disk at boot.)
+        "main_waits_for_keys": !def.keys.is_empty() && main.is_none(),
+        "main": main.unwrap_or_default(),
         "idle_stop_s": def.idle_stop_minutes.map(|m| (m * 60.0).round().max(1.0) as u64),
     });
     std::fs::write(state.join("etc/machine.json"), format!("{config:#}\n"))

@@ -54,7 +54,8 @@ impl Backend for Vm {
     }
 
     fn up(&self, p: &Prepared, _made: &mut Made) -> Result<(), LaunchError> {
-        write_machine_files(p.def, &p.state, p.host)?;
+        let main = main_process(p.def, &p.image.name)?;
+        write_machine_files(p.def, &p.state, p.host, Some(&main))?;
         // The keys travel in the VM's initramfs: new values remake it.
         let inputs = sha256_hex(format!("{}\0{}", p.digest, p.keys_text).as_bytes());
         up(p.def, &p.image.name, &inputs, p.keys_text, p.start)
@@ -97,6 +98,30 @@ impl Backend for Vm {
     }
 }
 
+/// The VM's main process, which its warden starts as runtime: the
+/// definition's `command`, else the CMD of an image built for warden (its
+/// entrypoint is warden, and CMD its main process); none otherwise.
+fn main_process(def: &Definition, image: &str) -> Result<Vec<String>, LaunchError> {
+    if let Some(command) = &def.command {
+        return Ok(command.clone());
+    }
+    let inspect = |what: &str| {
+        super::engine::run(
+            "inspect image",
+            &["image", "inspect", "--format", what, image],
+        )
+    };
+    let entry = inspect("{{json .Config.Entrypoint}}")?;
+    if !super::create::entrypoint_is_warden(&entry) {
+        return Ok(Vec::new());
+    }
+    let cmd = inspect("{{json .Config.Cmd}}")?;
+    Ok(serde_json::from_str::<Option<Vec<String>>>(cmd.trim())
+        .ok()
+        .flatten()
+        .unwrap_or_default())
+}
+
 /// The machine's VM folder.
 pub fn dir(id: &str) -> PathBuf {
     state_dir(id).join("vm")
@@ -135,17 +160,16 @@ pub fn fits(def: &Definition, rootless: bool) -> Result<(), LaunchError> {
     if def.keep_id.is_on() {
         return refuse("keep_id", "a VM has no host folders to keep ids in");
     }
-    let agent_fields = [
-        ("command", def.command.is_some()),
-        ("restart", def.restart != super::agent::Restart::No),
-        ("ports", !def.ports.is_empty()),
-        ("requires", !def.requires.is_empty()),
-        ("idle_stop_minutes", def.idle_stop_minutes.is_some()),
-    ];
-    if let Some((field, _)) = agent_fields.iter().find(|(_, given)| *given) {
+    if def.restart != super::agent::Restart::No {
         return refuse(
-            field,
-            "not for VMs yet: a VM runs warden alone, with no network device to publish on",
+            "restart",
+            "not for VMs yet: a VM's main process ending stops the VM",
+        );
+    }
+    if !def.ports.is_empty() {
+        return refuse(
+            "ports",
+            "not for VMs yet: a VM has no network device to publish on",
         );
     }
     if def.setup.is_some() {
@@ -200,6 +224,11 @@ pub fn up(
         return Err(e);
     }
     step(start, "warden answers over vsock");
+    // An image without what the definition requires is not kept running.
+    if let Err(e) = super::agent_setup::check_requires(def, || connect(&def.id, None)) {
+        let _ = stop(&def.id);
+        return Err(e);
+    }
     std::fs::write(&recorded, inputs).map_err(|e| LaunchError::io(&recorded, e))
 }
 
@@ -469,6 +498,11 @@ mod tests {
             (r#", "network": "private""#, false, Some("network")),
             (r#", "keep_id": true"#, false, Some("keep_id")),
             (r#", "setup": "s.sh""#, false, Some("setup")),
+            (r#", "restart": "always""#, false, Some("restart")),
+            (r#", "ports": [8080]"#, false, Some("ports")),
+            (r#", "command": ["node", "server.js"]"#, false, None),
+            (r#", "requires": ["node"]"#, false, None),
+            (r#", "idle_stop_minutes": 5"#, false, None),
         ];
         for (extra, rootless, want) in table {
             match (fits(&def(extra), rootless), want) {
