@@ -630,4 +630,26 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     let (ok, out, err) = warden(&["machine", "rm", id, "--volumes"]);
     assert!(ok, "rm: {out}{err}");
     assert!(!std::path::Path::new(&format!("/var/lib/warden/machines/{id}")).exists());
+
+    // An image without what the definition requires: `up` says which, and
+    // the VM is not left running.
+    let lacking = common::machine::TestMachine::defined(
+        "vm-req",
+        serde_json::json!({
+            "image": "localhost/warden-machine:latest", "kind": "vm",
+            "requires": ["python3", "no-such-tool-7"],
+        }),
+    );
+    let file = lacking.definition();
+    let (ok, out, err) = warden(&["machine", "up", file.to_str().unwrap()]);
+    assert!(!ok, "{out}{err}");
+    assert!(
+        err.contains("requires: the image has no no-such-tool-7"),
+        "{out}{err}"
+    );
+    let (_, out, _) = warden(&["machine", "ps"]);
+    assert!(
+        !out.contains(&format!("warden-{}\tRunning", lacking.id)),
+        "{out}"
+    );
 }

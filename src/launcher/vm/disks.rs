@@ -105,7 +105,7 @@ pub(super) fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), LaunchE
     let etc = stage.path().join("etc/warden");
     std::fs::create_dir_all(etc.join("policy")).map_err(|e| LaunchError::io(&etc, e))?;
     let key = key(id)?;
-    let config = serde_json::json!({"key_file": "/etc/warden/key"});
+    let config = vm_config(&state)?;
     let mut files: Vec<(PathBuf, Vec<u8>, u32)> = vec![
         (etc.join("key"), key.into_bytes(), 0o600),
         (
@@ -170,4 +170,18 @@ pub(super) fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), LaunchE
     std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| LaunchError::io(&partial, e))?;
     std::fs::rename(&partial, &initrd).map_err(|e| LaunchError::io(&initrd, e))
+}
+
+/// The VM's machine config: the one written for the machine, without the
+/// host socket (a VM's warden serves the host over vsock instead).
+fn vm_config(state: &Path) -> Result<serde_json::Value, LaunchError> {
+    let path = state.join("etc/machine.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| LaunchError::io(&path, e))?;
+    let mut config: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| LaunchError::new(path.display().to_string(), e.to_string()))?;
+    if let Some(fields) = config.as_object_mut() {
+        fields.remove("host_socket");
+        fields.insert("key_file".into(), "/etc/warden/key".into());
+    }
+    Ok(config)
 }
