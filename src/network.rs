@@ -111,14 +111,14 @@ impl Network {
     pub fn prove(
         &self,
         reaper: &Reaper,
-        landlock_tcp: bool,
+        (landlock_tcp, seccomp_sockets): (bool, bool),
         probe: impl FnOnce(
             crate::confine::probe::NetProbe,
         ) -> Result<crate::confine::probe::Probe, String>,
     ) -> LayerState {
         let required = self.policy.firewall == Requirement::Required;
         let port = self.scope.proxy_port;
-        let without = firewall::without_firewall(port, landlock_tcp);
+        let without = firewall::without_firewall(port, landlock_tcp, seccomp_sockets);
         if self.policy.firewall == Requirement::Off {
             return crate::confine::state(
                 "firewall",
@@ -222,6 +222,7 @@ fn knock(
         tcp_refused: found.has(crate::confine::probe::Probe::NET_TCP_REFUSED),
         refused_fast: found.has(crate::confine::probe::Probe::NET_REFUSED_FAST),
         udp_blocked: !udp_arrived,
+        udp_refused_at_socket: found.has(crate::confine::probe::Probe::NET_UDP_SOCKET_REFUSED),
         proxy_reached: found.has(crate::confine::probe::Probe::NET_PROXY_REACHED),
         v6: tcp6.is_some(),
     })

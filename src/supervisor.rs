@@ -295,9 +295,13 @@ impl Supervisor {
         let found = self.run_probe();
         let landlock_tcp = self.confinement.coverage.tcp
             && found.as_ref().is_ok_and(|p| p.has(Probe::LANDLOCK_TCP));
+        // The filter carries the socket rules: proven installed by the probe.
+        let seccomp_sockets = found.as_ref().is_ok_and(|p| p.has(Probe::SECCOMP));
         let firewall = self
             .network
-            .prove(&self.reaper, landlock_tcp, |plan| self.run_net_probe(plan));
+            .prove(&self.reaper, (landlock_tcp, seccomp_sockets), |plan| {
+                self.run_net_probe(plan)
+            });
         let space = |layer, found: &Result<String, String>| {
             let (holds, detail) = match found {
                 Ok(d) => (true, d.clone()),

@@ -45,6 +45,9 @@ impl Probe {
     /// fork(2) failed with EAGAIN: the probe's cgroup allows it one
     /// process, itself (so it is in that cgroup, and pids.max holds).
     pub const FORK_REFUSED: u32 = 1 << 9;
+    /// The firewall probe could not even make a UDP socket (seccomp
+    /// refuses them to shell), so it sent no datagram.
+    pub const NET_UDP_SOCKET_REFUSED: u32 = 1 << 10;
 
     pub fn has(self, bit: u32) -> bool {
         self.0 & bit != 0
@@ -128,11 +131,14 @@ pub(super) unsafe fn network(p: NetProbe, uid: u32) -> u32 {
         knock(true, port, false);
         knock(true, p.proxy, true);
     }
-    udp_send(false, p.udp_v4);
+    let mut udp_made = udp_send(false, p.udp_v4);
     if let Some(port) = p.udp_v6 {
-        udp_send(true, port);
+        udp_made |= udp_send(true, port);
     }
     let mut bits = 0u32;
+    if !udp_made {
+        bits |= Probe::NET_UDP_SOCKET_REFUSED;
+    }
     if refused {
         bits |= Probe::NET_TCP_REFUSED;
     }
@@ -255,15 +261,15 @@ unsafe fn tcp_connect(v6: bool, port: u16) -> Knock {
 }
 
 /// One datagram to a loopback port; whether it arrives is for warden to
-/// see.
+/// see. False when no UDP socket could be made.
 ///
 /// # Safety
 /// Raw, async-signal-safe syscalls only: callable in a forked child.
-unsafe fn udp_send(v6: bool, port: u16) {
+unsafe fn udp_send(v6: bool, port: u16) -> bool {
     let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
     let fd = libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
     if fd < 0 {
-        return;
+        return false;
     }
     let (addr, len) = loopback(v6, port);
     let msg = b"warden firewall probe";
@@ -276,4 +282,5 @@ unsafe fn udp_send(v6: bool, port: u16) {
         len,
     );
     libc::close(fd);
+    true
 }

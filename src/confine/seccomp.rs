@@ -361,16 +361,29 @@ fn deny_program() -> Result<BpfProgram, String> {
     p.jeq(libc::SYS_clone as u32, "clone");
     p.ret(libc::SECCOMP_RET_ALLOW);
 
+    // Sockets: shell's tools need unix sockets and TCP to the proxy, which
+    // resolves names for them; nothing else. Every other family is
+    // refused: vsock (the host side of a VM, outside every other layer),
+    // packet (sniffing and forging link-layer traffic), and the rarely
+    // used ones that are kernel attack surface.
     p.label("socket").load(arg(0));
-    // vsock reaches the host side of a VM, outside every other layer.
-    p.jeq(libc::AF_VSOCK as u32, "eperm");
-    // Raw link-layer access: sniffing and forging traffic.
-    p.jeq(libc::AF_PACKET as u32, "eperm");
+    p.jeq(libc::AF_UNIX as u32, "allow");
+    p.jeq(libc::AF_INET as u32, "inet");
+    p.jeq(libc::AF_INET6 as u32, "inet");
     p.jeq(libc::AF_NETLINK as u32, "netlink");
-    // Raw IP sockets: forging packets around the proxy.
-    p.load(arg(1)).op(AND, 0xf, To::Next, To::Next);
-    p.jeq(libc::SOCK_RAW as u32, "eperm");
-    p.ret(libc::SECCOMP_RET_ALLOW);
+    p.ret(eperm);
+    // IP: TCP streams only. UDP (a way out where the firewall does not
+    // hold, DNS to any resolver included), ICMP datagrams, raw sockets
+    // (forging packets around the proxy), SCTP and MPTCP are refused,
+    // whatever the firewall does.
+    p.label("inet")
+        .load(arg(1))
+        .op(AND, 0xf, To::Next, To::Next);
+    p.op(JEQ, libc::SOCK_STREAM as u32, To::Next, To::Label("eperm"));
+    p.load(arg(2));
+    p.jeq(0, "allow");
+    p.jeq(libc::IPPROTO_TCP as u32, "allow");
+    p.ret(eperm);
     // Netlink beyond routing reaches firewall, audit and kernel control.
     p.label("netlink").load(arg(2));
     p.jeq(libc::NETLINK_ROUTE as u32, "allow");
@@ -544,6 +557,69 @@ mod tests {
                 libc::SYS_socket,
                 socket(libc::AF_INET6, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0),
                 allow,
+            ),
+            (
+                "tcp socket, named",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_TCP),
+                allow,
+            ),
+            (
+                "udp socket",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0),
+                eperm,
+            ),
+            (
+                "udp6 socket",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_INET6, libc::SOCK_DGRAM, libc::IPPROTO_UDP),
+                eperm,
+            ),
+            (
+                "icmp datagram (ping) socket",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_ICMP),
+                eperm,
+            ),
+            (
+                "sctp stream",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_SCTP),
+                eperm,
+            ),
+            (
+                "mptcp stream",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_INET6, libc::SOCK_STREAM, 262),
+                eperm,
+            ),
+            (
+                "seqpacket inet",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_INET, libc::SOCK_SEQPACKET, 0),
+                eperm,
+            ),
+            (
+                "unix datagram",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0),
+                allow,
+            ),
+            (
+                "alg socket",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_ALG, libc::SOCK_SEQPACKET, 0),
+                eperm,
             ),
             (
                 "unix socket",

@@ -192,6 +192,8 @@ pub struct Findings {
     pub refused_fast: bool,
     /// A UDP datagram to a loopback port did not arrive.
     pub udp_blocked: bool,
+    /// ... because shell could not make a UDP socket at all (seccomp).
+    pub udp_refused_at_socket: bool,
     /// The proxy answered a TCP connect.
     pub proxy_reached: bool,
     /// The IPv6 loopback exists, and was tested too.
@@ -302,13 +304,17 @@ pub fn judge(
         problems.push(format!("shell cannot reach the proxy on port {proxy_port}"));
     }
     if problems.is_empty() {
+        let udp = match findings.udp_refused_at_socket {
+            true => "could make no UDP socket (seccomp refuses them to shell)",
+            false => "its UDP datagram did not arrive",
+        };
         let v6 = if findings.v6 {
             " and [::1]"
         } else {
             " (no IPv6 loopback here)"
         };
         Verdict::Holds(format!(
-            "table inet {TABLE}, {how}: sockets of uid {shell_uid}{counted} reach only the proxy on 127.0.0.1{v6}:{proxy_port}; a probe as shell was refused at once over TCP, its UDP datagram did not arrive, and it reached the proxy"
+            "table inet {TABLE}, {how}: sockets of uid {shell_uid}{counted} reach only the proxy on 127.0.0.1{v6}:{proxy_port}; a probe as shell was refused at once over TCP, {udp}, and it reached the proxy"
         ))
     } else {
         Verdict::DidNotHold(format!(
@@ -320,7 +326,7 @@ pub fn judge(
 
 /// What still limits `shell` when the firewall does not hold, and what no
 /// longer does: said with every report of a firewall that did not hold.
-pub fn without_firewall(proxy_port: u16, landlock_tcp: bool) -> String {
+pub fn without_firewall(proxy_port: u16, landlock_tcp: bool, seccomp_sockets: bool) -> String {
     let tcp = if landlock_tcp {
         format!(
             "Landlock lets shell open TCP connections only to port {proxy_port} (of any address)"
@@ -329,9 +335,18 @@ pub fn without_firewall(proxy_port: u16, landlock_tcp: bool) -> String {
         "nothing limits shell's TCP connections (Landlock's TCP rules are not enforced here)"
             .to_string()
     };
-    format!(
-        "still holding: {tcp}; seccomp denies raw, packet and netlink sockets. Not limited: UDP (DNS to any resolver included) and ICMP echo"
-    )
+    let open_tcp = match landlock_tcp {
+        true => format!("TCP to port {proxy_port} of any address (anyone's proxy on that port)"),
+        false => "TCP to any address and port".to_string(),
+    };
+    match seccomp_sockets {
+        true => format!(
+            "still holding: {tcp}; seccomp lets shell make only unix and TCP sockets (no UDP, so no DNS of its own; no ICMP, raw or packet sockets). Not limited: {open_tcp}"
+        ),
+        false => format!(
+            "still holding: {tcp}. Not limited, seccomp being off: UDP (DNS to any resolver included), ICMP echo, raw and packet sockets"
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -467,6 +482,7 @@ mod tests {
             tcp_refused: true,
             refused_fast: true,
             udp_blocked: true,
+            udp_refused_at_socket: false,
             proxy_reached: true,
             v6: true,
         };
@@ -515,6 +531,16 @@ mod tests {
                     ..good
                 }),
                 Err(&["UDP datagram", "applied over netlink"]),
+            ),
+            // Under seccomp shell makes no UDP socket: said as such.
+            (
+                nft.clone(),
+                read.clone(),
+                Ok(Findings {
+                    udp_refused_at_socket: true,
+                    ..good
+                }),
+                Ok(&["could make no UDP socket (seccomp refuses them to shell)"]),
             ),
             (
                 netlink.clone(),

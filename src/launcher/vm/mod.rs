@@ -499,7 +499,6 @@ mod tests {
             (r#", "keep_id": true"#, false, Some("keep_id")),
             (r#", "setup": "s.sh""#, false, Some("setup")),
             (r#", "restart": "always""#, false, Some("restart")),
-            (r#", "ports": [8080]"#, false, Some("ports")),
             (r#", "command": ["node", "server.js"]"#, false, None),
             (r#", "requires": ["node"]"#, false, None),
             (r#", "idle_stop_minutes": 5"#, false, None),
