@@ -123,9 +123,10 @@ fn vm_boots_serves_over_vsock_confines_and_powers_off() {
         "vm test: proc+firewall ({:.1} s)",
         vm.launched.elapsed().as_secs_f64()
     );
-    // ... and proven by commands: /proc hides the machine's processes; the
-    // firewall lets shell reach nothing on loopback but the proxy, not even
-    // its own UDP socket (and Landlock refuses it a TCP listener).
+    // ... and proven by commands: /proc hides the machine's processes;
+    // shell may make no UDP or ICMP socket at all (seccomp), and the
+    // firewall lets it reach nothing on loopback but the proxy (Landlock
+    // refuses it a TCP listener too).
     let out = client.run(run("cat /proc/1/environ")).unwrap();
     assert_ne!(out.exit.status, 0);
     // No distribution init sets the link protections in a VM: warden did.
@@ -139,16 +140,11 @@ fn vm_boots_serves_over_vsock_confines_and_powers_off() {
     );
     let probe = r#"python3 -c '
 import socket
-r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); r.bind(("127.0.0.1", 0)); r.settimeout(1)
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-try:
-    s.sendto(b"x", r.getsockname())
-except OSError as e:
-    print("udp send refused", e.errno)
-try:
-    r.recv(10); print("UDP DELIVERED")
-except OSError:
-    print("udp not delivered")
+for kind, proto in (("udp", 0), ("icmp", socket.IPPROTO_ICMP)):
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM, proto); print(kind, "SOCKET MADE")
+    except OSError as e:
+        print(kind, "socket refused", e.errno)
 t = socket.socket()
 try:
     t.bind(("127.0.0.1", 0)); t.listen(); port = t.getsockname()[1]
@@ -161,10 +157,11 @@ except OSError as e:
 '"#;
     let out = client.run(run(probe)).unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("udp not delivered"), "{text}");
+    assert!(text.contains("udp socket refused 1"), "{text}");
+    assert!(text.contains("icmp socket refused 1"), "{text}");
     assert!(text.contains("tcp refused"), "{text}");
     assert!(
-        !text.contains("DELIVERED") && !text.contains("CONNECTED"),
+        !text.contains("MADE") && !text.contains("CONNECTED"),
         "{text}"
     );
 

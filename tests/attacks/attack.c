@@ -207,6 +207,11 @@ int main(int argc, char **argv) {
     if (!strcmp(a, "af-packet")) return blocked_with("socket(AF_PACKET)", socket(AF_PACKET, SOCK_RAW, 0), EPERM);
     if (!strcmp(a, "raw-socket")) return blocked_with("socket(AF_INET, SOCK_RAW)", socket(AF_INET, SOCK_RAW, IPPROTO_ICMP), EPERM);
     if (!strcmp(a, "netlink-audit")) return blocked_with("socket(AF_NETLINK, NETLINK_AUDIT)", socket(AF_NETLINK, SOCK_RAW, NETLINK_AUDIT), EPERM);
+    if (!strcmp(a, "udp-socket")) return blocked_with("socket(AF_INET, SOCK_DGRAM)", socket(AF_INET, SOCK_DGRAM, 0), EPERM);
+    if (!strcmp(a, "udp6-socket")) return blocked_with("socket(AF_INET6, SOCK_DGRAM)", socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP), EPERM);
+    if (!strcmp(a, "ping-socket")) return blocked_with("socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP)", socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP), EPERM);
+    if (!strcmp(a, "sctp-socket")) return blocked_with("socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP)", socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP), EPERM);
+    if (!strcmp(a, "alg-socket")) return blocked_with("socket(AF_ALG)", socket(AF_ALG, SOCK_SEQPACKET, 0), EPERM);
     if (!strcmp(a, "x32")) return killed_by_seccomp("x32 getpid", x32_getpid);
     if (!strcmp(a, "ia32")) return killed_by_seccomp("ia32 int 0x80 getpid", ia32_getpid);
     if (!strcmp(a, "kill")) return blocked("kill(SIGKILL)", kill(target, SIGKILL));
