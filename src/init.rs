@@ -262,6 +262,27 @@ fn main_process(sup: &Supervisor) -> (Option<Result<Main, i32>>, bool) {
     (start_main(sup), false)
 }
 
+/// Who opened a connection to the proxy: the process holding its client
+/// end, and the command whose lifetime tag that process carries (its id,
+/// and a digest of its argv, so no argument reaches the line whole).
+fn origin(sup: &Arc<Supervisor>) -> proxy::Origin {
+    let weak = Arc::downgrade(sup);
+    let tags = crate::lifetime::TAG_BASE..crate::lifetime::TAG_BASE + crate::lifetime::TAG_COUNT;
+    Arc::new(move |client, proxy_end| {
+        let holder = crate::net::origin::holder(client, proxy_end, tags.clone())?;
+        let mut found = json!({"pid": holder.pid});
+        let command = holder
+            .tag
+            .and_then(|tag| weak.upgrade()?.command_of_tag(tag));
+        if let Some((command, argv)) = command {
+            let digest = <sha2::Sha256 as sha2::Digest>::digest(argv.join("\0").as_bytes());
+            found["command"] = command.into();
+            found["argv_sha256"] = format!("{digest:x}").into();
+        }
+        Some(found)
+    })
+}
+
 /// Applies the firewall, works out the default host list, and starts the
 /// proxy on the listeners bound earlier.
 fn start_network(
@@ -282,10 +303,14 @@ fn start_network(
             }
         }
     });
+    let hooks = proxy::Hooks {
+        record,
+        origin: Some(origin(sup)),
+    };
     let policy = &sup.network.policy;
     let dir = &sup.config.policy_dir;
     let started: Result<(Arc<Proxy>, _), String> =
-        proxy::start(runtime, policy, dir, defaults.clone(), record, listeners);
+        proxy::start(runtime, policy, dir, defaults.clone(), hooks, listeners);
     let proxy_error = match started {
         Ok((p, _serving)) => {
             sup.network.set_proxy(p);

@@ -421,7 +421,17 @@ pub fn standalone(
         .filter_map(|l| l.local_addr().ok())
         .map(|a| a.to_string())
         .collect();
-    let serving = match proxy::start(&runtime, &policy, policy_dir, defaults, record, listeners) {
+    let serving = match proxy::start(
+        &runtime,
+        &policy,
+        policy_dir,
+        defaults,
+        proxy::Hooks {
+            record,
+            origin: None,
+        },
+        listeners,
+    ) {
         Ok((_, serving)) => serving,
         Err(e) => return fail(e),
     };

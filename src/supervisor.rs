@@ -464,6 +464,14 @@ impl Supervisor {
         );
     }
 
+    /// The running command whose processes carry `tag`: its id and argv.
+    pub fn command_of_tag(&self, tag: u32) -> Option<(u64, Vec<String>)> {
+        self.running()
+            .iter()
+            .find(|(_, r)| r.tag == tag)
+            .map(|(id, r)| (*id, r.argv.clone()))
+    }
+
     pub fn command_ended(&self, command: u64) {
         self.activity.touch();
         let mut running = self.running();

@@ -159,6 +159,23 @@ fn allowed_hosts_work_through_the_proxy() {
     assert!(tls["bytes_up"].as_u64().unwrap() > 100, "{tls}");
     assert!(tls["bytes_down"].as_u64().unwrap() > 100, "{tls}");
     assert!(tls["duration_ms"].as_f64().is_some());
+    // The line names the command that opened the connection: its id, and
+    // the digest of its argv as its command_start line has it.
+    let origin = &tls["origin"];
+    let command = origin["command"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no command: {tls}"));
+    let start = net
+        .machine
+        .audit_kinds("command_start")
+        .into_iter()
+        .find(|l| l["command"] == command)
+        .unwrap_or_else(|| panic!("no command_start for {command}"));
+    let argv: Vec<String> = serde_json::from_value(start["argv"].clone()).unwrap();
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(argv.join("\0").as_bytes());
+    assert_eq!(origin["argv_sha256"], format!("{digest:x}"), "{tls}");
+    assert!(argv.join(" ").contains("www.allowed.test/tls"), "{argv:?}");
+    assert!(origin["pid"].as_i64().unwrap() > 1, "{tls}");
     let six = lines.iter().find(|l| l["host"] == "v6only.test").unwrap();
     assert_eq!(six["address"], format!("[{}]:443", net.internet.v6));
     let mixed = lines.iter().find(|l| l["host"] == "mixed.test").unwrap();

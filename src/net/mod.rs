@@ -5,6 +5,7 @@ pub mod addr;
 pub mod firewall;
 pub mod hosts;
 pub mod nft_netlink;
+pub mod origin;
 pub mod proxy;
 pub mod registries;
 pub mod target;

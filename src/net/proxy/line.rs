@@ -21,6 +21,8 @@ pub(super) struct Line {
     down: u64,
     status: Option<u16>,
     end: &'static str,
+    /// Who opened it (the command), when warden could tell.
+    pub(super) origin: Option<Value>,
 }
 
 impl Line {
@@ -36,6 +38,7 @@ impl Line {
             down: 0,
             status: None,
             end: "",
+            origin: None,
         }
     }
 
@@ -92,6 +95,9 @@ impl Line {
         }
         if !self.end.is_empty() {
             line["end"] = self.end.into();
+        }
+        if let Some(origin) = &self.origin {
+            line["origin"] = origin.clone();
         }
         line
     }

@@ -46,11 +46,24 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// Where audit lines go: warden's log, or stdout in the standalone mode.
 pub type Recorder = Arc<dyn Fn(Event, Value) + Send + Sync>;
 
+/// Who opened a connection, given its client's address and the proxy's
+/// own end: the command, as far as warden can tell (see `net::origin`).
+pub type Origin = Arc<dyn Fn(SocketAddr, SocketAddr) -> Option<Value> + Send + Sync>;
+
+/// What the proxy tells its owner: every decision, and where it can, who
+/// asked.
+#[derive(Clone)]
+pub struct Hooks {
+    pub record: Recorder,
+    pub origin: Option<Origin>,
+}
+
 pub struct Proxy {
     settings: Settings,
     source: Source,
     resolver: TokioResolver,
     record: Recorder,
+    origin: Option<Origin>,
     tunnels: Arc<Semaphore>,
     /// Connections carried and refused since start, for status.
     pub carried: AtomicU64,
@@ -73,8 +86,9 @@ impl Proxy {
         settings: Settings,
         policy: &NetworkPolicy,
         default_hosts: Defaults,
-        record: Recorder,
+        hooks: Hooks,
     ) -> Result<Proxy, String> {
+        let Hooks { record, origin } = hooks;
         let source = Source::new(&settings.policy_dir, policy, default_hosts, record.clone())?;
         Ok(Proxy {
             resolver: upstream::resolver()?,
@@ -82,6 +96,7 @@ impl Proxy {
             settings,
             source,
             record,
+            origin,
             carried: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         })
@@ -129,7 +144,20 @@ impl Proxy {
         let started = Instant::now();
         let _ = client.set_nodelay(true);
         let mut line = Line::new(peer);
-        let admitted = match self.admit(&mut client, &mut line).await {
+        // Who asked, looked up while the connection is surely open, beside
+        // the request rather than before it.
+        let origin = match (&self.origin, client.local_addr()) {
+            (Some(origin), Ok(local)) => {
+                let origin = origin.clone();
+                Some(tokio::task::spawn_blocking(move || origin(peer, local)))
+            }
+            _ => None,
+        };
+        let admitted = self.admit(&mut client, &mut line).await;
+        if let Some(origin) = origin {
+            line.origin = origin.await.ok().flatten();
+        }
+        let admitted = match admitted {
             Ok(Some(admitted)) => admitted,
             // Connected and closed without a word: the firewall probe.
             Ok(None) => return,

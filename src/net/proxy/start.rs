@@ -2,7 +2,7 @@
 //! proxy`: its loopback listeners, and the proxy built and serving on
 //! them in the runtime.
 
-use super::{Defaults, Proxy, Recorder, Settings};
+use super::{Defaults, Hooks, Proxy, Settings};
 use crate::confine::policy::NetworkPolicy;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -40,13 +40,13 @@ pub fn start(
     policy: &NetworkPolicy,
     policy_dir: &Path,
     defaults: Defaults,
-    record: Recorder,
+    hooks: Hooks,
     listeners: Vec<std::net::TcpListener>,
 ) -> Result<(Arc<Proxy>, JoinHandle<()>), String> {
     let settings = Settings::from_policy(policy, policy_dir);
     // Tokio's sockets must be made inside its runtime.
     let _inside = runtime.enter();
-    let proxy = Arc::new(Proxy::new(settings, policy, defaults, record)?);
+    let proxy = Arc::new(Proxy::new(settings, policy, defaults, hooks)?);
     let listeners = listeners
         .into_iter()
         .map(tokio::net::TcpListener::from_std)
