@@ -391,159 +391,208 @@ struct ChildPlan<'a> {
 }
 
 impl ChildPlan<'_> {
-    /// The child's whole life before exec. Only raw syscalls: no allocation,
-    /// no locks, no Rust std I/O.
+    /// The child's whole life before exec, step by step. Only raw
+    /// syscalls: no allocation, no locks, no Rust std I/O.
     fn run(&self) -> ! {
-        let failed = |stage: Stage| -> ! { self.fail(stage, Errno::last()) };
-        // SAFETY (whole block): each call is a plain syscall on values that
-        // live in the parent's copied memory; none allocates or locks.
+        let confine = self.launch.confine.as_ref();
+        // SAFETY: every step is plain syscalls on memory prepared before
+        // fork and copied into this child; none allocates or locks.
         unsafe {
-            // Signals: warden blocks them all and ignores SIGPIPE; a child
-            // starts clean.
-            // warden reset every other disposition at boot
-            // (`default_signal_dispositions`); SIGPIPE it ignores itself.
-            set_default(libc::SIGPIPE);
-            let empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-
-            for (target, &fd) in self.stdio.iter().enumerate() {
-                if libc::dup2(fd, target as RawFd) < 0 {
-                    failed(Stage::Stdio);
-                }
-            }
-            // Nothing of warden's may leak into the child: every other
-            // descriptor closes at exec (the error pipe included).
-            libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            );
-
-            let grouped = match self.launch.grouping {
-                Grouping::Session => libc::setsid(),
-                Grouping::ProcessGroup => libc::setpgid(0, 0),
-            };
-            if grouped < 0 {
-                failed(Stage::Session);
-            }
-            if self.terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-                failed(Stage::Terminal);
-            }
-
-            let confine = self.launch.confine.as_ref();
-            // Into its cgroup first, while still root (cgroup.procs is
-            // root's): everything it starts from here on is in it.
-            if let Some(procs) = confine.and_then(|c| c.cgroup.as_ref()) {
-                if libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
-                    failed(Stage::Cgroup);
-                }
-            }
-            if confine.is_some() {
-                // First in line for the OOM killer: a confined command
-                // before the runtime and warden (raising needs no
-                // privilege; a failure leaves the default, as in status).
-                let path = c"/proc/self/oom_score_adj";
-                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd >= 0 {
-                    libc::write(fd, OOM_FIRST.as_ptr().cast(), OOM_FIRST.len());
-                    libc::close(fd);
-                }
-            }
+            self.start_clean();
+            self.take_stdio();
+            self.enter_session();
             if let Some(c) = confine {
-                // Limits first, while still root (a hard limit can only be
-                // lowered), and the bounding set (dropping needs CAP_SETPCAP).
-                for &(resource, soft, hard) in &c.rlimits {
-                    let limit = libc::rlimit {
-                        rlim_cur: soft,
-                        rlim_max: hard,
-                    };
-                    if libc::syscall(
-                        libc::SYS_prlimit64,
-                        0,
-                        resource,
-                        &limit,
-                        std::ptr::null::<u8>(),
-                    ) < 0
-                    {
-                        failed(Stage::Limits);
-                    }
-                }
-                for cap in 0..=c.last_cap {
-                    if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0 {
-                        failed(Stage::Capabilities);
-                    }
-                }
+                self.bound_as_root(c);
             }
-
-            // Raw syscalls, not glibc's wrappers: those broadcast to threads
-            // that do not exist in this child.
-            let id = &self.launch.identity;
-            if libc::syscall(libc::SYS_setgroups, self.groups.len(), self.groups.as_ptr()) < 0
-                || libc::syscall(libc::SYS_setresgid, id.gid, id.gid, id.gid) < 0
-                || libc::syscall(libc::SYS_setresuid, id.uid, id.uid, id.uid) < 0
-            {
-                failed(Stage::Credentials);
-            }
+            self.become_identity();
             if let Some(c) = confine {
-                if !capabilities::empty(c.last_cap) {
-                    self.fail(Stage::Capabilities, Errno::EPERM);
-                }
-                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-                    failed(Stage::NoNewPrivs);
-                }
+                self.give_up_privileges(c);
             }
-
-            libc::umask(0o022);
-            let entered = match &self.launch.workdir {
-                Workdir::At(dir) => libc::chdir(dir.as_ptr()),
-                Workdir::Fd(fd) => libc::fchdir(fd.as_raw_fd()),
-            };
-            if entered < 0 {
-                failed(Stage::Workdir);
-            }
-
+            self.enter_workdir();
             if let Some(c) = confine {
-                if let Some(ruleset) = &c.landlock {
-                    if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32)
-                        < 0
-                    {
-                        failed(Stage::Landlock);
-                    }
-                }
-                // The seccomp filter needs no installing: this child was
-                // forked by the spawner thread, which carries it (spawner.rs).
-                if c.probe {
-                    let bits = probe::layers(c.last_cap, self.launch.identity.uid);
-                    self.report(Stage::Probe, bits as i32, 0);
-                }
-                if let Some(p) = c.net_probe {
-                    let bits = probe::network(p, self.launch.identity.uid);
-                    self.report(Stage::Probe, bits as i32, 0);
-                }
+                self.restrict(c);
             }
-
-            let mut denied = false;
-            for path in &self.launch.candidates {
-                libc::execve(path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr());
-                match Errno::last() {
-                    Errno::ENOENT | Errno::ENOTDIR => {}
-                    // Denied: but a PATH folder we may not search only
-                    // means the program is not there.
-                    Errno::EACCES => {
-                        let mut st: libc::stat = std::mem::zeroed();
-                        if libc::stat(path.as_ptr(), &mut st) == 0 {
-                            denied = true;
-                        }
-                    }
-                    other => self.fail(Stage::Exec, other),
-                }
-            }
-            self.fail(
-                Stage::Exec,
-                if denied { Errno::EACCES } else { Errno::ENOENT },
-            )
+            self.exec()
         }
+    }
+
+    /// Signals: warden blocks them all and ignores SIGPIPE; a child starts
+    /// clean (warden reset every other disposition at boot, see
+    /// `default_signal_dispositions`).
+    ///
+    /// # Safety
+    /// Only in the forked child.
+    unsafe fn start_clean(&self) {
+        set_default(libc::SIGPIPE);
+        let empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
+
+    /// Its stdio as 0, 1 and 2; nothing of warden's may leak into the
+    /// child: every other descriptor closes at exec (the error pipe too).
+    ///
+    /// # Safety
+    /// Only in the forked child.
+    unsafe fn take_stdio(&self) {
+        for (target, &fd) in self.stdio.iter().enumerate() {
+            if libc::dup2(fd, target as RawFd) < 0 {
+                self.fail(Stage::Stdio, Errno::last());
+            }
+        }
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
+    }
+
+    /// A session (or process group) of its own, and its terminal.
+    ///
+    /// # Safety
+    /// Only in the forked child.
+    unsafe fn enter_session(&self) {
+        let grouped = match self.launch.grouping {
+            Grouping::Session => libc::setsid(),
+            Grouping::ProcessGroup => libc::setpgid(0, 0),
+        };
+        if grouped < 0 {
+            self.fail(Stage::Session, Errno::last());
+        }
+        if self.terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+            self.fail(Stage::Terminal, Errno::last());
+        }
+    }
+
+    /// What only root can do, done first: its cgroup (cgroup.procs is
+    /// root's; everything it starts from here on is in it), first in line
+    /// for the OOM killer (a failure leaves the default, as in status), its
+    /// limits (a hard limit can only be lowered) and the bounding set
+    /// (dropping needs CAP_SETPCAP).
+    ///
+    /// # Safety
+    /// Only in the forked child.
+    unsafe fn bound_as_root(&self, c: &Confine) {
+        if let Some(procs) = &c.cgroup {
+            if libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
+                self.fail(Stage::Cgroup, Errno::last());
+            }
+        }
+        let path = c"/proc/self/oom_score_adj";
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            libc::write(fd, OOM_FIRST.as_ptr().cast(), OOM_FIRST.len());
+            libc::close(fd);
+        }
+        for &(resource, soft, hard) in &c.rlimits {
+            let limit = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            let set = libc::syscall(
+                libc::SYS_prlimit64,
+                0,
+                resource,
+                &limit,
+                std::ptr::null::<u8>(),
+            );
+            if set < 0 {
+                self.fail(Stage::Limits, Errno::last());
+            }
+        }
+        for cap in 0..=c.last_cap {
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0 {
+                self.fail(Stage::Capabilities, Errno::last());
+            }
+        }
+    }
+
+    /// Its groups, gid and uid. Raw syscalls, not glibc's wrappers: those
+    /// broadcast to threads that do not exist in this child.
+    ///
+    /// # Safety
+    /// Only in the forked child.
+    unsafe fn become_identity(&self) {
+        let id = &self.launch.identity;
+        if libc::syscall(libc::SYS_setgroups, self.groups.len(), self.groups.as_ptr()) < 0
+            || libc::syscall(libc::SYS_setresgid, id.gid, id.gid, id.gid) < 0
+            || libc::syscall(libc::SYS_setresuid, id.uid, id.uid, id.uid) < 0
+        {
+            self.fail(Stage::Credentials, Errno::last());
+        }
+    }
+
+    /// Every capability emptied (and read back), and no_new_privs.
+    ///
+    /// # Safety
+    /// Only in the forked child.
+    unsafe fn give_up_privileges(&self, c: &Confine) {
+        if !capabilities::empty(c.last_cap) {
+            self.fail(Stage::Capabilities, Errno::EPERM);
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+            self.fail(Stage::NoNewPrivs, Errno::last());
+        }
+    }
+
+    /// # Safety
+    /// Only in the forked child.
+    unsafe fn enter_workdir(&self) {
+        libc::umask(0o022);
+        let entered = match &self.launch.workdir {
+            Workdir::At(dir) => libc::chdir(dir.as_ptr()),
+            Workdir::Fd(fd) => libc::fchdir(fd.as_raw_fd()),
+        };
+        if entered < 0 {
+            self.fail(Stage::Workdir, Errno::last());
+        }
+    }
+
+    /// Landlock, last before exec; a probe reports here instead of
+    /// exec'ing. The seccomp filter needs no installing: this child was
+    /// forked by the spawner thread, which carries it (spawner.rs).
+    ///
+    /// # Safety
+    /// Only in the forked child.
+    unsafe fn restrict(&self, c: &Confine) {
+        if let Some(ruleset) = &c.landlock {
+            if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) < 0 {
+                self.fail(Stage::Landlock, Errno::last());
+            }
+        }
+        let uid = self.launch.identity.uid;
+        if c.probe {
+            self.report(Stage::Probe, probe::layers(c.last_cap, uid) as i32, 0);
+        }
+        if let Some(p) = c.net_probe {
+            self.report(Stage::Probe, probe::network(p, uid) as i32, 0);
+        }
+    }
+
+    /// Each candidate path in turn; a PATH folder it may not search only
+    /// means the program is not there.
+    ///
+    /// # Safety
+    /// Only in the forked child.
+    unsafe fn exec(&self) -> ! {
+        let mut denied = false;
+        for path in &self.launch.candidates {
+            libc::execve(path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr());
+            match Errno::last() {
+                Errno::ENOENT | Errno::ENOTDIR => {}
+                Errno::EACCES => {
+                    let mut st: libc::stat = std::mem::zeroed();
+                    if libc::stat(path.as_ptr(), &mut st) == 0 {
+                        denied = true;
+                    }
+                }
+                other => self.fail(Stage::Exec, other),
+            }
+        }
+        self.fail(
+            Stage::Exec,
+            if denied { Errno::EACCES } else { Errno::ENOENT },
+        )
     }
 
     fn fail(&self, stage: Stage, errno: Errno) -> ! {
