@@ -1,14 +1,19 @@
 //! The `warden` command: dispatches subcommands, nothing more.
 
+#[path = "main/audit_cli.rs"]
+mod audit_cli;
+#[path = "main/describe.rs"]
+mod describe;
 #[path = "main/sessions.rs"]
 mod sessions;
+use describe::{describe, describe_proxy};
 
 use clap::{Parser, Subcommand};
 use sessions::{attach, follow_size, list_commands};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use warden::client::{Client, Message};
-use warden::protocol::{Event, Kind, Request, RunRequest, Status, StdinMode};
+use warden::protocol::{Event, Kind, Request, RunRequest, StdinMode};
 
 const DEFAULT_SOCKET: &str = "/run/warden/api.sock";
 
@@ -338,7 +343,7 @@ fn main() {
                     anchor,
                     allow_gap,
                 },
-        } => verify(&files, anchor.as_deref(), allow_gap),
+        } => audit_cli::verify(&files, anchor.as_deref(), allow_gap),
         Command::Audit {
             action:
                 AuditAction::Tail {
@@ -347,7 +352,7 @@ fn main() {
                     kind,
                     lines,
                 },
-        } => tail(&file, follow, kind.as_deref(), lines).unwrap_or_else(|e| fail(&e)),
+        } => audit_cli::tail(&file, follow, kind.as_deref(), lines).unwrap_or_else(|e| fail(&e)),
     };
     std::process::exit(status);
 }
@@ -536,7 +541,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         MachineAction::Audit { id, allow_gap } => {
             m::check_id(&id)?;
             let (files, anchor) = m::copy_audit(&id)?;
-            let status = verify(&files, anchor.as_deref(), allow_gap);
+            let status = audit_cli::verify(&files, anchor.as_deref(), allow_gap);
             for line in m::describe_tail(&files, 20) {
                 println!("{line}");
             }
@@ -564,277 +569,4 @@ fn status(socket: &Path, json: bool) -> Result<i32, String> {
         print!("{}", describe(&status));
     }
     Ok(0)
-}
-
-fn verify(given: &[PathBuf], anchor: Option<&Path>, allow_gap: bool) -> i32 {
-    // A folder stands for all its log files, in chain order.
-    let mut files = Vec::new();
-    for path in given {
-        match path.is_dir() {
-            true => match warden::audit::log_files(path) {
-                Ok(found) => files.extend(found),
-                Err(e) => fail(&format!("{}: {e}", path.display())),
-            },
-            false => files.push(path.clone()),
-        }
-    }
-    match warden::audit::verify_files(&files) {
-        Ok((lines, last)) => {
-            println!("ok: {lines} lines, chain intact; last hash {last}");
-            match anchor {
-                Some(path) => check_anchor(&files, path, allow_gap),
-                None => 0,
-            }
-        }
-        Err((file, b)) => {
-            println!("BROKEN: {}:{}: {}", file.display(), b.line, b.reason);
-            1
-        }
-    }
-}
-
-/// Checks the log against the anchor kept on the host, then moves the
-/// anchor to the log's last line.
-fn check_anchor(files: &[PathBuf], path: &Path, allow_gap: bool) -> i32 {
-    use warden::audit::{Anchor, AnchorCheck};
-    let kept: Option<Anchor> = match std::fs::read_to_string(path) {
-        Ok(text) => match serde_json::from_str(&text) {
-            Ok(a) => Some(a),
-            Err(e) => fail(&format!("anchor {}: {e}", path.display())),
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => fail(&format!("anchor {}: {e}", path.display())),
-    };
-    let texts: Vec<String> = files
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .collect();
-    let (check, last) = warden::audit::check_anchor(&texts, kept.as_ref());
-    let status = match (&check, &kept) {
-        (AnchorCheck::Holds, Some(a)) => {
-            println!(
-                "ok: line {} verified before is still there, unchanged",
-                a.seq
-            );
-            0
-        }
-        (AnchorCheck::Holds, None) => {
-            println!("no anchor yet: this check starts one");
-            0
-        }
-        (AnchorCheck::RotatedAway { oldest }, Some(a)) if *oldest == a.seq + 1 => {
-            println!(
-                "ok: line {} verified before was rotated away; every line after it is here",
-                a.seq
-            );
-            0
-        }
-        (AnchorCheck::RotatedAway { oldest }, Some(a)) if allow_gap => {
-            println!(
-                "ok, with a gap (allowed): lines {} to {} were rotated away since the last check",
-                a.seq + 1,
-                oldest - 1
-            );
-            0
-        }
-        (AnchorCheck::RotatedAway { oldest }, Some(a)) => {
-            println!(
-                "GAP: lines {} to {} were rotated away before anyone checked them (line {} verified before is gone; the oldest kept is {oldest}); --allow-gap accepts this and moves the anchor",
-                a.seq + 1,
-                oldest - 1,
-                a.seq
-            );
-            1
-        }
-        (AnchorCheck::Cut { last }, Some(a)) => {
-            println!(
-                "CUT: line {} was verified before, but the log now ends at line {last}",
-                a.seq
-            );
-            1
-        }
-        (AnchorCheck::Rewritten, Some(a)) => {
-            println!(
-                "REWRITTEN: line {} has another hash than when it was verified",
-                a.seq
-            );
-            1
-        }
-        (_, None) => 0,
-    };
-    if status == 0 {
-        if let Some(last) = last {
-            if let Err(e) = write_anchor(path, &last) {
-                fail(&format!("anchor {}: {e}", path.display()));
-            }
-        }
-    }
-    status
-}
-
-fn write_anchor(path: &Path, anchor: &warden::audit::Anchor) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(
-        serde_json::to_string(anchor)
-            .map_err(std::io::Error::other)?
-            .as_bytes(),
-    )?;
-    f.sync_all()?;
-    std::fs::rename(tmp, path)
-}
-
-fn tail(file: &Path, follow: bool, kind: Option<&str>, lines: usize) -> Result<i32, String> {
-    use std::io::{BufRead, Seek};
-    let show = |line: &str| {
-        if let Some((k, text)) = warden::audit::describe(line) {
-            if kind.is_none_or(|want| want == k) {
-                println!("{text}");
-            }
-        }
-    };
-    let mut f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let mut text = String::new();
-    f.read_to_string(&mut text).map_err(|e| e.to_string())?;
-    let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-    let all: Vec<&str> = complete.lines().collect();
-    for line in &all[all.len().saturating_sub(lines)..] {
-        show(line);
-    }
-    if !follow {
-        return Ok(0);
-    }
-    let mut offset = complete.len() as u64;
-    loop {
-        let _ = std::io::stdout().flush();
-        std::thread::sleep(std::time::Duration::from_millis(250));
-        f.seek(std::io::SeekFrom::Start(offset))
-            .map_err(|e| e.to_string())?;
-        let mut reader = std::io::BufReader::new(&f);
-        let mut line = String::new();
-        while reader.read_line(&mut line).map_err(|e| e.to_string())? > 0 && line.ends_with('\n') {
-            offset += line.len() as u64;
-            show(line.trim_end());
-            line.clear();
-        }
-    }
-}
-
-fn describe(s: &Status) -> String {
-    let mut out = format!(
-        "warden {} (protocol {}), {}, up {:.1} s, booted in {:.1} ms\n",
-        s.version,
-        s.protocol,
-        if s.pid1 {
-            "PID 1"
-        } else {
-            "subreaper (not PID 1)"
-        },
-        s.uptime_ms as f64 / 1000.0,
-        s.boot_ms
-    );
-    for u in &s.users {
-        out += &format!(
-            "user {:<8} uid {} gid {} groups {:?} home {}\n",
-            u.name, u.uid, u.gid, u.groups, u.home
-        );
-    }
-    for p in &s.layout {
-        let mark = if p.ok { "ok  " } else { "BAD " };
-        out += &format!("{mark} {:<40} {}", p.path, p.found);
-        if !p.ok {
-            out += &format!(" (expected {})", p.expected);
-        }
-        out += "\n";
-    }
-    match &s.main {
-        Some(m) => out += &format!("main process: pid {} {:?}\n", m.pid, m.argv),
-        None => out += "main process: none\n",
-    }
-    if let Some(a) = &s.activity {
-        out += &format!("last activity: {:.1} s ago", a.idle_ms as f64 / 1000.0);
-        if let Some(until) = a.held_until_ms {
-            out += &format!(", held by the runtime until {until} (Unix ms)");
-        }
-        out += &match a.idle_stop_s {
-            Some(limit) => format!(", stops itself after {limit} s idle\n"),
-            None => ", no idle stop\n".to_string(),
-        };
-    }
-    out += &format!(
-        "commands: {} started, {} running\n",
-        s.commands_started,
-        s.running.len()
-    );
-    for r in &s.running {
-        out += &format!(
-            "  #{} pid {} {:?} in {} ({} ms)\n",
-            r.command,
-            r.pid,
-            r.argv,
-            r.folder.as_deref().unwrap_or("~shell"),
-            r.running_ms
-        );
-    }
-    let listed: Vec<String> = s
-        .shell_processes
-        .iter()
-        .flatten()
-        .map(|p| format!("{} {}", p.pid, p.name))
-        .collect();
-    out += &format!(
-        "shell's processes: {}{}{}
-",
-        s.shell_process_count.unwrap_or(listed.len()),
-        if listed.is_empty() { "" } else { ": " },
-        listed.join(", ")
-    );
-    if let Some(gate) = &s.gate {
-        out += &match &gate.reason {
-            Some(reason) => format!("gate: CLOSED by the runtime: {reason}\n"),
-            None => "gate: open\n".to_string(),
-        };
-    }
-    for l in &s.layers {
-        let mark = if l.holds { "holds" } else { "DOES NOT HOLD" };
-        let need = if l.required {
-            "required"
-        } else {
-            "best effort"
-        };
-        out += &format!("layer {:<13} {mark} ({need}): {}\n", l.layer, l.detail);
-    }
-    if let Some(reason) = &s.refusing {
-        out += &format!("REFUSING COMMANDS: {reason}\n");
-    }
-    if let Some(why) = &s.audit_failing {
-        out += &format!("AUDIT LOG FAILING: {why}\n");
-    }
-    if let Some(p) = &s.proxy {
-        out += &describe_proxy(p);
-    }
-    out += &format!("audit log: {}\n", s.audit_log);
-    out
-}
-
-fn describe_proxy(p: &warden::protocol::ProxyState) -> String {
-    let mut out = format!(
-        "proxy on {}: {} carried, {} refused; hosts ({}): {}\n",
-        p.listening.join(" "),
-        p.carried,
-        p.refused,
-        p.hosts_from,
-        p.hosts.join(" ")
-    );
-    if !p.allow_addresses.is_empty() {
-        out += &format!("proxy may also reach: {}\n", p.allow_addresses.join(" "));
-    }
-    out
 }

@@ -1,0 +1,116 @@
+//! `warden status` for people: every layer, the machine's figures and
+//! its proxy, one line each.
+
+use warden::protocol::Status;
+
+pub fn describe(s: &Status) -> String {
+    let mut out = format!(
+        "warden {} (protocol {}), {}, up {:.1} s, booted in {:.1} ms\n",
+        s.version,
+        s.protocol,
+        if s.pid1 {
+            "PID 1"
+        } else {
+            "subreaper (not PID 1)"
+        },
+        s.uptime_ms as f64 / 1000.0,
+        s.boot_ms
+    );
+    for u in &s.users {
+        out += &format!(
+            "user {:<8} uid {} gid {} groups {:?} home {}\n",
+            u.name, u.uid, u.gid, u.groups, u.home
+        );
+    }
+    for p in &s.layout {
+        let mark = if p.ok { "ok  " } else { "BAD " };
+        out += &format!("{mark} {:<40} {}", p.path, p.found);
+        if !p.ok {
+            out += &format!(" (expected {})", p.expected);
+        }
+        out += "\n";
+    }
+    match &s.main {
+        Some(m) => out += &format!("main process: pid {} {:?}\n", m.pid, m.argv),
+        None => out += "main process: none\n",
+    }
+    if let Some(a) = &s.activity {
+        out += &format!("last activity: {:.1} s ago", a.idle_ms as f64 / 1000.0);
+        if let Some(until) = a.held_until_ms {
+            out += &format!(", held by the runtime until {until} (Unix ms)");
+        }
+        out += &match a.idle_stop_s {
+            Some(limit) => format!(", stops itself after {limit} s idle\n"),
+            None => ", no idle stop\n".to_string(),
+        };
+    }
+    out += &format!(
+        "commands: {} started, {} running\n",
+        s.commands_started,
+        s.running.len()
+    );
+    for r in &s.running {
+        out += &format!(
+            "  #{} pid {} {:?} in {} ({} ms)\n",
+            r.command,
+            r.pid,
+            r.argv,
+            r.folder.as_deref().unwrap_or("~shell"),
+            r.running_ms
+        );
+    }
+    let listed: Vec<String> = s
+        .shell_processes
+        .iter()
+        .flatten()
+        .map(|p| format!("{} {}", p.pid, p.name))
+        .collect();
+    out += &format!(
+        "shell's processes: {}{}{}
+",
+        s.shell_process_count.unwrap_or(listed.len()),
+        if listed.is_empty() { "" } else { ": " },
+        listed.join(", ")
+    );
+    if let Some(gate) = &s.gate {
+        out += &match &gate.reason {
+            Some(reason) => format!("gate: CLOSED by the runtime: {reason}\n"),
+            None => "gate: open\n".to_string(),
+        };
+    }
+    for l in &s.layers {
+        let mark = if l.holds { "holds" } else { "DOES NOT HOLD" };
+        let need = if l.required {
+            "required"
+        } else {
+            "best effort"
+        };
+        out += &format!("layer {:<13} {mark} ({need}): {}\n", l.layer, l.detail);
+    }
+    if let Some(reason) = &s.refusing {
+        out += &format!("REFUSING COMMANDS: {reason}\n");
+    }
+    if let Some(why) = &s.audit_failing {
+        out += &format!("AUDIT LOG FAILING: {why}\n");
+    }
+    if let Some(p) = &s.proxy {
+        out += &describe_proxy(p);
+    }
+    out += &format!("audit log: {}\n", s.audit_log);
+    out
+}
+
+pub fn describe_proxy(p: &warden::protocol::ProxyState) -> String {
+    let mut out = format!(
+        "proxy on {}: {} carried, {} refused; hosts ({}): {}\n",
+        p.listening.join(" "),
+        p.carried,
+        p.refused,
+        p.hosts_from,
+        p.hosts.join(" ")
+    );
+    if !p.allow_addresses.is_empty() {
+        out += &format!("proxy may also reach: {}\n", p.allow_addresses.join(" "));
+    }
+    out
+}
