@@ -277,6 +277,7 @@ const fn arg(i: u32) -> u32 {
 }
 
 const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+const MSG_FASTOPEN: u32 = libc::MSG_FASTOPEN as u32;
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 const NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWCGROUP
@@ -357,6 +358,9 @@ fn deny_program() -> Result<BpfProgram, String> {
         p.jeq(*nr as u32, "eperm");
     }
     p.jeq(libc::SYS_socket as u32, "socket");
+    p.jeq(libc::SYS_sendto as u32, "send_flags_3");
+    p.jeq(libc::SYS_sendmmsg as u32, "send_flags_3");
+    p.jeq(libc::SYS_sendmsg as u32, "send_flags_2");
     p.jeq(libc::SYS_ioctl as u32, "ioctl");
     p.jeq(libc::SYS_clone as u32, "clone");
     p.ret(libc::SECCOMP_RET_ALLOW);
@@ -388,6 +392,14 @@ fn deny_program() -> Result<BpfProgram, String> {
     p.label("netlink").load(arg(2));
     p.jeq(libc::NETLINK_ROUTE as u32, "allow");
     p.ret(eperm);
+
+    // TCP Fast Open: a send with MSG_FASTOPEN connects without connect(),
+    // so Landlock's connect rule never sees it; where the firewall does not
+    // hold, it would reach any address and port.
+    p.label("send_flags_3").load(arg(3));
+    p.op(JSET, MSG_FASTOPEN, To::Label("eperm"), To::Label("allow"));
+    p.label("send_flags_2").load(arg(2));
+    p.op(JSET, MSG_FASTOPEN, To::Label("eperm"), To::Label("allow"));
 
     p.label("ioctl").load(arg(1));
     // Typing into another process's terminal; console control.
@@ -605,6 +617,48 @@ mod tests {
                 X86_64,
                 libc::SYS_socket,
                 socket(libc::AF_INET, libc::SOCK_SEQPACKET, 0),
+                eperm,
+            ),
+            (
+                "sendto with MSG_FASTOPEN",
+                X86_64,
+                libc::SYS_sendto,
+                [
+                    3,
+                    0,
+                    5,
+                    libc::MSG_FASTOPEN as u64 | libc::MSG_NOSIGNAL as u64,
+                    0,
+                    0,
+                ],
+                eperm,
+            ),
+            (
+                "sendto without it",
+                X86_64,
+                libc::SYS_sendto,
+                [3, 0, 5, libc::MSG_NOSIGNAL as u64, 0, 0],
+                allow,
+            ),
+            (
+                "sendmsg with MSG_FASTOPEN",
+                X86_64,
+                libc::SYS_sendmsg,
+                [3, 0, libc::MSG_FASTOPEN as u64, 0, 0, 0],
+                eperm,
+            ),
+            (
+                "sendmsg without it",
+                X86_64,
+                libc::SYS_sendmsg,
+                [3, 0, 0, 0, 0, 0],
+                allow,
+            ),
+            (
+                "sendmmsg with MSG_FASTOPEN",
+                X86_64,
+                libc::SYS_sendmmsg,
+                [3, 0, 2, libc::MSG_FASTOPEN as u64, 0, 0],
                 eperm,
             ),
             (

@@ -223,6 +223,14 @@ int main(int argc, char **argv) {
         inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
         return blocked_with("tcp connect to loopback", connect(s, (struct sockaddr *)&sa, sizeof sa), EACCES);
     }
+    if (!strcmp(a, "tcp-fast-open")) {
+        /* A connection made by the first send, around connect(). */
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(atoi(arg))};
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+        int sent = sendto(s, "x", 1, MSG_FASTOPEN, (struct sockaddr *)&sa, sizeof sa);
+        return blocked_with("sendto(MSG_FASTOPEN) to loopback", sent < 0 ? -1 : 0, EPERM);
+    }
     if (!strcmp(a, "tcp-bind")) {
         int s = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(atoi(arg))};

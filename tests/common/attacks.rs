@@ -187,6 +187,10 @@ pub fn programs(t: &Targets) -> Vec<(&'static str, Vec<String>)> {
         ("kill warden", vec!["kill", "1"]),
         ("connect to warden's socket", vec!["unix-connect", socket]),
         ("TCP connect to a loopback port", vec!["tcp-connect", port]),
+        (
+            "TCP Fast Open to a loopback port",
+            vec!["tcp-fast-open", port],
+        ),
         ("TCP bind", vec!["tcp-bind", "8080"]),
         ("keep a capability", vec!["capabilities"]),
     ];
