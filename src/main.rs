@@ -78,6 +78,16 @@ enum Command {
         #[arg(long)]
         audit_dir: Option<PathBuf>,
     },
+    /// One TCP connection to HOST:PORT through the egress proxy, on stdin
+    /// and stdout (ssh's ProxyCommand: git over ssh to a listed host:22).
+    Connect {
+        host: String,
+        port: u16,
+        /// The proxy's address (default: from https_proxy, else
+        /// 127.0.0.1:3128).
+        #[arg(long)]
+        proxy: Option<String>,
+    },
     /// Make, run and remove agent machines with podman (rootful or
     /// rootless) or Docker.
     ///
@@ -331,6 +341,15 @@ fn main() {
             .unwrap_or_else(|e| fail(&e)),
         Command::Reload { socket } => reload(&socket).unwrap_or_else(|e| fail(&e)),
         Command::Machine { action } => machine(action).unwrap_or_else(|e| fail(&e)),
+        Command::Connect { host, port, proxy } => {
+            let proxy = proxy.unwrap_or_else(|| {
+                warden::net::tunnel::proxy_from(|name| std::env::var(name).ok())
+            });
+            match warden::net::tunnel::run(&host, port, &proxy) {
+                Ok(()) => 0,
+                Err(e) => fail(&format!("connect {host}:{port}: {e}")),
+            }
+        }
         Command::Proxy {
             listen,
             policy_dir,

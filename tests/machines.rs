@@ -53,6 +53,13 @@ fn a_machine_is_made_keyed_kept_stopped_and_removed() {
 
     let out = fx.exec(&["id", "-un"]);
     assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("id", &out));
+    // ssh goes through the proxy: the image says so to every ssh.
+    let out = fx.exec(&["ssh", "-G", "github.com"]);
+    assert!(
+        text(&out.stdout).contains("proxycommand /sbin/warden connect"),
+        "{}",
+        show("ssh -G", &out)
+    );
 
     let out = fx.exec(&["env"]);
     assert!(out.status.success(), "{}", show("env", &out));

@@ -22,7 +22,7 @@ struct Net {
 fn policy(internet: &Internet) -> Value {
     json!({
         "hosts": ["allowed.test", "*.allowed.test", "rebind.test", "private.test",
-                  "mixed.test", "v6only.test"],
+                  "mixed.test", "v6only.test", "git.allowed.test:22"],
         // The internet's addresses are private ones: listed, as an owner
         // would list an internal mirror.
         "allow_addresses": [format!("{}/32", internet.v4), format!("{}/128", internet.v6)],
@@ -183,6 +183,71 @@ fn allowed_hosts_work_through_the_proxy() {
         mixed["address"],
         format!("{}:80", net.internet.v4),
         "{mixed}"
+    );
+}
+
+/// ssh (git over ssh) through the proxy: `warden connect HOST PORT` as its
+/// ProxyCommand reaches a listed host:22, whose banner ssh reads, and no
+/// other host; the direct connection stays refused.
+#[test]
+fn ssh_reaches_a_listed_host_through_warden_connect() {
+    if !privileged("ssh_reaches_a_listed_host_through_warden_connect") {
+        return;
+    }
+    let net = boot_listed();
+    // warden, where shell may run it (its own /tmp).
+    let dest = net.machine.root().join("var/shell-tmp/warden-connect");
+    std::fs::create_dir_all(&dest).unwrap();
+    std::fs::copy(common::warden_bin(), dest.join("warden")).unwrap();
+    let chmod = |p: &Path, mode| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap()
+    };
+    chmod(&dest, 0o755);
+    chmod(&dest.join("warden"), 0o755);
+    let warden = "/tmp/warden-connect/warden";
+
+    let (status, text) = net.text(&format!("{warden} connect git.allowed.test 22 </dev/null"));
+    assert_eq!(
+        (status, text.trim()),
+        (0, "SSH-2.0-internet.test"),
+        "{text}"
+    );
+    // Not listed on port 22: refused with the proxy's reason.
+    let (status, text) = net.text(&format!("{warden} connect www.allowed.test 22 </dev/null"));
+    assert_ne!(status, 0, "{text}");
+    assert!(text.contains("refused by the proxy (403)"), "{text}");
+    // ssh itself, with the helper as its ProxyCommand, reads the banner
+    // (the internet's port 22 is not a real sshd: the exchange ends there).
+    let ssh = format!(
+        "ssh -o ProxyCommand='{warden} connect %h %p' -o StrictHostKeyChecking=no \
+             -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=10 \
+             -v git@git.allowed.test true"
+    );
+    let (status, text) = net.text(&ssh);
+    assert_ne!(status, 0, "{text}");
+    assert!(
+        text.contains("Remote protocol version 2.0, remote software version internet.test"),
+        "{text}"
+    );
+    // Without the helper, ssh cannot reach it.
+    let (status, text) = net.text(
+        "ssh -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=no git@git.allowed.test true",
+    );
+    assert_ne!(status, 0, "{text}");
+    assert!(!text.contains("internet.test"), "{text}");
+    // The proxy's lines: the listed one carried, the other refused.
+    let lines = net.egress();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["host"] == "git.allowed.test" && l["port"] == 22 && l["allowed"] == true),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["host"] == "www.allowed.test" && l["port"] == 22 && l["allowed"] == false),
+        "{lines:?}"
     );
 }
 

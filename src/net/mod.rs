@@ -9,4 +9,5 @@ pub mod origin;
 pub mod proxy;
 pub mod registries;
 pub mod target;
+pub mod tunnel;
 pub mod userns;
