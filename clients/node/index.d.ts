@@ -170,7 +170,7 @@ export interface ExitReport {
   code: number | null;
   /** e.g. 'SIGTERM' */
   signal: string | null;
-  /** The limit that ended it: 'timeout', 'output', 'cpu', 'file_size'. */
+  /** The limit that ended it: 'timeout', 'output', 'memory', 'processes', 'cpu', 'file_size'. */
   limit: string | null;
   /** Why it could not start (status 127, 126 or 125); then there was no started event. */
   error: string | null;

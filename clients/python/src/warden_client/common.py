@@ -194,7 +194,8 @@ class Result:
     ``status`` follows the shell's convention: the exit code, or 128+n
     after death by signal n. ``code`` or ``signal`` says which
     (``signal`` is a name such as ``"SIGTERM"``). ``limit`` names the limit
-    that ended it (``timeout``, ``output``, ``cpu``, ``file_size``).
+    that ended it (``timeout``, ``output``, ``memory``, ``processes``,
+    ``cpu``, ``file_size``).
     ``error`` says why it could not start (status 127, 126 or 125).
     ``drained`` is false when output was still held open by a kept
     background process and was cut. ``stdout_bytes``/``stderr_bytes`` are
