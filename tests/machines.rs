@@ -913,6 +913,34 @@ fn a_rootless_machine_on_the_hosts_network_says_its_firewall_cannot_hold() {
     let status = text(&owner.warden(&["machine", "status", id]).stdout);
     assert!(status.contains("DOES NOT HOLD (best effort)"), "{status}");
     assert!(!status.contains("REFUSING COMMANDS"), "{status}");
+
+    // What still holds without the firewall, on the host's own loopback:
+    // shell makes no UDP socket at all (nothing arrives), and reaches no
+    // TCP port but the proxy's (Landlock).
+    assert!(status.contains("no UDP"), "{status}");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let (udp_port, tcp_port) = (
+        udp.local_addr().unwrap().port(),
+        tcp.local_addr().unwrap().port(),
+    );
+    let line = format!("echo hi > /dev/udp/127.0.0.1/{udp_port}");
+    let out = m.exec(&["bash", "-c", &line]);
+    assert!(!out.status.success(), "{}", show("udp", &out));
+    assert!(
+        text(&out.stderr).contains("Operation not permitted"),
+        "{}",
+        show("udp", &out)
+    );
+    let line = format!("echo hi > /dev/tcp/127.0.0.1/{tcp_port}");
+    let out = m.exec(&["bash", "-c", &line]);
+    assert!(!out.status.success(), "{}", show("tcp", &out));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut buf = [0u8; 16];
+    assert!(udp.recv(&mut buf).is_err(), "a datagram from shell arrived");
+    assert!(tcp.accept().is_err(), "shell connected to a host port");
 }
 
 #[test]
