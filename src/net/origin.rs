@@ -1,12 +1,12 @@
-//! Which process opened a connection to the proxy, read from the kernel's
-//! tables: the client's socket in `/proc/net/tcp` (or `tcp6`) by its two
-//! addresses, the process holding that socket by its descriptors, and the
-//! lifetime tag among that process's groups, which names the command
-//! (`lifetime.rs`). Best effort: a process that already closed the socket,
-//! or one that is not a command's, is not found, and the line says so by
-//! having no `command`.
+//! Which process opened a connection to the proxy: the client's socket
+//! asked of the kernel by its two ends (sock_diag over netlink, one exact
+//! lookup, whatever the number of sockets), the process of that socket's
+//! uid holding it by its descriptors, and the lifetime tag among that
+//! process's groups, which names the command (`lifetime.rs`). Best effort:
+//! a process that already closed the socket, or one that is not a
+//! command's, is not found, and the line says so by having no `command`.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
 /// A process found holding a connection, and its lifetime tag if it has
@@ -18,14 +18,10 @@ pub struct Holder {
 }
 
 /// The holder of the TCP socket whose local end is `local` and remote end
-/// `remote`, as the kernel's tables say now.
+/// `remote`, as the kernel says now.
 pub fn holder(local: SocketAddr, remote: SocketAddr, tags: std::ops::Range<u32>) -> Option<Holder> {
-    let table = match local {
-        SocketAddr::V4(_) => "/proc/net/tcp",
-        SocketAddr::V6(_) => "/proc/net/tcp6",
-    };
-    let inode = socket_inode(&std::fs::read_to_string(table).ok()?, local, remote)?;
-    let pid = owner_of(inode)?;
+    let (uid, inode) = ask_kernel(&diag_request(local, remote))?;
+    let pid = owner_of(inode, uid)?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     Some(Holder {
         pid,
@@ -33,38 +29,94 @@ pub fn holder(local: SocketAddr, remote: SocketAddr, tags: std::ops::Range<u32>)
     })
 }
 
-/// Pure: the inode of the socket with these two ends in a `/proc/net/tcp`
-/// or `tcp6` table.
-pub fn socket_inode(table: &str, local: SocketAddr, remote: SocketAddr) -> Option<u64> {
-    table.lines().skip(1).find_map(|row| {
-        let fields: Vec<&str> = row.split_whitespace().collect();
-        let (l, r, inode) = (fields.get(1)?, fields.get(2)?, fields.get(9)?);
-        (parse_end(l)? == local && parse_end(r)? == remote)
-            .then(|| inode.parse().ok())
-            .flatten()
-    })
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const NLM_F_REQUEST: u16 = 1;
+const NLMSG_ERROR: u16 = 2;
+const HEADER: usize = 16;
+/// inet_diag_req_v2: family, protocol, ext, pad, states, then the socket's
+/// id (ports, addresses, interface, cookie).
+const REQUEST: usize = 56;
+/// Where the uid and the inode sit in an inet_diag_msg.
+const UID_AT: usize = 64;
+const INODE_AT: usize = 68;
+
+/// Pure: the netlink request for the one TCP socket with these two ends.
+pub fn diag_request(local: SocketAddr, remote: SocketAddr) -> Vec<u8> {
+    let (family, src, dst) = match (local.ip(), remote.ip()) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => (libc::AF_INET, words(&a.octets()), words(&b.octets())),
+        (a, b) => (
+            libc::AF_INET6,
+            words(&v6(a).octets()),
+            words(&v6(b).octets()),
+        ),
+    };
+    let mut m = Vec::with_capacity(HEADER + REQUEST);
+    m.extend(((HEADER + REQUEST) as u32).to_ne_bytes());
+    m.extend(SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    m.extend(NLM_F_REQUEST.to_ne_bytes());
+    m.extend(1u32.to_ne_bytes()); // sequence
+    m.extend(0u32.to_ne_bytes()); // port: the kernel fills it in
+    m.extend([family as u8, libc::IPPROTO_TCP as u8, 0, 0]);
+    m.extend(u32::MAX.to_ne_bytes()); // every state
+    m.extend(local.port().to_be_bytes());
+    m.extend(remote.port().to_be_bytes());
+    m.extend(src);
+    m.extend(dst);
+    m.extend(0u32.to_ne_bytes()); // any interface
+    m.extend(u32::MAX.to_ne_bytes()); // no cookie
+    m.extend(u32::MAX.to_ne_bytes());
+    m
 }
 
-/// Pure: one end as the kernel prints it, `ADDR:PORT` in hex, the address
-/// in 32-bit words of host (little-endian) order.
-pub fn parse_end(text: &str) -> Option<SocketAddr> {
-    let (addr, port) = text.split_once(':')?;
-    let port = u16::from_str_radix(port, 16).ok()?;
-    let words: Vec<u32> = (0..addr.len() / 8)
-        .map(|i| u32::from_str_radix(addr.get(i * 8..i * 8 + 8)?, 16).ok())
-        .collect::<Option<_>>()?;
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let ip = match (addr.len(), bytes.as_slice()) {
-        (8, b) => IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])),
-        (32, b) => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(b).ok()?)),
-        _ => return None,
+/// Pure: the socket's (uid, inode) from the kernel's answer; None for an
+/// error (no such socket) or anything else.
+pub fn diag_answer(bytes: &[u8]) -> Option<(u32, u64)> {
+    let word = |at: usize| Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+    let kind = u16::from_ne_bytes(bytes.get(4..6)?.try_into().ok()?);
+    if kind == NLMSG_ERROR || kind != SOCK_DIAG_BY_FAMILY {
+        return None;
+    }
+    Some((word(HEADER + UID_AT)?, word(HEADER + INODE_AT)? as u64))
+}
+
+/// An address as four 32-bit words, in the byte order it travels in.
+fn words(octets: &[u8]) -> Vec<u8> {
+    let mut out = octets.to_vec();
+    out.resize(16, 0);
+    out
+}
+
+fn v6(ip: IpAddr) -> Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
+/// Sends one sock_diag request and reads its answer.
+fn ask_kernel(request: &[u8]) -> Option<(u32, u64)> {
+    use nix::sys::socket::{
+        recv, sendto, socket, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol,
+        SockType,
     };
-    // An IPv4 peer on an IPv6 listener shows as ::ffff:a.b.c.d.
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    };
-    Some(SocketAddr::new(ip, port))
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Netlink,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkSockDiag,
+    )
+    .ok()?;
+    sendto(
+        fd.as_raw_fd(),
+        request,
+        &NetlinkAddr::new(0, 0),
+        MsgFlags::empty(),
+    )
+    .ok()?;
+    let mut buf = [0u8; 1024];
+    let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()).ok()?;
+    diag_answer(&buf[..n])
 }
 
 /// Pure: the first group of a `/proc/PID/status` text inside `tags`.
@@ -76,16 +128,21 @@ pub fn tag_of(status: &str, tags: std::ops::Range<u32>) -> Option<u32> {
         .find(|g| tags.contains(g))
 }
 
-/// The process holding the socket `inode` (the first found).
-fn owner_of(inode: u64) -> Option<i32> {
+/// The process of `uid` holding the socket `inode` (the first found): the
+/// owner first (one stat), the descriptors only of that uid's processes.
+fn owner_of(inode: u64, uid: u32) -> Option<i32> {
+    use std::os::unix::fs::MetadataExt;
     let wanted = format!("socket:[{inode}]");
     std::fs::read_dir("/proc")
         .ok()?
         .flatten()
         .find_map(|entry| {
             let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let fds =
-                std::fs::read_dir(Path::new("/proc").join(pid.to_string()).join("fd")).ok()?;
+            let dir = Path::new("/proc").join(pid.to_string());
+            if std::fs::metadata(&dir).ok()?.uid() != uid {
+                return None;
+            }
+            let fds = std::fs::read_dir(dir.join("fd")).ok()?;
             fds.flatten()
                 .any(|fd| {
                     std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == wanted.as_str())
@@ -99,39 +156,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ends_table() {
-        let cases = [
-            ("0100007F:0C38", Some("127.0.0.1:3128")),
-            ("0100007F:D431", Some("127.0.0.1:54321")),
-            ("00000000000000000000000001000000:0C38", Some("[::1]:3128")),
-            (
-                "0000000000000000FFFF00000100007F:0C38",
-                Some("127.0.0.1:3128"),
-            ),
-            ("0100007F", None),
-            ("0100007:0C38", None),
-            ("XYZ0007F:0C38", None),
-            ("0100007F:FFFFF", None),
-        ];
-        for (text, want) in cases {
-            let want = want.map(|w| w.parse::<SocketAddr>().unwrap());
-            assert_eq!(parse_end(text), want, "{text}");
-        }
+    fn the_request_names_both_ends() {
+        let client: SocketAddr = "127.0.0.1:54321".parse().unwrap();
+        let proxy: SocketAddr = "127.0.0.1:3128".parse().unwrap();
+        let m = diag_request(client, proxy);
+        assert_eq!(m.len(), HEADER + REQUEST);
+        assert_eq!(
+            u32::from_ne_bytes(m[0..4].try_into().unwrap()) as usize,
+            m.len()
+        );
+        assert_eq!(m[16], libc::AF_INET as u8);
+        assert_eq!(m[17], libc::IPPROTO_TCP as u8);
+        assert_eq!(&m[24..26], &54321u16.to_be_bytes());
+        assert_eq!(&m[26..28], &3128u16.to_be_bytes());
+        assert_eq!(&m[28..32], &[127, 0, 0, 1]);
+        assert_eq!(&m[44..48], &[127, 0, 0, 1]);
+        let v6 = diag_request("[::1]:5000".parse().unwrap(), "[::1]:3128".parse().unwrap());
+        assert_eq!(v6[16], libc::AF_INET6 as u8);
+        assert_eq!(v6[28 + 15], 1);
     }
 
     #[test]
-    fn the_socket_is_found_by_both_ends() {
-        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
-   0: 0100007F:0C38 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1111 1 0 100 0 0 10 0\n\
-   1: 0100007F:D431 0100007F:0C38 01 00000000:00000000 00:00000000 00000000  2001        0 2222 1 0 20 4 30 10 -1\n\
-   2: 0100007F:0C38 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 3333 1 0 20 4 30 10 -1\n";
-        let client: SocketAddr = "127.0.0.1:54321".parse().unwrap();
-        let proxy: SocketAddr = "127.0.0.1:3128".parse().unwrap();
-        assert_eq!(socket_inode(table, client, proxy), Some(2222));
-        assert_eq!(socket_inode(table, proxy, client), Some(3333));
-        let other: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        assert_eq!(socket_inode(table, other, proxy), None);
-        assert_eq!(socket_inode("", client, proxy), None);
+    fn answers_table() {
+        let answer = |kind: u16, uid: u32, inode: u32| {
+            let mut b = vec![0u8; HEADER + 72];
+            b[4..6].copy_from_slice(&kind.to_ne_bytes());
+            b[HEADER + UID_AT..HEADER + UID_AT + 4].copy_from_slice(&uid.to_ne_bytes());
+            b[HEADER + INODE_AT..HEADER + INODE_AT + 4].copy_from_slice(&inode.to_ne_bytes());
+            b
+        };
+        let cases = [
+            (answer(SOCK_DIAG_BY_FAMILY, 2001, 4242), Some((2001, 4242))),
+            (answer(NLMSG_ERROR, 0, 0), None),
+            (answer(3, 0, 0), None),
+            (vec![0u8; 10], None),
+        ];
+        for (bytes, want) in cases {
+            assert_eq!(diag_answer(&bytes), want);
+        }
     }
 
     #[test]
