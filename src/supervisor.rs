@@ -309,11 +309,12 @@ impl Supervisor {
             };
             crate::confine::state(layer, false, holds, detail)
         };
+        let commands_first = found.as_ref().is_ok_and(|p| p.has(Probe::OOM_FIRST));
         let more = vec![
             firewall,
             space("shell_space", &self.shell_space),
             space("link_protections", &self.link_protections),
-            space("oom_order", &self.oom_order),
+            oom_order(commands_first, &self.oom_order),
         ];
         self.confinement.record(found, more)
     }
@@ -558,18 +559,38 @@ fn gate_state((reason, since): &(Option<String>, Instant)) -> GateState {
 /// Puts warden last in line for the OOM killer (and the runtime, which
 /// inherits it); commands put themselves first (`spawn`). Lowering needs
 /// CAP_SYS_RESOURCE, which a container may not grant: then it says so.
+/// Asks for warden's (and so the runtime's) place last in the OOM
+/// killer's line; what it got.
 fn last_for_the_oom_killer() -> Result<String, String> {
-    let first = "shell's commands first (oom_score_adj 1000)";
     match std::fs::write("/proc/self/oom_score_adj", "-1000") {
-        Ok(()) => Ok(format!("{first}; warden and the runtime last (-1000)")),
+        Ok(()) => Ok("warden and the runtime last (-1000)".into()),
         Err(e) => {
             let now = std::fs::read_to_string("/proc/self/oom_score_adj").unwrap_or_default();
             Err(format!(
-                "{first}; warden and the runtime stay at {} (lowering needs CAP_SYS_RESOURCE: {e})",
+                "warden and the runtime stay at {} (lowering needs CAP_SYS_RESOURCE: {e})",
                 now.trim()
             ))
         }
     }
+}
+
+/// The OOM order as proven: shell's commands first only when the probe,
+/// set up as a command is, read its own oom_score_adj back as 1000.
+fn oom_order(commands_first: bool, warden: &Result<String, String>) -> LayerState {
+    let commands = match commands_first {
+        true => "shell's commands first (oom_score_adj 1000, read back by the probe)",
+        false => "shell's commands NOT first: the probe did not read oom_score_adj 1000",
+    };
+    let (warden_last, said) = match warden {
+        Ok(d) => (true, d),
+        Err(e) => (false, e),
+    };
+    crate::confine::state(
+        "oom_order",
+        false,
+        commands_first && warden_last,
+        format!("{commands}; {said}"),
+    )
 }
 
 fn identity(account: &Account) -> Identity {

@@ -988,6 +988,13 @@ fn commands_are_first_for_the_oom_killer() {
         .iter()
         .find(|l| l.layer == "oom_order")
         .unwrap();
+    // The commands' part is proven by the probe, not assumed.
+    assert!(
+        layer
+            .detail
+            .contains("shell's commands first (oom_score_adj 1000, read back by the probe)"),
+        "{layer:?}"
+    );
     match warden.trim() {
         "-1000" => assert!(
             layer.holds && layer.detail.contains("last (-1000)"),

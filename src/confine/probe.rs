@@ -48,6 +48,8 @@ impl Probe {
     /// The firewall probe could not even make a UDP socket (seccomp
     /// refuses them to shell), so it sent no datagram.
     pub const NET_UDP_SOCKET_REFUSED: u32 = 1 << 10;
+    /// Its own oom_score_adj read back as 1000: first for the OOM killer.
+    pub const OOM_FIRST: u32 = 1 << 11;
 
     pub fn has(self, bit: u32) -> bool {
         self.0 & bit != 0
@@ -99,6 +101,9 @@ pub(super) unsafe fn layers(last_cap: u32, uid: u32) -> u32 {
     }
     if fork_refused() {
         bits |= Probe::FORK_REFUSED;
+    }
+    if oom_score_adj_is(b"1000\n") {
+        bits |= Probe::OOM_FIRST;
     }
     bits
 }
@@ -152,6 +157,24 @@ pub(super) unsafe fn network(p: NetProbe, uid: u32) -> u32 {
         bits |= Probe::IDENTITY;
     }
     bits
+}
+
+/// Whether this process's oom_score_adj reads as `want`.
+///
+/// # Safety
+/// Raw, async-signal-safe syscalls only: callable in a forked child.
+unsafe fn oom_score_adj_is(want: &[u8]) -> bool {
+    let fd = libc::open(
+        c"/proc/self/oom_score_adj".as_ptr(),
+        libc::O_RDONLY | libc::O_CLOEXEC,
+    );
+    if fd < 0 {
+        return false;
+    }
+    let mut buf = [0u8; 16];
+    let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+    libc::close(fd);
+    n > 0 && &buf[..n as usize] == want
 }
 
 /// Whether a fork fails with EAGAIN; a child that was made exits at once
