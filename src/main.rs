@@ -9,7 +9,7 @@ mod sessions;
 use describe::{describe, describe_proxy};
 
 use clap::{Parser, Subcommand};
-use sessions::{attach, follow_size, list_commands};
+use sessions::{attach, follow_size, list_commands, print_output};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use warden::client::{Client, Message};
@@ -440,19 +440,10 @@ fn run_on(
         });
     }
     let mut stdout = std::io::stdout().lock();
-    let mut stderr = std::io::stderr();
     loop {
         match client.receive().map_err(|e| e.to_string())? {
-            Message::Output(Kind::Stderr, _, bytes) => {
-                let _ = stderr.write_all(&bytes);
-            }
-            Message::Output(_, _, bytes) => {
-                // Flushed frame by frame: a prompt has no newline.
-                if stdout
-                    .write_all(&bytes)
-                    .and_then(|()| stdout.flush())
-                    .is_err()
-                {
+            Message::Output(kind, _, bytes) => {
+                if !print_output(kind, &bytes, &mut stdout) {
                     return Ok(141);
                 }
             }

@@ -26,6 +26,22 @@ pub fn list_commands(mut client: Client) -> Result<i32, String> {
     }
 }
 
+/// Writes one output frame where it belongs, stdout flushed frame by
+/// frame (a prompt has no newline); false once stdout is gone (the
+/// reader stopped: exit as a Unix tool does, 141).
+pub fn print_output(kind: Kind, bytes: &[u8], stdout: &mut std::io::StdoutLock) -> bool {
+    match kind {
+        Kind::Stderr => {
+            let _ = std::io::stderr().write_all(bytes);
+            true
+        }
+        _ => stdout
+            .write_all(bytes)
+            .and_then(|()| stdout.flush())
+            .is_ok(),
+    }
+}
+
 /// Follows a detached command to its end; its exit status is ours.
 pub fn attach(mut client: Client, command: u64) -> Result<i32, String> {
     const ID: u32 = 1;
@@ -35,15 +51,8 @@ pub fn attach(mut client: Client, command: u64) -> Result<i32, String> {
     let mut stdout = std::io::stdout().lock();
     loop {
         match client.receive().map_err(|e| e.to_string())? {
-            Message::Output(Kind::Stderr, _, bytes) => {
-                let _ = std::io::stderr().write_all(&bytes);
-            }
-            Message::Output(_, _, bytes) => {
-                if stdout
-                    .write_all(&bytes)
-                    .and_then(|()| stdout.flush())
-                    .is_err()
-                {
+            Message::Output(kind, _, bytes) => {
+                if !print_output(kind, &bytes, &mut stdout) {
                     return Ok(141);
                 }
             }
