@@ -145,7 +145,7 @@ impl Proxy {
         let _ = client.set_nodelay(true);
         let mut line = Line::new(peer);
         // Who asked, looked up while the connection is surely open, beside
-        // the request rather than before it.
+        // the request; awaited only for the line, never before an answer.
         let origin = match (&self.origin, client.local_addr()) {
             (Some(origin), Ok(local)) => {
                 let origin = origin.clone();
@@ -153,16 +153,13 @@ impl Proxy {
             }
             _ => None,
         };
-        let admitted = self.admit(&mut client, &mut line).await;
-        if let Some(origin) = origin {
-            line.origin = origin.await.ok().flatten();
-        }
-        let admitted = match admitted {
+        let admitted = match self.admit(&mut client, &mut line).await {
             Ok(Some(admitted)) => admitted,
             // Connected and closed without a word: the firewall probe.
             Ok(None) => return,
             Err(refused) => {
-                self.refuse(&mut client, &line, refused, started).await;
+                self.refuse(&mut client, &mut line, refused, started, origin)
+                    .await;
                 return;
             }
         };
@@ -180,6 +177,7 @@ impl Proxy {
             Some(plain) => relay::forward(client, upstream, plain, head.early(), idle).await,
         };
         line.moved(moved);
+        line.origin = settle(origin).await;
         (self.record)(Event::Egress, line.allowed(started));
     }
 
@@ -232,7 +230,14 @@ impl Proxy {
 
     /// Answers a refused client (best effort: it may be gone) and writes
     /// the refusal's line.
-    async fn refuse(&self, client: &mut TcpStream, line: &Line, r: Refused, started: Instant) {
+    async fn refuse(
+        &self,
+        client: &mut TcpStream,
+        line: &mut Line,
+        r: Refused,
+        started: Instant,
+        origin: Option<Lookup>,
+    ) {
         self.refused.fetch_add(1, Ordering::Relaxed);
         let response = http::refusal_response(&r);
         let _ = tokio::time::timeout(
@@ -241,6 +246,18 @@ impl Proxy {
         )
         .await;
         let _ = client.shutdown().await;
+        line.origin = settle(origin).await;
         (self.record)(Event::Egress, line.refused(&r, started));
+    }
+}
+
+/// A connection's origin, being looked up.
+type Lookup = tokio::task::JoinHandle<Option<Value>>;
+
+/// The origin, once its lookup is done (None when there was none).
+async fn settle(origin: Option<Lookup>) -> Option<Value> {
+    match origin {
+        Some(lookup) => lookup.await.ok().flatten(),
+        None => None,
     }
 }
