@@ -351,26 +351,30 @@ async fn watch(
 }
 
 /// Ends what the command left behind (a new session, a double fork, a
-/// daemon): by its cgroup where it has one, else by its tag; unless it
-/// asked to keep it, and then the tag stays taken. (killed, still there)
+/// daemon): by its cgroup where it has one, and by its tag whatever the
+/// cgroup could not end (or where there is none); unless it asked to keep
+/// it, and then the tag stays taken. (killed, still there)
 async fn end_leftovers(
     sup: &Supervisor,
     keep_background: bool,
     tag: u32,
     cgroup: Option<CommandCgroup>,
 ) -> (usize, usize) {
-    let ended = match (keep_background, cgroup) {
-        (true, _) => return (0, 0),
-        (false, Some(cgroup)) => tokio::task::spawn_blocking(move || cgroup.end())
-            .await
-            .unwrap_or((0, 1)),
-        (false, None) => {
-            let shell = sup.shell.uid;
-            tokio::task::spawn_blocking(move || crate::lifetime::sweep(shell, tag))
-                .await
-                .unwrap_or((0, 1))
+    if keep_background {
+        return (0, 0);
+    }
+    let shell = sup.shell.uid;
+    let ended = tokio::task::spawn_blocking(move || match cgroup.map(|c| c.end()) {
+        // What its cgroup could not end still carries its tag.
+        Some((killed, left)) if left > 0 => {
+            let (more, still) = crate::lifetime::sweep(shell, tag);
+            (killed + more, still)
         }
-    };
+        Some(ended) => ended,
+        None => crate::lifetime::sweep(shell, tag),
+    })
+    .await
+    .unwrap_or((0, 1));
     if ended.1 == 0 {
         sup.tags.give_back(tag);
     }

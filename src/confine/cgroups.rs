@@ -160,7 +160,16 @@ impl CommandCgroup {
     /// the cgroup; (processes killed, processes still there after the
     /// wait: those are killed again when its tag is next used).
     pub fn end(&self) -> (usize, usize) {
-        let killed = self.kill().unwrap_or(0);
+        let killed = match self.kill() {
+            Ok(n) => n,
+            Err(e) => {
+                crate::say!(
+                    "cgroup {}: cannot kill what is left: {e}",
+                    self.dir.display()
+                );
+                0
+            }
+        };
         self.remove();
         let left = match self.dir.exists() {
             true => read(&self.dir.join("cgroup.procs")).map_or(1, |p| p.lines().count().max(1)),
