@@ -60,12 +60,19 @@ impl Tags {
     }
 }
 
-/// Pure: whether a `/proc/PID/status` text lists `tag` among its groups.
-pub fn carries(status: &str, tag: u32) -> bool {
+/// Pure: the supplementary groups a `/proc/PID/status` text lists.
+pub fn groups(status: &str) -> impl Iterator<Item = u32> + '_ {
     status
         .lines()
         .find_map(|l| l.strip_prefix("Groups:"))
-        .is_some_and(|groups| groups.split_whitespace().any(|g| g.parse() == Ok(tag)))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|g| g.parse().ok())
+}
+
+/// Pure: whether a `/proc/PID/status` text lists `tag` among its groups.
+pub fn carries(status: &str, tag: u32) -> bool {
+    groups(status).any(|g| g == tag)
 }
 
 /// The processes of `uid` that carry `tag` now.

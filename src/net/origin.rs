@@ -121,34 +121,20 @@ fn ask_kernel(request: &[u8]) -> Option<(u32, u64)> {
 
 /// Pure: the first group of a `/proc/PID/status` text inside `tags`.
 pub fn tag_of(status: &str, tags: std::ops::Range<u32>) -> Option<u32> {
-    let groups = status.lines().find_map(|l| l.strip_prefix("Groups:"))?;
-    groups
-        .split_whitespace()
-        .filter_map(|g| g.parse().ok())
-        .find(|g| tags.contains(g))
+    crate::lifetime::groups(status).find(|g| tags.contains(g))
 }
 
-/// The process of `uid` holding the socket `inode` (the first found): the
-/// owner first (one stat), the descriptors only of that uid's processes.
+/// The process of `uid` holding the socket `inode` (the first found): only
+/// that uid's processes have their descriptors read.
 fn owner_of(inode: u64, uid: u32) -> Option<i32> {
-    use std::os::unix::fs::MetadataExt;
     let wanted = format!("socket:[{inode}]");
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let dir = Path::new("/proc").join(pid.to_string());
-            if std::fs::metadata(&dir).ok()?.uid() != uid {
-                return None;
-            }
-            let fds = std::fs::read_dir(dir.join("fd")).ok()?;
-            fds.flatten()
-                .any(|fd| {
-                    std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == wanted.as_str())
-                })
-                .then_some(pid)
-        })
+    crate::shell_procs::pids_of(uid).into_iter().find(|pid| {
+        let Ok(fds) = std::fs::read_dir(Path::new("/proc").join(pid.to_string()).join("fd")) else {
+            return false;
+        };
+        fds.flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == wanted.as_str()))
+    })
 }
 
 #[cfg(test)]
