@@ -335,7 +335,7 @@ impl Supervisor {
             processes: Some(1),
             ..Default::default()
         };
-        let cgroup = self.confinement.command_cgroup("probe", &one)?;
+        let cgroup = self.confinement.probe_cgroup(&one)?;
         let cgroup = cgroup.map(|(cgroup, procs)| {
             confine.join_cgroup(procs);
             cgroup

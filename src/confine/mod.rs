@@ -111,9 +111,33 @@ impl Confinement {
         })
     }
 
-    /// The cgroup `name` for one command (None where commands get no
-    /// cgroups), with the fd its child joins through.
+    /// The cgroup `name` for one command, with the fd its child joins
+    /// through; None unless the probe proved the layer holds: a command in
+    /// a cgroup loses RLIMIT_NPROC to its pids.max, which must be real.
     pub fn command_cgroup(
+        &self,
+        name: &str,
+        limits: &Limits,
+    ) -> Result<Option<(CommandCgroup, OwnedFd)>, String> {
+        let proven = self
+            .layers()
+            .iter()
+            .any(|l| l.layer == "cgroups" && l.holds);
+        match proven {
+            true => self.cgroup(name, limits),
+            false => Ok(None),
+        }
+    }
+
+    /// The probe's own cgroup, which is how the layer gets proven.
+    pub fn probe_cgroup(
+        &self,
+        limits: &Limits,
+    ) -> Result<Option<(CommandCgroup, OwnedFd)>, String> {
+        self.cgroup("probe", limits)
+    }
+
+    fn cgroup(
         &self,
         name: &str,
         limits: &Limits,
@@ -127,13 +151,6 @@ impl Confinement {
                 cgroups.dir().display()
             )
         })
-    }
-
-    /// Whether commands' ends are by cgroup.kill (the layer was proven).
-    pub fn cgroups_hold(&self) -> bool {
-        self.layers()
-            .iter()
-            .any(|l| l.layer == "cgroups" && l.holds)
     }
 
     /// The firewall probe's layers: those of a command but Landlock, whose
