@@ -273,11 +273,10 @@ fn origin(sup: &Arc<Supervisor>) -> proxy::Origin {
         let mut found = json!({"pid": holder.pid});
         let command = holder
             .tag
-            .and_then(|tag| weak.upgrade()?.command_of_tag(tag));
-        if let Some((command, argv)) = command {
-            let digest = <sha2::Sha256 as sha2::Digest>::digest(argv.join("\0").as_bytes());
+            .and_then(|tag| weak.upgrade()?.command_digest_of_tag(tag));
+        if let Some((command, digest)) = command {
             found["command"] = command.into();
-            found["argv_sha256"] = format!("{digest:x}").into();
+            found["argv_sha256"] = digest.into();
         }
         Some(found)
     })

@@ -4,6 +4,7 @@
 
 use crate::confine::policy::{NetworkPolicy, Requirement};
 use crate::confine::spawn::Identity;
+use crate::net::connect_gate;
 use crate::net::firewall::{self, Findings, Scope, Verdict, Way};
 use crate::net::proxy::{self, Proxy, Rules};
 use crate::net::registries;
@@ -11,7 +12,7 @@ use crate::protocol::{LayerState, ProxyState};
 use crate::reaper::Reaper;
 use std::net::{TcpListener, UdpSocket};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 const NFT_DEADLINE: Duration = Duration::from_secs(10);
@@ -29,6 +30,16 @@ pub struct Network {
     pub listening: Vec<String>,
     /// The variables that point a command's tools at the proxy, made once.
     pub env: Vec<(String, String)>,
+    /// warden's connect gate, where it stands in for the firewall.
+    gate: OnceLock<Gate>,
+    gate_tried: std::sync::atomic::AtomicBool,
+}
+
+/// The connect gate, once open: what it has done, and why the firewall
+/// could not hold (said with its verdict).
+pub struct Gate {
+    pub counts: Arc<connect_gate::Counts>,
+    pub why_not_firewall: String,
 }
 
 impl Network {
@@ -53,6 +64,8 @@ impl Network {
             applied: Mutex::new(Err("not applied".into())),
             proxy: Mutex::new(None),
             listening: Vec::new(),
+            gate: OnceLock::new(),
+            gate_tried: Default::default(),
         }
     }
 
@@ -96,6 +109,46 @@ impl Network {
         }
     }
 
+    /// Whether the connect gate should stand in for a firewall that did
+    /// not hold: unless the policy turned the firewall off, and only the
+    /// first time (at boot, before any command runs).
+    pub fn wants_gate(&self, firewall: &LayerState) -> bool {
+        let first = !self.gate_tried.swap(true, Ordering::SeqCst);
+        first && !firewall.holds && self.policy.firewall != Requirement::Off
+    }
+
+    pub fn set_gate(&self, gate: Gate) {
+        let _ = self.gate.set(gate);
+    }
+
+    pub fn gate(&self) -> Option<&Gate> {
+        self.gate.get()
+    }
+
+    /// The firewall layer where the gate stands in for the table: the
+    /// probe, run as a command (so under the gate), must be refused but at
+    /// the proxy, and reach the proxy.
+    pub fn prove_gate(
+        &self,
+        gate: &Gate,
+        probe: impl FnOnce(
+            crate::confine::probe::NetProbe,
+        ) -> Result<crate::confine::probe::Probe, String>,
+    ) -> LayerState {
+        let required = self.policy.firewall == Requirement::Required;
+        let port = self.scope.proxy_port;
+        let findings = knock(port, probe);
+        match firewall::judge_gate(port, &gate.why_not_firewall, &findings) {
+            Verdict::Holds(detail) => crate::confine::state(
+                "firewall",
+                required,
+                true,
+                format!("{detail}. So far: {}", gate.counts.said()),
+            ),
+            Verdict::DidNotHold(why) => crate::confine::state("firewall", required, false, why),
+        }
+    }
+
     pub fn set_proxy(&self, proxy: Arc<Proxy>) {
         *self.proxy.lock().unwrap_or_else(|e| e.into_inner()) = Some(proxy);
     }
@@ -107,7 +160,8 @@ impl Network {
     /// The firewall layer, proven now: the table read back and compared
     /// (where nft applied it: over netlink there is no nft to list it),
     /// and the probe's findings. `probe` runs the probe child as shell
-    /// with the knocking ports it is given.
+    /// with the knocking ports it is given. With the layer, why the table
+    /// does not hold, if it does not.
     pub fn prove(
         &self,
         reaper: &Reaper,
@@ -115,16 +169,16 @@ impl Network {
         probe: impl FnOnce(
             crate::confine::probe::NetProbe,
         ) -> Result<crate::confine::probe::Probe, String>,
-    ) -> LayerState {
+    ) -> (LayerState, Option<String>) {
         let required = self.policy.firewall == Requirement::Required;
         let port = self.scope.proxy_port;
         let without = firewall::without_firewall(port, landlock_tcp, seccomp_sockets);
         if self.policy.firewall == Requirement::Off {
-            return crate::confine::state(
-                "firewall",
-                false,
-                false,
-                format!("off by policy (network.json); {without}"),
+            let off = "off by policy (network.json)".to_string();
+            let detail = format!("{off}; {without}");
+            return (
+                crate::confine::state("firewall", false, false, detail),
+                Some(off),
             );
         }
         let applied = self
@@ -146,10 +200,14 @@ impl Network {
         };
         let findings = knock(port, probe);
         match firewall::judge(self.scope, &applied, &readback, &findings) {
-            Verdict::Holds(detail) => crate::confine::state("firewall", required, true, detail),
-            Verdict::DidNotHold(why) => {
-                crate::confine::state("firewall", required, false, format!("{why}; {without}"))
-            }
+            Verdict::Holds(detail) => (
+                crate::confine::state("firewall", required, true, detail),
+                None,
+            ),
+            Verdict::DidNotHold(why) => (
+                crate::confine::state("firewall", required, false, format!("{why}; {without}")),
+                Some(why),
+            ),
         }
     }
 

@@ -32,6 +32,7 @@ events! {
     Network => "network",
     DefaultHosts => "default_hosts",
     Egress => "egress",
+    ConnectRefused => "connect_refused",
     PolicyReload => "policy_reload",
     PolicyReloadFailed => "policy_reload_failed",
     MainStart => "main_start",

@@ -11,6 +11,7 @@ use landlock::{
 };
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// The newest Landlock ABI warden asks for (and is tested with).
 const WANTED: ABI = ABI::V7;
@@ -85,6 +86,8 @@ pub struct StaticRules {
     /// is never changed after it is built, so every such command can be
     /// restricted by the same one.
     without_folder: Result<Option<OwnedFd>, String>,
+    /// The same under the connect gate, built when first asked for.
+    without_folder_gated: OnceLock<Result<Option<OwnedFd>, String>>,
 }
 
 fn read_exec() -> BitFlags<AccessFs> {
@@ -109,6 +112,7 @@ impl StaticRules {
             scopes: policy.scopes,
             skipped: Vec::new(),
             without_folder: Err("the Landlock rules were not opened".into()),
+            without_folder_gated: OnceLock::new(),
         }
     }
 
@@ -151,25 +155,43 @@ impl StaticRules {
             scopes: policy.scopes,
             skipped,
             without_folder: Ok(None),
+            without_folder_gated: OnceLock::new(),
         };
-        rules.without_folder = rules.build(None);
+        rules.without_folder = rules.build(None, false);
         rules
     }
 
     /// The ruleset for one command: read-write on `folder` if it has one.
-    /// None when the kernel has no Landlock at all.
-    pub fn ruleset(&self, folder: Option<&OwnedFd>) -> Result<Option<OwnedFd>, String> {
-        match (folder, &self.without_folder) {
-            (Some(_), _) => self.build(folder),
-            (None, Ok(shared)) => shared
+    /// None when the kernel has no Landlock at all. `gated`: under the
+    /// connect gate, which connects to the proxy for commands, so that no
+    /// TCP connect of their own is granted.
+    pub fn ruleset(
+        &self,
+        folder: Option<&OwnedFd>,
+        gated: bool,
+    ) -> Result<Option<OwnedFd>, String> {
+        if folder.is_some() {
+            return self.build(folder, gated);
+        }
+        let shared = match gated {
+            true => self
+                .without_folder_gated
+                .get_or_init(|| match &self.without_folder {
+                    Ok(_) => self.build(None, true),
+                    Err(e) => Err(e.clone()),
+                }),
+            false => &self.without_folder,
+        };
+        match shared {
+            Ok(shared) => shared
                 .as_ref()
                 .map(|fd| fd.try_clone().map_err(|e| e.to_string()))
                 .transpose(),
-            (None, Err(e)) => Err(e.clone()),
+            Err(e) => Err(e.clone()),
         }
     }
 
-    fn build(&self, folder: Option<&OwnedFd>) -> Result<Option<OwnedFd>, String> {
+    fn build(&self, folder: Option<&OwnedFd>, gated: bool) -> Result<Option<OwnedFd>, String> {
         let e = |e: landlock::RulesetError| e.to_string();
         let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::BestEffort)
@@ -191,7 +213,8 @@ impl StaticRules {
                 .add_rule(PathBeneath::new(folder.as_fd(), read_write()))
                 .map_err(e)?;
         }
-        for port in &self.tcp_connect {
+        let connect: &[u16] = if gated { &[] } else { &self.tcp_connect };
+        for port in connect {
             created = created
                 .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
                 .map_err(e)?;

@@ -20,6 +20,7 @@ use seccompiler::BpfProgram;
 use spawn::Confine;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub struct Confinement {
@@ -33,6 +34,9 @@ pub struct Confinement {
     cgroups: Result<Cgroups, String>,
     /// The layers as the last probe found them.
     layers: Mutex<Vec<LayerState>>,
+    /// Whether the connect gate is on: commands then get no TCP connect
+    /// of their own from Landlock (see `net::connect_gate`).
+    gated: AtomicBool,
 }
 
 impl Confinement {
@@ -63,7 +67,18 @@ impl Confinement {
             cgroups,
             policy,
             layers: Mutex::new(Vec::new()),
+            gated: AtomicBool::new(false),
         }
+    }
+
+    /// Commands forked from now on connect over TCP only through the
+    /// connect gate (or not at all, when `on` is false again).
+    pub fn set_gated(&self, on: bool) {
+        self.gated.store(on, Ordering::SeqCst);
+    }
+
+    pub fn gated(&self) -> bool {
+        self.gated.load(Ordering::SeqCst)
     }
 
     /// Opens the Landlock rules' paths as `view` shows them (see
@@ -98,7 +113,7 @@ impl Confinement {
             Requirement::Off => None,
             _ => self
                 .rules
-                .ruleset(folder)
+                .ruleset(folder, self.gated())
                 .map_err(|e| format!("landlock ruleset: {e}"))?,
         };
         Ok(Confine {
@@ -154,16 +169,24 @@ impl Confinement {
     }
 
     /// The firewall probe's layers: those of a command but Landlock, whose
-    /// TCP rule would hide whether the firewall holds.
-    pub fn for_network_probe(&self, probe: NetProbe) -> Confine {
-        Confine {
-            landlock: None,
+    /// TCP rule would hide whether the firewall holds. Under the connect
+    /// gate, a command's exactly: the gate is what is proven then.
+    pub fn for_network_probe(&self, probe: NetProbe) -> Result<Confine, String> {
+        let landlock = match self.gated() {
+            true => self
+                .rules
+                .ruleset(None, true)
+                .map_err(|e| format!("landlock ruleset: {e}"))?,
+            false => None,
+        };
+        Ok(Confine {
+            landlock,
             rlimits: rlimits(&self.policy.limits),
             last_cap: self.last_cap,
             probe: false,
             net_probe: Some(probe),
             cgroup: None,
-        }
+        })
     }
 
     /// Turns a probe's findings, and the firewall's state, into the layer

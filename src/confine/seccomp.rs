@@ -418,6 +418,21 @@ fn deny_program() -> Result<BpfProgram, String> {
     p.assemble()
 }
 
+/// The connect gate's filter, installed on the spawner thread after the
+/// others when the firewall cannot hold: every connect(2) of a command goes
+/// to warden as a user notification (see `net::connect_gate`). A foreign
+/// ABI is let through here: the main filter kills it, and without that
+/// filter Landlock still refuses its TCP connects.
+pub fn gate_program() -> Result<BpfProgram, String> {
+    let mut p = Program::default();
+    p.load(ARCH)
+        .op(JEQ, AUDIT_ARCH_X86_64, To::Next, To::Label("allow"));
+    p.load(NR).jeq(libc::SYS_connect as u32, "notify");
+    p.label("allow").ret(libc::SECCOMP_RET_ALLOW);
+    p.label("notify").ret(libc::SECCOMP_RET_USER_NOTIF);
+    p.assemble()
+}
+
 /// The extra names of the policy, compiled by seccompiler's JSON front end
 /// (which resolves names to numbers).
 fn extra(names: &[String]) -> Result<Option<BpfProgram>, String> {
@@ -514,6 +529,36 @@ mod tests {
             .map(|p| run(p, &data))
             .min_by_key(|ret| (ret & libc::SECCOMP_RET_ACTION_FULL) as i32)
             .unwrap()
+    }
+
+    #[test]
+    fn the_gate_sends_connects_to_warden_and_nothing_else() {
+        const X86_64: u32 = 0xc000_003e;
+        const I386: u32 = 0x4000_0003;
+        let mut programs = build(&[]).unwrap();
+        programs.push(gate_program().unwrap());
+        let notify = libc::SECCOMP_RET_USER_NOTIF;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let kill = libc::SECCOMP_RET_KILL_PROCESS;
+        let x32_connect = libc::SYS_connect | X32_SYSCALL_BIT as i64;
+        let cases: &[(&str, u32, i64, u32)] = &[
+            ("connect", X86_64, libc::SYS_connect, notify),
+            ("accept", X86_64, libc::SYS_accept, allow),
+            ("sendto", X86_64, libc::SYS_sendto, allow),
+            ("ptrace stays denied", X86_64, libc::SYS_ptrace, eperm),
+            ("x32 connect is killed", X86_64, x32_connect, kill),
+            ("ia32 is killed", I386, 102, kill),
+        ];
+        for (name, arch, nr, want) in cases {
+            assert_eq!(verdict(&programs, *arch, *nr, [0; 6]), *want, "{name}");
+        }
+        let alone = [gate_program().unwrap()];
+        assert_eq!(
+            verdict(&alone, I386, 102, [0; 6]),
+            allow,
+            "the gate alone kills nothing"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::confine::spawn::{self, Launch, SpawnError, Spawned, Stdio};
 use crate::reaper::Reaper;
 use crate::shell_space;
 use seccompiler::BpfProgram;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -39,6 +40,11 @@ enum Job {
     /// Empty shell's System V IPC namespace (the spawner thread's), if
     /// no process of this uid is left to use it.
     EmptyIpc { uid: u32 },
+    /// Install the connect gate's filter, whose listener goes back.
+    InstallGate {
+        program: BpfProgram,
+        reply: mpsc::Sender<Result<OwnedFd, String>>,
+    },
 }
 
 pub struct Spawner {
@@ -79,6 +85,9 @@ impl Spawner {
                         // Checked here, in queue order: a command forked
                         // before this job is a process by now, and one
                         // asked for after it is not forked yet.
+                        Job::InstallGate { program, reply } => {
+                            let _ = reply.send(install_listening(&program));
+                        }
                         Job::EmptyIpc { uid } => {
                             if shell_space::ipc_objects() > 0
                                 && crate::shell_procs::pids_of(uid).is_empty()
@@ -133,6 +142,19 @@ impl Spawner {
         self.root.join(path.strip_prefix("/").unwrap_or(path))
     }
 
+    /// Installs `program` on the thread (after its other filters, so
+    /// every command forked from now on carries it) with a listener for
+    /// its notifications, which is returned.
+    pub fn install_gate(&self, program: BpfProgram) -> Result<OwnedFd, String> {
+        let (reply, answer) = mpsc::channel();
+        self.jobs
+            .send(Job::InstallGate { program, reply })
+            .map_err(|_| "the spawner thread is gone".to_string())?;
+        answer
+            .recv()
+            .map_err(|_| "the spawner thread is gone".to_string())?
+    }
+
     /// Asks the thread to empty shell's System V IPC namespace once no
     /// process of `uid` is left (what commands left behind goes with
     /// them; a process kept in the background keeps what it uses).
@@ -182,6 +204,25 @@ fn install(filters: &[BpfProgram]) -> Result<(), String> {
     if filters.is_empty() {
         return Ok(());
     }
+    no_new_privs()?;
+    for program in filters {
+        seccomp(program, 0).map_err(|e| format!("cannot install the seccomp filter: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Installs the gate's `program` with a new listener, and returns it.
+fn install_listening(program: &BpfProgram) -> Result<OwnedFd, String> {
+    no_new_privs()?;
+    let fd = seccomp(program, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32)
+        .map_err(|e| format!("cannot install the connect gate's filter: {e}"))?;
+    let fd = i32::try_from(fd).map_err(|_| "seccomp returned no listener".to_string())?;
+    // SAFETY: with NEW_LISTENER, seccomp(2) returns a new descriptor that
+    // nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn no_new_privs() -> Result<(), String> {
     // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) takes plain integers and affects
     // only the calling thread.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
@@ -190,27 +231,27 @@ fn install(filters: &[BpfProgram]) -> Result<(), String> {
             std::io::Error::last_os_error()
         ));
     }
-    for program in filters {
-        let prog = libc::sock_fprog {
-            len: program.len() as libc::c_ushort,
-            filter: program.as_ptr() as *mut libc::sock_filter,
-        };
-        // SAFETY: `prog` points at a live, valid BPF program; seccomp(2)
-        // copies it before returning.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0u32,
-                &prog as *const libc::sock_fprog,
-            )
-        };
-        if rc < 0 {
-            return Err(format!(
-                "cannot install the seccomp filter: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
     Ok(())
+}
+
+/// seccomp(SECCOMP_SET_MODE_FILTER, flags, program) on the calling thread.
+fn seccomp(program: &BpfProgram, flags: u32) -> std::io::Result<libc::c_long> {
+    let prog = libc::sock_fprog {
+        len: program.len() as libc::c_ushort,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `prog` points at a live, valid BPF program; seccomp(2)
+    // copies it before returning.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    match rc {
+        rc if rc < 0 => Err(std::io::Error::last_os_error()),
+        rc => Ok(rc),
+    }
 }

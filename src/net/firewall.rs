@@ -292,6 +292,23 @@ pub fn judge(
             way.said()
         ),
     };
+    problems.extend(problems_in(findings, proxy_port));
+    if problems.is_empty() {
+        let (udp, v6) = said(findings);
+        Verdict::Holds(format!(
+            "table inet {TABLE}, {how}: sockets of uid {shell_uid}{counted} reach only the proxy on 127.0.0.1{v6}:{proxy_port}; a probe as shell was refused at once over TCP, {udp}, and it reached the proxy"
+        ))
+    } else {
+        Verdict::DidNotHold(format!(
+            "{} (table inet {TABLE} {how})",
+            problems.join("; ")
+        ))
+    }
+}
+
+/// What the probe's findings show does not hold.
+fn problems_in(findings: &Findings, proxy_port: u16) -> Vec<String> {
+    let mut problems = Vec::new();
     if !findings.tcp_refused {
         problems.push("shell connected over TCP to a loopback port that is not the proxy".into());
     } else if !findings.refused_fast {
@@ -303,25 +320,41 @@ pub fn judge(
     if !findings.proxy_reached {
         problems.push(format!("shell cannot reach the proxy on port {proxy_port}"));
     }
-    if problems.is_empty() {
-        let udp = match findings.udp_refused_at_socket {
-            true => "could make no UDP socket (seccomp refuses them to shell)",
-            false => "its UDP datagram did not arrive",
-        };
-        let v6 = if findings.v6 {
-            " and [::1]"
-        } else {
-            " (no IPv6 loopback here)"
-        };
-        Verdict::Holds(format!(
-            "table inet {TABLE}, {how}: sockets of uid {shell_uid}{counted} reach only the proxy on 127.0.0.1{v6}:{proxy_port}; a probe as shell was refused at once over TCP, {udp}, and it reached the proxy"
-        ))
-    } else {
-        Verdict::DidNotHold(format!(
-            "{} (table inet {TABLE} {how})",
+    problems
+}
+
+/// How the probe's UDP datagram fared, and which loopbacks it tried.
+fn said(findings: &Findings) -> (&'static str, &'static str) {
+    let udp = match findings.udp_refused_at_socket {
+        true => "could make no UDP socket (seccomp refuses them to shell)",
+        false => "its UDP datagram did not arrive",
+    };
+    let v6 = match findings.v6 {
+        true => " and [::1]",
+        false => " (no IPv6 loopback here)",
+    };
+    (udp, v6)
+}
+
+/// The verdict where warden's connect gate stands in for the table
+/// (`why_not` says why the table could not hold): the probe ran as a
+/// command, under the gate.
+pub fn judge_gate(proxy_port: u16, why_not: &str, probe: &Result<Findings, String>) -> Verdict {
+    let findings = match probe {
+        Ok(f) => f,
+        Err(e) => return Verdict::DidNotHold(format!("the connect gate's probe failed: {e}")),
+    };
+    let problems = problems_in(findings, proxy_port);
+    if !problems.is_empty() {
+        return Verdict::DidNotHold(format!(
+            "the connect gate did not hold: {}",
             problems.join("; ")
-        ))
+        ));
     }
+    let (udp, v6) = said(findings);
+    Verdict::Holds(format!(
+        "held by warden's connect gate, without nftables ({why_not}): every TCP connect of a command is decided by warden, which connects to the proxy on 127.0.0.1{v6}:{proxy_port} for it and refuses the rest; Landlock refuses commands any TCP connect of their own; a probe as shell was refused at once over TCP, {udp}, and it reached the proxy"
+    ))
 }
 
 /// What still limits `shell` when the firewall does not hold, and what no

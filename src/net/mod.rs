@@ -2,6 +2,7 @@
 //! proxy, and the proxy itself, which reaches only listed hosts.
 
 pub mod addr;
+pub mod connect_gate;
 pub mod firewall;
 pub mod hosts;
 pub mod nft_netlink;

@@ -26,6 +26,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod network_layer;
+
 pub struct Supervisor {
     pub config: MachineConfig,
     pub runtime: Account,
@@ -291,17 +293,13 @@ impl Supervisor {
 
     /// Applies every layer in a child as shell and has it test each from
     /// inside; records and returns what holds.
-    pub fn probe(&self) -> Vec<LayerState> {
+    pub fn probe(self: &Arc<Self>) -> Vec<LayerState> {
         let found = self.run_probe();
         let landlock_tcp = self.confinement.coverage.tcp
             && found.as_ref().is_ok_and(|p| p.has(Probe::LANDLOCK_TCP));
         // The filter carries the socket rules: proven installed by the probe.
         let seccomp_sockets = found.as_ref().is_ok_and(|p| p.has(Probe::SECCOMP));
-        let firewall = self
-            .network
-            .prove(&self.reaper, (landlock_tcp, seccomp_sockets), |plan| {
-                self.run_net_probe(plan)
-            });
+        let firewall = self.firewall_layer(landlock_tcp, seccomp_sockets);
         let space = |layer, found: &Result<String, String>| {
             let (holds, detail) = match found {
                 Ok(d) => (true, d.clone()),
@@ -319,10 +317,10 @@ impl Supervisor {
         self.confinement.record(found, more)
     }
 
-    /// The firewall probe: a child as shell, without Landlock, knocking
-    /// where `plan` says.
+    /// The firewall probe: a child as shell knocking where `plan` says
+    /// (without Landlock, but under the connect gate).
     fn run_net_probe(&self, plan: crate::confine::probe::NetProbe) -> Result<Probe, String> {
-        let confine = self.confinement.for_network_probe(plan);
+        let confine = self.confinement.for_network_probe(plan)?;
         self.spawn_probe("warden-net-probe", confine)
     }
 
@@ -466,6 +464,15 @@ impl Supervisor {
     }
 
     /// The running command whose processes carry `tag`: its id and argv.
+    /// The running command whose lifetime tag `tag` is: its id, and the
+    /// SHA-256 of its argv joined by NUL (what audit lines say of it, so
+    /// that no argument reaches them whole).
+    pub fn command_digest_of_tag(&self, tag: u32) -> Option<(u64, String)> {
+        let (command, argv) = self.command_of_tag(tag)?;
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(argv.join("\0").as_bytes());
+        Some((command, format!("{digest:x}")))
+    }
+
     pub fn command_of_tag(&self, tag: u32) -> Option<(u64, Vec<String>)> {
         self.running()
             .iter()

@@ -1,0 +1,271 @@
+//! The connect gate: where the firewall cannot hold (no CAP_NET_ADMIN, a
+//! rootless engine's host network), warden itself decides every TCP
+//! connect a command makes.
+//!
+//! Three layers make it, none needing NET_ADMIN or SYS_PTRACE:
+//! - a seccomp filter on the spawner thread sends every connect(2) of a
+//!   command to warden as a user notification (`seccomp::gate_program`);
+//! - Landlock refuses every TCP connect a command makes itself (no port
+//!   is granted), so nothing the kernel carries out on the command's
+//!   behalf can open a TCP connection, whatever its memory says by then;
+//! - this thread reads the address once into its own copy, decides on the
+//!   copy, and for the proxy connects a socket of its own to the copy and
+//!   puts it in the command's place (at the same descriptor number, with
+//!   the same non-blocking and close-on-exec flags).
+//!
+//! So there is no window between check and use: the address warden acts
+//! on is the one it checked, and a call it lets go on (a unix socket's)
+//! cannot become a TCP connection. What the command set on its own socket
+//! before connecting (a bound port, buffer sizes) is not carried over;
+//! TCP_NODELAY is set, loopback having no use for Nagle's delay.
+
+mod decide;
+mod notify;
+
+pub use decide::{decide, Decision};
+pub use notify::Listener;
+
+use nix::errno::Errno;
+use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage};
+use notify::Notice;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// How long warden waits for the proxy to accept on a blocking caller's
+/// behalf (it accepts at once unless flooded).
+const PROXY_ACCEPT_MS: u16 = 2000;
+/// The longest address connect(2) takes: a sockaddr_storage.
+const MAX_ADDRESS: usize = std::mem::size_of::<libc::sockaddr_storage>();
+
+/// Whom the gate serves: the proxy's port on loopback, and the user
+/// whose processes it reads (the commands').
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub proxy_port: u16,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// What the gate has done since it started.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Connections warden made to the proxy for a command.
+    pub to_proxy: AtomicU64,
+    /// Connects refused.
+    pub refused: AtomicU64,
+    /// Calls let go on as made (unix and routing sockets).
+    pub passed_on: AtomicU64,
+}
+
+impl Counts {
+    pub fn said(&self) -> String {
+        format!(
+            "{} connections made to the proxy for commands, {} connects refused, {} unix connects let through",
+            self.to_proxy.load(Ordering::Relaxed),
+            self.refused.load(Ordering::Relaxed),
+            self.passed_on.load(Ordering::Relaxed)
+        )
+    }
+}
+
+/// One refused connect, for the audit log.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub tid: u32,
+    pub address: Option<SocketAddr>,
+    pub reason: String,
+}
+
+pub type OnRefusal = Arc<dyn Fn(Refusal) + Send + Sync>;
+
+/// Starts the gate's thread on `listener`; its counts, or why it could
+/// not start (then the listener is closed, and every gated connect fails
+/// with ENOSYS: closed, not open).
+pub fn start(
+    listener: Listener,
+    settings: Settings,
+    on_refusal: OnRefusal,
+) -> Result<Arc<Counts>, String> {
+    let counts = Arc::new(Counts::default());
+    let mine = counts.clone();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("connect-gate".into())
+        .spawn(move || {
+            let acting = notify::act_as(settings.uid, settings.gid);
+            let failed = acting.is_err();
+            let _ = ready_tx.send(acting);
+            if !failed {
+                serve(&listener, settings, &mine, &on_refusal);
+            }
+        })
+        .map_err(|e| format!("cannot start the connect gate's thread: {e}"))?;
+    ready
+        .recv()
+        .map_err(|_| "the connect gate's thread died".to_string())??;
+    Ok(counts)
+}
+
+fn serve(listener: &Listener, settings: Settings, counts: &Counts, on_refusal: &OnRefusal) {
+    loop {
+        let notice = match listener.recv() {
+            Ok(n) => n,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::ENOENT)) => continue,
+            Err(e) => {
+                crate::say!("connect gate: cannot receive: {e}; gated connects now fail");
+                return;
+            }
+        };
+        let outcome = handle(listener, &notice, settings);
+        match outcome {
+            Outcome::ToProxy => counts.to_proxy.fetch_add(1, Ordering::Relaxed),
+            Outcome::PassedOn => counts.passed_on.fetch_add(1, Ordering::Relaxed),
+            Outcome::Refused(refusal) => {
+                on_refusal(refusal);
+                counts.refused.fetch_add(1, Ordering::Relaxed)
+            }
+            Outcome::Gone => 0,
+        };
+    }
+}
+
+enum Outcome {
+    ToProxy,
+    PassedOn,
+    Refused(Refusal),
+    /// The caller was gone before it could be answered.
+    Gone,
+}
+
+/// Decides one call and answers it.
+fn handle(listener: &Listener, n: &Notice, settings: Settings) -> Outcome {
+    let refuse = |errno: i32, address: Option<SocketAddr>, reason: String| match listener
+        .answer(n.id, -1, errno)
+    {
+        Ok(()) => Outcome::Refused(Refusal {
+            tid: n.tid,
+            address,
+            reason,
+        }),
+        Err(_) => Outcome::Gone,
+    };
+    if i64::from(n.nr) != libc::SYS_connect {
+        return refuse(libc::ENOSYS, None, format!("syscall {} is not gated", n.nr));
+    }
+    let (fd, at, len) = (n.args[0] as i32, n.args[1], n.args[2] as u32 as usize);
+    if len > MAX_ADDRESS {
+        // What the kernel answers too.
+        return refuse(libc::EINVAL, None, "an address longer than any".into());
+    }
+    let addr = match notify::read_memory(n.tid, at, len) {
+        Ok(addr) => addr,
+        Err(e) => return unreadable(listener, n, e, refuse),
+    };
+    match decide(&addr, settings.proxy_port) {
+        Decision::Continue => match listener.carry_on(n.id) {
+            Ok(()) => Outcome::PassedOn,
+            Err(_) => Outcome::Gone,
+        },
+        Decision::Refuse {
+            errno,
+            address,
+            reason,
+        } => refuse(errno, address, reason.into()),
+        Decision::Proxy(target) => match to_proxy(listener, n, fd, target) {
+            Ok(()) => Outcome::ToProxy,
+            Err(Some(errno)) => refuse(errno, Some(target), "the proxy did not accept".into()),
+            Err(None) => Outcome::Gone,
+        },
+    }
+}
+
+/// The call's address could not be read: an address the caller does not
+/// have (EFAULT, as the kernel says), or a process that made itself
+/// unreadable (non-dumpable), which is refused.
+fn unreadable(
+    listener: &Listener,
+    n: &Notice,
+    e: io::Error,
+    refuse: impl Fn(i32, Option<SocketAddr>, String) -> Outcome,
+) -> Outcome {
+    if !listener.still_waiting(n.id) {
+        return Outcome::Gone;
+    }
+    match e.raw_os_error() {
+        Some(libc::EIO) | Some(libc::EFAULT) => {
+            refuse(libc::EFAULT, None, "the address is not in its memory".into())
+        }
+        _ => refuse(
+            libc::EACCES,
+            None,
+            format!("warden cannot read the address it gave ({e}): a process that hides its memory gets no connection"),
+        ),
+    }
+}
+
+/// Connects a socket of warden's to `target` and puts it at `fd` in the
+/// caller's table; Err(Some(errno)) to refuse with, Err(None) if the
+/// caller is gone.
+fn to_proxy(
+    listener: &Listener,
+    n: &Notice,
+    fd: i32,
+    target: SocketAddr,
+) -> Result<(), Option<i32>> {
+    let flags = notify::fd_flags(n.tid, fd).map_err(|_| Some(libc::EBADF))?;
+    if !listener.still_waiting(n.id) {
+        return Err(None);
+    }
+    let nonblocking = flags & libc::O_NONBLOCK as u32 != 0;
+    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
+    let (sock, pending) = connect(target, nonblocking).map_err(|e| Some(e as i32))?;
+    listener
+        .place(n.id, sock.as_fd(), fd, cloexec)
+        .map_err(|_| None)?;
+    let error = if pending { libc::EINPROGRESS } else { 0 };
+    listener
+        .answer(n.id, if pending { -1 } else { 0 }, error)
+        .map_err(|_| None)
+}
+
+/// A TCP socket connected (or connecting, for a non-blocking caller) to
+/// `target`, with the caller's blocking mode; whether it is still pending.
+fn connect(target: SocketAddr, nonblocking: bool) -> Result<(OwnedFd, bool), Errno> {
+    let family = match target {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
+    };
+    let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+    let sock = socket::socket(family, SockType::Stream, flags, None)?;
+    let _ = socket::setsockopt(&sock, sockopt::TcpNoDelay, &true);
+    let pending = match socket::connect(sock.as_raw_fd(), &SockaddrStorage::from(target)) {
+        Ok(()) => false,
+        Err(Errno::EINPROGRESS) => true,
+        Err(e) => return Err(e),
+    };
+    if nonblocking {
+        return Ok((sock, pending));
+    }
+    if pending {
+        wait_connected(&sock)?;
+    }
+    let fl = nix::fcntl::fcntl(sock.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFL)?;
+    let fl = nix::fcntl::OFlag::from_bits_truncate(fl) & !nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(sock.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(fl))?;
+    Ok((sock, false))
+}
+
+fn wait_connected(sock: &OwnedFd) -> Result<(), Errno> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLOUT)];
+    if poll(&mut fds, PollTimeout::from(PROXY_ACCEPT_MS))? == 0 {
+        return Err(Errno::ETIMEDOUT);
+    }
+    match socket::getsockopt(sock, sockopt::SocketError)? {
+        0 => Ok(()),
+        e => Err(Errno::from_raw(e)),
+    }
+}

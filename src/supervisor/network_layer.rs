@@ -1,0 +1,128 @@
+//! The firewall layer as the supervisor proves it: warden's nftables
+//! table where it holds, else warden's connect gate, opened once at boot
+//! and proven on every status after.
+
+use super::Supervisor;
+use crate::audit::Event;
+use crate::net::connect_gate::{self, Listener, Refusal};
+use crate::network::Gate;
+use crate::protocol::LayerState;
+use serde_json::json;
+use std::sync::Arc;
+
+/// Refusals waiting for the audit thread: past this, the gate waits for
+/// it (slowing the refused caller, losing no line).
+const REFUSALS_QUEUED: usize = 1024;
+
+impl Supervisor {
+    /// The firewall layer, proven now (see the module's comment).
+    pub(super) fn firewall_layer(
+        self: &Arc<Self>,
+        landlock_tcp: bool,
+        seccomp_sockets: bool,
+    ) -> LayerState {
+        let knock = |plan| self.run_net_probe(plan);
+        if let Some(gate) = self.network.gate() {
+            return self.network.prove_gate(gate, knock);
+        }
+        let (firewall, why_not) =
+            self.network
+                .prove(&self.reaper, (landlock_tcp, seccomp_sockets), knock);
+        if !self.network.wants_gate(&firewall) {
+            return firewall;
+        }
+        let why_not = why_not.unwrap_or_default();
+        let opened = match landlock_tcp {
+            true => self.open_gate(why_not),
+            false => Err("it needs Landlock's TCP rules (ABI 4), which do not hold here".into()),
+        };
+        match opened {
+            Ok(()) => match self.network.gate() {
+                Some(gate) => self
+                    .network
+                    .prove_gate(gate, |plan| self.run_net_probe(plan)),
+                None => firewall,
+            },
+            Err(e) => {
+                crate::say!("the connect gate cannot stand in for the firewall: {e}");
+                let mut firewall = firewall;
+                firewall.detail += &format!("; warden's connect gate cannot stand in: {e}");
+                firewall
+            }
+        }
+    }
+
+    /// Opens the connect gate: commands lose their own TCP connects to
+    /// Landlock first, then the spawner thread takes the gate's filter, and
+    /// the gate's thread answers its listener.
+    fn open_gate(self: &Arc<Self>, why_not_firewall: String) -> Result<(), String> {
+        let program = crate::confine::seccomp::gate_program()?;
+        let on_refusal = self.gate_recorder()?;
+        self.confinement.set_gated(true);
+        let listener = match self.spawner.install_gate(program) {
+            Ok(fd) => Listener::new(fd),
+            Err(e) => {
+                self.confinement.set_gated(false);
+                return Err(e);
+            }
+        };
+        let settings = connect_gate::Settings {
+            proxy_port: self.network.policy.proxy_port,
+            uid: self.shell.uid,
+            gid: self.shell.gid,
+        };
+        // From here on commands carry the filter: without the gate's
+        // thread, their connects fail (closed, not open).
+        let counts = connect_gate::start(listener, settings, on_refusal)
+            .map_err(|e| format!("{e}; commands can make no TCP connection at all"))?;
+        crate::say!(
+            "the firewall does not hold ({why_not_firewall}): warden's connect gate stands in"
+        );
+        self.network.set_gate(Gate {
+            counts,
+            why_not_firewall,
+        });
+        Ok(())
+    }
+
+    /// Where the gate's refusals go: a thread of their own writes them to
+    /// the audit log (the gate's thread reads commands' memory as shell,
+    /// and must not open audit files so).
+    fn gate_recorder(self: &Arc<Self>) -> Result<connect_gate::OnRefusal, String> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Refusal>(REFUSALS_QUEUED);
+        let weak = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("connect-gate-audit".into())
+            .spawn(move || {
+                for refusal in rx {
+                    match weak.upgrade() {
+                        Some(sup) => sup.record_gate_refusal(refusal),
+                        None => return,
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the connect gate's audit thread: {e}"))?;
+        Ok(Arc::new(move |refusal| {
+            let _ = tx.send(refusal);
+        }))
+    }
+
+    fn record_gate_refusal(&self, refusal: Refusal) {
+        let mut fields = json!({"pid": refusal.tid, "reason": refusal.reason});
+        if let Some(address) = refusal.address {
+            fields["address"] = address.to_string().into();
+        }
+        let tags =
+            crate::lifetime::TAG_BASE..crate::lifetime::TAG_BASE + crate::lifetime::TAG_COUNT;
+        let command = std::fs::read_to_string(format!("/proc/{}/status", refusal.tid))
+            .ok()
+            .and_then(|status| crate::net::origin::tag_of(&status, tags))
+            .and_then(|tag| self.command_digest_of_tag(tag));
+        if let Some((command, digest)) = command {
+            fields["command"] = command.into();
+            fields["argv_sha256"] = digest.into();
+        }
+        self.audit
+            .record_refusal(Event::ConnectRefused, "connect_gate", fields);
+    }
+}
