@@ -38,7 +38,7 @@ pub struct Network {
 /// The connect gate, once open: what it has done, and why the firewall
 /// could not hold (said with its verdict).
 pub struct Gate {
-    pub counts: Arc<connect_gate::Counts>,
+    pub ledger: Arc<connect_gate::Ledger>,
     pub why_not_firewall: String,
 }
 
@@ -143,7 +143,7 @@ impl Network {
                 "firewall",
                 required,
                 true,
-                format!("{detail}. So far: {}", gate.counts.said()),
+                format!("{detail}. So far: {}", gate.ledger.said()),
             ),
             Verdict::DidNotHold(why) => crate::confine::state("firewall", required, false, why),
         }

@@ -6,8 +6,8 @@
 mod common;
 
 use common::attacks::{
-    assert_no_secret, build_attack_program, programs, shell_lines, Targets, DATA_CANARY,
-    ENV_CANARY, ROUTINE_CANARY,
+    assert_no_secret, build_attack_program, hand_to_shell, programs, shell_lines, Targets,
+    DATA_CANARY, ENV_CANARY, ROUTINE_CANARY,
 };
 use common::{printed, privileged, Machine, Options, RUNTIME_UID, SHELL_UID};
 use serde_json::json;
@@ -17,19 +17,6 @@ use std::time::{Duration, Instant};
 use warden::client::Output;
 use warden::confine::policy::Limits;
 use warden::protocol::RunRequest;
-
-/// Copies the attack programs into shell's own /tmp (the folder behind it,
-/// which warden made at boot); returns the program's path as shell sees it.
-fn hand_to_shell(m: &Machine, bin_dir: &Path) -> PathBuf {
-    let dest = m.root().join("var/shell-tmp/warden-attack");
-    std::fs::create_dir_all(&dest).unwrap();
-    std::fs::set_permissions(&dest, PermissionsExt::from_mode(0o755)).unwrap();
-    for (name, mode) in [("attack", 0o755), ("id-suid", 0o4755)] {
-        std::fs::copy(bin_dir.join(name), dest.join(name)).unwrap();
-        std::fs::set_permissions(dest.join(name), PermissionsExt::from_mode(mode)).unwrap();
-    }
-    PathBuf::from("/tmp/warden-attack/attack")
-}
 
 struct Scene {
     m: Machine,

@@ -357,8 +357,8 @@ fn warden_without_nft_applies_its_firewall_over_netlink() {
 }
 
 #[test]
-fn without_nft_or_cap_net_admin_the_firewall_does_not_hold() {
-    let test = "without_nft_or_cap_net_admin_the_firewall_does_not_hold";
+fn without_nft_or_cap_net_admin_the_connect_gate_stands_in() {
+    let test = "without_nft_or_cap_net_admin_the_connect_gate_stands_in";
     if !privileged(test) || !have(test, &["ip", "unshare", "setpriv"]) {
         return;
     }
@@ -374,7 +374,9 @@ fn without_nft_or_cap_net_admin_the_firewall_does_not_hold() {
         .iter()
         .find(|l| l.layer == "firewall")
         .expect("a firewall layer");
-    assert!(!fw.holds && fw.required, "{fw:?}");
+    // The table cannot be sent, and says why; warden's connect gate holds
+    // in its place, so the required layer holds and commands run.
+    assert!(fw.holds && fw.required, "{fw:?}");
     assert!(
         fw.detail.contains(
             "cannot apply the rules: over netlink (no nft in the image): the batch: EPERM: Operation not permitted"
@@ -383,14 +385,17 @@ fn without_nft_or_cap_net_admin_the_firewall_does_not_hold() {
         fw.detail
     );
     assert!(fw.detail.contains("lacks CAP_NET_ADMIN"), "{}", fw.detail);
-    // required (the default): commands are refused, naming the firewall.
-    let e = machine
+    assert!(
+        fw.detail.contains("held by warden's connect gate"),
+        "{}",
+        fw.detail
+    );
+    let out = machine
         .client()
         .run(warden::protocol::RunRequest {
             argv: Some(vec!["true".into()]),
             ..Default::default()
         })
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("firewall did not hold"), "{e}");
+        .unwrap();
+    assert_eq!(out.exit.status, 0);
 }

@@ -125,7 +125,21 @@ fn allowed_hosts_work_through_the_proxy() {
     if !privileged("allowed_hosts_work_through_the_proxy") {
         return;
     }
-    let net = boot_listed();
+    allowed_hosts_work(boot_listed());
+}
+
+/// The same where nftables cannot hold: each tool's connection to the
+/// proxy is made by warden's connect gate, and works as before.
+#[test]
+fn allowed_hosts_work_through_the_connect_gate() {
+    if !privileged("allowed_hosts_work_through_the_connect_gate") {
+        return;
+    }
+    let net = boot_gated();
+    allowed_hosts_work(net);
+}
+
+fn allowed_hosts_work(net: Net) {
     let ca = net.ca().display().to_string();
     let cases = [
         // Plain HTTP, absolute URI.
@@ -251,6 +265,21 @@ fn ssh_reaches_a_listed_host_through_warden_connect() {
     );
 }
 
+/// A listed machine without CAP_NET_ADMIN: its firewall cannot hold, and
+/// warden's connect gate stands in (checked here, so every test on it
+/// knows which layer it exercises).
+fn boot_gated() -> Net {
+    let net = boot(policy, |o| o.drop_caps = vec!["net_admin".into()]);
+    let fw = firewall(&net.machine.client().status().unwrap());
+    assert!(fw.holds, "{fw:?}");
+    assert!(
+        fw.detail.contains("held by warden's connect gate"),
+        "{}",
+        fw.detail
+    );
+    net
+}
+
 fn boot_listed() -> Net {
     boot(policy, |_| {})
 }
@@ -312,7 +341,66 @@ fn direct_connections_fail_fast() {
     if !privileged("direct_connections_fail_fast") {
         return;
     }
-    let net = boot_listed();
+    direct_connections_fail(boot_listed());
+}
+
+/// Under the connect gate a direct connect is refused by warden itself,
+/// with EACCES ("Permission denied"; curl says it could not connect: 7),
+/// and audited.
+#[test]
+fn direct_connections_fail_fast_through_the_connect_gate() {
+    if !privileged("direct_connections_fail_fast_through_the_connect_gate") {
+        return;
+    }
+    let net = boot_gated();
+    let net = direct_connections_fail(net);
+    let refused = net.machine.audit_kinds("connect_refused");
+    let v4 = net.internet.v4.to_string();
+    let line = refused
+        .iter()
+        .find(|l| l["address"].as_str().is_some_and(|a| a.starts_with(&v4)))
+        .unwrap_or_else(|| panic!("no connect_refused line for {v4}: {refused:?}"));
+    assert!(
+        line["reason"].as_str().unwrap().contains("not the proxy"),
+        "{line}"
+    );
+    assert!(line["command"].as_u64().is_some(), "{line}");
+    assert!(line["argv_sha256"].as_str().is_some(), "{line}");
+}
+
+/// Time of check against time of use: a second thread rewrites the address
+/// (proxy or unix path, then the target), or also swaps the descriptor,
+/// while the first connects, 2000 times each; nothing reaches the target.
+#[test]
+fn the_connect_gate_acts_on_what_it_read() {
+    if !privileged("the_connect_gate_acts_on_what_it_read") {
+        return;
+    }
+    let net = boot_gated();
+    let (bin_dir, _) = common::attacks::build_attack_program();
+    let bin = common::attacks::hand_to_shell(&net.machine, bin_dir.path());
+    let v4 = net.internet.v4;
+    for how in ["proxy", "unix", "fd"] {
+        let line = format!("{} connect-race {how} {v4} 8080 3128", bin.display());
+        let (status, text) = net.text(&line);
+        assert_eq!(status, 0, "{how}: {text}");
+        assert!(text.contains("blocked: connect race"), "{how}: {text}");
+        if how == "proxy" {
+            // Both sides of the race were seen: the gate connected some
+            // to the proxy and refused others.
+            assert!(!text.contains(" 0 to the proxy"), "{text}");
+            assert!(!text.contains(" 0 refused"), "{text}");
+        }
+    }
+    let seen = net.internet.connections();
+    assert!(!seen.contains("tcp 8080"), "the target saw: {seen}");
+    // Refusals by the thousand: a burst written whole (20 per 10 s), the
+    // rest counted into `suppressed` lines.
+    let whole = net.machine.audit_kinds("connect_refused").len();
+    assert!(whole <= 40, "{whole} connect_refused lines written whole");
+}
+
+fn direct_connections_fail(net: Net) -> Net {
     let v4 = net.internet.v4;
     let v6 = net.internet.v6;
     // curl told to ignore the proxy: refused, not timed out (exit 7, not 28).
@@ -355,6 +443,7 @@ except OSError as e:
     // Nothing of it reached the internet.
     let seen = net.internet.connections();
     assert!(seen.trim().is_empty(), "the internet saw: {seen}");
+    net
 }
 
 #[test]
@@ -489,33 +578,35 @@ fn the_firewall_self_test_sees_rules_removed_behind_its_back() {
 }
 
 #[test]
-fn without_cap_net_admin_the_firewall_does_not_hold() {
-    if !privileged("without_cap_net_admin_the_firewall_does_not_hold") {
+fn without_cap_net_admin_the_connect_gate_stands_in() {
+    if !privileged("without_cap_net_admin_the_connect_gate_stands_in") {
         return;
     }
-    let mut p = json!({"hosts": ["allowed.test"], "firewall": "best-effort"});
-    let first = p.clone();
-    let net = boot(move |_| first, |o| o.drop_caps = vec!["net_admin".into()]);
+    // required (the default): the gate satisfies it, commands run.
+    let net = boot_gated();
     let fw = firewall(&net.machine.client().status().unwrap());
-    assert!(!fw.holds && !fw.required, "{fw:?}");
+    assert!(fw.required, "{fw:?}");
+    // Why nftables could not, and what the gate has done.
     assert!(
         fw.detail.contains("cannot apply the rules"),
         "{}",
         fw.detail
     );
-    // What still holds without it: no UDP or ICMP socket for shell at all.
-    assert!(fw.detail.contains("no UDP"), "{}", fw.detail);
     assert!(
         fw.detail
-            .contains("Not limited: TCP to port 3128 of any address"),
+            .contains("connections made to the proxy for commands"),
         "{}",
         fw.detail
     );
-    // Said at boot, in one line on stderr and in the audit log.
+    assert!(
+        fw.detail.contains("could make no UDP socket"),
+        "{}",
+        fw.detail
+    );
     assert!(
         net.machine
             .log()
-            .contains("firewall (best effort) does not hold"),
+            .contains("warden's connect gate stands in"),
         "{}",
         net.machine.log()
     );
@@ -523,15 +614,44 @@ fn without_cap_net_admin_the_firewall_does_not_hold() {
     let layers = boot_line["layers"].as_array().unwrap();
     assert!(layers
         .iter()
-        .any(|l| l["layer"] == "firewall" && l["holds"] == false));
-    // best-effort: commands still run.
+        .any(|l| l["layer"] == "firewall" && l["holds"] == true));
     assert_eq!(net.text("echo ran").1.trim(), "ran");
-    drop(net);
-    // required (the default): commands are refused, with the reason.
-    p["firewall"] = "required".into();
+    // Landlock's own refusal, under the gate: proven by the probe.
+    let status = net.machine.client().status().unwrap();
+    let landlock = status
+        .layers
+        .iter()
+        .find(|l| l.layer == "landlock")
+        .unwrap();
+    assert!(landlock.holds, "{landlock:?}");
+    // A unix socket is still connected as made (the gate lets it through).
+    let (code, text) = net.text(
+        "python3 -c 'import socket,os; s=socket.socket(socket.AF_UNIX); s.bind(\"/tmp/u.sock\"); s.listen(); c=socket.socket(socket.AF_UNIX); c.connect(\"/tmp/u.sock\"); print(\"unix ok\")'",
+    );
+    assert_eq!((code, text.trim()), (0, "unix ok"), "{text}");
+}
+
+/// With the firewall off by policy, the gate does not stand in either:
+/// what is left (Landlock's port, seccomp's sockets) is said.
+#[test]
+fn a_firewall_off_by_policy_gets_no_gate() {
+    if !privileged("a_firewall_off_by_policy_gets_no_gate") {
+        return;
+    }
+    let p = json!({"hosts": ["allowed.test"], "firewall": "off"});
     let net = boot(move |_| p, |o| o.drop_caps = vec!["net_admin".into()]);
-    let e = net.refused_run();
-    assert!(e.contains("firewall did not hold"), "{e}");
+    let fw = firewall(&net.machine.client().status().unwrap());
+    assert!(!fw.holds && !fw.required, "{fw:?}");
+    assert!(fw.detail.contains("off by policy"), "{}", fw.detail);
+    assert!(fw.detail.contains("no UDP"), "{}", fw.detail);
+    assert!(
+        fw.detail
+            .contains("Not limited: TCP to port 3128 of any address"),
+        "{}",
+        fw.detail
+    );
+    assert!(!net.machine.log().contains("connect gate stands in"));
+    assert_eq!(net.text("echo ran").1.trim(), "ran");
 }
 
 #[test]

@@ -22,11 +22,16 @@ pub struct Holder {
 pub fn holder(local: SocketAddr, remote: SocketAddr, tags: std::ops::Range<u32>) -> Option<Holder> {
     let (uid, inode) = ask_kernel(&diag_request(local, remote))?;
     let pid = owner_of(inode, uid)?;
+    Some(holder_of_thread(pid, tags))
+}
+
+/// A process (or thread) known to hold the connection, with its tag.
+pub fn holder_of_thread(pid: i32, tags: std::ops::Range<u32>) -> Holder {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    Some(Holder {
+    Holder {
         pid,
         tag: tag_of(&status, tags),
-    })
+    }
 }
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;

@@ -73,13 +73,13 @@ impl Supervisor {
         };
         // From here on commands carry the filter: without the gate's
         // thread, their connects fail (closed, not open).
-        let counts = connect_gate::start(listener, settings, on_refusal)
+        let ledger = connect_gate::start(listener, settings, on_refusal)
             .map_err(|e| format!("{e}; commands can make no TCP connection at all"))?;
         crate::say!(
             "the firewall does not hold ({why_not_firewall}): warden's connect gate stands in"
         );
         self.network.set_gate(Gate {
-            counts,
+            ledger,
             why_not_firewall,
         });
         Ok(())

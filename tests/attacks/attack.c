@@ -28,6 +28,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <arpa/inet.h>
 #include <termios.h>
 #include <unistd.h>
@@ -78,6 +79,78 @@ static void ia32_getpid(void) {
     long ret;
     __asm__ volatile("int $0x80" : "=a"(ret) : "a"(20) : "memory");
     (void)ret;
+}
+
+/* The connect gate's check against its use. A second thread keeps
+ * rewriting the address (and, for "fd", swapping the descriptor between a
+ * unix and a TCP socket) while the first connects: between the proxy, or
+ * a unix path, and a target. Warden must act on what it read, and a call
+ * it lets through must not become a TCP connection: nothing may ever
+ * reach the target. */
+static volatile int racing = 1;
+static struct sockaddr_storage race_addr, race_from, race_to;
+static int race_fd = -1, race_unix = -1, race_tcp = -1, race_fds = 0;
+
+static void *flip(void *unused) {
+    (void)unused;
+    while (racing) {
+        memcpy(&race_addr, &race_from, sizeof race_addr);
+        if (race_fds) dup2(race_unix, race_fd);
+        memcpy(&race_addr, &race_to, sizeof race_addr);
+        if (race_fds) dup2(race_tcp, race_fd);
+    }
+    return NULL;
+}
+
+static void set_inet(struct sockaddr_storage *ss, const char *ip, int port) {
+    struct sockaddr_in *sa = (struct sockaddr_in *)ss;
+    memset(ss, 0, sizeof *ss);
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons(port);
+    inet_pton(AF_INET, ip, &sa->sin_addr);
+}
+
+static int connect_race(const char *how, const char *ip, int port, int proxy_port) {
+    if (!strcmp(how, "proxy")) {
+        set_inet(&race_from, "127.0.0.1", proxy_port);
+    } else {
+        struct sockaddr_un *un = (struct sockaddr_un *)&race_from;
+        memset(&race_from, 0, sizeof race_from);
+        un->sun_family = AF_UNIX;
+        strcpy(un->sun_path, "/tmp/race.sock");
+    }
+    set_inet(&race_to, ip, port);
+    memcpy(&race_addr, &race_from, sizeof race_addr);
+    race_fds = !strcmp(how, "fd");
+    if (race_fds) {
+        race_unix = socket(AF_UNIX, SOCK_STREAM, 0);
+        race_tcp = socket(AF_INET, SOCK_STREAM, 0);
+        race_fd = dup(race_tcp);
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, flip, NULL);
+    int reached = 0, proxied = 0, refused = 0, other = 0;
+    for (int i = 0; i < 2000; i++) {
+        int s = race_fds ? race_fd : socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(s, (struct sockaddr *)&race_addr, sizeof(struct sockaddr_in6)) == 0) {
+            struct sockaddr_in peer = {0};
+            socklen_t len = sizeof peer;
+            getpeername(s, (struct sockaddr *)&peer, &len);
+            if (peer.sin_family == AF_INET && ntohs(peer.sin_port) == port) reached++;
+            else proxied++;
+            if (race_fds) { race_tcp = socket(AF_INET, SOCK_STREAM, 0); }
+        } else if (errno == EACCES) {
+            refused++;
+        } else {
+            other++;
+        }
+        if (!race_fds) close(s);
+    }
+    racing = 0;
+    pthread_join(t, NULL);
+    printf("%s: connect race (%s) 2000 tries: %d to the proxy, %d refused, %d other errors, %d reached %s:%d\n",
+           reached ? "GOT THROUGH" : "blocked", how, proxied, refused, other, reached, ip, port);
+    return reached ? 1 : 0;
 }
 
 static int connect_unix(const char *path, int abstract) {
@@ -222,6 +295,11 @@ int main(int argc, char **argv) {
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(atoi(arg))};
         inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
         return blocked_with("tcp connect to loopback", connect(s, (struct sockaddr *)&sa, sizeof sa), EACCES);
+    }
+    if (!strcmp(a, "connect-race")) {
+        /* connect-race proxy|unix|fd IP PORT PROXY_PORT */
+        if (argc < 6) return 2;
+        return connect_race(arg, argv[3], atoi(argv[4]), atoi(argv[5]));
     }
     if (!strcmp(a, "tcp-fast-open")) {
         /* A connection made by the first send, around connect(). */

@@ -42,7 +42,7 @@ pub fn build_attack_program() -> (tempfile::TempDir, PathBuf) {
     let bin = dir.path().join("attack");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/attacks/attack.c");
     let out = Command::new("cc")
-        .args(["-O1", "-o"])
+        .args(["-O1", "-pthread", "-o"])
         .arg(&bin)
         .arg(&src)
         .output()
@@ -211,4 +211,17 @@ pub fn assert_no_secret(name: &str, o: &Output) {
     for canary in [ENV_CANARY, DATA_CANARY] {
         assert!(!t.contains(canary), "{name}: a secret leaked: {t}");
     }
+}
+
+/// Copies the attack programs into shell's own /tmp (the folder behind it,
+/// which warden made at boot); returns the program's path as shell sees it.
+pub fn hand_to_shell(m: &super::Machine, bin_dir: &Path) -> PathBuf {
+    let dest = m.root().join("var/shell-tmp/warden-attack");
+    std::fs::create_dir_all(&dest).unwrap();
+    std::fs::set_permissions(&dest, PermissionsExt::from_mode(0o755)).unwrap();
+    for (name, mode) in [("attack", 0o755), ("id-suid", 0o4755)] {
+        std::fs::copy(bin_dir.join(name), dest.join(name)).unwrap();
+        std::fs::set_permissions(dest.join(name), PermissionsExt::from_mode(mode)).unwrap();
+    }
+    PathBuf::from("/tmp/warden-attack/attack")
 }

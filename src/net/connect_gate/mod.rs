@@ -28,11 +28,12 @@ pub use notify::Listener;
 use nix::errno::Errno;
 use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage};
 use notify::Notice;
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// How long warden waits for the proxy to accept on a blocking caller's
 /// behalf (it accepts at once unless flooded).
@@ -49,18 +50,43 @@ pub struct Settings {
     pub gid: u32,
 }
 
-/// What the gate has done since it started.
+/// What the gate has done since it started, and for whom its
+/// connections to the proxy are.
 #[derive(Debug, Default)]
-pub struct Counts {
+pub struct Ledger {
     /// Connections warden made to the proxy for a command.
     pub to_proxy: AtomicU64,
     /// Connects refused.
     pub refused: AtomicU64,
     /// Calls let go on as made (unix and routing sockets).
     pub passed_on: AtomicU64,
+    /// The connections made to the proxy whose caller the proxy has not
+    /// asked for yet: by their local address (the proxy's client).
+    made: Mutex<HashMap<SocketAddr, u32>>,
 }
 
-impl Counts {
+/// Connections remembered for the proxy at most; past it the oldest are
+/// forgotten (the proxy then finds their caller by the socket table).
+const REMEMBERED: usize = 4096;
+
+impl Ledger {
+    /// Which thread a connection the gate made to the proxy was made for,
+    /// by its local address; asked once, by the proxy, when it accepts it.
+    pub fn caller_of(&self, local: SocketAddr) -> Option<u32> {
+        self.made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&local)
+    }
+
+    fn remember(&self, local: SocketAddr, tid: u32) {
+        let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
+        if made.len() >= REMEMBERED {
+            made.clear();
+        }
+        made.insert(local, tid);
+    }
+
     pub fn said(&self) -> String {
         format!(
             "{} connections made to the proxy for commands, {} connects refused, {} unix connects let through",
@@ -88,8 +114,8 @@ pub fn start(
     listener: Listener,
     settings: Settings,
     on_refusal: OnRefusal,
-) -> Result<Arc<Counts>, String> {
-    let counts = Arc::new(Counts::default());
+) -> Result<Arc<Ledger>, String> {
+    let counts = Arc::new(Ledger::default());
     let mine = counts.clone();
     let (ready_tx, ready) = std::sync::mpsc::channel();
     std::thread::Builder::new()
@@ -109,7 +135,7 @@ pub fn start(
     Ok(counts)
 }
 
-fn serve(listener: &Listener, settings: Settings, counts: &Counts, on_refusal: &OnRefusal) {
+fn serve(listener: &Listener, settings: Settings, counts: &Ledger, on_refusal: &OnRefusal) {
     loop {
         let notice = match listener.recv() {
             Ok(n) => n,
@@ -119,7 +145,7 @@ fn serve(listener: &Listener, settings: Settings, counts: &Counts, on_refusal: &
                 return;
             }
         };
-        let outcome = handle(listener, &notice, settings);
+        let outcome = handle(listener, &notice, settings, counts);
         match outcome {
             Outcome::ToProxy => counts.to_proxy.fetch_add(1, Ordering::Relaxed),
             Outcome::PassedOn => counts.passed_on.fetch_add(1, Ordering::Relaxed),
@@ -141,7 +167,7 @@ enum Outcome {
 }
 
 /// Decides one call and answers it.
-fn handle(listener: &Listener, n: &Notice, settings: Settings) -> Outcome {
+fn handle(listener: &Listener, n: &Notice, settings: Settings, ledger: &Ledger) -> Outcome {
     let refuse = |errno: i32, address: Option<SocketAddr>, reason: String| match listener
         .answer(n.id, -1, errno)
     {
@@ -174,7 +200,7 @@ fn handle(listener: &Listener, n: &Notice, settings: Settings) -> Outcome {
             address,
             reason,
         } => refuse(errno, address, reason.into()),
-        Decision::Proxy(target) => match to_proxy(listener, n, fd, target) {
+        Decision::Proxy(target) => match to_proxy(listener, n, fd, target, ledger) {
             Ok(()) => Outcome::ToProxy,
             Err(Some(errno)) => refuse(errno, Some(target), "the proxy did not accept".into()),
             Err(None) => Outcome::Gone,
@@ -214,6 +240,7 @@ fn to_proxy(
     n: &Notice,
     fd: i32,
     target: SocketAddr,
+    ledger: &Ledger,
 ) -> Result<(), Option<i32>> {
     let flags = notify::fd_flags(n.tid, fd).map_err(|_| Some(libc::EBADF))?;
     if !listener.still_waiting(n.id) {
@@ -221,7 +248,8 @@ fn to_proxy(
     }
     let nonblocking = flags & libc::O_NONBLOCK as u32 != 0;
     let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
-    let (sock, pending) = connect(target, nonblocking).map_err(|e| Some(e as i32))?;
+    let remember = |local| ledger.remember(local, n.tid);
+    let (sock, pending) = connect(target, nonblocking, remember).map_err(|e| Some(e as i32))?;
     listener
         .place(n.id, sock.as_fd(), fd, cloexec)
         .map_err(|_| None)?;
@@ -233,7 +261,12 @@ fn to_proxy(
 
 /// A TCP socket connected (or connecting, for a non-blocking caller) to
 /// `target`, with the caller's blocking mode; whether it is still pending.
-fn connect(target: SocketAddr, nonblocking: bool) -> Result<(OwnedFd, bool), Errno> {
+/// `remember` is told its local address before it connects.
+fn connect(
+    target: SocketAddr,
+    nonblocking: bool,
+    remember: impl FnOnce(SocketAddr),
+) -> Result<(OwnedFd, bool), Errno> {
     let family = match target {
         SocketAddr::V4(_) => AddressFamily::Inet,
         SocketAddr::V6(_) => AddressFamily::Inet6,
@@ -241,6 +274,17 @@ fn connect(target: SocketAddr, nonblocking: bool) -> Result<(OwnedFd, bool), Err
     let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
     let sock = socket::socket(family, SockType::Stream, flags, None)?;
     let _ = socket::setsockopt(&sock, sockopt::TcpNoDelay, &true);
+    // Bound first, so that its local address is known (and remembered)
+    // before the proxy can accept it and ask whose it is.
+    socket::bind(
+        sock.as_raw_fd(),
+        &SockaddrStorage::from(SocketAddr::new(target.ip(), 0)),
+    )?;
+    if let Ok(local) = socket::getsockname::<SockaddrStorage>(sock.as_raw_fd()) {
+        if let Some(local) = std_addr(&local) {
+            remember(local);
+        }
+    }
     let pending = match socket::connect(sock.as_raw_fd(), &SockaddrStorage::from(target)) {
         Ok(()) => false,
         Err(Errno::EINPROGRESS) => true,
@@ -268,4 +312,13 @@ fn wait_connected(sock: &OwnedFd) -> Result<(), Errno> {
         0 => Ok(()),
         e => Err(Errno::from_raw(e)),
     }
+}
+
+/// As the proxy sees it: an IPv4 address mapped into IPv6 is IPv4.
+fn std_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*v4).into()));
+    }
+    let v6: std::net::SocketAddrV6 = (*a.as_sockaddr_in6()?).into();
+    Some(SocketAddr::new(v6.ip().to_canonical(), v6.port()))
 }
