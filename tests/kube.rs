@@ -149,6 +149,13 @@ impl Played {
         self.exec(&["warden", "run", "--", "sh", "-c", script])
     }
 
+    /// As `run`, in (and free to write) the workspace's folder `folder`.
+    fn run_in(&self, folder: &str, script: &str) -> Output {
+        self.exec(&[
+            "warden", "run", "--folder", folder, "--", "sh", "-c", script,
+        ])
+    }
+
     fn down(&self) {
         let yaml = self.dir.path().join("manifests.yaml");
         let out = podman(&["kube", "down", &yaml.to_string_lossy()]);
@@ -279,11 +286,14 @@ fn a_pod_runs_under_baseline_with_its_keys_and_keeps_its_data() {
         "{}",
         show(".env", &out)
     );
-    let out = fx.exec(&[
-        "sh",
-        "-c",
-        "tr '\\0' '\\n' < /proc/$(pgrep -x sleep)/environ",
-    ]);
+    let out = fx.exec_as(
+        "2000",
+        &[
+            "sh",
+            "-c",
+            "tr '\\0' '\\n' < /proc/$(pgrep -x sleep)/environ",
+        ],
+    );
     assert!(
         text(&out.stdout).contains(CANARY),
         "{}",
@@ -301,7 +311,7 @@ fn a_pod_runs_under_baseline_with_its_keys_and_keeps_its_data() {
     assert!(seen.contains("Permission denied"), "{seen}");
 
     // What is written stays in the claims across `kube down`.
-    let out = fx.run("echo kept-by-shell > /home/runtime/workspace/marker");
+    let out = fx.run_in("kept", "echo kept-by-shell > marker");
     assert!(out.status.success(), "{}", show("write", &out));
     let out = fx.exec_as(
         "2000",
@@ -327,7 +337,7 @@ fn a_pod_runs_under_baseline_with_its_keys_and_keeps_its_data() {
         .collect();
     let status = fx.up(&again, "second.yaml");
     assert_eq!(layer(&status, "landlock")["holds"], true);
-    let out = fx.run("cat /home/runtime/workspace/marker");
+    let out = fx.run_in("kept", "cat marker");
     assert_eq!(
         text(&out.stdout),
         "kept-by-shell\n",
