@@ -95,7 +95,8 @@ pub fn make_users(config: &MachineConfig) -> Result<[users::Account; 2], BootErr
 
 /// 5. The layout, with the modes the README lists (a lent routines folder
 ///    kept as lent, if shell cannot write it), and the keys a VM's
-///    launcher handed over with its files, made the runtime's `.env`.
+///    launcher handed over with its files (or a cluster's Secret names in
+///    `keys_from`), made the runtime's `.env`.
 pub fn make_layout(
     config: &MachineConfig,
     accounts: &[users::Account; 2],
@@ -118,6 +119,16 @@ pub fn make_layout(
         Ok(true) => crate::say!("the runtime's keys were handed over"),
         Ok(false) => {}
         Err(e) => return Err(BootError::Keys(e)),
+    }
+    if let Some(from) = &config.keys_from {
+        let r = &accounts[0];
+        let names = crate::keys::copy_mounted(from, &paths.env_file, r.uid, r.gid)
+            .map_err(BootError::Keys)?;
+        crate::say!(
+            "the runtime's keys were read from {}: {}",
+            from.display(),
+            names.len()
+        );
     }
     Ok((paths, changes))
 }

@@ -52,6 +52,10 @@ pub struct MachineConfig {
     /// The main process starts only once the host has handed the runtime
     /// its keys (`hand_keys`), so that it starts with them.
     pub main_waits_for_keys: bool,
+    /// The runtime's keys in a file warden reads at every boot and leaves
+    /// where it is (a cluster's Secret, mounted read-only): they become
+    /// the runtime's `.env`. None: only the host hands them over.
+    pub keys_from: Option<PathBuf>,
     /// Seconds with no request, no command and no hold after which warden
     /// stops the machine itself; None: never.
     pub idle_stop_s: Option<u64>,
@@ -111,6 +115,7 @@ impl Default for MachineConfig {
             path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
             lang: "C.UTF-8".into(),
             main_waits_for_keys: false,
+            keys_from: None,
             idle_stop_s: None,
             command_cgroups: false,
         }
@@ -237,6 +242,9 @@ impl MachineConfig {
                 "must be an absolute path outside /tmp",
             ));
         }
+        if self.keys_from.as_ref().is_some_and(|k| !k.is_absolute()) {
+            return Err(invalid("keys_from", "must be an absolute path"));
+        }
         if self.audit_dir.as_ref().is_some_and(|d| !d.is_absolute()) {
             return Err(invalid("audit_dir", "must be an absolute path"));
         }
@@ -319,6 +327,8 @@ mod tests {
             ),
             (r#"{"socket":"api.sock"}"#, Some("`socket`")),
             (r#"{"audit_dir":"audit"}"#, Some("`audit_dir`")),
+            (r#"{"keys_from":"keys.env"}"#, Some("`keys_from`")),
+            (r#"{"keys_from":"/run/secrets/keys/runtime.env"}"#, None),
             (r#"{"path":""}"#, Some("`path`")),
             (r#"{"vsock_port": null}"#, None),
             (r#"{"vsock_port": 5000}"#, None),

@@ -104,6 +104,32 @@ pub fn earlier(env_file: &Path, runtime_uid: u32) -> Option<String> {
     (names(&text).is_ok_and(|n| !n.is_empty())).then_some(text)
 }
 
+/// Copies the runtime's keys from `from`, a file of root's that stays
+/// where it is (a cluster's Secret, mounted read-only; the kubelet's own
+/// link to it is followed), into the runtime's `.env`. Returns the names.
+pub fn copy_mounted(
+    from: &Path,
+    env_file: &Path,
+    uid: u32,
+    gid: u32,
+) -> Result<Vec<String>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let fail = |e: &dyn std::fmt::Display| format!("keys_from {}: {e}", from.display());
+    let file = std::fs::File::open(from).map_err(|e| fail(&e))?;
+    let meta = file.metadata().map_err(|e| fail(&e))?;
+    if !meta.is_file() || meta.uid() != 0 {
+        return Err(fail(&"not a regular file of root's"));
+    }
+    let mut text = String::new();
+    file.take(MAX_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| fail(&e))?;
+    let names = names(&text).map_err(|e| fail(&e))?;
+    write_env(env_file, &text, uid, gid)?;
+    Ok(names)
+}
+
 /// Writes `text` as the runtime's `.env`: a new file made in its home
 /// (never through a link the runtime left there), given to the runtime
 /// with mode 0600, then renamed over the old one.
@@ -208,6 +234,45 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&env).unwrap(), "K=v\n");
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
         assert_eq!(left.len(), 2, "no temporary file is left");
+    }
+
+    #[test]
+    fn mounted_keys_are_copied_and_left_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, env) = (dir.path().join("runtime.env"), dir.path().join(".env"));
+        let me = (
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+        );
+        let root = me.0 == 0;
+        type Case<'a> = (&'a str, Option<&'a str>, Result<Vec<&'a str>, &'a str>);
+        let cases: [Case; 4] = [
+            ("good", Some("A=1\nB=2\n"), Ok(vec!["A", "B"])),
+            ("not a .env", Some("no equals\n"), Err("not NAME=VALUE")),
+            ("missing", None, Err("No such file")),
+            ("a folder", Some(""), Err("not a regular file")),
+        ];
+        for (what, text, want) in cases {
+            let _ = std::fs::remove_file(&from);
+            let _ = std::fs::remove_dir(&from);
+            match (what, text) {
+                ("a folder", _) => std::fs::create_dir(&from).unwrap(),
+                (_, Some(t)) => std::fs::write(&from, t).unwrap(),
+                _ => {}
+            }
+            let got = copy_mounted(&from, &env, me.0, me.1);
+            match (want, got) {
+                (Ok(names), Ok(got)) if root => {
+                    assert_eq!(got, names, "{what}");
+                    assert_eq!(std::fs::read_to_string(&env).unwrap(), text.unwrap());
+                    assert!(from.exists(), "{what}: the mounted file stays");
+                }
+                // Not root: the file is not root's, and is refused.
+                (Ok(_), Err(e)) if !root => assert!(e.contains("of root's"), "{what}: {e}"),
+                (Err(w), Err(e)) => assert!(e.contains(w) || !root, "{what}: {e}"),
+                (want, got) => panic!("{what}: wanted {want:?}, got {got:?}"),
+            }
+        }
     }
 
     #[test]

@@ -232,6 +232,22 @@ enum MachineAction {
         #[arg(long)]
         vm: bool,
     },
+    /// Print the Kubernetes manifests of a definition (a Pod, or with
+    /// --sandbox an agent-sandbox Sandbox, with its Secrets, ConfigMap and
+    /// claims), for a cluster's baseline Pod Security Standard; see
+    /// docs/kubernetes.md.
+    Kube {
+        definition: PathBuf,
+        /// The owner's secrets [default: .env next to the definition].
+        #[arg(long)]
+        env_file: Option<PathBuf>,
+        /// An agent-sandbox Sandbox (agents.x-k8s.io/v1alpha1), not a Pod.
+        #[arg(long)]
+        sandbox: bool,
+        /// The pod's RuntimeClass (a VM's, such as Kata Containers).
+        #[arg(long, value_name = "NAME")]
+        runtime_class: Option<String>,
+    },
     /// Say what this host offers machines (engine, rootless or not,
     /// cgroups, runtime, limits, state folder), or why it cannot run one.
     Check,
@@ -311,6 +327,7 @@ fn main() {
                     | MachineAction::Status { .. }
                     | MachineAction::Ps
                     | MachineAction::Logs { .. }
+                    | MachineAction::Kube { .. }
             }
     );
     if only_prints {
@@ -494,6 +511,21 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         } => m::up(&definition, env_file.as_deref(), vm)
             .map(|()| 0)
             .map_err(String::from),
+        MachineAction::Kube {
+            definition,
+            env_file,
+            sandbox,
+            runtime_class,
+        } => {
+            let text = warden::launcher::kube::kube(
+                &definition,
+                env_file.as_deref(),
+                sandbox,
+                runtime_class.as_deref(),
+            )?;
+            print!("{text}");
+            Ok(0)
+        }
         MachineAction::Ps => m::ps().map(|()| 0).map_err(String::from),
         MachineAction::Exec { id, start, command } => {
             m::check_id(&id)?;

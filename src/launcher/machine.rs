@@ -52,10 +52,7 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
     }
     let text = std::fs::read_to_string(definition).map_err(|e| LaunchError::io(definition, e))?;
     // The keys first: a missing one stops `up` before anything is made.
-    let env_file = env_file
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| definition.parent().unwrap_or(Path::new(".")).join(".env"));
-    let keys_text = read_keys(&def, &env_file)?;
+    let keys_text = keys_for(&def, definition, env_file)?;
     let mut made = Made::default();
     let result = bring_up(&def, &text, &keys_text, host, start, &mut made);
     match result {
@@ -135,9 +132,7 @@ fn bring_up(
         "image id",
         &["image", "inspect", "--format", "{{.Id}}", &image.name],
     )?;
-    let digest = sha256_hex(
-        format!("{text}\0{}\0{}", image_id.trim(), env!("CARGO_PKG_VERSION")).as_bytes(),
-    );
+    let digest = inputs_digest(text, image_id.trim());
     let prepared = Prepared {
         def,
         host,
@@ -148,6 +143,19 @@ fn bring_up(
         start,
     };
     for_kind(def.kind).up(&prepared, made)
+}
+
+/// Pure: the digest of a machine's inputs (the definition's text, its
+/// image, this warden's version), never of the runtime's keys: a machine
+/// is made again when it changes, and it is kept as the machine's label
+/// (or a cluster's annotation) `warden.inputs`.
+pub fn inputs_digest(text: &str, image: &str) -> String {
+    sha256_hex(&inputs_bytes(text, image))
+}
+
+/// Pure: what the inputs digest is the SHA-256 of.
+pub(super) fn inputs_bytes(text: &str, image: &str) -> Vec<u8> {
+    format!("{text}\0{image}\0{}", env!("CARGO_PKG_VERSION")).into_bytes()
 }
 
 /// Parses a `.env` file: `NAME=VALUE` lines (an `export ` prefix, blank
@@ -175,6 +183,19 @@ pub fn runtime_env(
         .iter()
         .map(|k| format!("{k}={}\n", owner_env[k]))
         .collect())
+}
+
+/// The runtime's `.env`: the named keys, from `env_file`, or the `.env`
+/// next to the definition.
+pub(super) fn keys_for(
+    def: &Definition,
+    definition: &Path,
+    env_file: Option<&Path>,
+) -> Result<String, LaunchError> {
+    let env_file = env_file
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| definition.parent().unwrap_or(Path::new(".")).join(".env"));
+    read_keys(def, &env_file)
 }
 
 /// The runtime's `.env`: the named keys, from the owner's `.env`.

@@ -7,6 +7,7 @@
 //! `engine.rs` runs podman or Docker; `state.rs` keeps a machine's state
 //! folder; `image.rs` builds images; `create.rs` and `agent*.rs` turn a
 //! definition into the engine's arguments and the agent's setup;
+//! `kube.rs` into a cluster's manifests;
 //! `error.rs` is the error every step returns.
 
 pub mod agent;
@@ -19,6 +20,7 @@ pub mod engine;
 pub mod error;
 pub mod host;
 pub mod image;
+pub mod kube;
 pub mod machine;
 pub mod state;
 pub mod vm;

@@ -120,9 +120,8 @@ pub(super) fn write_machine_files(
         (!def.lend.is_empty()).then(|| landlock_for(def)),
     )
     .map_err(|e| io("landlock", e))?;
-    let limits = (def.limits != Default::default())
-        .then(|| serde_json::to_value(def.limits).unwrap_or_default());
-    write_policy(&state.join("etc/policy/limits.json"), limits).map_err(|e| io("limits", e))?;
+    write_policy(&state.join("etc/policy/limits.json"), limits_policy(def))
+        .map_err(|e| io("limits", e))?;
     // warden alone reads them (as root): not shell, whose Landlock grants
     // it /etc to read.
     close_to_all_but_root(&state.join("etc")).map_err(|e| io("etc modes", e))?;
@@ -185,14 +184,19 @@ pub(super) fn give(paths: &[PathBuf], to_machine_root: bool) -> Result<(), Launc
     engine::run("hand the state folder over", &args).map(drop)
 }
 
+/// A new machine key: 64 hex characters from /dev/urandom.
+pub(super) fn fresh_key() -> std::io::Result<String> {
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(crate::audit::hex(&bytes))
+}
+
 /// 64 hex characters from /dev/urandom, mode 0600; kept when present.
 pub(super) fn make_key(path: &Path) -> std::io::Result<()> {
     if path.exists() {
         return Ok(());
     }
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    let hex = crate::audit::hex(&bytes);
+    let hex = fresh_key()?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -204,6 +208,12 @@ pub(super) fn make_key(path: &Path) -> std::io::Result<()> {
 /// The definition's network policy (hosts, allowed address blocks, the
 /// firewall's requirement), or no file (warden's defaults).
 pub(super) fn write_network(def: &Definition, path: &Path) -> std::io::Result<()> {
+    write_policy(path, network_policy(def))
+}
+
+/// Pure: the definition's network policy, None when warden's defaults
+/// hold (no hosts, no address blocks, no firewall requirement given).
+pub(super) fn network_policy(def: &Definition) -> Option<serde_json::Value> {
     let mut policy = serde_json::Map::new();
     if let Some(hosts) = &def.hosts {
         policy.insert("hosts".into(), serde_json::json!(hosts));
@@ -217,7 +227,13 @@ pub(super) fn write_network(def: &Definition, path: &Path) -> std::io::Result<()
     if let Some(firewall) = def.firewall {
         policy.insert("firewall".into(), serde_json::json!(firewall));
     }
-    write_policy(path, (!policy.is_empty()).then_some(policy.into()))
+    (!policy.is_empty()).then_some(policy.into())
+}
+
+/// Pure: the definition's limits for every command, None when it gives
+/// none (the built-in ones hold).
+pub(super) fn limits_policy(def: &Definition) -> Option<serde_json::Value> {
+    (def.limits != Default::default()).then(|| serde_json::to_value(def.limits).unwrap_or_default())
 }
 
 /// Lent folders are granted to commands as lent: read-only ones read-only,
