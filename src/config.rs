@@ -59,6 +59,22 @@ pub struct MachineConfig {
     /// own (a private cgroup namespace): give each command a cgroup there.
     /// A VM's warden mounts its own and needs no saying.
     pub command_cgroups: bool,
+    /// In a VM that warden boots as PID 1 only: the host folders lent to
+    /// it, each a 9p share of QEMU's mounted at its `at`. Never used
+    /// outside a VM (an engine mounts a container's lent folders).
+    pub vm_lends: Vec<VmLend>,
+}
+
+/// One folder lent to a VM: the 9p share `tag`, mounted at `at`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmLend {
+    /// The share's mount tag (`lend0`, ...): `[a-z0-9]{1,31}`.
+    pub tag: String,
+    /// Where it is mounted: absolute, normalized, not `/`.
+    pub at: PathBuf,
+    /// Mounted read-only (QEMU's share is read-only too).
+    pub read_only: bool,
 }
 
 /// Commands when the audit log cannot be written.
@@ -113,6 +129,7 @@ impl Default for MachineConfig {
             main_waits_for_keys: false,
             idle_stop_s: None,
             command_cgroups: false,
+            vm_lends: Vec::new(),
         }
     }
 }
@@ -252,6 +269,28 @@ impl MachineConfig {
         if self.lang.contains('\0') {
             return Err(invalid("lang", "must not contain NUL"));
         }
+        for lend in &self.vm_lends {
+            let tag = lend.tag.as_bytes();
+            if tag.is_empty()
+                || tag.len() > 31
+                || !tag
+                    .iter()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            {
+                return Err(invalid("vm_lends", "a tag must match [a-z0-9]{1,31}"));
+            }
+            let normal = lend
+                .at
+                .components()
+                .skip(1)
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !lend.at.is_absolute() || !normal || lend.at == Path::new("/") {
+                return Err(invalid(
+                    "vm_lends",
+                    "at must be an absolute, normalized path other than /",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -323,6 +362,26 @@ mod tests {
             (r#"{"vsock_port": null}"#, None),
             (r#"{"vsock_port": 5000}"#, None),
             (r#"{"vsock_port": 4294967295}"#, Some("`vsock_port`")),
+            (
+                r#"{"vm_lends": [{"tag": "lend0", "at": "/lent/src", "read_only": true}]}"#,
+                None,
+            ),
+            (
+                r#"{"vm_lends": [{"tag": "Lend 0", "at": "/lent/src", "read_only": true}]}"#,
+                Some("a tag must match"),
+            ),
+            (
+                r#"{"vm_lends": [{"tag": "lend0", "at": "/lent/../etc", "read_only": false}]}"#,
+                Some("normalized"),
+            ),
+            (
+                r#"{"vm_lends": [{"tag": "lend0", "at": "/", "read_only": false}]}"#,
+                Some("normalized"),
+            ),
+            (
+                r#"{"vm_lends": [{"tag": "lend0", "at": "/x"}]}"#,
+                Some("missing field `read_only`"),
+            ),
             ("{", Some("EOF")),
         ];
         for (text, want) in cases {
