@@ -676,8 +676,7 @@ fn a_vm_has_its_size_and_its_lent_folders() {
     std::fs::write(src.join("hello"), "from-host\n").unwrap();
     // Writable by anyone by its modes: only the read-only share stops it.
     std::fs::write(src.join("open.txt"), "kept\n").unwrap();
-    std::fs::set_permissions(src.join("open.txt"), std::fs::Permissions::from_mode(0o666))
-        .unwrap();
+    std::fs::set_permissions(src.join("open.txt"), std::fs::Permissions::from_mode(0o666)).unwrap();
     std::fs::create_dir(&out_dir).unwrap();
     let shell = Some(nix::unistd::Uid::from_raw(2001));
     let shell_group = Some(nix::unistd::Gid::from_raw(2001));
