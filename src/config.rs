@@ -63,6 +63,10 @@ pub struct MachineConfig {
     /// it, each a 9p share of QEMU's mounted at its `at`. Never used
     /// outside a VM (an engine mounts a container's lent folders).
     pub vm_lends: Vec<VmLend>,
+    /// Variables added to the main process's environment: a VM's launcher
+    /// sets the definition's `env` here (a container's engine sets them in
+    /// warden's own environment, which the main process inherits).
+    pub main_env: std::collections::BTreeMap<String, String>,
 }
 
 /// One folder lent to a VM: the 9p share `tag`, mounted at `at`.
@@ -130,6 +134,7 @@ impl Default for MachineConfig {
             idle_stop_s: None,
             command_cgroups: false,
             vm_lends: Vec::new(),
+            main_env: Default::default(),
         }
     }
 }
@@ -269,6 +274,14 @@ impl MachineConfig {
         if self.lang.contains('\0') {
             return Err(invalid("lang", "must not contain NUL"));
         }
+        for (name, value) in &self.main_env {
+            if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+                return Err(invalid(
+                    "main_env",
+                    "names must be non-empty without '=' or NUL, values without NUL",
+                ));
+            }
+        }
         for lend in &self.vm_lends {
             let tag = lend.tag.as_bytes();
             if tag.is_empty()
@@ -382,6 +395,8 @@ mod tests {
                 r#"{"vm_lends": [{"tag": "lend0", "at": "/x"}]}"#,
                 Some("missing field `read_only`"),
             ),
+            (r#"{"main_env": {"GREETING": "hello"}}"#, None),
+            (r#"{"main_env": {"A=B": "x"}}"#, Some("`main_env`")),
             ("{", Some("EOF")),
         ];
         for (text, want) in cases {

@@ -651,7 +651,7 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     );
 }
 
-/// A VM's size and lent folders, from its definition as a container's:
+/// A VM's size, lent folders and `env`, from its definition as a container's:
 /// `cpus` and `memory` are what the guest has; a folder lent to read is
 /// read-only for shell whatever its modes (QEMU's share and the mount are
 /// read-only); what shell writes in a folder lent for writing appears on
@@ -686,6 +686,9 @@ fn a_vm_has_its_size_and_its_lent_folders() {
     m.define(serde_json::json!({
         "image": "localhost/warden-machine:latest", "kind": "vm",
         "cpus": 2, "memory": "1024m",
+        // The main process gets `env`, as a container's does.
+        "env": {"GREETING": "hello-vm"},
+        "command": ["sh", "-c", "printf %s \"$GREETING\" > /home/runtime/data/main-env; exec sleep 100000"],
         "lend": [
             {"host": src, "at": "/lent/src", "mode": "read"},
             {"host": out_dir, "at": "/home/me/out", "mode": "write"},
@@ -770,6 +773,12 @@ fn a_vm_has_its_size_and_its_lent_folders() {
     assert!(ok, "stop: {o}{e}");
     let (_, console, _) = warden(&["machine", "logs", id]);
     assert!(console.contains("reboot: Power down"), "{console}");
+    let disk = format!("/var/lib/warden/machines/{id}/vm/data.ext4");
+    let seen = Command::new("debugfs")
+        .args(["-R", "cat /main-env", &disk])
+        .output()
+        .unwrap();
+    assert_eq!(text(&seen.stdout), "hello-vm", "{}", text(&seen.stderr));
     let (ok, o, e) = warden(&["machine", "rm", id, "--volumes"]);
     assert!(ok, "rm: {o}{e}");
     // The host's folders stay, with what was written in them.

@@ -3,7 +3,7 @@
 //! own files appended), and its volumes copied sparse from the kit.
 
 use super::{dir, lend_tag, Kit};
-use crate::launcher::definition::{Lend, LendMode};
+use crate::launcher::definition::{Definition, Lend, LendMode};
 use crate::launcher::engine;
 use crate::launcher::error::LaunchError;
 use crate::launcher::state::{key, state_dir};
@@ -96,12 +96,8 @@ pub(super) fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, LaunchError> {
 /// The kit's initramfs with the machine's own files appended as a second
 /// cpio archive (the kernel unpacks both): its key, config and policy, and
 /// the runtime's keys, all root's; warden moves them onto the root disk.
-pub(super) fn initrd(
-    kit: &Kit,
-    id: &str,
-    keys_text: &str,
-    lends: &[Lend],
-) -> Result<(), LaunchError> {
+pub(super) fn initrd(kit: &Kit, def: &Definition, keys_text: &str) -> Result<(), LaunchError> {
+    let id = &def.id;
     let vm = dir(id);
     let state = state_dir(id);
     let stage = tempfile::Builder::new()
@@ -111,7 +107,7 @@ pub(super) fn initrd(
     let etc = stage.path().join("etc/warden");
     std::fs::create_dir_all(etc.join("policy")).map_err(|e| LaunchError::io(&etc, e))?;
     let key = key(id)?;
-    let config = vm_config(&state, lends)?;
+    let config = vm_config(&state, def)?;
     let mut files: Vec<(PathBuf, Vec<u8>, u32)> = vec![
         (etc.join("key"), key.into_bytes(), 0o600),
         (
@@ -180,8 +176,9 @@ pub(super) fn initrd(
 
 /// The VM's machine config: the one written for the machine, without the
 /// host socket (a VM's warden serves the host over vsock instead), with
-/// the lent folders' shares for warden to mount.
-fn vm_config(state: &Path, lends: &[Lend]) -> Result<serde_json::Value, LaunchError> {
+/// the lent folders' shares for warden to mount and the definition's `env`
+/// for the main process (a container's engine sets it in warden's own).
+fn vm_config(state: &Path, def: &Definition) -> Result<serde_json::Value, LaunchError> {
     let path = state.join("etc/machine.json");
     let text = std::fs::read_to_string(&path).map_err(|e| LaunchError::io(&path, e))?;
     let mut config: serde_json::Value = serde_json::from_str(&text)
@@ -189,7 +186,8 @@ fn vm_config(state: &Path, lends: &[Lend]) -> Result<serde_json::Value, LaunchEr
     if let Some(fields) = config.as_object_mut() {
         fields.remove("host_socket");
         fields.insert("key_file".into(), "/etc/warden/key".into());
-        fields.insert("vm_lends".into(), vm_lends(lends));
+        fields.insert("vm_lends".into(), vm_lends(&def.lend));
+        fields.insert("main_env".into(), serde_json::json!(def.env));
     }
     Ok(config)
 }

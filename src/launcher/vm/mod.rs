@@ -233,7 +233,7 @@ pub fn up(
             copy_sparse(&kit.dir.join(volume), &vm.join(volume))?;
         }
     }
-    initrd(&kit, &def.id, keys_text, &def.lend)?;
+    initrd(&kit, def, keys_text)?;
     // Recorded only once the VM answers: one that never did is not kept.
     let _ = std::fs::remove_file(&recorded);
     let accel = accel::verdict(&accel::probe());
