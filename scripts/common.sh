@@ -2,7 +2,7 @@
 # check that it is static.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BIN="$ROOT/target/x86_64-unknown-linux-gnu/release/warden"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/x86_64-unknown-linux-gnu/release/warden"
 
 need_root() {
   if [ "$(id -u)" != 0 ]; then

@@ -78,9 +78,9 @@ pub fn load_config(args: InitArgs) -> Result<(MachineConfig, PathBuf, Policy), B
 }
 
 /// 3, in a VM: its data and workspace disks, where the config puts the
-///    runtime's home.
+///    runtime's home, and its lent folders.
 pub fn mount_volumes(vm: Option<&Vm>, config: &MachineConfig) -> Result<Vec<String>, BootError> {
-    match vm.map(|vm| vm.mount_volumes(&config.runtime.home)) {
+    match vm.map(|vm| vm.mount_volumes(&config.runtime.home, &config.vm_lends)) {
         None => Ok(Vec::new()),
         Some(Ok(mounted)) => Ok(mounted),
         Some(Err(e)) => Err(BootError::Volumes(e.to_string())),

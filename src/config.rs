@@ -63,6 +63,26 @@ pub struct MachineConfig {
     /// own (a private cgroup namespace): give each command a cgroup there.
     /// A VM's warden mounts its own and needs no saying.
     pub command_cgroups: bool,
+    /// In a VM that warden boots as PID 1 only: the host folders lent to
+    /// it, each a 9p share of QEMU's mounted at its `at`. Never used
+    /// outside a VM (an engine mounts a container's lent folders).
+    pub vm_lends: Vec<VmLend>,
+    /// Variables added to the main process's environment: a VM's launcher
+    /// sets the definition's `env` here (a container's engine sets them in
+    /// warden's own environment, which the main process inherits).
+    pub main_env: std::collections::BTreeMap<String, String>,
+}
+
+/// One folder lent to a VM: the 9p share `tag`, mounted at `at`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmLend {
+    /// The share's mount tag (`lend0`, ...): `[a-z0-9]{1,31}`.
+    pub tag: String,
+    /// Where it is mounted: absolute, normalized, not `/`.
+    pub at: PathBuf,
+    /// Mounted read-only (QEMU's share is read-only too).
+    pub read_only: bool,
 }
 
 /// Commands when the audit log cannot be written.
@@ -118,6 +138,8 @@ impl Default for MachineConfig {
             keys_from: None,
             idle_stop_s: None,
             command_cgroups: false,
+            vm_lends: Vec::new(),
+            main_env: Default::default(),
         }
     }
 }
@@ -260,6 +282,36 @@ impl MachineConfig {
         if self.lang.contains('\0') {
             return Err(invalid("lang", "must not contain NUL"));
         }
+        for (name, value) in &self.main_env {
+            if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+                return Err(invalid(
+                    "main_env",
+                    "names must be non-empty without '=' or NUL, values without NUL",
+                ));
+            }
+        }
+        for lend in &self.vm_lends {
+            let tag = lend.tag.as_bytes();
+            if tag.is_empty()
+                || tag.len() > 31
+                || !tag
+                    .iter()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            {
+                return Err(invalid("vm_lends", "a tag must match [a-z0-9]{1,31}"));
+            }
+            let normal = lend
+                .at
+                .components()
+                .skip(1)
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !lend.at.is_absolute() || !normal || lend.at == Path::new("/") {
+                return Err(invalid(
+                    "vm_lends",
+                    "at must be an absolute, normalized path other than /",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -333,6 +385,28 @@ mod tests {
             (r#"{"vsock_port": null}"#, None),
             (r#"{"vsock_port": 5000}"#, None),
             (r#"{"vsock_port": 4294967295}"#, Some("`vsock_port`")),
+            (
+                r#"{"vm_lends": [{"tag": "lend0", "at": "/lent/src", "read_only": true}]}"#,
+                None,
+            ),
+            (
+                r#"{"vm_lends": [{"tag": "Lend 0", "at": "/lent/src", "read_only": true}]}"#,
+                Some("a tag must match"),
+            ),
+            (
+                r#"{"vm_lends": [{"tag": "lend0", "at": "/lent/../etc", "read_only": false}]}"#,
+                Some("normalized"),
+            ),
+            (
+                r#"{"vm_lends": [{"tag": "lend0", "at": "/", "read_only": false}]}"#,
+                Some("normalized"),
+            ),
+            (
+                r#"{"vm_lends": [{"tag": "lend0", "at": "/x"}]}"#,
+                Some("missing field `read_only`"),
+            ),
+            (r#"{"main_env": {"GREETING": "hello"}}"#, None),
+            (r#"{"main_env": {"A=B": "x"}}"#, Some("`main_env`")),
             ("{", Some("EOF")),
         ];
         for (text, want) in cases {

@@ -289,8 +289,14 @@ pub fn boot() -> Result<Vm, VmError> {
 impl Vm {
     /// Mounts the data and workspace disks named on the command line on
     /// the runtime's `data/` and `workspace/` (the layout phase then gives
-    /// them their owners and modes). Returns what it mounted.
-    pub fn mount_volumes(&self, runtime_home: &Path) -> Result<Vec<String>, VmError> {
+    /// them their owners and modes), then the lent folders' 9p shares at
+    /// their places (after the workspace: the agent's folder is lent under
+    /// it). Returns what it mounted.
+    pub fn mount_volumes(
+        &self,
+        runtime_home: &Path,
+        lends: &[crate::config::VmLend],
+    ) -> Result<Vec<String>, VmError> {
         let mut mounted = Vec::new();
         for (key, folder, flags) in [
             (
@@ -312,6 +318,21 @@ impl Vm {
             mount_fs(disk, &target, "ext4", flags | MsFlags::MS_NOATIME, None)?;
             mounted.push(format!("{disk} on {}", target.display()));
         }
+        for lend in lends {
+            let (flags, mode) = lend_flags(lend.read_only);
+            mount_fs(
+                &lend.tag,
+                &lend.at,
+                "9p",
+                flags,
+                Some("trans=virtio,version=9p2000.L"),
+            )?;
+            mounted.push(format!(
+                "{} (9p, {mode}) on {}",
+                lend.tag,
+                lend.at.display()
+            ));
+        }
         Ok(mounted)
     }
 
@@ -323,6 +344,17 @@ impl Vm {
             crate::say!("warden.fault=abort: aborting now, as a crash would");
             std::process::abort();
         }
+    }
+}
+
+/// Pure: a lent folder's mount flags: never set-uid files or device nodes
+/// from the host; read-only when lent to read (QEMU's share is read-only
+/// too, so a remount could not make it writable).
+fn lend_flags(read_only: bool) -> (MsFlags, &'static str) {
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    match read_only {
+        true => (flags | MsFlags::MS_RDONLY, "read-only"),
+        false => (flags, "read-write"),
     }
 }
 
@@ -564,6 +596,17 @@ mod tests {
             "words after -- are init's, not the kernel's"
         );
         assert!(!c.flag("warden.vm"));
+    }
+
+    #[test]
+    fn lends_mount_without_setuid_or_devices_and_read_only_when_read() {
+        let (flags, mode) = lend_flags(true);
+        assert!(flags.contains(MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV));
+        assert_eq!(mode, "read-only");
+        let (flags, mode) = lend_flags(false);
+        assert!(!flags.contains(MsFlags::MS_RDONLY));
+        assert!(flags.contains(MsFlags::MS_NOSUID | MsFlags::MS_NODEV));
+        assert_eq!(mode, "read-write");
     }
 
     #[test]

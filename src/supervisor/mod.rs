@@ -388,9 +388,11 @@ impl Supervisor {
     }
 
     /// The main process: warden's own environment (the machine's, as a
-    /// container engine set it), with the runtime's identity variables.
+    /// container engine set it) and the config's `main_env` (a VM's), with
+    /// the runtime's identity variables.
     pub fn main_launch(&self, argv: &[String]) -> Result<Launch, LaunchError> {
         let mut env: BTreeMap<String, String> = std::env::vars().collect();
+        env.extend(self.config.main_env.clone());
         env.entry("PATH".into())
             .or_insert_with(|| self.config.path.clone());
         // The runtime's keys, when the host handed them over: the

@@ -2,7 +2,8 @@
 //! engine's export, the machine's initramfs (the kit's, with the machine's
 //! own files appended), and its volumes copied sparse from the kit.
 
-use super::{dir, Kit};
+use super::{dir, lend_tag, Kit};
+use crate::launcher::definition::{Definition, Lend, LendMode};
 use crate::launcher::engine;
 use crate::launcher::error::LaunchError;
 use crate::launcher::state::{key, state_dir};
@@ -95,7 +96,8 @@ pub(super) fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, LaunchError> {
 /// The kit's initramfs with the machine's own files appended as a second
 /// cpio archive (the kernel unpacks both): its key, config and policy, and
 /// the runtime's keys, all root's; warden moves them onto the root disk.
-pub(super) fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), LaunchError> {
+pub(super) fn initrd(kit: &Kit, def: &Definition, keys_text: &str) -> Result<(), LaunchError> {
+    let id = &def.id;
     let vm = dir(id);
     let state = state_dir(id);
     let stage = tempfile::Builder::new()
@@ -105,7 +107,7 @@ pub(super) fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), LaunchE
     let etc = stage.path().join("etc/warden");
     std::fs::create_dir_all(etc.join("policy")).map_err(|e| LaunchError::io(&etc, e))?;
     let key = key(id)?;
-    let config = vm_config(&state)?;
+    let config = vm_config(&state, def)?;
     let mut files: Vec<(PathBuf, Vec<u8>, u32)> = vec![
         (etc.join("key"), key.into_bytes(), 0o600),
         (
@@ -173,8 +175,10 @@ pub(super) fn initrd(kit: &Kit, id: &str, keys_text: &str) -> Result<(), LaunchE
 }
 
 /// The VM's machine config: the one written for the machine, without the
-/// host socket (a VM's warden serves the host over vsock instead).
-fn vm_config(state: &Path) -> Result<serde_json::Value, LaunchError> {
+/// host socket (a VM's warden serves the host over vsock instead), with
+/// the lent folders' shares for warden to mount and the definition's `env`
+/// for the main process (a container's engine sets it in warden's own).
+fn vm_config(state: &Path, def: &Definition) -> Result<serde_json::Value, LaunchError> {
     let path = state.join("etc/machine.json");
     let text = std::fs::read_to_string(&path).map_err(|e| LaunchError::io(&path, e))?;
     let mut config: serde_json::Value = serde_json::from_str(&text)
@@ -182,6 +186,58 @@ fn vm_config(state: &Path) -> Result<serde_json::Value, LaunchError> {
     if let Some(fields) = config.as_object_mut() {
         fields.remove("host_socket");
         fields.insert("key_file".into(), "/etc/warden/key".into());
+        fields.insert("vm_lends".into(), vm_lends(&def.lend));
+        fields.insert("main_env".into(), serde_json::json!(def.env));
     }
     Ok(config)
+}
+
+/// Pure: the config's `vm_lends`, one per lend, tagged as QEMU's shares are.
+pub(super) fn vm_lends(lends: &[Lend]) -> serde_json::Value {
+    lends
+        .iter()
+        .enumerate()
+        .map(|(i, lend)| {
+            serde_json::json!({
+                "tag": lend_tag(i),
+                "at": lend.at,
+                "read_only": lend.mode == LendMode::Read,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guest_is_told_each_share_and_where_it_goes() {
+        let lends = [
+            Lend {
+                host: "/home/me/src".into(),
+                at: "/lent/src".into(),
+                mode: LendMode::Read,
+            },
+            Lend {
+                host: "/home/me/out".into(),
+                at: "/home/me/out".into(),
+                mode: LendMode::Write,
+            },
+        ];
+        let value = vm_lends(&lends);
+        assert_eq!(
+            value,
+            serde_json::json!([
+                {"tag": "lend0", "at": "/lent/src", "read_only": true},
+                {"tag": "lend1", "at": "/home/me/out", "read_only": false},
+            ])
+        );
+        // What the launcher writes, warden reads.
+        let config = serde_json::json!({ "vm_lends": value }).to_string();
+        let parsed = crate::config::MachineConfig::parse(&config).unwrap();
+        assert_eq!(parsed.vm_lends.len(), 2);
+        assert!(parsed.vm_lends[0].read_only);
+        assert_eq!(parsed.vm_lends[1].at, std::path::Path::new("/home/me/out"));
+    }
 }

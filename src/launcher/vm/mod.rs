@@ -9,20 +9,28 @@
 //! why every guest can have CID 3), its serial console (`serial.log`) and
 //! QEMU's pid. The root disk is made from the machine's image once per
 //! image and shared read-only (`snapshot=on`: writes go to a throwaway
-//! overlay). QEMU runs with software emulation only.
+//! overlay). QEMU runs under KVM where `/dev/kvm` can run a guest
+//! (`accel.rs` probes it), else with software emulation, saying why. Each
+//! lent folder is a 9p share of QEMU's, mounted by the guest's warden at
+//! the lend's `at`.
 //!
 //! The host reaches warden through `vsock.sock` ("CONNECT <port>"), with the
 //! machine's key, and stops it with the protocol's `shutdown` request.
 
+pub mod accel;
 mod disks;
 mod qemu;
 
 use disks::{copy_sparse, initrd, rootfs, VOLUMES};
 use qemu::launch;
-pub use qemu::{in_own_scope, kit, qemu_args, tsc_khz, vm_size, Kit, GUEST_CID, KIT};
+pub use qemu::{
+    in_own_scope, kit, lend_tag, qemu_args, tsc_khz, vm_size, Kit, QemuPlan, GUEST_CID, KIT,
+    KIT_VAR,
+};
 
 use super::backend::{Backend, Made, Prepared};
-use super::definition::{Definition, Network, Workspace};
+use super::create::{RUNTIME_UID, SHELL_UID};
+use super::definition::{Definition, Lend, Network, Workspace};
 use super::error::LaunchError;
 use super::host::Host;
 use super::state::{container, key, state_dir, write_machine_files};
@@ -37,6 +45,10 @@ use std::time::{Duration, Instant};
 
 /// Software emulation boots in seconds here; a loaded host takes longer.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The most folders a VM is lent: each is a virtio device, and microvm
+/// has room for a few dozen beside the disks and vsock.
+pub const MAX_LENDS: usize = 16;
 
 /// How long `stop` waits for the power to go off before it kills QEMU.
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -142,10 +154,13 @@ pub fn fits(def: &Definition, rootless: bool) -> Result<(), LaunchError> {
             "VMs are made as root for now (their root disk comes from root's image storage)",
         );
     }
-    if !def.lend.is_empty() {
+    if def.lend.len() > MAX_LENDS {
         return refuse(
             "lend",
-            "a VM has no shared folders here (no virtiofs); use the workspace disk",
+            &format!(
+                "{} folders; a VM takes at most {MAX_LENDS} (each is a device of its own)",
+                def.lend.len()
+            ),
         );
     }
     if let Workspace::Folder(_) = def.workspace {
@@ -158,7 +173,10 @@ pub fn fits(def: &Definition, rootless: bool) -> Result<(), LaunchError> {
         return refuse("network", "a VM has no network device yet; only \"none\"");
     }
     if def.keep_id.is_on() {
-        return refuse("keep_id", "a VM has no host folders to keep ids in");
+        return refuse(
+            "keep_id",
+            &format!("needs rootless podman, and a VM is made as root: as in a rootful container, files written in lent folders belong to the machine's uids on the host ({RUNTIME_UID}, {SHELL_UID})"),
+        );
     }
     if def.restart != super::agent::Restart::No {
         return refuse(
@@ -207,6 +225,7 @@ pub fn up(
         stop(&def.id)?;
         step(start, "inputs changed: the old VM powered off");
     }
+    lent_folders(&def.lend)?;
     let rootfs = rootfs(&kit, image)?;
     step(start, &format!("root disk {}", rootfs.display()));
     for volume in VOLUMES {
@@ -214,11 +233,26 @@ pub fn up(
             copy_sparse(&kit.dir.join(volume), &vm.join(volume))?;
         }
     }
-    initrd(&kit, &def.id, keys_text)?;
+    initrd(&kit, def, keys_text)?;
     // Recorded only once the VM answers: one that never did is not kept.
     let _ = std::fs::remove_file(&recorded);
-    launch(&kit, &def.id, &rootfs, vm_size(&def.size))?;
-    step(start, "QEMU started (software emulation)");
+    let accel = accel::verdict(&accel::probe());
+    step(start, &accel.line());
+    let size = vm_size(&def.size);
+    launch(&kit, &def.id, &rootfs, size, &accel, &def.lend)?;
+    let how = match accel {
+        accel::Accel::Kvm => "KVM",
+        accel::Accel::Tcg(_) => "software emulation",
+    };
+    step(
+        start,
+        &format!(
+            "QEMU started ({how}; {} CPU, {} MiB; {} lent folder(s))",
+            size.1,
+            size.0,
+            def.lend.len()
+        ),
+    );
     if let Err(e) = wait_ready(&def.id) {
         kill(&def.id);
         return Err(e);
@@ -230,6 +264,24 @@ pub fn up(
         return Err(e);
     }
     std::fs::write(&recorded, inputs).map_err(|e| LaunchError::io(&recorded, e))
+}
+
+/// Each lend's host side is a folder (9p shares folders, not files),
+/// checked before QEMU is started so that `up` says which one is not.
+fn lent_folders(lends: &[Lend]) -> Result<(), LaunchError> {
+    for (i, lend) in lends.iter().enumerate() {
+        match std::fs::metadata(&lend.host) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(LaunchError::new(
+                    format!("lend[{i}].host {}", lend.host.display()),
+                    "not a folder: a VM is lent folders only (9p shares folders)",
+                ))
+            }
+            Err(e) => return Err(LaunchError::io(&lend.host, e)),
+        }
+    }
+    Ok(())
 }
 
 /// QEMU's pid, when that process is this machine's QEMU.
@@ -486,17 +538,24 @@ mod tests {
             let text = format!(r#"{{"id": "v", "image": "x", "kind": "vm"{extra}}}"#);
             Definition::parse(Path::new("/d/def.json"), &text).unwrap()
         };
+        let many: Vec<String> = (0..=MAX_LENDS)
+            .map(|i| format!(r#"{{"host": "/h{i}", "at": "/lent/{i}", "mode": "read"}}"#))
+            .collect();
+        let many_lends = format!(r#", "lend": [{}]"#, many.join(","));
         let table = [
             ("", false, None),
             ("", true, Some("rootless")),
             (
-                r#", "lend": [{"host": "/h", "at": "/lent/h", "mode": "read"}]"#,
+                r#", "lend": [{"host": "/h", "at": "/lent/h", "mode": "read"}, {"host": "/w", "at": "/home/me/w", "mode": "write"}]"#,
                 false,
-                Some("lend"),
+                None,
             ),
             (r#", "workspace": "/w""#, false, Some("workspace")),
             (r#", "network": "private""#, false, Some("network")),
             (r#", "keep_id": true"#, false, Some("keep_id")),
+            (r#", "keep_id": "runtime""#, false, Some("keep_id")),
+            (many_lends.as_str(), false, Some("lend")),
+            (r#", "cpus": 2, "memory": "1g""#, false, None),
             (r#", "setup": "s.sh""#, false, Some("setup")),
             (r#", "restart": "always""#, false, Some("restart")),
             (r#", "command": ["node", "server.js"]"#, false, None),

@@ -3,7 +3,9 @@
 //! launch, each process in a session (and, where systemd runs, a scope)
 //! of its own.
 
+use super::accel::Accel;
 use super::{dir, stop_backend};
+use crate::launcher::definition::{Lend, LendMode};
 use crate::launcher::error::LaunchError;
 use crate::launcher::state::container;
 use std::os::unix::process::CommandExt;
@@ -11,8 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where `machine/vm/build` leaves the kit (WARDEN_VM_CACHE overrides).
+/// Where `machine/vm/build` leaves the kit. `WARDEN_VM_CACHE` names
+/// another (for the launcher, the VM tests and the build alike): a kit of
+/// one's own, built with `WARDEN_VM_CACHE=DIR machine/vm/build`.
 pub const KIT: &str = "/var/cache/warden-machine/vm";
+
+/// The environment variable that names another kit.
+pub const KIT_VAR: &str = "WARDEN_VM_CACHE";
 
 /// Each VM has its own vsock device backend, so one CID serves them all.
 pub const GUEST_CID: u32 = 3;
@@ -32,11 +39,17 @@ pub struct Kit {
 
 /// Finds the kit and the programs, or says what is missing and how to get it.
 pub fn kit() -> Result<Kit, LaunchError> {
-    let dir = PathBuf::from(std::env::var("WARDEN_VM_CACHE").unwrap_or_else(|_| KIT.into()));
+    let dir = PathBuf::from(std::env::var(KIT_VAR).unwrap_or_else(|_| KIT.into()));
     let mut missing: Vec<String> = ["vmlinuz", "initrd.gz", "data.ext4", "workspace.ext4"]
         .iter()
         .filter(|f| !dir.join(f).exists())
-        .map(|f| format!("{} (machine/vm/build makes it)", dir.join(f).display()))
+        .map(|f| match std::env::var_os(KIT_VAR) {
+            Some(_) => format!(
+                "{} ({KIT_VAR}=DIR machine/vm/build makes it)",
+                dir.join(f).display()
+            ),
+            None => format!("{} (machine/vm/build makes it)", dir.join(f).display()),
+        })
         .collect();
     let qemu = program("qemu-system-x86_64");
     let vhost = program("vhost-device-vsock");
@@ -74,7 +87,6 @@ pub fn tsc_khz(cpuinfo: &str) -> Option<u64> {
         .map(|mhz| (mhz * 1000.0) as u64)
 }
 
-/// QEMU's arguments for the machine `id` whose files are in `vm`.
 /// The VM's memory (MiB) and CPUs, from its definition.
 pub fn vm_size(size: &crate::launcher::agent::Size) -> (u64, u32) {
     (
@@ -83,15 +95,30 @@ pub fn vm_size(size: &crate::launcher::agent::Size) -> (u64, u32) {
     )
 }
 
-pub fn qemu_args(
-    id: &str,
-    kernel: &Path,
-    rootfs: &Path,
-    vm: &Path,
-    tsc_khz: u64,
-    (memory_mb, cpus): (u64, u32),
-) -> Vec<String> {
-    let p = |name: &str| vm.join(name).display().to_string();
+/// The 9p mount tag of the definition's `i`th lend (the guest mounts it
+/// by this tag; QEMU allows at most 31 bytes).
+pub fn lend_tag(i: usize) -> String {
+    format!("lend{i}")
+}
+
+/// Everything QEMU is given for one machine.
+pub struct QemuPlan<'a> {
+    pub id: &'a str,
+    pub kernel: &'a Path,
+    pub rootfs: &'a Path,
+    /// The machine's VM folder.
+    pub vm: &'a Path,
+    pub tsc_khz: u64,
+    /// Memory (MiB) and CPUs.
+    pub size: (u64, u32),
+    pub accel: &'a Accel,
+    pub lends: &'a [Lend],
+}
+
+/// Pure: QEMU's arguments for the plan.
+pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
+    let (memory_mb, cpus) = plan.size;
+    let p = |name: &str| plan.vm.join(name).display().to_string();
     let drive = |file: String, name: &str, extra: &str| {
         format!("file={file},format=raw,if=none,id={name}{extra}")
     };
@@ -100,24 +127,27 @@ pub fn qemu_args(
         "quiet",
         "pci=off",
         "panic=-1",
-        &format!("tsc_early_khz={tsc_khz}"),
+        &format!("tsc_early_khz={}", plan.tsc_khz),
         "root=/dev/vda",
         "rw",
         "warden.data=/dev/vdb",
         "warden.workspace=/dev/vdc",
-        &format!("warden.hostname={id}"),
+        &format!("warden.hostname={}", plan.id),
     ]
     .join(" ");
+    let (accel, cpu) = match plan.accel {
+        Accel::Kvm => ("kvm", "host"),
+        // cx16=off: QEMU's emulated cmpxchg16b panics the guest about one
+        // boot in three.
+        Accel::Tcg(_) => ("tcg", "max,cx16=off"),
+    };
     let mut args: Vec<String> = [
         "-name",
-        &container(id),
-        // Software emulation only: this host's /dev/kvm cannot run an
-        // ordinary kernel. cx16=off: QEMU's emulated cmpxchg16b panics
-        // the guest about one boot in three.
+        &container(plan.id),
         "-accel",
-        "tcg",
+        accel,
         "-cpu",
-        "max,cx16=off",
+        cpu,
         "-M",
         "microvm,memory-backend=mem",
         "-m",
@@ -144,7 +174,7 @@ pub fn qemu_args(
     .map(String::from)
     .to_vec();
     for (file, name, extra) in [
-        (rootfs.display().to_string(), "root", ",snapshot=on"),
+        (plan.rootfs.display().to_string(), "root", ",snapshot=on"),
         (p("data.ext4"), "data", ""),
         (p("workspace.ext4"), "work", ""),
     ] {
@@ -155,9 +185,29 @@ pub fn qemu_args(
             format!("virtio-blk-device,drive={name}"),
         ]);
     }
+    // Each lend a 9p share of exactly its folder. passthrough: what the
+    // guest writes is owned on the host by the guest's uid (shell's 2001,
+    // the runtime's 2000), as in a rootful container; a read lend is
+    // read-only in QEMU itself, whatever the guest's kernel asks.
+    for (i, lend) in plan.lends.iter().enumerate() {
+        let tag = lend_tag(i);
+        let readonly = match lend.mode {
+            LendMode::Read => ",readonly=on",
+            LendMode::Write => "",
+        };
+        args.extend([
+            "-fsdev".into(),
+            format!(
+                "local,id={tag},path={},security_model=passthrough{readonly}",
+                lend.host.display()
+            ),
+            "-device".into(),
+            format!("virtio-9p-device,fsdev={tag},mount_tag={tag}"),
+        ]);
+    }
     args.extend([
         "-kernel".into(),
-        kernel.display().to_string(),
+        plan.kernel.display().to_string(),
         "-initrd".into(),
         p("initrd.gz"),
         "-append".into(),
@@ -173,6 +223,8 @@ pub(super) fn launch(
     id: &str,
     rootfs: &Path,
     size: (u64, u32),
+    accel: &Accel,
+    lends: &[Lend],
 ) -> Result<(), LaunchError> {
     let vm = dir(id);
     for stale in ["vhost.sock", "vsock.sock", "qemu.pid", "serial.log"] {
@@ -223,7 +275,17 @@ pub(super) fn launch(
             "no cpu MHz in /proc/cpuinfo (microvm needs it)",
         ));
     };
-    let qemu = qemu_args(id, &kit.dir.join("vmlinuz"), rootfs, &vm, khz, size);
+    let kernel = kit.dir.join("vmlinuz");
+    let qemu = qemu_args(&QemuPlan {
+        id,
+        kernel: &kernel,
+        rootfs,
+        vm: &vm,
+        tsc_khz: khz,
+        size,
+        accel,
+        lends,
+    });
     let unit = format!("warden-{id}-qemu");
     let (program, args) = in_own_scope(systemd, &unit, &kit.qemu.display().to_string(), qemu);
     let out = Command::new(program)
@@ -292,19 +354,23 @@ mod tests {
         }
     }
 
+    fn plan<'a>(accel: &'a Accel, lends: &'a [Lend]) -> QemuPlan<'a> {
+        QemuPlan {
+            id: "demo",
+            kernel: Path::new("/k/vmlinuz"),
+            rootfs: Path::new("/k/images/x.ext4"),
+            vm: Path::new("/s/demo/vm"),
+            tsc_khz: 2_000_000,
+            size: (1024, 2),
+            accel,
+            lends,
+        }
+    }
+
     #[test]
-    fn qemu_is_software_only_and_names_the_machine() {
-        let args = qemu_args(
-            "demo",
-            Path::new("/k/vmlinuz"),
-            Path::new("/k/images/x.ext4"),
-            Path::new("/s/demo/vm"),
-            2_000_000,
-            (1024, 2),
-        );
-        let line = args.join(" ");
-        assert!(line.contains("-accel tcg"), "{line}");
-        assert!(!line.contains("kvm"), "{line}");
+    fn qemu_names_the_machine_and_sizes_it() {
+        let tcg = Accel::Tcg("no vmx".into());
+        let line = qemu_args(&plan(&tcg, &[])).join(" ");
         assert!(line.contains("-name warden-demo"), "{line}");
         assert!(line.contains("file=/k/images/x.ext4,format=raw,if=none,id=root,snapshot=on"));
         assert!(line.contains("file=/s/demo/vm/data.ext4,format=raw,if=none,id=data "));
@@ -316,6 +382,7 @@ mod tests {
             line.contains("memory-backend-memfd,id=mem,size=1024M"),
             "{line}"
         );
+        assert!(!line.contains("9p"), "no lend, no share: {line}");
         let size = crate::launcher::agent::Size::default();
         assert_eq!(vm_size(&size), (512, 1));
         let size = crate::launcher::agent::Size {
@@ -324,6 +391,71 @@ mod tests {
             pids: None,
         };
         assert_eq!(vm_size(&size), (1024, 2));
+        let size = crate::launcher::agent::Size {
+            cpus: Some(2.0),
+            memory: Some(1024 << 20),
+            pids: Some(100),
+        };
+        assert_eq!(vm_size(&size), (1024, 2));
+    }
+
+    /// The accelerator follows the probe's verdict, and only KVM's verdict
+    /// ever puts "kvm" on QEMU's command line.
+    #[test]
+    fn the_accelerator_follows_the_verdict() {
+        let table = [
+            (Accel::Kvm, "-accel kvm -cpu host ", true),
+            (
+                Accel::Tcg("no vmx or svm".into()),
+                "-accel tcg -cpu max,cx16=off ",
+                false,
+            ),
+        ];
+        for (accel, want, kvm) in table {
+            let line = qemu_args(&plan(&accel, &[])).join(" ");
+            assert!(line.contains(want), "{accel:?}: {line}");
+            assert_eq!(line.contains("kvm"), kvm, "{accel:?}: {line}");
+            assert!(!line.contains("-enable-kvm"), "{line}");
+        }
+    }
+
+    /// Each lend is a 9p share of its folder alone, tagged by its place;
+    /// a read lend is read-only in QEMU itself.
+    #[test]
+    fn lends_are_9p_shares_read_only_when_read() {
+        let lends = [
+            Lend {
+                host: "/home/me/src".into(),
+                at: "/lent/src".into(),
+                mode: LendMode::Read,
+            },
+            Lend {
+                host: "/home/me/out dir".into(),
+                at: "/home/me/out".into(),
+                mode: LendMode::Write,
+            },
+        ];
+        let tcg = Accel::Tcg("x".into());
+        let args = qemu_args(&plan(&tcg, &lends));
+        let after = |flag: &str| -> Vec<&str> {
+            args.windows(2)
+                .filter(|w| w[0] == flag)
+                .map(|w| w[1].as_str())
+                .collect()
+        };
+        assert_eq!(
+            after("-fsdev"),
+            [
+                "local,id=lend0,path=/home/me/src,security_model=passthrough,readonly=on",
+                "local,id=lend1,path=/home/me/out dir,security_model=passthrough",
+            ]
+        );
+        let devices = after("-device");
+        assert!(devices.contains(&"virtio-9p-device,fsdev=lend0,mount_tag=lend0"));
+        assert!(devices.contains(&"virtio-9p-device,fsdev=lend1,mount_tag=lend1"));
+        // The shares come before the kernel, whose command line stays last.
+        assert_eq!(args[args.len() - 2], "-append");
+        assert!(lend_tag(999).len() < 32);
     }
 
     #[test]
