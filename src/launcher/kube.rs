@@ -19,7 +19,6 @@ use super::definition::{Definition, Kind, Network, Source, Workspace};
 use super::error::LaunchError;
 use super::machine::{inputs_bytes, keys_for};
 use super::state::{fresh_key, limits_policy, network_policy, PREFIX};
-use crate::confine::policy::Requirement;
 use serde_json::{json, Map, Value};
 use std::path::Path;
 
@@ -214,9 +213,6 @@ pub fn refuse(def: &Definition, runtime_class: Option<&str>) -> Result<(), Launc
     if def.setup.is_some() {
         return no("setup".into(), "`warden machine up` runs it once in the machine; manifests cannot: run it in the image's build");
     }
-    if def.firewall == Some(Requirement::Required) {
-        return no("firewall".into(), "\"required\" needs CAP_NET_ADMIN, which the baseline Pod Security Standard does not grant, so every command would be refused: leave it out (best-effort on a cluster)");
-    }
     if def.kind == Kind::Vm && runtime_class.is_none() {
         return no("kind \"vm\"".into(), "on a cluster a VM is the pod's RuntimeClass: name one with --runtime-class (a Kata Containers class, for example)");
     }
@@ -258,7 +254,8 @@ fn secret(meta: Value, key: &str, value: &str) -> Value {
 
 /// Pure: warden's config and policy files, as the local launcher writes
 /// them, for a pod: the keys from their Secrets, the policy beside the
-/// config, and the firewall best-effort where the definition leaves it.
+/// config. The firewall stays as the definition says (required by
+/// default): without NET_ADMIN, warden's connect gate holds it.
 fn config_map(meta: Value, def: &Definition) -> Value {
     let mut config = json!({
         "key_file": format!("{MACHINE_KEY_DIR}/key"),
@@ -268,10 +265,7 @@ fn config_map(meta: Value, def: &Definition) -> Value {
     if !def.keys.is_empty() {
         config["keys_from"] = json!(format!("{RUNTIME_KEYS_DIR}/runtime.env"));
     }
-    let mut network = network_policy(def).unwrap_or_else(|| json!({}));
-    if def.firewall.is_none() {
-        network["firewall"] = json!(Requirement::BestEffort);
-    }
+    let network = network_policy(def).unwrap_or_else(|| json!({}));
     let mut data = Map::new();
     data.insert("machine.json".into(), json!(format!("{config:#}\n")));
     data.insert("network.json".into(), json!(format!("{network:#}\n")));

@@ -76,7 +76,6 @@ fn refusals_name_the_field() {
         (json!({"network": "/run/netns/x"}), "network"),
         (json!({"keep_id": "shell"}), "keep_id"),
         (json!({"setup": "/defs/setup.sh"}), "setup"),
-        (json!({"firewall": "required"}), "firewall"),
         (json!({"kind": "vm"}), "kind \"vm\""),
     ];
     for (fields, field) in cases {
@@ -87,8 +86,9 @@ fn refusals_name_the_field() {
             "{fields}: {e}"
         );
     }
-    // A VM becomes the pod's RuntimeClass; best-effort firewalls pass.
-    let vm = def(json!({"kind": "vm", "firewall": "best-effort"}));
+    // A VM becomes the pod's RuntimeClass; a required firewall passes
+    // (the connect gate holds it without NET_ADMIN).
+    let vm = def(json!({"kind": "vm", "firewall": "required"}));
     let docs = manifests(&inputs(&vm, false, Some("kata"))).unwrap();
     assert_eq!(pod_of(&docs)["runtimeClassName"], "kata");
 }
@@ -294,7 +294,7 @@ fn fields_become_the_pods() {
 #[test]
 fn the_config_is_what_warden_reads() {
     let cases = [
-        (json!({}), None, json!({"firewall": "best-effort"}), false),
+        (json!({}), None, json!({}), false),
         (
             json!({"keys": ["API_TOKEN"], "hosts": ["example.org"], "firewall": "best-effort", "limits": {"timeout_ms": 1000}, "idle_stop_minutes": 2}),
             Some("/root/warden/runtime/runtime.env"),

@@ -147,7 +147,6 @@ def test_the_validators_refuse_what_is_wrong(tmp_path):
 @pytest.mark.parametrize("fields,field", [
     ({"lend": [{"host": "/srv/p", "at": "/lent/p", "mode": "read"}]}, "lend[0]"),
     ({"network": "host"}, 'network "host"'),
-    ({"firewall": "required"}, "firewall"),
 ])
 def test_what_a_cluster_cannot_carry_is_refused(tmp_path, fields, field):
     definition = {"id": "schema-test", "image": "localhost/warden-machine:latest", **fields}
