@@ -137,7 +137,12 @@ impl Network {
     ) -> LayerState {
         let required = self.policy.firewall == Requirement::Required;
         let port = self.scope.proxy_port;
-        let findings = knock(port, probe);
+        let findings = knock(port, |plan| {
+            gate.ledger.probe_knocking(plan.addresses());
+            let found = probe(plan);
+            gate.ledger.probe_done();
+            found
+        });
         match firewall::judge_gate(port, &gate.why_not_firewall, &findings) {
             Verdict::Holds(detail) => crate::confine::state(
                 "firewall",

@@ -139,6 +139,43 @@ fn allowed_hosts_work_through_the_connect_gate() {
     allowed_hosts_work(net);
 }
 
+/// pip, npm and cargo (through git) reach a listed host's registry paths
+/// through the connect gate, each by the proxy its variables name: the
+/// requests arrive (the tests' internet serves no real index, so the
+/// tools then fail to parse what it answers, which is not asserted).
+#[test]
+fn package_managers_reach_their_registries_through_the_connect_gate() {
+    if !privileged("package_managers_reach_their_registries_through_the_connect_gate") {
+        return;
+    }
+    let net = boot_gated();
+    let ca = net.ca().display().to_string();
+    let tools = [
+        (
+            format!("python3 -m pip download --no-deps --disable-pip-version-check --cert {ca} --index-url https://allowed.test/simple/ -d $(mktemp -d) warden-pkg"),
+            "https GET allowed.test /simple/warden-pkg/",
+        ),
+        (
+            format!("HOME=$(mktemp -d) npm view warden-pkg --registry https://allowed.test/npm/ --cafile {ca}"),
+            "https GET allowed.test /npm/warden-pkg",
+        ),
+        (
+            format!("CARGO_HOME=$(mktemp -d) CARGO_HTTP_CAINFO={ca} cargo search --index https://allowed.test/cargo-index warden-pkg"),
+            "https GET allowed.test /cargo-index/info/refs",
+        ),
+    ];
+    for (line, request) in tools {
+        let (_, text) = net.text(&format!("cd $(mktemp -d) && {line}"));
+        let seen = net.internet.http_requests();
+        assert!(
+            seen.contains(request),
+            "{line}: {text}\nthe internet saw: {seen}"
+        );
+    }
+    let refused = net.machine.audit_kinds("connect_refused");
+    assert!(refused.is_empty(), "{refused:?}");
+}
+
 fn allowed_hosts_work(net: Net) {
     let ca = net.ca().display().to_string();
     let cases = [

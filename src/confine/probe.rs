@@ -18,6 +18,22 @@ pub struct NetProbe {
     pub proxy: u16,
 }
 
+impl NetProbe {
+    /// The loopback addresses it knocks on (not the proxy's).
+    pub fn addresses(&self) -> Vec<std::net::SocketAddr> {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+        let v4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        let mut all = vec![
+            SocketAddr::new(v4, self.tcp_v4),
+            SocketAddr::new(v4, self.udp_v4),
+        ];
+        all.extend(self.tcp_v6.map(|p| SocketAddr::new(v6, p)));
+        all.extend(self.udp_v6.map(|p| SocketAddr::new(v6, p)));
+        all
+    }
+}
+
 /// What a probe child found, having applied every layer as a command would.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Probe(pub u32);

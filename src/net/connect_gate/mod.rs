@@ -63,6 +63,9 @@ pub struct Ledger {
     /// The connections made to the proxy whose caller the proxy has not
     /// asked for yet: by their local address (the proxy's client).
     made: Mutex<HashMap<SocketAddr, u32>>,
+    /// Where warden's own probe is knocking right now: refused and
+    /// counted, not audited (a status would add lines every time).
+    probe_knocks: Mutex<Vec<SocketAddr>>,
 }
 
 /// Connections remembered for the proxy at most; past it the oldest are
@@ -77,6 +80,24 @@ impl Ledger {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&local)
+    }
+
+    /// The probe knocks on `addresses` until `probe_done`.
+    pub fn probe_knocking(&self, addresses: Vec<SocketAddr>) {
+        *self.probe_knocks.lock().unwrap_or_else(|e| e.into_inner()) = addresses;
+    }
+
+    pub fn probe_done(&self) {
+        self.probe_knocking(Vec::new());
+    }
+
+    fn is_probe_knock(&self, address: Option<SocketAddr>) -> bool {
+        address.is_some_and(|a| {
+            self.probe_knocks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&a)
+        })
     }
 
     fn remember(&self, local: SocketAddr, tid: u32) {
@@ -150,7 +171,9 @@ fn serve(listener: &Listener, settings: Settings, counts: &Ledger, on_refusal: &
             Outcome::ToProxy => counts.to_proxy.fetch_add(1, Ordering::Relaxed),
             Outcome::PassedOn => counts.passed_on.fetch_add(1, Ordering::Relaxed),
             Outcome::Refused(refusal) => {
-                on_refusal(refusal);
+                if !counts.is_probe_knock(refusal.address) {
+                    on_refusal(refusal);
+                }
                 counts.refused.fetch_add(1, Ordering::Relaxed)
             }
             Outcome::Gone => 0,
