@@ -209,7 +209,8 @@ fn handle(listener: &Listener, n: &Notice, settings: Settings, ledger: &Ledger) 
         // What the kernel answers too.
         return refuse(libc::EINVAL, None, "an address longer than any".into());
     }
-    let addr = match notify::read_memory(n.tid, at, len) {
+    let read = notify::Caller::open(n.tid).and_then(|c| Ok((c.read_memory(at, len)?, c)));
+    let (addr, caller) = match read {
         Ok(addr) => addr,
         Err(e) => return unreadable(listener, n, e, refuse),
     };
@@ -223,7 +224,7 @@ fn handle(listener: &Listener, n: &Notice, settings: Settings, ledger: &Ledger) 
             address,
             reason,
         } => refuse(errno, address, reason.into()),
-        Decision::Proxy(target) => match to_proxy(listener, n, fd, target, ledger) {
+        Decision::Proxy(target) => match to_proxy(listener, n, &caller, fd, target, ledger) {
             Ok(()) => Outcome::ToProxy,
             Err(Some(errno)) => refuse(errno, Some(target), "the proxy did not accept".into()),
             Err(None) => Outcome::Gone,
@@ -261,11 +262,12 @@ fn unreadable(
 fn to_proxy(
     listener: &Listener,
     n: &Notice,
+    caller: &notify::Caller,
     fd: i32,
     target: SocketAddr,
     ledger: &Ledger,
 ) -> Result<(), Option<i32>> {
-    let flags = notify::fd_flags(n.tid, fd).map_err(|_| Some(libc::EBADF))?;
+    let flags = caller.fd_flags(fd).map_err(|_| Some(libc::EBADF))?;
     if !listener.still_waiting(n.id) {
         return Err(None);
     }
