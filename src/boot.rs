@@ -163,7 +163,7 @@ pub fn prepare_confinement(
     policy: Policy,
     pid1: bool,
     own_cgroups: bool,
-    shell_uid: u32,
+    [runtime_uid, shell_uid]: [u32; 2],
 ) -> (Confinement, Network) {
     let proc_hidden = if pid1 {
         confine::hide_processes()
@@ -176,7 +176,7 @@ pub fn prepare_confinement(
         true => Cgroups::set_up(Path::new(cgroups::ROOT)),
         false => Err("the machine has no cgroup v2 hierarchy of its own (command_cgroups is off; a VM always has one)".to_string()),
     };
-    let network = Network::new(policy.network.clone(), shell_uid);
+    let network = Network::new(policy.network.clone(), shell_uid, runtime_uid);
     (Confinement::new(policy, proc_hidden, cgroups), network)
 }
 

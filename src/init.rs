@@ -114,8 +114,12 @@ fn phases(
     let (paths, changes) = make_layout(&config, &accounts)?; // 5
     let audit = open_audit(&config, &paths, &accounts)?; // 6
     let own_cgroups = vm.is_some() || config.command_cgroups;
-    let (confinement, mut network) =
-        prepare_confinement(policy, pid1, own_cgroups, accounts[1].uid); // 7
+    let (confinement, mut network) = prepare_confinement(
+        policy,
+        pid1,
+        own_cgroups,
+        [accounts[0].uid, accounts[1].uid],
+    ); // 7
     let proxy_listeners = bind_proxy(&mut network); // 8
     let sup = supervisor(config, accounts, audit, confinement, network, pid1);
     let runtime = tokio::runtime::Builder::new_multi_thread() // 9
@@ -312,6 +316,10 @@ fn start_network(
     let hooks = proxy::Hooks {
         record,
         origin: Some(origin(sup)),
+        runtime: Some(proxy::Runtime {
+            uid: sup.runtime.uid,
+            client_uid: Arc::new(crate::net::origin::uid_of),
+        }),
     };
     let policy = &sup.network.policy;
     let dir = &sup.config.policy_dir;

@@ -43,17 +43,25 @@ pub struct Gate {
 }
 
 impl Network {
-    pub fn new(policy: NetworkPolicy, shell_uid: u32) -> Network {
+    /// `runtime_uid` is limited too when the policy names `runtime_hosts`.
+    pub fn new(policy: NetworkPolicy, shell_uid: u32, runtime_uid: u32) -> Network {
         // Where the network's namespace counts uids otherwise, the rules
-        // must name shell by that count; when it cannot be found the probe
-        // will show the rules missing shell, and say so.
-        let network_uid = crate::net::userns::seen_by_network(shell_uid).unwrap_or_else(|e| {
-            crate::say!("shell's uid as this network counts it: {e}; the rules name {shell_uid}");
-            shell_uid
-        });
+        // must name each user by that count; when it cannot be found the
+        // probe will show the rules missing them, and say so.
+        let seen = |uid: u32, who: &str| {
+            crate::net::userns::seen_by_network(uid).unwrap_or_else(|e| {
+                crate::say!("{who}'s uid as this network counts it: {e}; the rules name {uid}");
+                uid
+            })
+        };
+        let runtime_network_uid = policy
+            .runtime_hosts
+            .is_some()
+            .then(|| seen(runtime_uid, "the runtime"));
         let scope = Scope {
             shell_uid,
-            network_uid,
+            network_uid: seen(shell_uid, "shell"),
+            runtime_network_uid,
             proxy_port: policy.proxy_port,
         };
         Network {
@@ -154,6 +162,32 @@ impl Network {
         }
     }
 
+    /// The runtime's network where `runtime_hosts` limits it (`entries`
+    /// long): warden's table holds the runtime's uid as it holds shell's,
+    /// proven by `probe` knocking as the runtime.
+    pub fn prove_runtime(
+        &self,
+        entries: usize,
+        runtime_uid: u32,
+        probe: impl FnOnce(
+            crate::confine::probe::NetProbe,
+        ) -> Result<crate::confine::probe::Probe, String>,
+    ) -> LayerState {
+        let state = |holds, detail| crate::confine::state("runtime_network", true, holds, detail);
+        if let Err(e) = &*self.applied.lock().unwrap_or_else(|e| e.into_inner()) {
+            return state(false, format!("warden's table is not applied ({e}): the runtime's connections are not limited"));
+        }
+        let port = self.scope.proxy_port;
+        let problems = match knock(port, probe) {
+            Ok(f) => firewall::problems_in(&f, port),
+            Err(e) => vec![format!("the probe failed: {e}")],
+        };
+        match problems.is_empty() {
+            true => state(true, format!("the runtime's sockets (uid {runtime_uid}) reach only the proxy on loopback:{port}, which decides its requests on runtime_hosts ({entries} entries); a probe as the runtime was refused at once over TCP, its UDP datagram did not arrive, and it reached the proxy")),
+            false => state(false, format!("as the runtime: {}", problems.join("; ").replace("shell", "the runtime"))),
+        }
+    }
+
     pub fn set_proxy(&self, proxy: Arc<Proxy>) {
         *self.proxy.lock().unwrap_or_else(|e| e.into_inner()) = Some(proxy);
     }
@@ -242,6 +276,10 @@ fn state_of(proxy: &Proxy, rules: Option<&Rules>, listening: &[String]) -> Proxy
             .unwrap_or_default(),
         carried: proxy.carried.load(Ordering::Relaxed),
         refused: proxy.refused.load(Ordering::Relaxed),
+        runtime_hosts: rules.and_then(|r| r.runtime.as_ref()).map(|l| l.entries()),
+        runtime_traffic: rules
+            .is_some_and(|r| r.runtime.is_some())
+            .then(|| proxy.runtime_traffic.hosts()),
     }
 }
 
@@ -492,6 +530,7 @@ pub fn standalone(
         proxy::Hooks {
             record,
             origin: None,
+            runtime: None,
         },
         listeners,
     ) {

@@ -486,6 +486,25 @@ pub struct ProxyState {
     /// Connections carried and refused since boot.
     pub carried: u64,
     pub refused: u64,
+    /// With `runtime_hosts`: the runtime's own list, and its traffic
+    /// through the proxy by host since boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_hosts: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_traffic: Option<Vec<HostTraffic>>,
+}
+
+/// What the runtime moved through the proxy to one host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostTraffic {
+    pub host: String,
+    /// Connections carried, and refused.
+    pub connections: u64,
+    pub refused: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    /// The carried connections' time, added up.
+    pub duration_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

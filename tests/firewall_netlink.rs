@@ -117,6 +117,7 @@ fn netlink_applies_the_table_nft_lists() {
     let scope = Scope {
         shell_uid: SHELL,
         network_uid: SHELL,
+        runtime_network_uid: None,
         proxy_port: 3128,
     };
     // Twice: the second apply leaves exactly one copy of each rule.
@@ -137,6 +138,7 @@ fn netlink_applies_the_table_nft_lists() {
     let other = Scope {
         shell_uid: 1234,
         network_uid: 101_234,
+        runtime_network_uid: None,
         proxy_port: 8080,
     };
     assert_eq!(ns.enter(|| nft_netlink::apply(other)), Ok(()));
@@ -168,6 +170,7 @@ fn netlink_names_the_message_the_kernel_refused() {
     let scope = Scope {
         shell_uid: SHELL,
         network_uid: SHELL,
+        runtime_network_uid: None,
         proxy_port: 3128,
     };
     let e = ns.enter(|| nft_netlink::apply(scope)).unwrap_err();
@@ -235,6 +238,7 @@ fn netlink_rules_refuse_shell_but_not_root() {
     let scope = Scope {
         shell_uid: SHELL,
         network_uid: SHELL,
+        runtime_network_uid: None,
         proxy_port: port(&proxy),
     };
     assert_eq!(ns.enter(|| nft_netlink::apply(scope)), Ok(()));
@@ -346,6 +350,7 @@ fn warden_without_nft_applies_its_firewall_over_netlink() {
     let scope = Scope {
         shell_uid: SHELL,
         network_uid: SHELL,
+        runtime_network_uid: None,
         proxy_port: 3128,
     };
     assert_eq!(firewall::compare(&ns.listing().unwrap(), scope), Ok(()));

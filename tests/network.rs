@@ -139,6 +139,142 @@ fn allowed_hosts_work_through_the_connect_gate() {
     allowed_hosts_work(net);
 }
 
+/// The runtime on a list of its own (`runtime_hosts`): its main process
+/// reaches its host through the proxy, is refused a host only shell's list
+/// has, and gets nowhere directly; status counts its traffic by host, and
+/// shell keeps its own list.
+#[test]
+fn the_runtime_reaches_only_its_own_hosts() {
+    if !privileged("the_runtime_reaches_only_its_own_hosts") {
+        return;
+    }
+    let script = r#"
+ca=$HOME/ca.pem
+while [ ! -s "$ca" ]; do sleep 0.1; done
+{
+  echo "own: $(curl -sS --max-time 20 --cacert $ca https://allowed.test/rt 2>&1)"
+  echo "shells: $(curl -sS --max-time 20 --cacert $ca -o /dev/null -w '%{http_code}' https://www.allowed.test/x 2>&1)"
+  echo "direct: $(curl -sS --max-time 10 --noproxy '*' http://$(cat $HOME/v4):8080/ 2>&1; echo " exit $?")"
+  echo "dns: $(getent ahosts unlisted.test >/dev/null 2>&1; echo "exit $?")"
+} > $HOME/out.txt
+mv $HOME/out.txt $HOME/done.txt
+sleep 1000
+"#;
+    let net = boot(
+        |internet| {
+            let mut p = policy(internet);
+            p["runtime_hosts"] = json!(["allowed.test"]);
+            p
+        },
+        |o| {
+            o.main = vec!["bash".into(), "-c".into(), script.into()];
+        },
+    );
+    let home = &net.machine.home;
+    std::fs::write(home.join("v4"), net.internet.v4.to_string()).unwrap();
+    let ca = home.join("ca.pem");
+    std::fs::copy(&net.internet.ca, &ca).unwrap();
+    std::os::unix::fs::chown(&ca, Some(common::RUNTIME_UID), Some(common::RUNTIME_UID)).unwrap();
+    let done = home.join("done.txt");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = std::fs::read_to_string(&done)
+        .unwrap_or_else(|_| panic!("no output; log: {}", net.machine.log()));
+    assert!(out.contains("own: hello allowed.test /rt"), "{out}");
+    assert!(
+        out.contains("shells: curl: (56) CONNECT tunnel failed, response 403"),
+        "{out}"
+    );
+    // A direct connection is refused at once (curl: 7), and the runtime's
+    // own DNS gets no answer (its datagrams are refused too).
+    assert!(out.contains(" exit 7"), "{out}");
+    assert!(out.contains("dns: exit 2"), "{out}");
+    let queries = net.internet.dns_queries();
+    assert!(
+        !queries.contains("unlisted.test"),
+        "the resolver saw: {queries}"
+    );
+    assert!(!net.internet.connections().contains("tcp 8080"));
+    // Shell keeps its own list, which has www.allowed.test.
+    let (status, text) = net.text(&format!(
+        "curl -sS --max-time 20 --cacert {} https://www.allowed.test/s",
+        net.ca().display()
+    ));
+    assert_eq!((status, text.trim()), (0, "hello www.allowed.test /s"));
+    // status: the layer, the list, the traffic by host.
+    let st = net.machine.client().status().unwrap();
+    let layer = st
+        .layers
+        .iter()
+        .find(|l| l.layer == "runtime_network")
+        .unwrap();
+    assert!(layer.holds && layer.required, "{layer:?}");
+    let proxy = st.proxy.unwrap();
+    assert_eq!(proxy.runtime_hosts, Some(vec!["allowed.test".to_string()]));
+    let traffic = proxy.runtime_traffic.unwrap();
+    let own = traffic.iter().find(|t| t.host == "allowed.test").unwrap();
+    assert!(own.connections == 1 && own.bytes_down > 100, "{traffic:?}");
+    let refused = traffic
+        .iter()
+        .find(|t| t.host == "www.allowed.test")
+        .unwrap();
+    assert_eq!(
+        (refused.connections, refused.refused),
+        (0, 1),
+        "{traffic:?}"
+    );
+    // The egress lines say which list decided.
+    let lines = net.egress();
+    let rt = lines
+        .iter()
+        .find(|l| l["host"] == "allowed.test" && l["list"] == "runtime_hosts");
+    assert!(rt.is_some(), "{lines:?}");
+    let no = lines
+        .iter()
+        .find(|l| l["host"] == "www.allowed.test" && l["allowed"] == false)
+        .unwrap();
+    assert!(
+        no["reason"]
+            .as_str()
+            .unwrap()
+            .contains("runtime's host list"),
+        "{no}"
+    );
+}
+
+/// Where nftables cannot hold, nothing limits the runtime yet (the connect
+/// gate covers commands): a machine whose policy asks for it says so, and
+/// refuses commands.
+#[test]
+fn runtime_hosts_without_nftables_does_not_hold() {
+    if !privileged("runtime_hosts_without_nftables_does_not_hold") {
+        return;
+    }
+    let net = boot(
+        |internet| {
+            let mut p = policy(internet);
+            p["runtime_hosts"] = json!(["allowed.test"]);
+            p
+        },
+        |o| o.drop_caps = vec!["net_admin".into()],
+    );
+    let st = net.machine.client().status().unwrap();
+    let layer = st
+        .layers
+        .iter()
+        .find(|l| l.layer == "runtime_network")
+        .unwrap();
+    assert!(!layer.holds && layer.required, "{layer:?}");
+    assert!(
+        layer.detail.contains("covers commands, not the runtime"),
+        "{layer:?}"
+    );
+    let e = net.refused_run();
+    assert!(e.contains("runtime_network did not hold"), "{e}");
+}
+
 /// pip, npm and cargo (through git) reach a listed host's registry paths
 /// through the connect gate, each by the proxy its variables name: the
 /// requests arrive (the tests' internet serves no real index, so the
@@ -710,6 +846,7 @@ fn applying_the_rules_twice_leaves_one_copy() {
     let scope = Scope {
         shell_uid: 2001,
         network_uid: 2001,
+        runtime_network_uid: None,
         proxy_port: 3128,
     };
     let batch = serde_json::to_string(&firewall::batch(scope)).unwrap();

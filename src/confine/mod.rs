@@ -189,6 +189,20 @@ impl Confinement {
         })
     }
 
+    /// The runtime's network probe: nothing of a command's but what any
+    /// child of warden gets (the runtime is not confined; only its
+    /// network is, by the firewall).
+    pub fn for_runtime_network_probe(&self, probe: NetProbe) -> Confine {
+        Confine {
+            landlock: None,
+            rlimits: Vec::new(),
+            last_cap: self.last_cap,
+            probe: false,
+            net_probe: Some(probe),
+            cgroup: None,
+        }
+    }
+
     /// Turns a probe's findings, and the firewall's state, into the layer
     /// report, and keeps it.
     /// Keeps the layers the probe proved, with `more` proven elsewhere

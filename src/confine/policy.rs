@@ -94,6 +94,9 @@ pub struct NetworkPolicy {
     /// and the registries the machine's tools are configured to use). A
     /// list replaces the default whole.
     pub hosts: Option<Vec<String>>,
+    /// The hosts the runtime (the main process) may reach, through the
+    /// proxy only; None: the runtime is not limited.
+    pub runtime_hosts: Option<Vec<String>>,
     /// The ports a listed host may be reached on (an entry "host:port"
     /// adds its own).
     pub ports: Vec<u16>,
@@ -134,6 +137,10 @@ impl NetworkPolicy {
         if let Some(hosts) = &policy.hosts {
             crate::net::hosts::HostList::parse(hosts, &policy.ports)
                 .map_err(|e| invalid(format!("hosts: {e}")))?;
+        }
+        if let Some(hosts) = &policy.runtime_hosts {
+            crate::net::hosts::HostList::parse(hosts, &policy.ports)
+                .map_err(|e| invalid(format!("runtime_hosts: {e}")))?;
         }
         Ok(policy)
     }
@@ -301,6 +308,7 @@ fn unreachable_policy(e: PolicyError) -> Policy {
             firewall: Requirement::Required,
             proxy_port: 3128,
             hosts: Some(Vec::new()),
+            runtime_hosts: None,
             ports: vec![443],
             allow_addresses: Vec::new(),
             max_tunnels: 64,
@@ -439,6 +447,11 @@ mod tests {
             (r#"{"hosts": ["example.com", "*.example.org:8443"]}"#, None),
             (r#"{"hosts": ["exa mple.com"]}"#, Some("hosts: ")),
             (r#"{"hosts": "example.com"}"#, Some("invalid type")),
+            (r#"{"runtime_hosts": ["api.example.com:8443"]}"#, None),
+            (
+                r#"{"runtime_hosts": ["exa mple.com"]}"#,
+                Some("runtime_hosts: "),
+            ),
             (r#"{"allow_addresses": ["10.0.0.0/8", "fd00::/8"]}"#, None),
             (
                 r#"{"allow_addresses": ["10.0.0.1/8"]}"#,

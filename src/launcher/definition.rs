@@ -46,7 +46,7 @@ pub const MAX_IDLE_MINUTES: f64 = 7.0 * 24.0 * 60.0;
 const RESERVED_NAMES: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
 
 /// The top-level fields, in the order they are checked.
-const FIELDS: [&str; 24] = [
+const FIELDS: [&str; 25] = [
     "id",
     "image",
     "dockerfile",
@@ -54,6 +54,7 @@ const FIELDS: [&str; 24] = [
     "env",
     "keys",
     "hosts",
+    "runtime_hosts",
     "setup",
     "workspace",
     "limits",
@@ -103,6 +104,9 @@ pub struct Definition {
     /// The hosts the egress proxy may reach; None means warden's default
     /// list, a list replaces it whole.
     pub hosts: Option<Vec<String>>,
+    /// The hosts the runtime may reach, through the proxy only; None: the
+    /// runtime is not limited.
+    pub runtime_hosts: Option<Vec<String>>,
     /// A script run once when the machine is made (absolute).
     pub setup: Option<PathBuf>,
     /// Where the agent's workspace lives.
@@ -391,6 +395,13 @@ impl Parser<'_> {
             crate::net::hosts::HostList::parse(hosts, &[80, 443])
                 .map_err(|e| self.invalid("hosts", e))?;
         }
+        let runtime_hosts: Option<Vec<String>> = self
+            .take(&mut object, "runtime_hosts", "runtime_hosts")?
+            .flatten();
+        if let Some(hosts) = &runtime_hosts {
+            crate::net::hosts::HostList::parse(hosts, &[80, 443])
+                .map_err(|e| self.invalid("runtime_hosts", e))?;
+        }
         let setup: Option<String> = self.take(&mut object, "setup", "setup")?.flatten();
         let setup = setup.map(|s| self.resolve("setup", &s)).transpose()?;
         let workspace: Option<String> = self.take(&mut object, "workspace", "workspace")?;
@@ -463,6 +474,7 @@ impl Parser<'_> {
             env,
             keys,
             hosts,
+            runtime_hosts,
             setup,
             workspace,
             limits,

@@ -50,6 +50,7 @@ fn the_example_parses() {
             env: BTreeMap::from([("EDITOR".into(), "vi".into())]),
             keys: vec!["ANTHROPIC_API_KEY".into()],
             hosts: None,
+            runtime_hosts: None,
             setup: Some("/defs/setup.sh".into()),
             workspace: Workspace::Volume,
             limits: Limits {
@@ -457,6 +458,11 @@ fn definitions_table() {
         (
             with(r#"{"hosts": "example.com"}"#),
             Some("hosts: invalid type"),
+        ),
+        (with(r#"{"runtime_hosts": ["api.example.com"]}"#), None),
+        (
+            with(r#"{"runtime_hosts": ["10.0.0.1"]}"#),
+            Some("runtime_hosts: host entry \"10.0.0.1\""),
         ),
         // setup
         (with(r#"{"setup": null}"#), None),

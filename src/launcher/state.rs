@@ -218,6 +218,9 @@ pub(super) fn network_policy(def: &Definition) -> Option<serde_json::Value> {
     if let Some(hosts) = &def.hosts {
         policy.insert("hosts".into(), serde_json::json!(hosts));
     }
+    if let Some(hosts) = &def.runtime_hosts {
+        policy.insert("runtime_hosts".into(), serde_json::json!(hosts));
+    }
     if !def.allow_addresses.is_empty() {
         policy.insert(
             "allow_addresses".into(),

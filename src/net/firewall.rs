@@ -26,6 +26,9 @@ pub struct Scope {
     /// shell's uid as the network namespace counts it (see `userns`):
     /// the number the rules name.
     pub network_uid: u32,
+    /// The runtime's, counted so, when its traffic is limited too
+    /// (`runtime_hosts`): the same rules name it after shell's.
+    pub runtime_network_uid: Option<u32>,
     pub proxy_port: u16,
 }
 
@@ -76,14 +79,31 @@ fn field(protocol: &'static str, name: &'static str) -> Expression<'static> {
 /// (UDP, ICMP, other protocols) an ICMP "administratively prohibited", so
 /// tools fail at once instead of waiting for a timeout.
 pub fn rules(scope: Scope) -> Vec<Vec<Statement<'static>>> {
-    let owner = || equals(meta(MetaKey::Skuid), Expression::Number(scope.network_uid));
+    scope
+        .owners()
+        .into_iter()
+        .flat_map(|uid| rules_of(uid, scope.proxy_port))
+        .collect()
+}
+
+impl Scope {
+    /// Whose sockets the rules hold: shell's, and the runtime's when limited.
+    pub fn owners(&self) -> Vec<u32> {
+        std::iter::once(self.network_uid)
+            .chain(self.runtime_network_uid)
+            .collect()
+    }
+}
+
+fn rules_of(uid: u32, proxy_port: u16) -> Vec<Vec<Statement<'static>>> {
+    let owner = || equals(meta(MetaKey::Skuid), Expression::Number(uid));
     let proxy = |protocol: &'static str, address: &'static str| {
         vec![
             owner(),
             equals(field(protocol, "daddr"), Expression::String(address.into())),
             equals(
                 field("tcp", "dport"),
-                Expression::Number(u32::from(scope.proxy_port)),
+                Expression::Number(u32::from(proxy_port)),
             ),
             Statement::Accept(None),
         ]
@@ -258,6 +278,7 @@ pub fn judge(
     let Scope {
         shell_uid,
         network_uid,
+        runtime_network_uid: _,
         proxy_port,
     } = scope;
     let counted = match network_uid == shell_uid {
@@ -307,7 +328,7 @@ pub fn judge(
 }
 
 /// What the probe's findings show does not hold.
-fn problems_in(findings: &Findings, proxy_port: u16) -> Vec<String> {
+pub fn problems_in(findings: &Findings, proxy_port: u16) -> Vec<String> {
     let mut problems = Vec::new();
     if !findings.tcp_refused {
         problems.push("shell connected over TCP to a loopback port that is not the proxy".into());
@@ -389,6 +410,7 @@ mod tests {
     const SCOPE: Scope = Scope {
         shell_uid: 2001,
         network_uid: 2001,
+        runtime_network_uid: None,
         proxy_port: 3128,
     };
 

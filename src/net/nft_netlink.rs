@@ -188,10 +188,18 @@ pub enum Expr {
 /// l4proto tcp` one. Values are in the byte order the kernel compares:
 /// the uid in the host's, addresses and the port in the network's.
 pub fn rules(scope: Scope) -> Vec<Vec<Expr>> {
+    scope
+        .owners()
+        .into_iter()
+        .flat_map(|uid| rules_of(uid, scope.proxy_port))
+        .collect()
+}
+
+fn rules_of(uid: u32, proxy_port: u16) -> Vec<Vec<Expr>> {
     let owner = || {
         vec![
             Expr::Meta(NFT_META_SKUID),
-            Expr::Equals(scope.network_uid.to_ne_bytes().to_vec()),
+            Expr::Equals(uid.to_ne_bytes().to_vec()),
         ]
     };
     let tcp = || {
@@ -219,7 +227,7 @@ pub fn rules(scope: Scope) -> Vec<Vec<Expr>> {
                 offset: 2,
                 len: 2,
             },
-            Expr::Equals(scope.proxy_port.to_be_bytes().to_vec()),
+            Expr::Equals(proxy_port.to_be_bytes().to_vec()),
             Expr::Accept,
         ]);
         rule
@@ -542,6 +550,7 @@ mod tests {
     const SCOPE: Scope = Scope {
         shell_uid: 2001,
         network_uid: 2001,
+        runtime_network_uid: None,
         proxy_port: 3128,
     };
 
@@ -723,6 +732,7 @@ mod tests {
         let other = rules(Scope {
             shell_uid: 1,
             network_uid: 100_000,
+            runtime_network_uid: None,
             proxy_port: 8080,
         });
         assert_eq!(other[0][1], Expr::Equals(100_000u32.to_ne_bytes().to_vec()));

@@ -25,6 +25,12 @@ pub fn holder(local: SocketAddr, remote: SocketAddr, tags: std::ops::Range<u32>)
     Some(holder_of_thread(pid, tags))
 }
 
+/// The uid owning the TCP socket whose local end is `local` and remote end
+/// `remote` (the creator's, as this process's user namespace counts it).
+pub fn uid_of(local: SocketAddr, remote: SocketAddr) -> Option<u32> {
+    ask_kernel(&diag_request(local, remote)).map(|(uid, _)| uid)
+}
+
 /// A process (or thread) known to hold the connection, with its tag.
 pub fn holder_of_thread(pid: i32, tags: std::ops::Range<u32>) -> Holder {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

@@ -314,6 +314,10 @@ impl Supervisor {
             space("link_protections", &self.link_protections),
             oom_order(commands_first, &self.oom_order),
         ];
+        let more = more
+            .into_iter()
+            .chain(self.runtime_network_layer())
+            .collect();
         self.confinement.record(found, more)
     }
 
@@ -350,12 +354,24 @@ impl Supervisor {
         name: &str,
         confine: crate::confine::spawn::Confine,
     ) -> Result<Probe, String> {
-        let home = c_path(&self.shell.home).map_err(|e| e.to_string())?;
+        self.spawn_probe_as(name, confine, &self.shell)
+    }
+
+    /// A probe child as `who`: forked by the spawner thread (so carrying
+    /// the commands' filters) for shell, as the main process is for the
+    /// runtime.
+    fn spawn_probe_as(
+        &self,
+        name: &str,
+        confine: crate::confine::spawn::Confine,
+        who: &Account,
+    ) -> Result<Probe, String> {
+        let home = c_path(&who.home).map_err(|e| e.to_string())?;
         let launch = Launch::new(
             &[name.to_string()],
             &[],
             "",
-            identity(&self.shell),
+            identity(who),
             Grouping::Session,
             Workdir::At(home),
             Some(confine),
@@ -374,7 +390,11 @@ impl Supervisor {
             stderr: null().map_err(|e| e.to_string())?,
             terminal: false,
         };
-        match self.spawner.spawn_blocking(launch, stdio, true) {
+        let spawned = match who.uid == self.shell.uid {
+            true => self.spawner.spawn_blocking(launch, stdio, true),
+            false => crate::confine::spawn::spawn(&launch, stdio, &self.reaper, true),
+        };
+        match spawned {
             Ok(spawned) => {
                 // Gone before the answer: a probe is never seen among
                 // shell's processes (status lists them right after).
@@ -398,6 +418,13 @@ impl Supervisor {
         // The runtime's keys, when the host handed them over: the
         // runtime's own, like its `.env` (but never its HOME or name).
         env.extend(self.keys.pairs());
+        if self.network.policy.runtime_hosts.is_some() {
+            // Its traffic goes through the proxy alone: its tools are
+            // pointed at it (Node 24 and later honour the variables for
+            // fetch with NODE_USE_ENV_PROXY).
+            env.extend(self.network.env.iter().cloned());
+            env.insert("NODE_USE_ENV_PROXY".into(), "1".into());
+        }
         env.insert("HOME".into(), self.runtime.home.display().to_string());
         env.insert("USER".into(), self.runtime.name.clone());
         env.insert("LOGNAME".into(), self.runtime.name.clone());

@@ -52,6 +52,30 @@ impl Supervisor {
         }
     }
 
+    /// The runtime's network, where `runtime_hosts` limits it: warden's
+    /// table must hold it (the connect gate covers commands, not the main
+    /// process), proven by a probe as the runtime, forked as the main
+    /// process is (outside the commands' filters).
+    pub(super) fn runtime_network_layer(&self) -> Option<LayerState> {
+        let hosts = self.network.policy.runtime_hosts.as_ref()?;
+        if self.network.gate().is_some() {
+            return Some(crate::confine::state(
+                "runtime_network",
+                true,
+                false,
+                "nftables cannot hold here, and warden's connect gate covers commands, not the runtime: its connections are not limited to the proxy".into(),
+            ));
+        }
+        let knock = |plan| {
+            let confine = self.confinement.for_runtime_network_probe(plan);
+            self.spawn_probe_as("warden-runtime-probe", confine, &self.runtime)
+        };
+        Some(
+            self.network
+                .prove_runtime(hosts.len(), self.runtime.uid, knock),
+        )
+    }
+
     /// Opens the connect gate: commands lose their own TCP connects to
     /// Landlock first, then the spawner thread takes the gate's filter, and
     /// the gate's thread answers its listener.

@@ -5,6 +5,7 @@
 use super::refusal::{Kind, Refused};
 use super::rules::Rules;
 use crate::net::addr::{self, Cidr};
+use crate::net::hosts::HostList;
 use crate::net::target::{Host, Target};
 use std::net::{IpAddr, SocketAddr};
 
@@ -19,6 +20,15 @@ pub struct Allowed<'a> {
 /// Pure: whether `target` may be reached under `rules`. The proxy reaches
 /// hosts by name only, so that the list (names) is what decides.
 pub fn decide<'a>(rules: &'a Rules, target: &'a Target) -> Result<Allowed<'a>, Refused> {
+    decide_on(&rules.hosts, "the host list", target)
+}
+
+/// Pure: the same on one list, named `list` in the refusal.
+pub fn decide_on<'a>(
+    hosts: &'a HostList,
+    list: &str,
+    target: &'a Target,
+) -> Result<Allowed<'a>, Refused> {
     let name = match &target.host {
         Host::Ip(_) => {
             return Err(Refused::new(
@@ -28,11 +38,11 @@ pub fn decide<'a>(rules: &'a Rules, target: &'a Target) -> Result<Allowed<'a>, R
         }
         Host::Name(name) => name.as_str(),
     };
-    match rules.hosts.allowing(name, target.port) {
+    match hosts.allowing(name, target.port) {
         Some(entry) => Ok(Allowed { name, entry }),
         None => Err(Refused::new(
             Kind::NotListed,
-            format!("{name}:{} is not on the host list", target.port),
+            format!("{name}:{} is not on {list}", target.port),
         )),
     }
 }
@@ -77,6 +87,7 @@ mod tests {
         let entries: Vec<String> = entries.iter().map(|e| e.to_string()).collect();
         Rules {
             hosts: HostList::parse(&entries, &[80, 443]).unwrap(),
+            runtime: None,
             allow: allow.iter().map(|c| c.parse().unwrap()).collect(),
             from: "network.json",
         }

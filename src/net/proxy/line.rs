@@ -23,6 +23,8 @@ pub(super) struct Line {
     end: &'static str,
     /// Who opened it (the command), when warden could tell.
     pub(super) origin: Option<Value>,
+    /// Decided on the runtime's own list (the runtime asked).
+    pub(super) runtime: bool,
 }
 
 impl Line {
@@ -39,6 +41,7 @@ impl Line {
             status: None,
             end: "",
             origin: None,
+            runtime: false,
         }
     }
 
@@ -48,6 +51,17 @@ impl Line {
         self.down = moved.down;
         self.status = moved.status;
         self.end = moved.end;
+    }
+
+    /// The host asked for (a name, or an address as written), and what
+    /// was moved: for the runtime's traffic in `status`.
+    pub(super) fn traffic(&self) -> (String, u64, u64) {
+        let host = match self.target.as_ref().map(|t| &t.host) {
+            Some(Host::Name(name)) => name.clone(),
+            Some(Host::Ip(ip)) => ip.to_string(),
+            None => String::new(),
+        };
+        (host, self.up, self.down)
     }
 
     /// The line of a connection that was carried.
@@ -89,6 +103,9 @@ impl Line {
         });
         if let Some(entry) = &self.entry {
             line["entry"] = entry.clone().into();
+        }
+        if self.runtime {
+            line["list"] = "runtime_hosts".into();
         }
         if let Some(status) = self.status {
             line["status"] = status.into();

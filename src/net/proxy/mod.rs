@@ -18,6 +18,7 @@ mod line;
 mod refusal;
 mod relay;
 mod rules;
+mod runtime;
 mod start;
 mod upstream;
 
@@ -25,10 +26,12 @@ pub use decide::{decide, pick, Allowed};
 pub use http::{parse_request, Plain, Request};
 pub use refusal::{Kind, Refused};
 pub use rules::{Defaults, Rules, Settings};
+pub use runtime::{ClientUid, Runtime, Traffic};
 pub use start::{bind, start};
 
 use crate::audit::Event;
 use crate::confine::policy::NetworkPolicy;
+use crate::net::hosts::HostList;
 use crate::net::target::Target;
 use hickory_resolver::TokioResolver;
 use http::Head;
@@ -56,6 +59,8 @@ pub type Origin = Arc<dyn Fn(SocketAddr, SocketAddr) -> Option<Value> + Send + S
 pub struct Hooks {
     pub record: Recorder,
     pub origin: Option<Origin>,
+    /// Who the runtime is, for its own list (`runtime_hosts`).
+    pub runtime: Option<Runtime>,
 }
 
 pub struct Proxy {
@@ -64,10 +69,13 @@ pub struct Proxy {
     resolver: TokioResolver,
     record: Recorder,
     origin: Option<Origin>,
+    runtime: Option<Runtime>,
     tunnels: Arc<Semaphore>,
     /// Connections carried and refused since start, for status.
     pub carried: AtomicU64,
     pub refused: AtomicU64,
+    /// What the runtime moved, by host (with `runtime_hosts`).
+    pub runtime_traffic: Traffic,
 }
 
 /// A connection the proxy will carry: its request, the open upstream,
@@ -88,7 +96,11 @@ impl Proxy {
         default_hosts: Defaults,
         hooks: Hooks,
     ) -> Result<Proxy, String> {
-        let Hooks { record, origin } = hooks;
+        let Hooks {
+            record,
+            origin,
+            runtime,
+        } = hooks;
         let source = Source::new(&settings.policy_dir, policy, default_hosts, record.clone())?;
         Ok(Proxy {
             resolver: upstream::resolver()?,
@@ -97,8 +109,10 @@ impl Proxy {
             source,
             record,
             origin,
+            runtime,
             carried: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            runtime_traffic: Traffic::default(),
         })
     }
 
@@ -153,7 +167,8 @@ impl Proxy {
             }
             _ => None,
         };
-        let admitted = match self.admit(&mut client, &mut line).await {
+        let asker = self.asker(peer, &client);
+        let admitted = match self.admit(&mut client, &mut line, asker).await {
             Ok(Some(admitted)) => admitted,
             // Connected and closed without a word: the firewall probe.
             Ok(None) => return,
@@ -177,8 +192,51 @@ impl Proxy {
             Some(plain) => relay::forward(client, upstream, plain, head.early(), idle).await,
         };
         line.moved(moved);
+        if line.runtime {
+            let (host, up, down) = line.traffic();
+            self.runtime_traffic
+                .carried(host, up, down, started.elapsed());
+        }
         line.origin = settle(origin).await;
         (self.record)(Event::Egress, line.allowed(started));
+    }
+
+    /// Who the client is, asked of the kernel beside the request, where
+    /// the runtime has a list of its own (else nobody needs to know).
+    fn asker(&self, peer: SocketAddr, client: &TcpStream) -> Option<UidLookup> {
+        let runtime = self.runtime.as_ref()?;
+        let listed = self.source.current().is_some_and(|r| r.runtime.is_some());
+        let local = client.local_addr().ok()?;
+        let client_uid = runtime.client_uid.clone();
+        listed.then(|| tokio::task::spawn_blocking(move || client_uid(peer, local)))
+    }
+
+    /// The list that decides for this client: the runtime's own, when it
+    /// has one and the client is the runtime; else the host list.
+    async fn list_for<'r>(
+        &self,
+        rules: &'r Rules,
+        asker: Option<UidLookup>,
+        line: &mut Line,
+    ) -> Result<(&'r HostList, &'static str), Refused> {
+        let (Some(list), Some(runtime)) = (&rules.runtime, &self.runtime) else {
+            return Ok((&rules.hosts, "the host list"));
+        };
+        let uid = match asker {
+            Some(lookup) => lookup.await.ok().flatten(),
+            None => None,
+        };
+        match uid {
+            Some(uid) if uid == runtime.uid => {
+                line.runtime = true;
+                Ok((list, "the runtime's host list"))
+            }
+            Some(_) => Ok((&rules.hosts, "the host list")),
+            None => Err(Refused::new(
+                Kind::UnknownAsker,
+                "who asks could not be told, and the runtime has a list of its own",
+            )),
+        }
     }
 
     /// Everything up to an open upstream connection: the request read and
@@ -187,6 +245,7 @@ impl Proxy {
         &self,
         client: &mut TcpStream,
         line: &mut Line,
+        asker: Option<UidLookup>,
     ) -> Result<Option<Admitted>, Refused> {
         let Some(head) = http::read_head_in_time(client).await? else {
             return Ok(None);
@@ -200,7 +259,7 @@ impl Proxy {
                 "too many connections through the proxy at once",
             )
         })?;
-        let upstream = self.open(&request.target, line).await?;
+        let upstream = self.open(&request.target, line, asker).await?;
         Ok(Some(Admitted {
             head,
             request,
@@ -211,14 +270,20 @@ impl Proxy {
 
     /// Decides on the name, resolves it, checks each address, and connects
     /// to the first that passes.
-    async fn open(&self, t: &Target, line: &mut Line) -> Result<TcpStream, Refused> {
+    async fn open(
+        &self,
+        t: &Target,
+        line: &mut Line,
+        asker: Option<UidLookup>,
+    ) -> Result<TcpStream, Refused> {
         let Some(rules) = self.source.wait().await else {
             return Err(Refused::new(
                 Kind::ListNotKnown,
                 "the default host list is not known yet",
             ));
         };
-        let allowed = decide(&rules, t)?;
+        let (hosts, list) = self.list_for(&rules, asker, line).await?;
+        let allowed = decide::decide_on(hosts, list, t)?;
         line.entry = Some(allowed.entry.to_string());
         let found = upstream::resolve(&self.resolver, allowed.name).await?;
         line.resolved = found.clone();
@@ -239,6 +304,9 @@ impl Proxy {
         origin: Option<Lookup>,
     ) {
         self.refused.fetch_add(1, Ordering::Relaxed);
+        if line.runtime {
+            self.runtime_traffic.refused(line.traffic().0);
+        }
         let response = http::refusal_response(&r);
         let _ = tokio::time::timeout(
             Duration::from_secs(5),
@@ -253,6 +321,8 @@ impl Proxy {
 
 /// A connection's origin, being looked up.
 type Lookup = tokio::task::JoinHandle<Option<Value>>;
+/// A client socket's uid, being looked up.
+type UidLookup = tokio::task::JoinHandle<Option<u32>>;
 
 /// The origin, once its lookup is done (None when there was none).
 async fn settle(origin: Option<Lookup>) -> Option<Value> {

@@ -35,6 +35,8 @@ pub enum Kind {
     NoAddress,
     /// No allowed address took the connection.
     ConnectFailed,
+    /// The runtime has a list of its own, and who asks could not be told.
+    UnknownAsker,
 }
 
 impl Kind {
@@ -55,6 +57,7 @@ impl Kind {
             Kind::ResolveTimeout => "resolve_timeout",
             Kind::NoAddress => "no_address",
             Kind::ConnectFailed => "connect_failed",
+            Kind::UnknownAsker => "unknown_asker",
         }
     }
 
@@ -62,7 +65,7 @@ impl Kind {
     pub fn status(self) -> u16 {
         match self {
             Kind::BadRequest | Kind::BadTarget => 400,
-            Kind::IpTarget | Kind::NotListed | Kind::RefusedAddress => 403,
+            Kind::IpTarget | Kind::NotListed | Kind::RefusedAddress | Kind::UnknownAsker => 403,
             Kind::HeadTimeout => 408,
             Kind::LengthRequired => 411,
             Kind::HeadTooLarge => 431,

@@ -17,6 +17,8 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct Rules {
     pub hosts: HostList,
+    /// The runtime's own list, when it has one (`runtime_hosts`).
+    pub runtime: Option<HostList>,
     pub allow: Vec<Cidr>,
     /// "network.json" or "default": where the host list came from.
     pub from: &'static str,
@@ -34,8 +36,14 @@ impl Rules {
             (None, Some(defaults)) => (defaults, "default"),
             (None, None) => return Ok(None),
         };
+        let runtime = policy
+            .runtime_hosts
+            .as_ref()
+            .map(|list| HostList::parse(list, &policy.ports))
+            .transpose()?;
         Ok(Some(Rules {
             hosts: HostList::parse(list, &policy.ports)?,
+            runtime,
             allow: policy.allow_addresses.clone(),
             from,
         }))
