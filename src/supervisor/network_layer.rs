@@ -138,9 +138,10 @@ impl Supervisor {
         }
         let tags =
             crate::lifetime::TAG_BASE..crate::lifetime::TAG_BASE + crate::lifetime::TAG_COUNT;
-        let command = std::fs::read_to_string(format!("/proc/{}/status", refusal.tid))
-            .ok()
-            .and_then(|status| crate::net::origin::tag_of(&status, tags))
+        let command = refusal
+            .status
+            .as_deref()
+            .and_then(|status| crate::net::origin::tag_of(status, tags))
             .and_then(|tag| self.command_digest_of_tag(tag));
         if let Some((command, digest)) = command {
             fields["command"] = command.into();

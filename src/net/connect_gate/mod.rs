@@ -122,6 +122,9 @@ impl Ledger {
 #[derive(Debug, Clone)]
 pub struct Refusal {
     pub tid: u32,
+    /// The caller's /proc status, read before it was answered (its groups
+    /// name its command).
+    pub status: Option<String>,
     pub address: Option<SocketAddr>,
     pub reason: String,
 }
@@ -191,15 +194,18 @@ enum Outcome {
 
 /// Decides one call and answers it.
 fn handle(listener: &Listener, n: &Notice, settings: Settings, ledger: &Ledger) -> Outcome {
-    let refuse = |errno: i32, address: Option<SocketAddr>, reason: String| match listener
-        .answer(n.id, -1, errno)
-    {
-        Ok(()) => Outcome::Refused(Refusal {
-            tid: n.tid,
-            address,
-            reason,
-        }),
-        Err(_) => Outcome::Gone,
+    let refuse = |errno: i32, address: Option<SocketAddr>, reason: String| {
+        // Read while the caller waits: it may be gone once answered.
+        let status = std::fs::read_to_string(format!("/proc/{}/status", n.tid)).ok();
+        match listener.answer(n.id, -1, errno) {
+            Ok(()) => Outcome::Refused(Refusal {
+                tid: n.tid,
+                status,
+                address,
+                reason,
+            }),
+            Err(_) => Outcome::Gone,
+        }
     };
     if i64::from(n.nr) != libc::SYS_connect {
         return refuse(libc::ENOSYS, None, format!("syscall {} is not gated", n.nr));
