@@ -105,7 +105,7 @@ impl Client {
     /// is used as the unix one is: reads and writes are the same calls.
     pub fn connect_tcp(
         address: &str,
-        key: &str,
+        key: Option<&str>,
         first: Option<(u32, &Request)>,
     ) -> Result<Client, ClientError> {
         use std::net::ToSocketAddrs;
@@ -122,7 +122,7 @@ impl Client {
                     // A door that takes the connection but never answers
                     // (a port-forward to a pod not yet up) must not hang.
                     stream.set_read_timeout(Some(VSOCK_CONNECT_TIMEOUT))?;
-                    let client = Client::hello(stream, Some(key), first)?;
+                    let client = Client::hello(stream, key, first)?;
                     client.set_read_timeout(None)?;
                     return Ok(client);
                 }
