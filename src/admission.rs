@@ -95,6 +95,12 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// A peer without credentials (TCP): the machine's key decides.
+    pub const UNKNOWN: Peer = Peer {
+        uid: u32::MAX,
+        pid: 0,
+    };
+
     pub fn of(stream: &UnixStream) -> Peer {
         match stream.peer_cred() {
             Ok(c) => Peer {

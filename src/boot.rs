@@ -52,6 +52,11 @@ pub enum BootError {
     },
     #[error("vsock port {port}: {error}")]
     Vsock { port: u32, error: String },
+    #[error("tcp door {address}: {error}")]
+    TcpDoor {
+        address: std::net::SocketAddr,
+        error: std::io::Error,
+    },
 }
 
 /// What warden is started with: its machine config file (None: the
@@ -256,9 +261,12 @@ pub fn announce(
     if let Some(reason) = sup.confinement.refusal() {
         crate::say!("commands will be refused: {reason}");
     }
-    let vsock = vsock_port
+    let mut vsock = vsock_port
         .map(|p| format!(" and vsock port {p}"))
         .unwrap_or_default();
+    if let Some(door) = sup.config.tcp_door {
+        vsock.push_str(&format!(" and tcp {door}"));
+    }
     crate::say!(
         "ready in {:.1} ms: api on {}{vsock}, audit log {}",
         boot.elapsed().as_secs_f64() * 1e3,

@@ -32,6 +32,17 @@ pub struct Output {
     pub exit: ExitReport,
 }
 
+/// What a `read_audit` sent, as its `audit_end` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditRead {
+    /// The first line's seq (None: no line was sent).
+    pub first_seq: Option<u64>,
+    /// The log's last line when warden began reading.
+    pub last_seq: u64,
+    pub lines: u64,
+    pub bytes: u64,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("{0}")]
@@ -87,6 +98,38 @@ impl Client {
         first: Option<(u32, &Request)>,
     ) -> Result<Client, ClientError> {
         Client::hello(UnixStream::connect(path)?, key, first)
+    }
+
+    /// Connects to warden's TCP door (`tcp_door`; on a cluster, the local
+    /// end of `kubectl port-forward`) with the machine's key. The stream
+    /// is used as the unix one is: reads and writes are the same calls.
+    pub fn connect_tcp(
+        address: &str,
+        key: Option<&str>,
+        first: Option<(u32, &Request)>,
+    ) -> Result<Client, ClientError> {
+        use std::net::ToSocketAddrs;
+        let mut last = io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{address}: no address"),
+        );
+        for addr in address.to_socket_addrs()? {
+            match std::net::TcpStream::connect_timeout(&addr, VSOCK_CONNECT_TIMEOUT) {
+                Ok(stream) => {
+                    stream.set_nodelay(true)?;
+                    let fd: std::os::fd::OwnedFd = stream.into();
+                    let stream = UnixStream::from(fd);
+                    // A door that takes the connection but never answers
+                    // (a port-forward to a pod not yet up) must not hang.
+                    stream.set_read_timeout(Some(VSOCK_CONNECT_TIMEOUT))?;
+                    let client = Client::hello(stream, key, first)?;
+                    client.set_read_timeout(None)?;
+                    return Ok(client);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last.into())
     }
 
     /// Connects to warden's vsock `port` in a VM through the host's end of
@@ -331,6 +374,58 @@ impl Client {
                 None => Err(unexpected(Message::Event(id, event))),
             },
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// Reads the audit log from `from_seq` on (protocol version 5): its
+    /// lines, as on disk, go to `out` as they come; returns `audit_end`'s
+    /// account of them (first seq, last seq, lines, bytes).
+    pub fn read_audit(
+        &mut self,
+        from_seq: u64,
+        out: &mut impl Write,
+    ) -> Result<AuditRead, ClientError> {
+        const ID: u32 = 1;
+        if self.version < 5 {
+            return Err(ClientError::Unexpected(format!(
+                "{} speaks protocol version {}: reading the audit log needs 5",
+                self.server, self.version
+            )));
+        }
+        self.send(ID, &Request::ReadAudit { from_seq })?;
+        let mut bytes = 0u64;
+        loop {
+            match self.receive()? {
+                Message::Output(Kind::Stdout, ID, chunk) => {
+                    bytes += chunk.len() as u64;
+                    out.write_all(&chunk)?;
+                }
+                Message::Event(
+                    ID,
+                    Event::AuditEnd {
+                        first_seq,
+                        last_seq,
+                        lines,
+                        bytes: said,
+                    },
+                ) => {
+                    if said != bytes {
+                        return Err(ClientError::Unexpected(format!(
+                            "audit_end says {said} bytes, {bytes} came"
+                        )));
+                    }
+                    return Ok(AuditRead {
+                        first_seq,
+                        last_seq,
+                        lines,
+                        bytes,
+                    });
+                }
+                Message::Event(_, Event::Error { code, message }) => {
+                    return Err(ClientError::Warden { code, message })
+                }
+                other => return Err(unexpected(other)),
+            }
         }
     }
 

@@ -24,6 +24,10 @@ pub struct MachineConfig {
     /// on for the host (the machine's key required); `null`: none. Never
     /// used outside a VM.
     pub vsock_port: Option<u32>,
+    /// A loopback TCP address the API also listens on, for the owner (the
+    /// machine's key required): the door a cluster offers, reached with
+    /// `kubectl port-forward`. None: no such door.
+    pub tcp_door: Option<std::net::SocketAddr>,
     /// Where the audit log is written; default `<runtime home>/data/audit`.
     pub audit_dir: Option<PathBuf>,
     /// The audit log's current file is set aside past this size...
@@ -123,6 +127,7 @@ impl Default for MachineConfig {
             host_socket: None,
             key_file: "/etc/warden/key".into(),
             vsock_port: Some(crate::vsock::DEFAULT_PORT),
+            tcp_door: None,
             audit_dir: None,
             shell_tmp: PathBuf::from("/var/lib/warden/shell-tmp"),
             policy_dir: crate::confine::policy::DEFAULT_DIR.into(),
@@ -255,6 +260,14 @@ impl MachineConfig {
         if self.vsock_port == Some(u32::MAX) {
             return Err(invalid("vsock_port", "must be below 4294967295"));
         }
+        if let Some(door) = self.tcp_door {
+            if !door.ip().is_loopback() || door.port() == 0 {
+                return Err(invalid(
+                    "tcp_door",
+                    &format!("{door}: must be a loopback address (127.0.0.0/8 or ::1) with a port other than 0; the door is reached from inside the machine's network only (`kubectl port-forward`), never from the network"),
+                ));
+            }
+        }
         if !self.policy_dir.is_absolute() {
             return Err(invalid("policy_dir", "must be an absolute path"));
         }
@@ -385,6 +398,22 @@ mod tests {
             (r#"{"vsock_port": null}"#, None),
             (r#"{"vsock_port": 5000}"#, None),
             (r#"{"vsock_port": 4294967295}"#, Some("`vsock_port`")),
+            (r#"{"tcp_door": "127.0.0.1:7000"}"#, None),
+            (r#"{"tcp_door": "127.0.0.5:7000"}"#, None),
+            (r#"{"tcp_door": "[::1]:7000"}"#, None),
+            (r#"{"tcp_door": null}"#, None),
+            (
+                r#"{"tcp_door": "0.0.0.0:7000"}"#,
+                Some("must be a loopback"),
+            ),
+            (r#"{"tcp_door": "[::]:7000"}"#, Some("must be a loopback")),
+            (
+                r#"{"tcp_door": "10.0.0.1:7000"}"#,
+                Some("must be a loopback"),
+            ),
+            (r#"{"tcp_door": "127.0.0.1:0"}"#, Some("other than 0")),
+            (r#"{"tcp_door": "localhost:7000"}"#, Some("invalid")),
+            (r#"{"tcp_door": "127.0.0.1"}"#, Some("invalid")),
             (
                 r#"{"vm_lends": [{"tag": "lend0", "at": "/lent/src", "read_only": true}]}"#,
                 None,

@@ -139,6 +139,7 @@ fn phases(
                "pid": nix::unistd::getpid().as_raw(), "config": config_path,
                "users": [user_line(&sup.runtime), user_line(&sup.shell)],
                "layout_changes": changes, "socket": sup.config.socket,
+               "tcp_door": sup.config.tcp_door,
                "policy": {"dir": sup.config.policy_dir, "digest": sup.confinement.policy.digest},
                "layers": layers,
                "vm": vm.map(|vm| json!({"root": vm.root, "modules": vm.modules,
@@ -164,12 +165,14 @@ struct Doors {
     host: Option<(tokio::net::UnixListener, Arc<crate::key::Key>)>,
     vsock: Option<(crate::vsock::Listener, Arc<crate::key::Key>)>,
     vsock_port: Option<u32>,
+    tcp: Option<(tokio::net::TcpListener, Arc<crate::key::Key>)>,
 }
 
 /// 9. The machine's own socket (root and the runtime's group), and the
-///    host's ways in: its socket when the machine has one, vsock in a VM.
+///    host's ways in: its socket when the machine has one, vsock in a VM,
+///    the TCP door on loopback when the config names one (a pod's).
 ///    Anyone who reaches those may try; only the machine's key, loaded
-///    once for both, lets them in.
+///    once for all, lets them in.
 fn open_doors(
     sup: &Arc<Supervisor>,
     runtime: &tokio::runtime::Runtime,
@@ -183,8 +186,8 @@ fn open_doors(
             error,
         })?;
     let vsock_port = vm.and(sup.config.vsock_port);
-    let key = match (&sup.config.host_socket, vsock_port) {
-        (None, None) => None,
+    let key = match (&sup.config.host_socket, vsock_port, sup.config.tcp_door) {
+        (None, None, None) => None,
         _ => Some(Arc::new(
             crate::key::Key::load(&sup.config.key_file)
                 .map_err(|e| BootError::Key(e.to_string()))?,
@@ -217,11 +220,24 @@ fn open_doors(
         _ => None,
     };
     let vsock_port = vsock.as_ref().map(|(l, _)| l.port);
+    // The config allows loopback addresses only: reached from inside the
+    // machine's network (where shell's connects reach the proxy alone) or
+    // through `kubectl port-forward`, never from the network.
+    let tcp = match (sup.config.tcp_door, &key) {
+        (Some(address), Some(key)) => {
+            let listener = runtime
+                .block_on(async { tokio::net::TcpListener::bind(address).await })
+                .map_err(|error| BootError::TcpDoor { address, error })?;
+            Some((listener, key.clone()))
+        }
+        _ => None,
+    };
     Ok(Doors {
         local,
         host,
         vsock,
         vsock_port,
+        tcp,
     })
 }
 
@@ -251,6 +267,10 @@ fn serve(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime, doors: Doors)
             api::Listener::Vsock(listener),
             door,
         ));
+    }
+    if let Some((listener, key)) = doors.tcp {
+        let door = api::Door::Host(key, "tcp");
+        runtime.spawn(api::serve(sup.clone(), api::Listener::Tcp(listener), door));
     }
 }
 

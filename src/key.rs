@@ -1,13 +1,23 @@
 //! The machine's key: what a client on the host socket must present in its
 //! hello, where the socket's peer cannot be known by its uid (a socket in a
 //! folder lent to the host, reached from outside the machine).
+//!
+//! The key file is a regular file, or exactly the shape a kubelet gives a
+//! Secret's file: `<dir>/key -> ..data/key`, `<dir>/..data -> ..<stamp>`
+//! (both links root's), `<dir>/..<stamp>/key` the file itself, in a folder
+//! no one else may write. Any other link is refused.
 
 use sha2::{Digest, Sha256};
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
 
 /// A key shorter than this is refused: it would be guessable.
 pub const MIN_LEN: usize = 32;
+
+/// The kubelet's link to the current version of a Secret's files.
+const DATA_LINK: &str = "..data";
 
 pub struct Key {
     digest: [u8; 32],
@@ -17,21 +27,14 @@ impl Key {
     /// Reads the key file: root's, readable by nobody else, at least
     /// `MIN_LEN` characters (surrounding whitespace is not part of it).
     pub fn load(path: &Path) -> Result<Key, String> {
-        let meta = std::fs::symlink_metadata(path)
-            .map_err(|e| format!("key file {}: {e}", path.display()))?;
-        if !meta.file_type().is_file() {
-            return Err(format!("key file {}: not a regular file", path.display()));
-        }
-        if meta.uid() != 0 || meta.mode() & 0o077 != 0 {
-            return Err(format!(
-                "key file {}: must be root's and mode 0600 or 0400 (is uid {}, mode {:o})",
-                path.display(),
-                meta.uid(),
-                meta.mode() & 0o777
-            ));
-        }
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("key file {}: {e}", path.display()))?;
+        Key::load_owned_by(path, 0)
+    }
+
+    /// As `load`, with the file (and the links and folders of a kubelet's
+    /// shape) owned by `owner`.
+    fn load_owned_by(path: &Path, owner: u32) -> Result<Key, String> {
+        let text =
+            read_key_file(path, owner).map_err(|e| format!("key file {}: {e}", path.display()))?;
         Key::from_text(text.trim()).map_err(|e| format!("key file {}: {e}", path.display()))
     }
 
@@ -56,6 +59,126 @@ impl Key {
     }
 }
 
+/// Reads the key file at `path` (a regular file, or a kubelet's Secret
+/// shape) after checking what it finally is: a regular file of `owner`,
+/// that no one else may read or write. The file is opened without
+/// following a last link and checked on the opened descriptor, so what is
+/// read is what was checked.
+fn read_key_file(path: &Path, owner: u32) -> Result<String, String> {
+    let file_path = resolve(path, owner)?;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        // O_NONBLOCK: a FIFO put there must not hang the boot.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(&file_path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => "not a regular file (a link)".to_string(),
+            _ => e.to_string(),
+        })?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.file_type().is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.uid() != owner || meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "must be root's and mode 0600 or 0400 (is uid {}, mode {:o})",
+            meta.uid(),
+            meta.mode() & 0o777
+        ));
+    }
+    let mut text = String::new();
+    // A key is small; a huge file is not one.
+    (&mut file)
+        .take(64 * 1024)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+/// The path of the file itself: `path` when it is no link; for a link,
+/// the file of a kubelet's Secret shape, each step checked (see the
+/// module's text); any other link is refused.
+fn resolve(path: &Path, owner: u32) -> Result<PathBuf, String> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    if !meta.file_type().is_symlink() {
+        return Ok(path.to_path_buf());
+    }
+    let refuse = |why: &str| {
+        Err(format!(
+            "a link, and not a kubelet's Secret file ({why}); only a regular file or that shape is taken"
+        ))
+    };
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return refuse("no folder");
+    };
+    let owned = |p: &Path, what: &str| -> Result<std::fs::Metadata, String> {
+        let m = std::fs::symlink_metadata(p).map_err(|e| format!("{what}: {e}"))?;
+        match m.uid() == owner {
+            true => Ok(m),
+            false => Err(format!(
+                "{what} {} is uid {}'s, not root's",
+                p.display(),
+                m.uid()
+            )),
+        }
+    };
+    // The folder: others may not write it, or only with the sticky bit
+    // (a kubelet's Secret volume is a 1777 tmpfs): root's entries in it
+    // cannot be replaced by anyone else.
+    let folder = owned(dir, "the folder")?;
+    if folder.mode() & 0o022 != 0 && folder.mode() & 0o1000 == 0 {
+        return refuse("its folder may be written by others");
+    }
+    if meta.uid() != owner {
+        return refuse("the link is not root's");
+    }
+    // key -> ..data/key
+    let target = std::fs::read_link(path).map_err(|e| e.to_string())?;
+    let parts: Vec<Component> = target.components().collect();
+    let expected = [
+        Component::Normal(OsStr::new(DATA_LINK)),
+        Component::Normal(name),
+    ];
+    if parts != expected {
+        return refuse(&format!(
+            "it points to {}, not {DATA_LINK}/{}",
+            target.display(),
+            name.to_string_lossy()
+        ));
+    }
+    // ..data -> ..<stamp>, root's link, in the same folder.
+    let data = dir.join(DATA_LINK);
+    let data_meta = owned(&data, DATA_LINK)?;
+    if !data_meta.file_type().is_symlink() {
+        return refuse(&format!("{DATA_LINK} is not a link"));
+    }
+    let stamp = std::fs::read_link(&data).map_err(|e| e.to_string())?;
+    let stamp_name = match stamp.components().collect::<Vec<_>>().as_slice() {
+        [Component::Normal(n)]
+            if n.to_str()
+                .is_some_and(|s| s.starts_with("..") && s != DATA_LINK) =>
+        {
+            n.to_os_string()
+        }
+        _ => {
+            return refuse(&format!(
+                "{DATA_LINK} points to {}, not a ..<stamp> folder beside it",
+                stamp.display()
+            ))
+        }
+    };
+    // ..<stamp>: a real folder, root's, that no one else may write.
+    let version = dir.join(&stamp_name);
+    let version_meta = owned(&version, "the Secret's folder")?;
+    if !version_meta.file_type().is_dir() || version_meta.mode() & 0o022 != 0 {
+        return refuse(&format!(
+            "{} is not a folder that root alone may write",
+            version.display()
+        ));
+    }
+    Ok(version.join(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,5 +197,187 @@ mod tests {
             assert_eq!(key.matches(given), want, "{given:?}");
         }
         assert!(Key::from_text("short").is_err());
+    }
+
+    /// Every shape a key file may take, and those it may not: a plain
+    /// file, a kubelet's Secret links, and links of other shapes.
+    #[test]
+    fn key_file_shapes_table() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        const KEY: &str = "k3y-0123456789abcdef0123456789abcdef\n";
+        let me = nix::unistd::geteuid().as_raw();
+        fn mode(p: &Path, m: u32) {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        }
+        // A kubelet's shape in `dir`: key -> ..data/key, ..data -> ..stamp.
+        fn kubelet(dir: &Path) {
+            let stamp = dir.join("..2024_05_01_12_00_00.123456789");
+            std::fs::create_dir(&stamp).unwrap();
+            mode(&stamp, 0o755);
+            std::fs::write(stamp.join("key"), KEY).unwrap();
+            mode(&stamp.join("key"), 0o400);
+            symlink("..2024_05_01_12_00_00.123456789", dir.join("..data")).unwrap();
+            symlink("..data/key", dir.join("key")).unwrap();
+            mode(dir, 0o1777);
+        }
+        type Shape = fn(&Path);
+        let cases: Vec<(&str, Shape, Option<&str>)> = vec![
+            (
+                "a plain file, 0400",
+                |d: &Path| {
+                    std::fs::write(d.join("key"), KEY).unwrap();
+                    mode(&d.join("key"), 0o400);
+                },
+                None,
+            ),
+            (
+                "a plain file others may read",
+                |d: &Path| {
+                    std::fs::write(d.join("key"), KEY).unwrap();
+                    mode(&d.join("key"), 0o644);
+                },
+                Some("mode 0600 or 0400"),
+            ),
+            ("a kubelet's Secret", kubelet, None),
+            (
+                "a kubelet's Secret others may read",
+                |d: &Path| {
+                    kubelet(d);
+                    mode(&d.join("..data/key"), 0o644);
+                },
+                Some("mode 0600 or 0400"),
+            ),
+            (
+                "a kubelet's Secret in a folder others may write, not sticky",
+                |d: &Path| {
+                    kubelet(d);
+                    mode(d, 0o777);
+                },
+                Some("may be written by others"),
+            ),
+            (
+                "the stamp folder writable by others",
+                |d: &Path| {
+                    kubelet(d);
+                    mode(&d.join("..2024_05_01_12_00_00.123456789"), 0o777);
+                },
+                Some("root alone may write"),
+            ),
+            (
+                "a link to an absolute path",
+                |d: &Path| {
+                    std::fs::create_dir(d.join("real")).unwrap();
+                    std::fs::write(d.join("real/key"), KEY).unwrap();
+                    mode(&d.join("real/key"), 0o400);
+                    symlink(d.join("real/key"), d.join("key")).unwrap();
+                },
+                Some("not ..data/key"),
+            ),
+            (
+                "a link to another name under ..data",
+                |d: &Path| {
+                    kubelet(d);
+                    std::fs::remove_file(d.join("key")).unwrap();
+                    symlink("..data/other", d.join("key")).unwrap();
+                },
+                Some("not ..data/key"),
+            ),
+            (
+                "a link out of the folder",
+                |d: &Path| {
+                    symlink("../elsewhere/key", d.join("key")).unwrap();
+                },
+                Some("not ..data/key"),
+            ),
+            (
+                "..data pointing out of the folder",
+                |d: &Path| {
+                    let out = tempfile::tempdir().unwrap().keep();
+                    std::fs::write(out.join("key"), KEY).unwrap();
+                    mode(&out.join("key"), 0o400);
+                    symlink(&out, d.join("..data")).unwrap();
+                    symlink("..data/key", d.join("key")).unwrap();
+                },
+                Some("not a ..<stamp> folder"),
+            ),
+            (
+                "..data pointing two folders down",
+                |d: &Path| {
+                    std::fs::create_dir_all(d.join("..s/sub")).unwrap();
+                    std::fs::write(d.join("..s/sub/key"), KEY).unwrap();
+                    mode(&d.join("..s/sub/key"), 0o400);
+                    symlink("..s/sub", d.join("..data")).unwrap();
+                    symlink("..data/key", d.join("key")).unwrap();
+                },
+                Some("not a ..<stamp> folder"),
+            ),
+            (
+                "..data a real folder",
+                |d: &Path| {
+                    std::fs::create_dir(d.join("..data")).unwrap();
+                    std::fs::write(d.join("..data/key"), KEY).unwrap();
+                    mode(&d.join("..data/key"), 0o400);
+                    symlink("..data/key", d.join("key")).unwrap();
+                },
+                Some("..data is not a link"),
+            ),
+            (
+                "the stamp's file itself a link",
+                |d: &Path| {
+                    kubelet(d);
+                    let file = d.join("..2024_05_01_12_00_00.123456789/key");
+                    std::fs::remove_file(&file).unwrap();
+                    std::fs::write(d.join("real"), KEY).unwrap();
+                    mode(&d.join("real"), 0o400);
+                    symlink(d.join("real"), file).unwrap();
+                },
+                Some("a link"),
+            ),
+            (
+                "the stamp's file a folder",
+                |d: &Path| {
+                    kubelet(d);
+                    let file = d.join("..2024_05_01_12_00_00.123456789/key");
+                    std::fs::remove_file(&file).unwrap();
+                    std::fs::create_dir(&file).unwrap();
+                    mode(&file, 0o700);
+                },
+                Some("not a regular file"),
+            ),
+            (
+                "a FIFO, refused without hanging",
+                |d: &Path| {
+                    nix::unistd::mkfifo(&d.join("key"), nix::sys::stat::Mode::S_IRUSR).unwrap();
+                },
+                Some("not a regular file"),
+            ),
+            ("nothing there", |_: &Path| {}, Some("No such file")),
+        ];
+        for (name, make, want) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            make(dir.path());
+            let got = Key::load_owned_by(&dir.path().join("key"), me);
+            match (got, want) {
+                (Ok(key), None) => assert!(key.matches(KEY), "{name}"),
+                (Err(e), Some(w)) => assert!(e.contains(w), "{name}: {e}"),
+                (Ok(_), Some(w)) => panic!("{name}: taken, wanted {w:?}"),
+                (Err(e), None) => panic!("{name}: {e}"),
+            }
+        }
+        // Another owner's file, or link, is refused (root alone can make one).
+        if me == 0 {
+            let dir = tempfile::tempdir().unwrap();
+            kubelet(dir.path());
+            let link = dir.path().join("..data");
+            std::os::unix::fs::lchown(&link, Some(1000), Some(1000)).unwrap();
+            let e = Key::load(&dir.path().join("key")).err().unwrap();
+            assert!(e.contains("uid 1000's, not root's"), "{e}");
+            let dir = tempfile::tempdir().unwrap();
+            kubelet(dir.path());
+            let file = dir.path().join("..data/key");
+            std::os::unix::fs::chown(&file, Some(1000), None).unwrap();
+            let e = Key::load(&dir.path().join("key")).err().unwrap();
+            assert!(e.contains("must be root's"), "{e}");
+        }
     }
 }

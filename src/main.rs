@@ -24,7 +24,8 @@ const DEFAULT_SOCKET: &str = "/run/warden/api.sock";
     about = "In-guest security supervisor for AI coding agents"
 )]
 struct Cli {
-    /// The machine's key, for a host socket (run, status, reload).
+    /// The machine's key, for a host socket (run, status, reload) or a
+    /// TCP door (`machine exec/status/audit --connect`).
     #[arg(long, global = true, env = "WARDEN_KEY_FILE")]
     key_file: Option<PathBuf>,
     #[command(subcommand)]
@@ -255,7 +256,8 @@ enum MachineAction {
     Ps,
     /// Run ARGV as the shell user through the machine's warden.
     Exec {
-        id: String,
+        #[command(flatten)]
+        target: Target,
         /// Start the machine first when it is stopped.
         #[arg(long)]
         start: bool,
@@ -264,7 +266,8 @@ enum MachineAction {
     },
     /// Show the machine's warden status (and its published ports).
     Status {
-        id: String,
+        #[command(flatten)]
+        target: Target,
         #[arg(long)]
         json: bool,
         /// Start the machine first when it is stopped.
@@ -288,14 +291,63 @@ enum MachineAction {
     },
     /// Remove every machine, volume and state folder of this user.
     Prune,
-    /// Copy the machine's audit log out, verify it against the host's
-    /// anchor and print its last lines.
+    /// Copy the machine's audit log out (read through its warden while it
+    /// runs, from its disk or volume when it is stopped), verify it
+    /// against the host's anchor and print its last lines.
     Audit {
-        id: String,
+        #[command(flatten)]
+        target: Target,
         /// Accept lines rotated away since the last check.
         #[arg(long)]
         allow_gap: bool,
+        /// With --connect: the anchor file to check the log against (and
+        /// move on); a machine of this host keeps its own.
+        #[arg(long)]
+        anchor: Option<PathBuf>,
     },
+}
+
+/// Which machine: one of this host's, by id, or a warden reached at
+/// HOST:PORT (a pod's TCP door through `kubectl port-forward`).
+#[derive(clap::Args)]
+struct Target {
+    /// The machine's id.
+    #[arg(required_unless_present = "connect")]
+    id: Option<String>,
+    /// The machine's warden at HOST:PORT, its TCP door (on a cluster the
+    /// local end of `kubectl port-forward pod/NAME PORT:7000`), with the
+    /// machine's key from --key-file.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "id")]
+    connect: Option<String>,
+}
+
+impl Target {
+    /// The machine's id, checked, when it is one of this host's.
+    fn id(&self) -> Result<Option<&str>, String> {
+        match (&self.id, &self.connect) {
+            (Some(id), _) => {
+                warden::launcher::machine::check_id(id)?;
+                Ok(Some(id))
+            }
+            (None, Some(_)) => Ok(None),
+            (None, None) => Err("name a machine, or --connect HOST:PORT".into()),
+        }
+    }
+
+    /// A client of the machine's warden, keyed.
+    fn connect(&self, first: Option<(u32, &Request)>) -> Result<Client, String> {
+        match (&self.id, &self.connect) {
+            (Some(id), _) => warden::launcher::machine::connect(id, first).map_err(String::from),
+            (None, Some(address)) => {
+                let key = KEY.get().ok_or(
+                    "--connect needs the machine's key: --key-file FILE (or WARDEN_KEY_FILE)",
+                )?;
+                Client::connect_tcp(address, Some(key), first)
+                    .map_err(|e| format!("{address}: {e}"))
+            }
+            (None, None) => Err("name a machine, or --connect HOST:PORT".into()),
+        }
+    }
 }
 
 const DEFAULT_AUDIT: &str = "/home/runtime/data/audit/warden.jsonl";
@@ -527,21 +579,27 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             Ok(0)
         }
         MachineAction::Ps => m::ps().map(|()| 0).map_err(String::from),
-        MachineAction::Exec { id, start, command } => {
-            m::check_id(&id)?;
+        MachineAction::Exec {
+            target,
+            start,
+            command,
+        } => {
+            let id = target.id()?;
             if start {
-                m::start(&id)?;
+                m::start(id.ok_or("--start: only a machine of this host can be started")?)?;
             }
-            run_on(command.request()?, |first| {
-                m::connect(&id, first).map_err(String::from)
-            })
+            run_on(command.request()?, |first| target.connect(first))
         }
-        MachineAction::Status { id, json, start } => {
-            m::check_id(&id)?;
+        MachineAction::Status {
+            target,
+            json,
+            start,
+        } => {
+            let id = target.id()?;
             if start {
-                m::start(&id)?;
+                m::start(id.ok_or("--start: only a machine of this host can be started")?)?;
             }
-            let status = m::status(&id)?;
+            let status = target.connect(None)?.status().map_err(|e| e.to_string())?;
             match json {
                 true => println!(
                     "{}",
@@ -549,11 +607,14 @@ fn machine(action: MachineAction) -> Result<i32, String> {
                 ),
                 false => {
                     print!("{}", describe(&status));
-                    for line in m::published(&m::container(&id)) {
-                        println!("published: {line}");
-                    }
-                    if let Some(size) = m::size_of(&m::container(&id)) {
-                        println!("machine size: {size}");
+                    // What the engine says of a machine of this host.
+                    if let Some(id) = id {
+                        for line in m::published(&m::container(id)) {
+                            println!("published: {line}");
+                        }
+                        if let Some(size) = m::size_of(&m::container(id)) {
+                            println!("machine size: {size}");
+                        }
                     }
                 }
             }
@@ -580,9 +641,29 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             .map(|()| 0)
             .map_err(String::from),
         MachineAction::Prune => m::prune().map(|()| 0).map_err(String::from),
-        MachineAction::Audit { id, allow_gap } => {
-            m::check_id(&id)?;
-            let (files, anchor) = m::copy_audit(&id)?;
+        MachineAction::Audit {
+            target,
+            allow_gap,
+            anchor,
+        } => {
+            let (files, anchor, _copy) = match target.id()? {
+                Some(_) if anchor.is_some() => {
+                    return Err(
+                        "--anchor goes with --connect: a machine of this host keeps its own".into(),
+                    )
+                }
+                Some(id) => {
+                    let (files, anchor) = m::copy_audit(id)?;
+                    (files, anchor, None)
+                }
+                None => {
+                    // Read through the door into a folder of this run's.
+                    let copy = tempfile::tempdir().map_err(|e| e.to_string())?;
+                    let mut client = target.connect(None)?;
+                    let files = m::read_audit_into(&mut client, copy.path())?;
+                    (files, anchor, Some(copy))
+                }
+            };
             let status = audit_cli::verify(&files, anchor.as_deref(), allow_gap);
             for line in m::describe_tail(&files, 20) {
                 println!("{line}");

@@ -1,4 +1,4 @@
-//! The API's wire protocol (versions 1 and 2), shared by warden and its clients.
+//! The API's wire protocol (versions 1 to 5), shared by warden and its clients.
 //!
 //! Every message is a frame: a 9-byte header (kind: u8, id: u32 big-endian,
 //! len: u32 big-endian) and `len` payload bytes. Control frames carry one
@@ -11,8 +11,10 @@ use std::collections::BTreeMap;
 /// The protocol versions this build speaks, newest last. Version 2 adds
 /// the `shutdown` request (and its `shutting_down` answer); version 3 the
 /// `stop_shell` request (`shell_stopped`), shell's processes in status,
-/// and the runtime's gate (`close_gate`, `open_gate`, `gate`).
-pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3, 4];
+/// and the runtime's gate (`close_gate`, `open_gate`, `gate`); version 4
+/// terminals, detached commands, `hand_keys` and `hold`; version 5 the
+/// audit log read through the API (`read_audit`, `audit_end`).
+pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3, 4, 5];
 pub const HEADER_LEN: usize = 9;
 /// No frame may carry more than this; a larger one closes the connection.
 pub const MAX_FRAME: u32 = 1 << 20;
@@ -160,6 +162,18 @@ pub enum Request {
     Hold {
         until_ms: u64,
     },
+    /// Version 5: the audit log's lines from `from_seq` on (the oldest
+    /// kept, if it was rotated away) to the last written when this is
+    /// read, as they are on disk: stdout frames on this frame id, then
+    /// `audit_end`.
+    ReadAudit {
+        #[serde(default = "first_seq")]
+        from_seq: u64,
+    },
+}
+
+fn first_seq() -> u64 {
+    1
 }
 
 fn kill() -> String {
@@ -303,6 +317,17 @@ pub enum Event {
     /// Version 4: the answer to `hold`: held until then (0: not held).
     Held {
         until_ms: u64,
+    },
+    /// Version 5: the end of a `read_audit` stream: `lines` whole lines
+    /// (`bytes` bytes) were sent, the first of seq `first_seq` (none when
+    /// nothing was sent), the last `last_seq`, the log's last line when
+    /// the request was read.
+    AuditEnd {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        first_seq: Option<u64>,
+        last_seq: u64,
+        lines: u64,
+        bytes: u64,
     },
     Error {
         code: ErrorCode,

@@ -4,7 +4,10 @@
 //! and what cannot (the firewall and shell's own namespaces, without
 //! NET_ADMIN and SYS_ADMIN), runs commands as shell, gives the runtime its
 //! keys and never shell, and `podman kube down` keeps the claims, which a
-//! second play finds again.
+//! second play finds again. The owner's way in, the TCP door on the pod's
+//! loopback, is reached as `kubectl port-forward` reaches it: from inside
+//! the pod's network namespace (here `nsenter -t PID -n`, PID the
+//! machine's warden), with the machine's key from the printed Secret.
 
 mod common;
 
@@ -84,6 +87,7 @@ impl Played {
     /// kubelet decodes it): decode what it left so, before the pod starts.
     fn decode_secrets(&self, docs: &[Value]) {
         use base64::Engine;
+        use std::os::unix::fs::PermissionsExt;
         for secret in docs.iter().filter(|d| d["kind"] == "Secret") {
             let name = secret["metadata"]["name"].as_str().unwrap();
             let out = podman(&["volume", "inspect", "--format", "{{.Mountpoint}}", name]);
@@ -98,6 +102,10 @@ impl Played {
                         .unwrap();
                     std::fs::write(&path, bytes).unwrap();
                 }
+                // It also leaves the files 0644 where the manifests ask
+                // 0400 (`defaultMode`, which a kubelet applies): warden
+                // refuses a machine key others may read.
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
             }
         }
     }
@@ -160,6 +168,45 @@ impl Played {
         let yaml = self.dir.path().join("manifests.yaml");
         let out = podman(&["kube", "down", &yaml.to_string_lossy()]);
         assert!(out.status.success(), "{}", show("kube down", &out));
+    }
+
+    /// The machine's warden on the host, as podman sees it: the pod's
+    /// network namespace is that process's.
+    fn warden_pid(&self) -> String {
+        let out = podman(&["inspect", "--format", "{{.State.Pid}}", &self.container()]);
+        assert!(out.status.success(), "{}", show("inspect", &out));
+        text(&out.stdout).trim().to_string()
+    }
+
+    /// `warden ARGS` on the host, in the pod's network namespace: where
+    /// `kubectl port-forward` connects, so the door's `127.0.0.1:7000`.
+    fn through_door(&self, args: &[&str]) -> Output {
+        Command::new("nsenter")
+            .args(["-t", &self.warden_pid(), "-n", "--"])
+            .arg(warden_bin())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// The machine's key, from the printed Secret, into a file of the
+    /// owner's (mode 0600).
+    fn key_file(&self, docs: &[Value], name: &str) -> PathBuf {
+        use base64::Engine;
+        use std::os::unix::fs::PermissionsExt;
+        let secret = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "Secret" && d["metadata"]["name"] == format!("{}-key", self.pod())
+            })
+            .unwrap();
+        let key = base64::engine::general_purpose::STANDARD
+            .decode(secret["data"]["key"].as_str().unwrap())
+            .unwrap();
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, key).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        path
     }
 
     fn volume_exists(&self, name: &str) -> bool {
@@ -311,6 +358,9 @@ fn a_pod_runs_under_baseline_with_its_keys_and_keeps_its_data() {
     );
     assert!(seen.contains("Permission denied"), "{seen}");
 
+    // The owner's way in: the TCP door, with the key; refused without it.
+    the_owner_comes_in_through_the_door(&fx, &docs);
+
     // What is written stays in the claims across `kube down`.
     let out = fx.run_in("kept", "echo kept-by-shell > marker");
     assert!(out.status.success(), "{}", show("write", &out));
@@ -352,4 +402,79 @@ fn a_pod_runs_under_baseline_with_its_keys_and_keeps_its_data() {
         "{}",
         show("data", &out)
     );
+}
+
+/// `warden machine exec/status/audit --connect 127.0.0.1:7000 --key-file
+/// K`, as after `kubectl port-forward pod/NAME 7000:7000`: a command runs
+/// as shell, status and the log come back and the log verifies; a wrong
+/// key is refused, and audited as the door's.
+fn the_owner_comes_in_through_the_door(fx: &Played, docs: &[Value]) {
+    const DOOR: &str = "127.0.0.1:7000";
+    let key = fx.key_file(docs, "owner.key");
+    let key = key.to_str().unwrap();
+    let out = fx.through_door(&[
+        "machine",
+        "exec",
+        "--connect",
+        DOOR,
+        "--key-file",
+        key,
+        "--",
+        "id",
+        "-un",
+    ]);
+    assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("exec", &out));
+    let out = fx.through_door(&[
+        "machine",
+        "status",
+        "--connect",
+        DOOR,
+        "--key-file",
+        key,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", show("status", &out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(layer(&status, "landlock")["holds"], true);
+    let out = fx.through_door(&["machine", "audit", "--connect", DOOR, "--key-file", key]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", show("audit", &out));
+    assert!(
+        said.contains("read through the machine's warden: lines 1 to"),
+        "{said}"
+    );
+    assert!(said.contains("chain intact"), "{said}");
+    // A wrong key, and none: refused.
+    let wrong = fx.dir.path().join("wrong.key");
+    std::fs::write(&wrong, "0".repeat(64)).unwrap();
+    let out = fx.through_door(&[
+        "machine",
+        "exec",
+        "--connect",
+        DOOR,
+        "--key-file",
+        &wrong.to_string_lossy(),
+        "--",
+        "id",
+    ]);
+    assert!(!out.status.success(), "{}", show("wrong key", &out));
+    assert!(
+        text(&out.stderr).contains("wrong key"),
+        "{}",
+        show("wrong key", &out)
+    );
+    let out = fx.through_door(&["machine", "exec", "--connect", DOOR, "--", "id"]);
+    assert!(!out.status.success(), "{}", show("no key", &out));
+    assert!(
+        text(&out.stderr).contains("needs the machine's key"),
+        "{}",
+        show("no key", &out)
+    );
+    let out = fx.exec(&["cat", "/home/runtime/data/audit/warden.jsonl"]);
+    let log = text(&out.stdout);
+    let refused = log
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"connection_refused\"") && l.contains("\"via\":\"tcp\""))
+        .count();
+    assert_eq!(refused, 1, "{log}");
 }

@@ -1062,3 +1062,69 @@ fn a_machine_on_a_namespace_reaches_listed_hosts_through_its_proxy_only() {
         "{seen}"
     );
 }
+
+/// An image removed when dropped.
+struct Image(String);
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = podman(&["rmi", "-f", &self.0]);
+    }
+}
+
+/// `warden machine audit ID` reads a running machine's log through its
+/// warden (`read_audit`): the whole chain, to its last line, checked
+/// against the anchor; once the machine is stopped, from its volume, and
+/// the anchor still holds. The image carries this build's warden (the
+/// base image's may be older).
+#[test]
+fn a_running_machines_log_is_read_through_its_warden() {
+    if !ready("a_running_machines_log_is_read_through_its_warden") {
+        return;
+    }
+    let fx = TestMachine::new("readlog");
+    let image = Image(format!("localhost/warden-readlog-{}:test", fx.id));
+    let context = fx.dir.path().join("image");
+    std::fs::create_dir(&context).unwrap();
+    std::fs::copy(warden_bin(), context.join("warden")).unwrap();
+    let file = format!("FROM {IMAGE}\nCOPY warden /sbin/warden\n");
+    std::fs::write(context.join("Containerfile"), file).unwrap();
+    let out = podman(&["build", "-q", "-t", &image.0, &context.to_string_lossy()]);
+    assert!(out.status.success(), "{}", show("build", &out));
+    fx.define(serde_json::json!({"image": image.0, "command": ["sleep", "infinity"]}));
+    let out = fx.up();
+    assert!(out.status.success(), "{}", show("up", &out));
+    let out = fx.exec(&["echo", "read-me"]);
+    assert_eq!(text(&out.stdout), "read-me\n", "{}", show("exec", &out));
+
+    let out = warden(&["machine", "audit", &fx.id]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", show("audit", &out));
+    assert!(
+        said.contains("read through the machine's warden: lines 1 to"),
+        "{said}"
+    );
+    assert!(said.contains("chain intact"), "{said}");
+    assert!(said.contains("no anchor yet"), "{said}");
+    // What came is the whole log: the command just run is in it.
+    let copy = warden::launcher::machine::state_dir(&fx.id).join("audit-copy/warden.jsonl");
+    let log = std::fs::read_to_string(&copy).unwrap();
+    assert!(log.contains("\"read-me\""), "{log}");
+    let out = warden(&["machine", "audit", &fx.id]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", show("audit again", &out));
+    assert!(said.contains("verified before is still there"), "{said}");
+
+    // Stopped: read from its volume, and the anchor still holds.
+    let out = warden(&["machine", "stop", &fx.id]);
+    assert!(out.status.success(), "{}", show("stop", &out));
+    let out = warden(&["machine", "audit", &fx.id]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", show("audit stopped", &out));
+    assert!(
+        !said.contains("read through the machine's warden"),
+        "{said}"
+    );
+    assert!(said.contains("chain intact"), "{said}");
+    assert!(said.contains("verified before is still there"), "{said}");
+}

@@ -6,6 +6,7 @@
 //! warden's memory), and one task per command.
 
 mod version4;
+mod version5;
 
 use crate::admission::{turn_away, Admission, Pass, Peer, MAX_CONNECTIONS, MAX_UNAUTHENTICATED};
 use crate::audit;
@@ -69,29 +70,53 @@ pub enum Listener {
     Unix(UnixListener),
     /// Only ever made inside a VM (see `vsock`).
     Vsock(crate::vsock::Listener),
+    /// The TCP door, on a loopback address (`tcp_door`): for the owner,
+    /// through `kubectl port-forward` into the pod.
+    Tcp(tokio::net::TcpListener),
 }
 
 impl Listener {
-    /// The next connection, and the most bytes one write to it may carry.
-    async fn accept(&self) -> std::io::Result<(UnixStream, usize)> {
+    /// The next connection, the most bytes one write to it may carry, and
+    /// who is at its other end.
+    async fn accept(&self) -> std::io::Result<(UnixStream, usize, Peer)> {
         match self {
-            Listener::Unix(l) => l.accept().await.map(|(s, _)| (s, usize::MAX)),
-            Listener::Vsock(l) => l
-                .accept()
-                .await
-                .map(|(s, _peer)| (s, crate::vsock::MAX_WRITE)),
+            Listener::Unix(l) => l.accept().await.map(|(s, _)| {
+                let peer = Peer::of(&s);
+                (s, usize::MAX, peer)
+            }),
+            Listener::Vsock(l) => l.accept().await.map(|(s, _peer)| {
+                let peer = Peer::of(&s);
+                (s, crate::vsock::MAX_WRITE, peer)
+            }),
+            Listener::Tcp(l) => {
+                let (stream, _) = l.accept().await?;
+                Ok((tcp_as_stream(stream)?, usize::MAX, Peer::UNKNOWN))
+            }
         }
     }
+}
+
+/// A TCP connection, served as a vsock one is (see `vsock`): the API only
+/// reads, writes, splices and waits on its socket, the same system calls
+/// for every connected stream socket, so the descriptor is handed to tokio
+/// as a stream socket of the unix kind and the protocol code is shared.
+/// Its peer has no credentials: the machine's key decides.
+fn tcp_as_stream(stream: tokio::net::TcpStream) -> std::io::Result<UnixStream> {
+    // Small control frames go at once: loopback has no use for Nagle.
+    let _ = stream.set_nodelay(true);
+    let fd: std::os::fd::OwnedFd = stream.into_std()?.into();
+    let std = std::os::unix::net::UnixStream::from(fd);
+    std.set_nonblocking(true)?;
+    UnixStream::from_std(std)
 }
 
 pub async fn serve(sup: Arc<Supervisor>, listener: Listener, door: Door) {
     let admission = Arc::new(Admission::default());
     loop {
         match listener.accept().await {
-            Ok((stream, max_write)) => {
+            Ok((stream, max_write, peer)) => {
                 // Who may not use this door at all is turned away before
                 // taking a place: a refused peer never crowds out the owner.
-                let peer = Peer::of(&stream);
                 if let Some(reason) = sup_refuses(&sup, &door, peer) {
                     refuse_peer(&sup, &door, peer, &reason);
                     tokio::spawn(turn_away(stream, reason));
@@ -99,7 +124,8 @@ pub async fn serve(sup: Arc<Supervisor>, listener: Listener, door: Door) {
                 }
                 match admission.admit() {
                     Some(pass) => {
-                        let conn = connection(sup.clone(), stream, max_write, door.clone(), pass);
+                        let conn =
+                            connection(sup.clone(), stream, max_write, peer, door.clone(), pass);
                         tokio::spawn(conn);
                     }
                     None => {
@@ -151,6 +177,8 @@ struct Conn {
     /// Set once the client is gone: what waits on a detached command for
     /// it lets go.
     gone: tokio::sync::watch::Sender<bool>,
+    /// A `read_audit` is under way on this connection.
+    reading_audit: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -175,10 +203,10 @@ async fn connection(
     sup: Arc<Supervisor>,
     stream: UnixStream,
     max_write: usize,
+    peer: Peer,
     door: Door,
     pass: Pass,
 ) {
-    let peer = Peer::of(&stream);
     // Spliced output is accounted in the socket's send buffer; the default
     // (about 200 KiB) holds too few pages to keep the pipe moving. Root may
     // raise it past the system's limit; failing leaves only slower output.
@@ -195,6 +223,7 @@ async fn connection(
         slots: Mutex::default(),
         pass,
         gone: tokio::sync::watch::channel(false).0,
+        reading_audit: Default::default(),
     });
     let shed = conn.pass.shed.clone();
     let read = tokio::select! {
@@ -438,6 +467,7 @@ impl Conn {
                 Some(self.signal_command(command, &signal))
             }
             Request::Hold { until_ms } => Some(self.hold(until_ms)),
+            Request::ReadAudit { from_seq } => self.read_audit(id, from_seq),
             Request::Shutdown => {
                 // Answered first: the stop begins once the answer is queued.
                 let reply = self.shutdown();

@@ -8,8 +8,10 @@
 
 mod chain;
 mod event;
+mod read;
 pub use chain::*;
 pub use event::Event;
+pub use read::Reader;
 
 use crate::redact::Redactor;
 use crate::throttle::{Throttle, Verdict};
@@ -323,6 +325,14 @@ fn open_log(path: &Path, group: Option<u32>) -> std::io::Result<File> {
         )?;
     }
     Ok(file)
+}
+
+/// Opens a file of the log to read it, never through a link.
+fn open_log_for_reading(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
 }
 
 /// Writes `bytes` at the end; if only part of it got there (a full disk),

@@ -58,6 +58,11 @@ pub const RUNTIME_KEYS_DIR: &str = "/root/warden/runtime";
 /// image's (as the local launcher mounts its config and policy over it).
 pub const CONFIG_DIR: &str = "/etc/warden";
 
+/// The pod's TCP door: warden's API on the pod's loopback, for the owner
+/// with the machine's key, reached with `kubectl port-forward` (the
+/// config's `tcp_door`, and the container's port `warden`).
+pub const DOOR_PORT: u16 = 7000;
+
 /// What each claim asks for: a definition gives no size for its volumes.
 pub const DATA_STORAGE: &str = "1Gi";
 pub const WORK_STORAGE: &str = "10Gi";
@@ -213,6 +218,9 @@ pub fn refuse(def: &Definition, runtime_class: Option<&str>) -> Result<(), Launc
     if def.setup.is_some() {
         return no("setup".into(), "`warden machine up` runs it once in the machine; manifests cannot: run it in the image's build");
     }
+    if def.ports.iter().any(|p| p.port == DOOR_PORT) {
+        return no(format!("ports {DOOR_PORT}"), "in a pod this port is warden's own door (its API on loopback, for `kubectl port-forward`): serve on another port");
+    }
     if def.kind == Kind::Vm && runtime_class.is_none() {
         return no("kind \"vm\"".into(), "on a cluster a VM is the pod's RuntimeClass: name one with --runtime-class (a Kata Containers class, for example)");
     }
@@ -259,6 +267,7 @@ fn secret(meta: Value, key: &str, value: &str) -> Value {
 fn config_map(meta: Value, def: &Definition) -> Value {
     let mut config = json!({
         "key_file": format!("{MACHINE_KEY_DIR}/key"),
+        "tcp_door": format!("127.0.0.1:{DOOR_PORT}"),
         "policy_dir": CONFIG_DIR,
         "idle_stop_s": def.idle_stop_minutes.map(|m| (m * 60.0).round().max(1.0) as u64),
     });
@@ -381,14 +390,15 @@ fn container(inputs: &Inputs) -> Value {
             .collect();
         container["env"] = json!(env);
     }
-    if !def.ports.is_empty() {
-        let ports: Vec<Value> = def
-            .ports
+    // warden's door first (on the pod's loopback: only a port-forward
+    // reaches it), then the runtime's servers.
+    let mut ports = vec![json!({"name": "warden", "containerPort": DOOR_PORT, "protocol": "TCP"})];
+    ports.extend(
+        def.ports
             .iter()
-            .map(|p| json!({"containerPort": p.port, "protocol": "TCP"}))
-            .collect();
-        container["ports"] = json!(ports);
-    }
+            .map(|p| json!({"containerPort": p.port, "protocol": "TCP"})),
+    );
+    container["ports"] = json!(ports);
     container
 }
 

@@ -77,6 +77,10 @@ fn refusals_name_the_field() {
         (json!({"keep_id": "shell"}), "keep_id"),
         (json!({"setup": "/defs/setup.sh"}), "setup"),
         (json!({"kind": "vm"}), "kind \"vm\""),
+        (
+            json!({"network": "private", "ports": [{"port": 7000, "host": 7000}]}),
+            "ports 7000",
+        ),
     ];
     for (fields, field) in cases {
         let d = def(fields.clone());
@@ -265,7 +269,13 @@ fn fields_become_the_pods() {
         (
             json!({"network": "private", "ports": [{"port": 3000, "host": 3100}]}),
             "/containers/0/ports",
-            json!([{"containerPort": 3000, "protocol": "TCP"}]),
+            json!([{"name": "warden", "containerPort": 7000, "protocol": "TCP"},
+                   {"containerPort": 3000, "protocol": "TCP"}]),
+        ),
+        (
+            json!({}),
+            "/containers/0/ports",
+            json!([{"name": "warden", "containerPort": 7000, "protocol": "TCP"}]),
         ),
         (json!({}), "/dnsPolicy", Value::Null),
         (
@@ -316,6 +326,8 @@ fn the_config_is_what_warden_reads() {
         assert_eq!(config.key_file, Path::new("/root/warden/machine/key"));
         assert_eq!(config.policy_dir, Path::new(CONFIG_DIR));
         assert!(config.host_socket.is_none() && !config.main_waits_for_keys);
+        // The owner's way in: the TCP door on the pod's loopback.
+        assert_eq!(config.tcp_door, Some("127.0.0.1:7000".parse().unwrap()));
         assert_eq!(config.idle_stop_s, d.idle_stop_minutes.map(|_| 120));
         let file = (
             Path::new("network.json").to_path_buf(),

@@ -298,9 +298,13 @@ pub fn check_id(id: &str) -> Result<(), LaunchError> {
 }
 
 /// Copies the machine's audit log to `<state>/audit-copy`; returns its
-/// files in chain order and the anchor's path.
+/// files in chain order and the anchor's path. A running machine's log is
+/// read through its warden (`read_audit`): whole, to its last line, for a
+/// container and a VM alike. A stopped one's is copied from where it is
+/// kept (the container's volume, the VM's data disk).
 /// The anchor is None when the copy may lag behind the log (a running
-/// VM's disk): checking it then could report a cut that is not there.
+/// VM's disk, read where its warden speaks no `read_audit`): checking it
+/// then could report a cut that is not there.
 pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, Option<PathBuf>), LaunchError> {
     host()?;
     let state = state_dir(id);
@@ -312,13 +316,43 @@ pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, Option<PathBuf>), LaunchErr
         }
         _ => {}
     }
-    let mut anchor = Some(state.join("anchor.json"));
+    let anchor = Some(state.join("anchor.json"));
+    // A machine that answers is read through its warden.
+    if let Ok(mut client) = connect(id, None) {
+        if client.version >= 5 {
+            std::fs::create_dir(&copy).map_err(|e| LaunchError::io(&copy, e))?;
+            return Ok((read_audit_into(&mut client, &copy)?, anchor));
+        }
+    }
+    let mut anchor = anchor;
     if of(id).copy_audit(id, &copy)? {
         println!("the VM runs: this copy, read from its data disk, may lack its last lines (not yet written to the disk); the anchor is checked once it is stopped");
         anchor = None;
     }
     let files = crate::audit::log_files(&copy).map_err(|e| LaunchError::io(&copy, e))?;
     Ok((files, anchor))
+}
+
+/// Reads the whole log kept through `client` (`read_audit` from its
+/// first line) into the file `warden.jsonl` of the folder `copy`; returns
+/// the files to verify.
+pub fn read_audit_into(client: &mut Client, copy: &Path) -> Result<Vec<PathBuf>, LaunchError> {
+    let path = copy.join(crate::audit::FILE_NAME);
+    let file = std::fs::File::create(&path).map_err(|e| LaunchError::io(&path, e))?;
+    let mut out = std::io::BufWriter::new(file);
+    let read = client
+        .read_audit(1, &mut out)
+        .map_err(|e| LaunchError::new("read the audit log through the API", e.to_string()))?;
+    std::io::Write::flush(&mut out).map_err(|e| LaunchError::io(&path, e))?;
+    let lines = match read.first_seq {
+        Some(first) => format!("lines {first} to {}", read.last_seq),
+        None => "no lines".to_string(),
+    };
+    println!(
+        "read through the machine's warden: {lines} ({} bytes)",
+        read.bytes
+    );
+    Ok(vec![path])
 }
 
 /// The last `n` lines of the log, for people.
