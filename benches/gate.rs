@@ -62,11 +62,7 @@ fn boot(internet: &Internet, gated: bool) -> Machine {
         ..Options::default()
     });
     let status = m.client().status().unwrap();
-    let fw = status
-        .layers
-        .iter()
-        .find(|l| l.layer == "firewall")
-        .unwrap();
+    let fw = common::layer(&status, "firewall");
     let by_gate = fw.detail.contains("connect gate");
     assert!(fw.holds && by_gate == gated, "{fw:?}");
     m

@@ -983,11 +983,7 @@ fn commands_are_first_for_the_oom_killer() {
     let warden =
         std::fs::read_to_string(format!("/proc/{}/oom_score_adj", m.warden_pid())).unwrap();
     let status = m.client().status().unwrap();
-    let layer = status
-        .layers
-        .iter()
-        .find(|l| l.layer == "oom_order")
-        .unwrap();
+    let layer = common::layer(&status, "oom_order");
     // The commands' part is proven by the probe, not assumed.
     assert!(
         layer

@@ -525,11 +525,7 @@ fn shell_has_its_own_tmp_shm_and_ipc() {
         printed(&o)
     );
     let status = m.client().status().unwrap();
-    let layer = status
-        .layers
-        .iter()
-        .find(|l| l.layer == "shell_space")
-        .unwrap();
+    let layer = common::layer(&status, "shell_space");
     assert!(layer.holds, "{layer:?}");
 }
 
@@ -727,11 +723,7 @@ fn what_a_command_leaves_behind_ends_with_it() {
     let o = m.client().run(sh("echo still-runs")).unwrap();
     assert_eq!(printed(&o), "still-runs\n");
     let status = m.client().status().unwrap();
-    let lifetime = status
-        .layers
-        .iter()
-        .find(|l| l.layer == "lifetime")
-        .unwrap();
+    let lifetime = common::layer(&status, "lifetime");
     assert!(
         lifetime.holds && lifetime.detail.contains("group of its own"),
         "{lifetime:?}"

@@ -134,11 +134,7 @@ except OSError as e:
             o.netns = Some(netns.0.clone());
         });
         let status = m.client().status().unwrap();
-        let fw = status
-            .layers
-            .iter()
-            .find(|l| l.layer == "firewall")
-            .unwrap();
+        let fw = common::layer(&status, "firewall");
         assert!(fw.holds && fw.detail.contains(held_by), "{fw:?}");
         let out = m.client().run(shell(probe)).unwrap();
         let said = text(&out.stdout) + &text(&out.stderr);

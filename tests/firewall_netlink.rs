@@ -322,11 +322,7 @@ fn warden_without_nft_applies_its_firewall_over_netlink() {
     let ns = Netns::new("boot");
     let machine = common::Machine::boot(without_nft(&ns));
     let status = machine.client().status().unwrap();
-    let fw = status
-        .layers
-        .iter()
-        .find(|l| l.layer == "firewall")
-        .expect("a firewall layer");
+    let fw = common::layer(&status, "firewall");
     assert!(fw.holds && fw.required, "{fw:?}\n{}", machine.log());
     assert!(
         fw.detail.contains(
@@ -374,11 +370,7 @@ fn without_nft_or_cap_net_admin_the_connect_gate_stands_in() {
     };
     let machine = common::Machine::boot(opts);
     let status = machine.client().status().unwrap();
-    let fw = status
-        .layers
-        .iter()
-        .find(|l| l.layer == "firewall")
-        .expect("a firewall layer");
+    let fw = common::layer(&status, "firewall");
     // The table cannot be sent, and says why; warden's connect gate holds
     // in its place, so the required layer holds and commands run.
     assert!(fw.holds && fw.required, "{fw:?}");

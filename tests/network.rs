@@ -205,11 +205,7 @@ sleep 1000
     assert_eq!((status, text.trim()), (0, "hello www.allowed.test /s"));
     // status: the layer, the list, the traffic by host.
     let st = net.machine.client().status().unwrap();
-    let layer = st
-        .layers
-        .iter()
-        .find(|l| l.layer == "runtime_network")
-        .unwrap();
+    let layer = common::layer(&st, "runtime_network");
     assert!(layer.holds && layer.required, "{layer:?}");
     let proxy = st.proxy.unwrap();
     assert_eq!(proxy.runtime_hosts, Some(vec!["allowed.test".to_string()]));
@@ -261,11 +257,7 @@ fn runtime_hosts_without_nftables_does_not_hold() {
         |o| o.drop_caps = vec!["net_admin".into()],
     );
     let st = net.machine.client().status().unwrap();
-    let layer = st
-        .layers
-        .iter()
-        .find(|l| l.layer == "runtime_network")
-        .unwrap();
+    let layer = common::layer(&st, "runtime_network");
     assert!(!layer.holds && layer.required, "{layer:?}");
     assert!(
         layer.detail.contains("covers commands, not the runtime"),
@@ -698,12 +690,7 @@ fn a_changed_host_list_holds_at_the_next_connection() {
 }
 
 fn firewall(status: &warden::protocol::Status) -> warden::protocol::LayerState {
-    status
-        .layers
-        .iter()
-        .find(|l| l.layer == "firewall")
-        .expect("a firewall layer")
-        .clone()
+    common::layer(status, "firewall").clone()
 }
 
 #[test]
@@ -791,11 +778,7 @@ fn without_cap_net_admin_the_connect_gate_stands_in() {
     assert_eq!(net.text("echo ran").1.trim(), "ran");
     // Landlock's own refusal, under the gate: proven by the probe.
     let status = net.machine.client().status().unwrap();
-    let landlock = status
-        .layers
-        .iter()
-        .find(|l| l.layer == "landlock")
-        .unwrap();
+    let landlock = common::layer(&status, "landlock");
     assert!(landlock.holds, "{landlock:?}");
     // A unix socket is still connected as made (the gate lets it through).
     let (code, text) = net.text(

@@ -88,11 +88,7 @@ fn best_effort_runs_and_keeps_saying_what_is_missing() {
     let out = m.client().run(ls_root()).unwrap();
     assert_eq!(out.exit.status, 0, "best effort runs the command");
     let status = m.client().status().unwrap();
-    let landlock = status
-        .layers
-        .iter()
-        .find(|l| l.layer == "landlock")
-        .unwrap();
+    let landlock = common::layer(&status, "landlock");
     assert!(!landlock.holds && !landlock.required, "{landlock:?}");
     assert!(
         landlock.detail.contains("probe got through"),

@@ -436,3 +436,15 @@ pub fn processes_of(uid: u32, argv: &[&str]) -> usize {
 pub fn sh(line: &str) -> Vec<String> {
     vec!["/bin/sh".into(), "-c".into(), line.into()]
 }
+
+/// The layer `name` of a status (every status lists every layer).
+pub fn layer<'a>(
+    status: &'a warden::protocol::Status,
+    name: &str,
+) -> &'a warden::protocol::LayerState {
+    status
+        .layers
+        .iter()
+        .find(|l| l.layer == name)
+        .unwrap_or_else(|| panic!("no layer {name} in {:?}", status.layers))
+}
