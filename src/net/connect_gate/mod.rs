@@ -131,7 +131,7 @@ pub struct Refusal {
 
 pub type OnRefusal = Arc<dyn Fn(Refusal) + Send + Sync>;
 
-/// Starts the gate's thread on `listener`; its counts, or why it could
+/// Starts the gate's thread on `listener`; its ledger, or why it could
 /// not start (then the listener is closed, and every gated connect fails
 /// with ENOSYS: closed, not open).
 pub fn start(
@@ -139,8 +139,8 @@ pub fn start(
     settings: Settings,
     on_refusal: OnRefusal,
 ) -> Result<Arc<Ledger>, String> {
-    let counts = Arc::new(Ledger::default());
-    let mine = counts.clone();
+    let ledger = Arc::new(Ledger::default());
+    let mine = ledger.clone();
     let (ready_tx, ready) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("connect-gate".into())
@@ -156,10 +156,10 @@ pub fn start(
     ready
         .recv()
         .map_err(|_| "the connect gate's thread died".to_string())??;
-    Ok(counts)
+    Ok(ledger)
 }
 
-fn serve(listener: &Listener, settings: Settings, counts: &Ledger, on_refusal: &OnRefusal) {
+fn serve(listener: &Listener, settings: Settings, ledger: &Ledger, on_refusal: &OnRefusal) {
     loop {
         let notice = match listener.recv() {
             Ok(n) => n,
@@ -169,15 +169,15 @@ fn serve(listener: &Listener, settings: Settings, counts: &Ledger, on_refusal: &
                 return;
             }
         };
-        let outcome = handle(listener, &notice, settings, counts);
+        let outcome = handle(listener, &notice, settings, ledger);
         match outcome {
-            Outcome::ToProxy => counts.to_proxy.fetch_add(1, Ordering::Relaxed),
-            Outcome::PassedOn => counts.passed_on.fetch_add(1, Ordering::Relaxed),
+            Outcome::ToProxy => ledger.to_proxy.fetch_add(1, Ordering::Relaxed),
+            Outcome::PassedOn => ledger.passed_on.fetch_add(1, Ordering::Relaxed),
             Outcome::Refused(refusal) => {
-                if !counts.is_probe_knock(refusal.address) {
+                if !ledger.is_probe_knock(refusal.address) {
                     on_refusal(refusal);
                 }
-                counts.refused.fetch_add(1, Ordering::Relaxed)
+                ledger.refused.fetch_add(1, Ordering::Relaxed)
             }
             Outcome::Gone => 0,
         };
