@@ -291,10 +291,14 @@ int main(int argc, char **argv) {
     if (!strcmp(a, "unix-connect")) return blocked("connect to a unix socket", connect_unix(arg, 0));
     if (!strcmp(a, "abstract-connect")) return blocked_with("connect to an abstract socket", connect_unix(arg, 1), EPERM);
     if (!strcmp(a, "tcp-connect")) {
+        /* tcp-connect PORT [IP]: to loopback unless an address is given. */
+        const char *ip = argc > 3 ? argv[3] : "127.0.0.1";
+        char what[64];
+        snprintf(what, sizeof what, "tcp connect to %s:%d", ip, atoi(arg));
         int s = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(atoi(arg))};
-        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-        return blocked_with("tcp connect to loopback", connect(s, (struct sockaddr *)&sa, sizeof sa), EACCES);
+        if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1) return 2;
+        return blocked_with(what, connect(s, (struct sockaddr *)&sa, sizeof sa), EACCES);
     }
     if (!strcmp(a, "connect-race")) {
         /* connect-race proxy|unix|fd IP PORT PROXY_PORT */

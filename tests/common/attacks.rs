@@ -8,7 +8,6 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use warden::client::Output;
 
 pub const ENV_CANARY: &str = "CANARY-ENV-5e2b9c";
 pub const DATA_CANARY: &str = "CANARY-DATA-81f0aa";
@@ -34,6 +33,12 @@ pub struct Targets {
 /// The attack program, built with the machine's C compiler (for the main
 /// process; commands get a copy in their own /tmp, see `hand_to_shell`).
 pub fn build_attack_program() -> (tempfile::TempDir, PathBuf) {
+    build_attack_program_with(&[])
+}
+
+/// As `build_attack_program`, with `flags` for the compiler too: `-static`
+/// for a machine whose C library need not be this host's (an image).
+pub fn build_attack_program_with(flags: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::Builder::new()
         .prefix("warden-attack-")
         .tempdir_in("/var/tmp")
@@ -42,7 +47,9 @@ pub fn build_attack_program() -> (tempfile::TempDir, PathBuf) {
     let bin = dir.path().join("attack");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/attacks/attack.c");
     let out = Command::new("cc")
-        .args(["-O1", "-pthread", "-o"])
+        .args(["-O1", "-pthread"])
+        .args(flags)
+        .arg("-o")
         .arg(&bin)
         .arg(&src)
         .output()
@@ -206,7 +213,7 @@ pub fn programs(t: &Targets) -> Vec<(&'static str, Vec<String>)> {
 }
 
 /// No canary may ever appear in a command's output.
-pub fn assert_no_secret(name: &str, o: &Output) {
+pub fn assert_no_secret(name: &str, o: &impl super::Printed) {
     let t = super::printed(o);
     for canary in [ENV_CANARY, DATA_CANARY] {
         assert!(!t.contains(canary), "{name}: a secret leaked: {t}");
