@@ -103,6 +103,12 @@ fn http_and_https_answer_with_host_and_path() {
         .output()
         .unwrap();
     assert!(!out.status.success(), "{}", printed(&out));
+    // The server writes its side of a failed handshake once it sees it
+    // fail, which may be just after curl gave up: waited for, bounded.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !net.http_requests().contains("TLS-FAILED") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let log = net.http_requests();
     let from = format!("from {}", net.machine_v4);
     assert!(
