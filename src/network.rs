@@ -179,12 +179,12 @@ impl Network {
         }
         let port = self.scope.proxy_port;
         let problems = match knock(port, probe) {
-            Ok(f) => firewall::problems_in(&f, port),
+            Ok(f) => firewall::problems_in(&f, port, "the runtime"),
             Err(e) => vec![format!("the probe failed: {e}")],
         };
         match problems.is_empty() {
             true => state(true, format!("the runtime's sockets (uid {runtime_uid}) reach only the proxy on loopback:{port}, which decides its requests on runtime_hosts ({entries} entries); a probe as the runtime was refused at once over TCP, its UDP datagram did not arrive, and it reached the proxy")),
-            false => state(false, format!("as the runtime: {}", problems.join("; ").replace("shell", "the runtime"))),
+            false => state(false, problems.join("; ")),
         }
     }
 
@@ -311,7 +311,7 @@ fn knock(
     };
     let found = probe(plan)?;
     if !found.has(crate::confine::probe::Probe::IDENTITY) {
-        return Err("the probe did not run as shell".into());
+        return Err("the probe did not run as the user it was forked as".into());
     }
     let arrived = |s: &UdpSocket| {
         let _ = s.set_nonblocking(true);

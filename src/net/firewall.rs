@@ -313,7 +313,7 @@ pub fn judge(
             way.said()
         ),
     };
-    problems.extend(problems_in(findings, proxy_port));
+    problems.extend(problems_in(findings, proxy_port, "shell"));
     if problems.is_empty() {
         let (udp, v6) = said(findings);
         Verdict::Holds(format!(
@@ -328,18 +328,20 @@ pub fn judge(
 }
 
 /// What the probe's findings show does not hold.
-pub fn problems_in(findings: &Findings, proxy_port: u16) -> Vec<String> {
+pub fn problems_in(findings: &Findings, proxy_port: u16, who: &str) -> Vec<String> {
     let mut problems = Vec::new();
     if !findings.tcp_refused {
-        problems.push("shell connected over TCP to a loopback port that is not the proxy".into());
+        problems.push(format!(
+            "{who} connected over TCP to a loopback port that is not the proxy"
+        ));
     } else if !findings.refused_fast {
-        problems.push("a TCP connect from shell was not refused at once".into());
+        problems.push(format!("a TCP connect from {who} was not refused at once"));
     }
     if !findings.udp_blocked {
-        problems.push("a UDP datagram from shell arrived".into());
+        problems.push(format!("a UDP datagram from {who} arrived"));
     }
     if !findings.proxy_reached {
-        problems.push(format!("shell cannot reach the proxy on port {proxy_port}"));
+        problems.push(format!("{who} cannot reach the proxy on port {proxy_port}"));
     }
     problems
 }
@@ -365,7 +367,7 @@ pub fn judge_gate(proxy_port: u16, why_not: &str, probe: &Result<Findings, Strin
         Ok(f) => f,
         Err(e) => return Verdict::DidNotHold(format!("the connect gate's probe failed: {e}")),
     };
-    let problems = problems_in(findings, proxy_port);
+    let problems = problems_in(findings, proxy_port, "shell");
     if !problems.is_empty() {
         return Verdict::DidNotHold(format!(
             "the connect gate did not hold: {}",

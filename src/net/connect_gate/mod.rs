@@ -110,7 +110,7 @@ impl Ledger {
 
     pub fn said(&self) -> String {
         format!(
-            "{} connections made to the proxy for commands, {} connects refused, {} unix connects let through",
+            "{} connections made to the proxy for commands, {} connects refused, {} other connects (unix sockets, the probe's Landlock witness) let through to the kernel",
             self.to_proxy.load(Ordering::Relaxed),
             self.refused.load(Ordering::Relaxed),
             self.passed_on.load(Ordering::Relaxed)

@@ -56,12 +56,15 @@ impl Line {
     /// The host asked for (a name, or an address as written), and what
     /// was moved: for the runtime's traffic in `status`.
     pub(super) fn traffic(&self) -> (String, u64, u64) {
-        let host = match self.target.as_ref().map(|t| &t.host) {
-            Some(Host::Name(name)) => name.clone(),
-            Some(Host::Ip(ip)) => ip.to_string(),
-            None => String::new(),
-        };
-        (host, self.up, self.down)
+        (self.host().unwrap_or_default(), self.up, self.down)
+    }
+
+    /// The host asked for, as written: a name or an address.
+    fn host(&self) -> Option<String> {
+        self.target.as_ref().map(|t| match &t.host {
+            Host::Name(n) => n.clone(),
+            Host::Ip(ip) => ip.to_string(),
+        })
     }
 
     /// The line of a connection that was carried.
@@ -79,16 +82,7 @@ impl Line {
     }
 
     fn value(&self, allowed: bool, started: Instant) -> Value {
-        let (host, port) = match &self.target {
-            Some(t) => (
-                Some(match &t.host {
-                    Host::Name(n) => n.clone(),
-                    Host::Ip(ip) => ip.to_string(),
-                }),
-                Some(t.port),
-            ),
-            None => (None, None),
-        };
+        let (host, port) = (self.host(), self.target.as_ref().map(|t| t.port));
         let mut line = json!({
             "allowed": allowed,
             "method": self.method,

@@ -167,8 +167,9 @@ impl Proxy {
             }
             _ => None,
         };
-        let asker = self.asker(peer, &client);
-        let admitted = match self.admit(&mut client, &mut line, asker).await {
+        // Both ends, to ask the kernel who the client is if it must.
+        let ends = client.local_addr().ok().map(|local| (peer, local));
+        let admitted = match self.admit(&mut client, &mut line, ends).await {
             Ok(Some(admitted)) => admitted,
             // Connected and closed without a word: the firewall probe.
             Ok(None) => return,
@@ -201,29 +202,27 @@ impl Proxy {
         (self.record)(Event::Egress, line.allowed(started));
     }
 
-    /// Who the client is, asked of the kernel beside the request, where
-    /// the runtime has a list of its own (else nobody needs to know).
-    fn asker(&self, peer: SocketAddr, client: &TcpStream) -> Option<UidLookup> {
-        let runtime = self.runtime.as_ref()?;
-        let listed = self.source.current().is_some_and(|r| r.runtime.is_some());
-        let local = client.local_addr().ok()?;
-        let client_uid = runtime.client_uid.clone();
-        listed.then(|| tokio::task::spawn_blocking(move || client_uid(peer, local)))
-    }
-
     /// The list that decides for this client: the runtime's own, when it
     /// has one and the client is the runtime; else the host list.
     async fn list_for<'r>(
         &self,
         rules: &'r Rules,
-        asker: Option<UidLookup>,
+        ends: Ends,
         line: &mut Line,
     ) -> Result<(&'r HostList, &'static str), Refused> {
         let (Some(list), Some(runtime)) = (&rules.runtime, &self.runtime) else {
             return Ok((&rules.hosts, "the host list"));
         };
-        let uid = match asker {
-            Some(lookup) => lookup.await.ok().flatten(),
+        // Asked only here, once the runtime's list is known to matter:
+        // the client is waiting for its answer, so its socket is there.
+        let uid = match ends {
+            Some((peer, local)) => {
+                let client_uid = runtime.client_uid.clone();
+                tokio::task::spawn_blocking(move || client_uid(peer, local))
+                    .await
+                    .ok()
+                    .flatten()
+            }
             None => None,
         };
         match uid {
@@ -245,7 +244,7 @@ impl Proxy {
         &self,
         client: &mut TcpStream,
         line: &mut Line,
-        asker: Option<UidLookup>,
+        ends: Ends,
     ) -> Result<Option<Admitted>, Refused> {
         let Some(head) = http::read_head_in_time(client).await? else {
             return Ok(None);
@@ -259,7 +258,7 @@ impl Proxy {
                 "too many connections through the proxy at once",
             )
         })?;
-        let upstream = self.open(&request.target, line, asker).await?;
+        let upstream = self.open(&request.target, line, ends).await?;
         Ok(Some(Admitted {
             head,
             request,
@@ -270,19 +269,14 @@ impl Proxy {
 
     /// Decides on the name, resolves it, checks each address, and connects
     /// to the first that passes.
-    async fn open(
-        &self,
-        t: &Target,
-        line: &mut Line,
-        asker: Option<UidLookup>,
-    ) -> Result<TcpStream, Refused> {
+    async fn open(&self, t: &Target, line: &mut Line, ends: Ends) -> Result<TcpStream, Refused> {
         let Some(rules) = self.source.wait().await else {
             return Err(Refused::new(
                 Kind::ListNotKnown,
                 "the default host list is not known yet",
             ));
         };
-        let (hosts, list) = self.list_for(&rules, asker, line).await?;
+        let (hosts, list) = self.list_for(&rules, ends, line).await?;
         let allowed = decide::decide_on(hosts, list, t)?;
         line.entry = Some(allowed.entry.to_string());
         let found = upstream::resolve(&self.resolver, allowed.name).await?;
@@ -321,8 +315,8 @@ impl Proxy {
 
 /// A connection's origin, being looked up.
 type Lookup = tokio::task::JoinHandle<Option<Value>>;
-/// A client socket's uid, being looked up.
-type UidLookup = tokio::task::JoinHandle<Option<u32>>;
+/// A connection's two ends: the client's, then the proxy's.
+type Ends = Option<(SocketAddr, SocketAddr)>;
 
 /// The origin, once its lookup is done (None when there was none).
 async fn settle(origin: Option<Lookup>) -> Option<Value> {
