@@ -1,7 +1,8 @@
 //! The machine definition parser: never panics; every refusal names the
 //! file; a definition it accepts has a valid id, lends at absolute,
-//! normalized places that shadow no system path and no other lend,
-//! absolute dockerfile, setup and workspace paths, and valid names.
+//! normalized places that shadow no system path, no user's home (but the
+//! agent's routines folder) and no other lend, absolute dockerfile, setup
+//! and workspace paths, and valid names.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use std::path::{Component, Path, PathBuf};
@@ -9,10 +10,16 @@ use warden::launcher::definition::{Definition, Source, Workspace};
 
 /// Written out again here (not taken from the parser) so the target
 /// checks the rule, not the parser's copy of it.
-const SYSTEM: [&str; 16] = [
+const SYSTEM: [&str; 15] = [
     "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys",
-    "/dev", "/run", "/var", "/boot", "/home", "/root",
+    "/dev", "/run", "/var", "/boot", "/root",
 ];
+
+/// The users' homes: a lend may be neither in one nor above one, but for
+/// the agent's routines folder. The rest of /home is free, so a project
+/// can sit at the path it has on the host.
+const HOMES: [&str; 2] = ["/home/runtime", "/home/shell"];
+const ROUTINES: &str = "/home/runtime/workspace/routines";
 
 fn name_ok(name: &str) -> bool {
     let b = name.as_bytes();
@@ -57,6 +64,12 @@ fuzz_target!(|data: &[u8]| {
         assert_ne!(lend.at, Path::new("/"));
         for system in SYSTEM {
             assert!(!lend.at.starts_with(system), "{:?}", lend.at);
+        }
+        if lend.at != Path::new(ROUTINES) {
+            for home in HOMES {
+                let home = Path::new(home);
+                assert!(!lend.at.starts_with(home) && !home.starts_with(&lend.at), "{:?}", lend.at);
+            }
         }
         for other in &d.lend[..i] {
             assert!(!lend.at.starts_with(&other.at) && !other.at.starts_with(&lend.at));
