@@ -68,7 +68,11 @@ fuzz_target!(|data: &[u8]| {
         if lend.at != Path::new(ROUTINES) {
             for home in HOMES {
                 let home = Path::new(home);
-                assert!(!lend.at.starts_with(home) && !home.starts_with(&lend.at), "{:?}", lend.at);
+                assert!(
+                    !lend.at.starts_with(home) && !home.starts_with(&lend.at),
+                    "{:?}",
+                    lend.at
+                );
             }
         }
         for other in &d.lend[..i] {

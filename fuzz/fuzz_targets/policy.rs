@@ -10,10 +10,25 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let mut parts = text.splitn(4, '\0').map(String::from);
-    let mut next = |name: &str| (PathBuf::from(name), parts.next().unwrap_or_else(|| "{}".into()));
-    let files = [next("landlock.json"), next("seccomp.json"), next("limits.json"), next("network.json")];
+    let mut next = |name: &str| {
+        (
+            PathBuf::from(name),
+            parts.next().unwrap_or_else(|| "{}".into()),
+        )
+    };
+    let files = [
+        next("landlock.json"),
+        next("seccomp.json"),
+        next("limits.json"),
+        next("network.json"),
+    ];
     if let Ok(p) = Policy::parse(&files) {
-        let paths = p.landlock.read_exec.iter().chain(&p.landlock.read_only).chain(&p.landlock.read_write);
+        let paths = p
+            .landlock
+            .read_exec
+            .iter()
+            .chain(&p.landlock.read_only)
+            .chain(&p.landlock.read_write);
         for path in paths {
             assert!(path.is_absolute());
         }
