@@ -11,8 +11,8 @@ pub enum Decision {
     /// TCP connect a command makes itself, so at most a unix (or routing
     /// netlink) socket gets connected, which is no way out.
     Continue,
-    /// The proxy: warden connects a socket of its own to this address and
-    /// puts it in the command's place.
+    /// The proxy: warden takes the command's socket and connects it to
+    /// this address itself.
     Proxy(SocketAddr),
     /// Refused: the errno the command gets, and why.
     Refuse {

@@ -8,16 +8,20 @@
 //! - Landlock refuses every TCP connect a command makes itself (no port
 //!   is granted), so nothing the kernel carries out on the command's
 //!   behalf can open a TCP connection, whatever its memory says by then;
-//! - this thread reads the address once into its own copy, decides on the
-//!   copy, and for the proxy connects a socket of its own to the copy and
-//!   puts it in the command's place (at the same descriptor number, with
-//!   the same non-blocking and close-on-exec flags).
+//! - this thread reads the address once into its own copy
+//!   (process_vm_readv), decides on the copy, and for the proxy takes the
+//!   command's socket (pidfd_getfd) and connects it itself, to the copy.
+//!   Landlock binds the command, not warden, so that connect goes through.
 //!
 //! So there is no window between check and use: the address warden acts
 //! on is the one it checked, and a call it lets go on (a unix socket's)
-//! cannot become a TCP connection. What the command set on its own socket
-//! before connecting (a bound port, buffer sizes) is not carried over;
-//! TCP_NODELAY is set, loopback having no use for Nagle's delay.
+//! cannot become a TCP connection. The socket stays the command's own,
+//! with whatever it set on it (options, blocking mode), so the proxy
+//! finds its owner as it finds any client's.
+//!
+//! What it needs: CAP_SETUID and CAP_SETGID (to take the commands' real
+//! ids for a moment, see `notify::AsCaller`), which warden needs anyway,
+//! and to be PID 1 of its PID namespace, as a machine's warden is.
 
 mod decide;
 mod notify;
@@ -26,17 +30,16 @@ pub use decide::{decide, Decision};
 pub use notify::Listener;
 
 use nix::errno::Errno;
-use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage};
-use notify::Notice;
-use std::collections::HashMap;
+use nix::sys::socket::{self, sockopt};
+use notify::{AsCaller, Notice, Stuck};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// How long warden waits for the proxy to accept on a blocking caller's
-/// behalf (it accepts at once unless flooded).
+/// How long warden waits for the proxy to take a blocking caller's
+/// connection (it does at once unless flooded).
 const PROXY_ACCEPT_MS: u16 = 2000;
 /// The longest address connect(2) takes: a sockaddr_storage.
 const MAX_ADDRESS: usize = std::mem::size_of::<libc::sockaddr_storage>();
@@ -50,8 +53,7 @@ pub struct Settings {
     pub gid: u32,
 }
 
-/// What the gate has done since it started, and for whom its
-/// connections to the proxy are.
+/// What the gate has done since it started.
 #[derive(Debug, Default)]
 pub struct Ledger {
     /// Connections warden made to the proxy for a command.
@@ -60,28 +62,12 @@ pub struct Ledger {
     pub refused: AtomicU64,
     /// Calls let go on as made (unix and routing sockets).
     pub passed_on: AtomicU64,
-    /// The connections made to the proxy whose caller the proxy has not
-    /// asked for yet: by their local address (the proxy's client).
-    made: Mutex<HashMap<SocketAddr, u32>>,
     /// Where warden's own probe is knocking right now: refused and
     /// counted, not audited (a status would add lines every time).
     probe_knocks: Mutex<Vec<SocketAddr>>,
 }
 
-/// Connections remembered for the proxy at most; past it the oldest are
-/// forgotten (the proxy then finds their caller by the socket table).
-const REMEMBERED: usize = 4096;
-
 impl Ledger {
-    /// Which thread a connection the gate made to the proxy was made for,
-    /// by its local address; asked once, by the proxy, when it accepts it.
-    pub fn caller_of(&self, local: SocketAddr) -> Option<u32> {
-        self.made
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&local)
-    }
-
     /// The probe knocks on `addresses` until `probe_done`.
     pub fn probe_knocking(&self, addresses: Vec<SocketAddr>) {
         *self.probe_knocks.lock().unwrap_or_else(|e| e.into_inner()) = addresses;
@@ -100,17 +86,9 @@ impl Ledger {
         })
     }
 
-    fn remember(&self, local: SocketAddr, tid: u32) {
-        let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
-        if made.len() >= REMEMBERED {
-            made.clear();
-        }
-        made.insert(local, tid);
-    }
-
     pub fn said(&self) -> String {
         format!(
-            "{} connections made to the proxy for commands, {} connects refused, {} other connects (unix sockets, the probe's Landlock witness) let through to the kernel",
+            "{} commands' sockets connected to the proxy, {} connects refused, {} other connects (unix sockets, the probe's Landlock witness) let through to the kernel",
             self.to_proxy.load(Ordering::Relaxed),
             self.refused.load(Ordering::Relaxed),
             self.passed_on.load(Ordering::Relaxed)
@@ -139,15 +117,19 @@ pub fn start(
     settings: Settings,
     on_refusal: OnRefusal,
 ) -> Result<Arc<Ledger>, String> {
+    if std::process::id() != 1 {
+        return Err("warden is not PID 1 of its PID namespace, so the commands could end it through the gate's thread while it acts as them".into());
+    }
     let ledger = Arc::new(Ledger::default());
     let mine = ledger.clone();
     let (ready_tx, ready) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("connect-gate".into())
         .spawn(move || {
-            let acting = notify::act_as(settings.uid, settings.gid);
-            let failed = acting.is_err();
-            let _ = ready_tx.send(acting);
+            let blocked = notify::block_signals()
+                .map_err(|e| format!("the connect gate cannot block signals: {e}"));
+            let failed = blocked.is_err();
+            let _ = ready_tx.send(blocked);
             if !failed {
                 serve(&listener, settings, &mine, &on_refusal);
             }
@@ -169,7 +151,10 @@ fn serve(listener: &Listener, settings: Settings, ledger: &Ledger, on_refusal: &
                 return;
             }
         };
-        let outcome = handle(listener, &notice, settings, ledger);
+        let Ok(outcome) = handle(listener, &notice, settings) else {
+            crate::say!("connect gate: cannot take back warden's own ids; the gate stops, gated connects now fail");
+            return;
+        };
         match outcome {
             Outcome::ToProxy => ledger.to_proxy.fetch_add(1, Ordering::Relaxed),
             Outcome::PassedOn => ledger.passed_on.fetch_add(1, Ordering::Relaxed),
@@ -192,8 +177,9 @@ enum Outcome {
     Gone,
 }
 
-/// Decides one call and answers it.
-fn handle(listener: &Listener, n: &Notice, settings: Settings, ledger: &Ledger) -> Outcome {
+/// Decides one call and answers it; Err if the thread could not take
+/// back its own ids after acting as the caller.
+fn handle(listener: &Listener, n: &Notice, settings: Settings) -> Result<Outcome, Stuck> {
     let refuse = |errno: i32, address: Option<SocketAddr>, reason: String| {
         // Read while the caller waits: it may be gone once answered.
         let status = std::fs::read_to_string(format!("/proc/{}/status", n.tid)).ok();
@@ -208,19 +194,30 @@ fn handle(listener: &Listener, n: &Notice, settings: Settings, ledger: &Ledger) 
         }
     };
     if i64::from(n.nr) != libc::SYS_connect {
-        return refuse(libc::ENOSYS, None, format!("syscall {} is not gated", n.nr));
+        return Ok(refuse(
+            libc::ENOSYS,
+            None,
+            format!("syscall {} is not gated", n.nr),
+        ));
     }
     let (fd, at, len) = (n.args[0] as i32, n.args[1], n.args[2] as u32 as usize);
     if len > MAX_ADDRESS {
         // What the kernel answers too.
-        return refuse(libc::EINVAL, None, "an address longer than any".into());
+        return Ok(refuse(
+            libc::EINVAL,
+            None,
+            "an address longer than any".into(),
+        ));
     }
-    let read = notify::Caller::open(n.tid).and_then(|c| Ok((c.read_memory(at, len)?, c)));
-    let (addr, caller) = match read {
-        Ok(addr) => addr,
-        Err(e) => return unreadable(listener, n, e, refuse),
+    let caller = AsCaller {
+        uid: settings.uid,
+        gid: settings.gid,
     };
-    match decide(&addr, settings.proxy_port) {
+    let addr = match caller.read_memory(n.tid, at, len)? {
+        Ok(addr) => addr,
+        Err(e) => return Ok(unreadable(listener, n, e, refuse)),
+    };
+    Ok(match decide(&addr, settings.proxy_port) {
         Decision::Continue => match listener.carry_on(n.id) {
             Ok(()) => Outcome::PassedOn,
             Err(_) => Outcome::Gone,
@@ -230,12 +227,12 @@ fn handle(listener: &Listener, n: &Notice, settings: Settings, ledger: &Ledger) 
             address,
             reason,
         } => refuse(errno, address, reason.into()),
-        Decision::Proxy(target) => match to_proxy(listener, n, &caller, fd, target, ledger) {
+        Decision::Proxy(target) => match to_proxy(listener, n, caller, fd, &addr)? {
             Ok(()) => Outcome::ToProxy,
             Err(Some(errno)) => refuse(errno, Some(target), "the proxy did not accept".into()),
             Err(None) => Outcome::Gone,
         },
-    }
+    })
 }
 
 /// The call's address could not be read: an address the caller does not
@@ -251,7 +248,7 @@ fn unreadable(
         return Outcome::Gone;
     }
     match e.raw_os_error() {
-        Some(libc::EIO) | Some(libc::EFAULT) => {
+        Some(libc::EFAULT) => {
             refuse(libc::EFAULT, None, "the address is not in its memory".into())
         }
         _ => refuse(
@@ -262,75 +259,66 @@ fn unreadable(
     }
 }
 
-/// Connects a socket of warden's to `target` and puts it at `fd` in the
-/// caller's table; Err(Some(errno)) to refuse with, Err(None) if the
-/// caller is gone.
+/// Takes the caller's socket `fd` and connects it to `addr` (the copy
+/// the gate checked). Inner Err(Some(errno)) to refuse with, Err(None) if
+/// the caller is gone.
 fn to_proxy(
     listener: &Listener,
     n: &Notice,
-    caller: &notify::Caller,
+    caller: AsCaller,
     fd: i32,
-    target: SocketAddr,
-    ledger: &Ledger,
-) -> Result<(), Option<i32>> {
-    let flags = caller.fd_flags(fd).map_err(|_| Some(libc::EBADF))?;
+    addr: &[u8],
+) -> Result<Result<(), Option<i32>>, Stuck> {
+    let (sock, _thread) = match caller.take(n.tid, fd)? {
+        Ok(taken) => taken,
+        Err(e) => return Ok(Err(Some(e.raw_os_error().unwrap_or(libc::EBADF)))),
+    };
+    // The pidfd pins the thread: if the call is still waiting, the socket
+    // was taken from the caller and not from whoever took its tid since.
     if !listener.still_waiting(n.id) {
-        return Err(None);
+        return Ok(Err(None));
     }
-    let nonblocking = flags & libc::O_NONBLOCK as u32 != 0;
-    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
-    let remember = |local| ledger.remember(local, n.tid);
-    let (sock, pending) = connect(target, nonblocking, remember).map_err(|e| Some(e as i32))?;
-    listener
-        .place(n.id, sock.as_fd(), fd, cloexec)
-        .map_err(|_| None)?;
-    let error = if pending { libc::EINPROGRESS } else { 0 };
-    listener
-        .answer(n.id, if pending { -1 } else { 0 }, error)
-        .map_err(|_| None)
+    let answer = match connect(&sock, addr) {
+        Ok(pending) => listener.answer(
+            n.id,
+            if pending { -1 } else { 0 },
+            if pending { libc::EINPROGRESS } else { 0 },
+        ),
+        Err(errno) => return Ok(Err(Some(errno as i32))),
+    };
+    Ok(answer.map_err(|_| None))
 }
 
-/// A TCP socket connected (or connecting, for a non-blocking caller) to
-/// `target`, with the caller's blocking mode; whether it is still pending.
-/// `remember` is told its local address before it connects.
-fn connect(
-    target: SocketAddr,
-    nonblocking: bool,
-    remember: impl FnOnce(SocketAddr),
-) -> Result<(OwnedFd, bool), Errno> {
-    let family = match target {
-        SocketAddr::V4(_) => AddressFamily::Inet,
-        SocketAddr::V6(_) => AddressFamily::Inet6,
+/// Connects the caller's socket to `addr` as its own blocking mode asks:
+/// a non-blocking socket is left connecting (true: EINPROGRESS); for a
+/// blocking one warden waits, bounded, without blocking the gate: the
+/// socket is non-blocking for the moment of the connect.
+fn connect(sock: &OwnedFd, addr: &[u8]) -> Result<bool, Errno> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = OFlag::from_bits_truncate(fcntl(sock.as_raw_fd(), FcntlArg::F_GETFL)?);
+    let blocking = !flags.contains(OFlag::O_NONBLOCK);
+    if blocking {
+        fcntl(
+            sock.as_raw_fd(),
+            FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK),
+        )?;
+    }
+    let connected = match notify::connect_raw(sock, addr) {
+        Ok(()) => Ok(false),
+        Err(e) => match Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)) {
+            Errno::EINPROGRESS => Ok(true),
+            errno => Err(errno),
+        },
     };
-    let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
-    let sock = socket::socket(family, SockType::Stream, flags, None)?;
-    let _ = socket::setsockopt(&sock, sockopt::TcpNoDelay, &true);
-    // Bound first, so that its local address is known (and remembered)
-    // before the proxy can accept it and ask whose it is.
-    socket::bind(
-        sock.as_raw_fd(),
-        &SockaddrStorage::from(SocketAddr::new(target.ip(), 0)),
-    )?;
-    if let Ok(local) = socket::getsockname::<SockaddrStorage>(sock.as_raw_fd()) {
-        if let Some(local) = std_addr(&local) {
-            remember(local);
-        }
+    if !blocking {
+        return connected;
     }
-    let pending = match socket::connect(sock.as_raw_fd(), &SockaddrStorage::from(target)) {
-        Ok(()) => false,
-        Err(Errno::EINPROGRESS) => true,
-        Err(e) => return Err(e),
+    let waited = match connected {
+        Ok(true) => wait_connected(sock).map(|()| false),
+        other => other,
     };
-    if nonblocking {
-        return Ok((sock, pending));
-    }
-    if pending {
-        wait_connected(&sock)?;
-    }
-    let fl = nix::fcntl::fcntl(sock.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFL)?;
-    let fl = nix::fcntl::OFlag::from_bits_truncate(fl) & !nix::fcntl::OFlag::O_NONBLOCK;
-    nix::fcntl::fcntl(sock.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(fl))?;
-    Ok((sock, false))
+    fcntl(sock.as_raw_fd(), FcntlArg::F_SETFL(flags))?;
+    waited
 }
 
 fn wait_connected(sock: &OwnedFd) -> Result<(), Errno> {
@@ -343,13 +331,4 @@ fn wait_connected(sock: &OwnedFd) -> Result<(), Errno> {
         0 => Ok(()),
         e => Err(Errno::from_raw(e)),
     }
-}
-
-/// As the proxy sees it: an IPv4 address mapped into IPv6 is IPv4.
-fn std_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = a.as_sockaddr_in() {
-        return Some(SocketAddr::V4((*v4).into()));
-    }
-    let v6: std::net::SocketAddrV6 = (*a.as_sockaddr_in6()?).into();
-    Some(SocketAddr::new(v6.ip().to_canonical(), v6.port()))
 }

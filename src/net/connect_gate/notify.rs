@@ -1,11 +1,9 @@
 //! The syscall edge of the gate: seccomp's user notifications (receive,
-//! check, answer, hand over a socket), and what warden reads of the
-//! calling process (its memory, its descriptor's flags) through /proc.
+//! check, answer), and what warden takes from the calling process (the
+//! address in its memory, the socket it wants connected).
 
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::FileExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// The listener seccomp returned when the gate's filter was installed.
 pub struct Listener(OwnedFd);
@@ -85,120 +83,138 @@ impl Listener {
         };
         ioctl(&self.0, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp).map(drop)
     }
-
-    /// Puts `fd` (warden's) at number `at` in the caller's descriptor table,
-    /// closing what was there.
-    pub fn place(&self, id: u64, fd: BorrowedFd<'_>, at: i32, cloexec: bool) -> io::Result<()> {
-        let at = u32::try_from(at).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-        let mut add = libc::seccomp_notif_addfd {
-            id,
-            flags: libc::SECCOMP_ADDFD_FLAG_SETFD as u32,
-            srcfd: fd.as_raw_fd() as u32,
-            newfd: at,
-            newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
-        };
-        ioctl(&self.0, libc::SECCOMP_IOCTL_NOTIF_ADDFD, &mut add).map(drop)
-    }
 }
 
-/// A calling thread's /proc folder, opened once for what is read of it.
-pub struct Caller(File);
+/// The gate acting on a waiting caller with the caller's own real ids:
+/// the kernel lets a process read the memory of (process_vm_readv) and
+/// take a descriptor from (pidfd_getfd) only a process of its own real
+/// user, or holders of CAP_SYS_PTRACE, which a container may not give.
+/// So this thread takes the commands' real uid and gid for the few
+/// syscalls that need them, and warden's back at once; its effective ids
+/// stay root's, so no capability is lost.
+///
+/// While the thread's real uid is the commands', they may signal it
+/// (tgkill). It blocks every signal it can (`start` sees to it), and the
+/// two it cannot block, SIGKILL and SIGSTOP, the kernel discards when a
+/// process inside the machine sends them to PID 1: hence `start` asks
+/// for PID 1.
+#[derive(Debug, Clone, Copy)]
+pub struct AsCaller {
+    pub uid: u32,
+    pub gid: u32,
+}
 
-impl Caller {
-    pub fn open(tid: u32) -> io::Result<Caller> {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-            .open(format!("/proc/{tid}"))
-            .map(Caller)
+impl AsCaller {
+    /// Runs `f` with the caller's real ids; warden's are back after it,
+    /// or the error says they could not be (then the gate must stop).
+    fn within<T>(&self, f: impl FnOnce() -> io::Result<T>) -> Result<io::Result<T>, Stuck> {
+        set_real_ids(self.uid, self.gid).map_err(|_| Stuck)?;
+        let result = f();
+        set_real_ids(0, 0).map_err(|_| Stuck)?;
+        Ok(result)
     }
 
-    fn file(&self, name: &std::ffi::CStr) -> io::Result<File> {
-        // SAFETY: openat on a descriptor this Caller owns, with a
-        // NUL-terminated name; the result is a new descriptor or -1.
-        let fd = unsafe {
-            libc::openat(
-                self.0.as_raw_fd(),
-                name.as_ptr(),
-                libc::O_RDONLY | libc::O_CLOEXEC,
-            )
-        };
-        match fd {
-            fd if fd < 0 => Err(io::Error::last_os_error()),
-            // SAFETY: a descriptor openat just returned, owned by no one.
-            fd => Ok(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) }),
-        }
-    }
-
-    /// `len` bytes at `addr` in the thread's memory.
-    pub fn read_memory(&self, addr: u64, len: usize) -> io::Result<Vec<u8>> {
-        let mem = self.file(c"mem")?;
+    /// `len` bytes at `addr` in the memory of thread `tid`.
+    pub fn read_memory(
+        &self,
+        tid: u32,
+        addr: u64,
+        len: usize,
+    ) -> Result<io::Result<Vec<u8>>, Stuck> {
         let mut buf = vec![0u8; len];
-        let n = mem.read_at(&mut buf, addr)?;
-        buf.truncate(n);
-        Ok(buf)
+        self.within(|| {
+            let pid = nix::unistd::Pid::from_raw(tid as i32);
+            let remote = [nix::sys::uio::RemoteIoVec {
+                base: addr as usize,
+                len,
+            }];
+            let n = nix::sys::uio::process_vm_readv(
+                pid,
+                &mut [io::IoSliceMut::new(&mut buf)],
+                &remote,
+            )?;
+            buf.truncate(n);
+            Ok(buf)
+        })
     }
 
-    /// The file flags of descriptor `fd` (O_NONBLOCK, O_CLOEXEC among
-    /// them), as its fdinfo gives them.
-    pub fn fd_flags(&self, fd: i32) -> io::Result<u32> {
-        let name = std::ffi::CString::new(format!("fdinfo/{fd}"))
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let mut info = String::new();
-        io::Read::read_to_string(&mut self.file(&name)?, &mut info)?;
-        flags_of(&info).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no flags line"))
-    }
-}
-
-/// The `flags:` line of an fdinfo file (octal).
-pub fn flags_of(fdinfo: &str) -> Option<u32> {
-    let value = fdinfo.lines().find_map(|l| l.strip_prefix("flags:"))?;
-    u32::from_str_radix(value.trim(), 8).ok()
-}
-
-/// Has the calling thread's file accesses checked as `uid`:`gid`: the
-/// gate reads the memory of commands, which /proc lets only their own
-/// user do (or CAP_SYS_PTRACE, which a container may not give). Only the
-/// filesystem ids change, and only this thread's, so no one else gains
-/// the right to signal warden.
-pub fn act_as(uid: u32, gid: u32) -> Result<(), String> {
-    // SAFETY: setfsgid/setfsuid take plain integers and change only the
-    // calling thread's filesystem ids; they return the previous id.
-    let (old_gid, now_gid, old_uid, now_uid) = unsafe {
-        (
-            libc::syscall(libc::SYS_setfsgid, gid),
-            libc::syscall(libc::SYS_setfsgid, gid),
-            libc::syscall(libc::SYS_setfsuid, uid),
-            libc::syscall(libc::SYS_setfsuid, uid),
-        )
-    };
-    let _ = (old_gid, old_uid);
-    match (now_gid as u32 == gid, now_uid as u32 == uid) {
-        (true, true) => Ok(()),
-        _ => Err(format!(
-            "cannot take {uid}:{gid} as the gate thread's filesystem ids"
-        )),
+    /// A descriptor of warden's for the open file at `fd` in thread
+    /// `tid`'s table (the same socket, not a copy of it), and the thread
+    /// pinned as a pidfd, so that `still_waiting` can then vouch that it
+    /// was the caller's.
+    pub fn take(&self, tid: u32, fd: i32) -> Result<io::Result<(OwnedFd, OwnedFd)>, Stuck> {
+        self.within(|| {
+            let thread = pidfd_open(tid)?;
+            let file = pidfd_getfd(&thread, fd)?;
+            Ok((file, thread))
+        })
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The thread's real ids could not be given back: it must serve no more.
+#[derive(Debug)]
+pub struct Stuck;
 
-    #[test]
-    fn fdinfo_flags() {
-        for (text, want) in [
-            (
-                "pos:\t0\nflags:\t02004002\nmnt_id:\t9\nino:\t123\n",
-                Some(0o2004002),
-            ),
-            ("pos:\t0\nflags:\t02\n", Some(2)),
-            ("pos:\t0\n", None),
-            ("flags:\tzz\n", None),
-            ("", None),
-        ] {
-            assert_eq!(flags_of(text), want, "{text:?}");
+fn set_real_ids(uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: raw setresgid/setresuid change only the calling thread's
+    // ids (unlike libc's wrappers, which change every thread's); -1
+    // leaves the effective and saved ids as they are.
+    let rc = unsafe {
+        match libc::syscall(libc::SYS_setresgid, gid, -1i32, -1i32) {
+            0 => libc::syscall(libc::SYS_setresuid, uid, -1i32, -1i32),
+            rc => rc,
         }
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+fn owned(rc: libc::c_long) -> io::Result<OwnedFd> {
+    match rc {
+        rc if rc < 0 => Err(io::Error::last_os_error()),
+        // SAFETY: a descriptor the kernel just returned, owned by no one.
+        rc => Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(rc as i32) }),
+    }
+}
+
+/// A pidfd for one thread: PIDFD_THREAD (Linux 6.9) names any thread; on
+/// older kernels only a process's first thread can be named.
+fn pidfd_open(tid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new
+    // descriptor or -1.
+    let open =
+        |flags: libc::c_uint| owned(unsafe { libc::syscall(libc::SYS_pidfd_open, tid, flags) });
+    match open(libc::PIDFD_THREAD) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => open(0),
+        found => found,
+    }
+}
+
+fn pidfd_getfd(thread: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_getfd takes a pidfd this thread owns, a descriptor
+    // number and flags 0; it returns a new descriptor (close-on-exec) or -1.
+    owned(unsafe { libc::syscall(libc::SYS_pidfd_getfd, thread.as_raw_fd(), fd, 0) })
+}
+
+/// Blocks every signal that can be blocked on the calling thread.
+pub fn block_signals() -> io::Result<()> {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
+    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), None).map_err(io::Error::from)
+}
+
+/// Connects socket `sock` to the address in `raw` (a sockaddr, as the
+/// caller gave it and the gate checked it).
+pub fn connect_raw(sock: &OwnedFd, raw: &[u8]) -> io::Result<()> {
+    let len = libc::socklen_t::try_from(raw.len())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: connect reads `len` bytes at `raw`, a live slice of that
+    // length; the kernel checks that they form an address of the
+    // socket's family.
+    let rc = unsafe { libc::connect(sock.as_raw_fd(), raw.as_ptr().cast(), len) };
+    match rc {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
     }
 }
