@@ -293,7 +293,14 @@ fn origin(sup: &Arc<Supervisor>) -> proxy::Origin {
     let weak = Arc::downgrade(sup);
     let tags = crate::lifetime::TAG_BASE..crate::lifetime::TAG_BASE + crate::lifetime::TAG_COUNT;
     Arc::new(move |client, proxy_end| {
-        let holder = crate::net::origin::holder(client, proxy_end, tags.clone())?;
+        // A socket warden's connect gate connected says itself whose it is.
+        let made_for = weak
+            .upgrade()
+            .and_then(|sup| sup.network.gate()?.ledger.caller_of(client));
+        let holder = match made_for {
+            Some(tid) => crate::net::origin::holder_of_thread(tid as i32, tags.clone()),
+            None => crate::net::origin::holder(client, proxy_end, tags.clone())?,
+        };
         let mut found = json!({"pid": holder.pid});
         let command = holder
             .tag

@@ -32,7 +32,7 @@ pub fn uid_of(local: SocketAddr, remote: SocketAddr) -> Option<u32> {
 }
 
 /// A process (or thread) known to hold the connection, with its tag.
-fn holder_of_thread(pid: i32, tags: std::ops::Range<u32>) -> Holder {
+pub fn holder_of_thread(pid: i32, tags: std::ops::Range<u32>) -> Holder {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     Holder {
         pid,

@@ -19,9 +19,9 @@
 //! with whatever it set on it (options, blocking mode), so the proxy
 //! finds its owner as it finds any client's.
 //!
-//! What it needs: CAP_SETUID and CAP_SETGID (to take the commands' real
-//! ids for a moment, see `notify::AsCaller`), which warden needs anyway,
-//! and to be PID 1 of its PID namespace, as a machine's warden is.
+//! What it needs: CAP_SETUID and CAP_SETGID (its thread takes the
+//! commands' real ids, see `notify::take_callers_ids`), which warden needs
+//! anyway, and to be PID 1 of its PID namespace, as a machine's warden is.
 
 mod decide;
 mod notify;
@@ -31,7 +31,8 @@ pub use notify::Listener;
 
 use nix::errno::Errno;
 use nix::sys::socket::{self, sockopt};
-use notify::{AsCaller, Notice, Stuck};
+use notify::Notice;
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -53,7 +54,8 @@ pub struct Settings {
     pub gid: u32,
 }
 
-/// What the gate has done since it started.
+/// What the gate has done since it started, and for whom the sockets it
+/// connected to the proxy are.
 #[derive(Debug, Default)]
 pub struct Ledger {
     /// Connections warden made to the proxy for a command.
@@ -62,12 +64,38 @@ pub struct Ledger {
     pub refused: AtomicU64,
     /// Calls let go on as made (unix and routing sockets).
     pub passed_on: AtomicU64,
+    /// The sockets connected to the proxy whose caller the proxy has not
+    /// asked for yet: by their local address (the proxy's client).
+    made: Mutex<HashMap<SocketAddr, u32>>,
     /// Where warden's own probe is knocking right now: refused and
     /// counted, not audited (a status would add lines every time).
     probe_knocks: Mutex<Vec<SocketAddr>>,
 }
 
+/// Connections remembered for the proxy at most; past it they are
+/// forgotten (the proxy then finds their caller by the socket table).
+const REMEMBERED: usize = 4096;
+
 impl Ledger {
+    /// Which thread a socket the gate connected to the proxy was
+    /// connected for, by its local address; asked once, by the proxy,
+    /// once the client has spoken, which it can only do after the gate
+    /// answered it, so after it was remembered.
+    pub fn caller_of(&self, local: SocketAddr) -> Option<u32> {
+        self.made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&local)
+    }
+
+    fn remember(&self, local: SocketAddr, tid: u32) {
+        let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
+        if made.len() >= REMEMBERED {
+            made.clear();
+        }
+        made.insert(local, tid);
+    }
+
     /// The probe knocks on `addresses` until `probe_done`.
     pub fn probe_knocking(&self, addresses: Vec<SocketAddr>) {
         *self.probe_knocks.lock().unwrap_or_else(|e| e.into_inner()) = addresses;
@@ -118,7 +146,7 @@ pub fn start(
     on_refusal: OnRefusal,
 ) -> Result<Arc<Ledger>, String> {
     if std::process::id() != 1 {
-        return Err("warden is not PID 1 of its PID namespace, so the commands could end it through the gate's thread while it acts as them".into());
+        return Err("warden is not PID 1 of its PID namespace, so the commands could end it through the gate's thread, which has their real ids".into());
     }
     let ledger = Arc::new(Ledger::default());
     let mine = ledger.clone();
@@ -126,10 +154,16 @@ pub fn start(
     std::thread::Builder::new()
         .name("connect-gate".into())
         .spawn(move || {
-            let blocked = notify::block_signals()
-                .map_err(|e| format!("the connect gate cannot block signals: {e}"));
-            let failed = blocked.is_err();
-            let _ = ready_tx.send(blocked);
+            // Signals first: once it has the commands' ids, they may send some.
+            let ready = notify::block_signals()
+                .map_err(|e| format!("the connect gate cannot block signals: {e}"))
+                .and_then(|()| {
+                    notify::take_callers_ids(settings.uid, settings.gid).map_err(|e| {
+                        format!("the connect gate cannot take the commands' real ids: {e}")
+                    })
+                });
+            let failed = ready.is_err();
+            let _ = ready_tx.send(ready);
             if !failed {
                 serve(&listener, settings, &mine, &on_refusal);
             }
@@ -151,11 +185,7 @@ fn serve(listener: &Listener, settings: Settings, ledger: &Ledger, on_refusal: &
                 return;
             }
         };
-        let Ok(outcome) = handle(listener, &notice, settings) else {
-            crate::say!("connect gate: cannot take back warden's own ids; the gate stops, gated connects now fail");
-            return;
-        };
-        match outcome {
+        match handle(listener, &notice, settings.proxy_port, ledger) {
             Outcome::ToProxy => ledger.to_proxy.fetch_add(1, Ordering::Relaxed),
             Outcome::PassedOn => ledger.passed_on.fetch_add(1, Ordering::Relaxed),
             Outcome::Refused(refusal) => {
@@ -177,9 +207,8 @@ enum Outcome {
     Gone,
 }
 
-/// Decides one call and answers it; Err if the thread could not take
-/// back its own ids after acting as the caller.
-fn handle(listener: &Listener, n: &Notice, settings: Settings) -> Result<Outcome, Stuck> {
+/// Decides one call and answers it.
+fn handle(listener: &Listener, n: &Notice, proxy_port: u16, ledger: &Ledger) -> Outcome {
     let refuse = |errno: i32, address: Option<SocketAddr>, reason: String| {
         // Read while the caller waits: it may be gone once answered.
         let status = std::fs::read_to_string(format!("/proc/{}/status", n.tid)).ok();
@@ -194,30 +223,19 @@ fn handle(listener: &Listener, n: &Notice, settings: Settings) -> Result<Outcome
         }
     };
     if i64::from(n.nr) != libc::SYS_connect {
-        return Ok(refuse(
-            libc::ENOSYS,
-            None,
-            format!("syscall {} is not gated", n.nr),
-        ));
+        let reason = format!("syscall {} is not gated", n.nr);
+        return refuse(libc::ENOSYS, None, reason);
     }
     let (fd, at, len) = (n.args[0] as i32, n.args[1], n.args[2] as u32 as usize);
     if len > MAX_ADDRESS {
         // What the kernel answers too.
-        return Ok(refuse(
-            libc::EINVAL,
-            None,
-            "an address longer than any".into(),
-        ));
+        return refuse(libc::EINVAL, None, "an address longer than any".into());
     }
-    let caller = AsCaller {
-        uid: settings.uid,
-        gid: settings.gid,
-    };
-    let addr = match caller.read_memory(n.tid, at, len)? {
+    let addr = match notify::read_memory(n.tid, at, len) {
         Ok(addr) => addr,
-        Err(e) => return Ok(unreadable(listener, n, e, refuse)),
+        Err(e) => return unreadable(listener, n, e, refuse),
     };
-    Ok(match decide(&addr, settings.proxy_port) {
+    match decide(&addr, proxy_port) {
         Decision::Continue => match listener.carry_on(n.id) {
             Ok(()) => Outcome::PassedOn,
             Err(_) => Outcome::Gone,
@@ -227,12 +245,12 @@ fn handle(listener: &Listener, n: &Notice, settings: Settings) -> Result<Outcome
             address,
             reason,
         } => refuse(errno, address, reason.into()),
-        Decision::Proxy(target) => match to_proxy(listener, n, caller, fd, &addr)? {
+        Decision::Proxy(target) => match to_proxy(listener, n, fd, &addr, ledger) {
             Ok(()) => Outcome::ToProxy,
             Err(Some(errno)) => refuse(errno, Some(target), "the proxy did not accept".into()),
             Err(None) => Outcome::Gone,
         },
-    })
+    }
 }
 
 /// The call's address could not be read: an address the caller does not
@@ -260,33 +278,33 @@ fn unreadable(
 }
 
 /// Takes the caller's socket `fd` and connects it to `addr` (the copy
-/// the gate checked). Inner Err(Some(errno)) to refuse with, Err(None) if
-/// the caller is gone.
+/// the gate checked). Err(Some(errno)) to refuse with, Err(None) if the
+/// caller is gone.
 fn to_proxy(
     listener: &Listener,
     n: &Notice,
-    caller: AsCaller,
     fd: i32,
     addr: &[u8],
-) -> Result<Result<(), Option<i32>>, Stuck> {
-    let (sock, _thread) = match caller.take(n.tid, fd)? {
-        Ok(taken) => taken,
-        Err(e) => return Ok(Err(Some(e.raw_os_error().unwrap_or(libc::EBADF)))),
-    };
+    ledger: &Ledger,
+) -> Result<(), Option<i32>> {
+    let errno = |e: io::Error| Some(e.raw_os_error().unwrap_or(libc::EBADF));
+    let (sock, _thread) = notify::take(n.tid, fd).map_err(errno)?;
     // The pidfd pins the thread: if the call is still waiting, the socket
     // was taken from the caller and not from whoever took its tid since.
     if !listener.still_waiting(n.id) {
-        return Ok(Err(None));
+        return Err(None);
     }
-    let answer = match connect(&sock, addr) {
-        Ok(pending) => listener.answer(
-            n.id,
-            if pending { -1 } else { 0 },
-            if pending { libc::EINPROGRESS } else { 0 },
-        ),
-        Err(errno) => return Ok(Err(Some(errno as i32))),
+    let pending = connect(&sock, addr).map_err(|e| Some(e as i32))?;
+    // Its local address is chosen by now, even while it is connecting.
+    let local = socket::getsockname::<socket::SockaddrStorage>(sock.as_raw_fd());
+    if let Some(local) = local.ok().as_ref().and_then(std_addr) {
+        ledger.remember(local, n.tid);
+    }
+    let answered = match pending {
+        true => listener.answer(n.id, -1, libc::EINPROGRESS),
+        false => listener.answer(n.id, 0, 0),
     };
-    Ok(answer.map_err(|_| None))
+    answered.map_err(|_| None)
 }
 
 /// Connects the caller's socket to `addr` as its own blocking mode asks:
@@ -331,4 +349,13 @@ fn wait_connected(sock: &OwnedFd) -> Result<(), Errno> {
         0 => Ok(()),
         e => Err(Errno::from_raw(e)),
     }
+}
+
+/// As the proxy sees it: an IPv4 address mapped into IPv6 is IPv4.
+fn std_addr(a: &socket::SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*v4).into()));
+    }
+    let v6: std::net::SocketAddrV6 = (*a.as_sockaddr_in6()?).into();
+    Some(SocketAddr::new(v6.ip().to_canonical(), v6.port()))
 }

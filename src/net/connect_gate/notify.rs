@@ -85,77 +85,21 @@ impl Listener {
     }
 }
 
-/// The gate acting on a waiting caller with the caller's own real ids:
-/// the kernel lets a process read the memory of (process_vm_readv) and
-/// take a descriptor from (pidfd_getfd) only a process of its own real
-/// user, or holders of CAP_SYS_PTRACE, which a container may not give.
-/// So this thread takes the commands' real uid and gid for the few
-/// syscalls that need them, and warden's back at once; its effective ids
-/// stay root's, so no capability is lost.
+/// Gives the calling thread, and it alone, the commands' real uid and
+/// gid for good: the kernel lets a process read the memory of
+/// (process_vm_readv) and take a descriptor from (pidfd_getfd) only a
+/// process of its own real user, or holders of CAP_SYS_PTRACE, which a
+/// container may not give. Its effective and saved ids stay root's, so it
+/// keeps its capabilities, and no command may trace it or read its
+/// memory (that needs every id to match).
 ///
-/// While the thread's real uid is the commands', they may signal it
-/// (tgkill). It blocks every signal it can (`start` sees to it), and the
-/// two it cannot block, SIGKILL and SIGSTOP, the kernel discards when a
-/// process inside the machine sends them to PID 1: hence `start` asks
-/// for PID 1.
-#[derive(Debug, Clone, Copy)]
-pub struct AsCaller {
-    pub uid: u32,
-    pub gid: u32,
-}
-
-impl AsCaller {
-    /// Runs `f` with the caller's real ids; warden's are back after it,
-    /// or the error says they could not be (then the gate must stop).
-    fn within<T>(&self, f: impl FnOnce() -> io::Result<T>) -> Result<io::Result<T>, Stuck> {
-        set_real_ids(self.uid, self.gid).map_err(|_| Stuck)?;
-        let result = f();
-        set_real_ids(0, 0).map_err(|_| Stuck)?;
-        Ok(result)
-    }
-
-    /// `len` bytes at `addr` in the memory of thread `tid`.
-    pub fn read_memory(
-        &self,
-        tid: u32,
-        addr: u64,
-        len: usize,
-    ) -> Result<io::Result<Vec<u8>>, Stuck> {
-        let mut buf = vec![0u8; len];
-        self.within(|| {
-            let pid = nix::unistd::Pid::from_raw(tid as i32);
-            let remote = [nix::sys::uio::RemoteIoVec {
-                base: addr as usize,
-                len,
-            }];
-            let n = nix::sys::uio::process_vm_readv(
-                pid,
-                &mut [io::IoSliceMut::new(&mut buf)],
-                &remote,
-            )?;
-            buf.truncate(n);
-            Ok(buf)
-        })
-    }
-
-    /// A descriptor of warden's for the open file at `fd` in thread
-    /// `tid`'s table (the same socket, not a copy of it), and the thread
-    /// pinned as a pidfd, so that `still_waiting` can then vouch that it
-    /// was the caller's.
-    pub fn take(&self, tid: u32, fd: i32) -> Result<io::Result<(OwnedFd, OwnedFd)>, Stuck> {
-        self.within(|| {
-            let thread = pidfd_open(tid)?;
-            let file = pidfd_getfd(&thread, fd)?;
-            Ok((file, thread))
-        })
-    }
-}
-
-/// The thread's real ids could not be given back: it must serve no more.
-#[derive(Debug)]
-pub struct Stuck;
-
-fn set_real_ids(uid: u32, gid: u32) -> io::Result<()> {
+/// What the commands do gain over this thread: they may signal it
+/// (tgkill) and lower its priority. It blocks every signal it can (see
+/// `block_signals`), and the two it cannot block, SIGKILL and SIGSTOP,
+/// the kernel discards when a process inside the machine sends them to
+/// PID 1: hence the gate asks for PID 1. A lower priority slows only the
+/// commands' own connects.
+pub fn take_callers_ids(uid: u32, gid: u32) -> io::Result<()> {
     // SAFETY: raw setresgid/setresuid change only the calling thread's
     // ids (unlike libc's wrappers, which change every thread's); -1
     // leaves the effective and saved ids as they are.
@@ -169,6 +113,28 @@ fn set_real_ids(uid: u32, gid: u32) -> io::Result<()> {
         0 => Ok(()),
         _ => Err(io::Error::last_os_error()),
     }
+}
+
+/// `len` bytes at `addr` in the memory of thread `tid`.
+pub fn read_memory(tid: u32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let pid = nix::unistd::Pid::from_raw(tid as i32);
+    let remote = [nix::sys::uio::RemoteIoVec {
+        base: addr as usize,
+        len,
+    }];
+    let n = nix::sys::uio::process_vm_readv(pid, &mut [io::IoSliceMut::new(&mut buf)], &remote)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// A descriptor of warden's for the open file at `fd` in thread `tid`'s
+/// table (the same socket, not a copy of it), and the thread pinned as a
+/// pidfd, so that `still_waiting` can then vouch that it was the caller's.
+pub fn take(tid: u32, fd: i32) -> io::Result<(OwnedFd, OwnedFd)> {
+    let thread = pidfd_open(tid)?;
+    let file = pidfd_getfd(&thread, fd)?;
+    Ok((file, thread))
 }
 
 fn owned(rc: libc::c_long) -> io::Result<OwnedFd> {

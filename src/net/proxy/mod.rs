@@ -158,20 +158,21 @@ impl Proxy {
         let started = Instant::now();
         let _ = client.set_nodelay(true);
         let mut line = Line::new(peer);
-        // Who asked, looked up while the connection is surely open, beside
-        // the request; awaited only for the line, never before an answer.
-        let origin = match (&self.origin, client.local_addr()) {
-            (Some(origin), Ok(local)) => {
+        // Both ends, to ask the kernel who the client is if it must.
+        let ends = client.local_addr().ok().map(|local| (peer, local));
+        let admitted = self.admit(&mut client, &mut line, ends).await;
+        // Who asked: looked up once it has asked (a connection closed
+        // without a word, as the firewall's probe makes, needs no name),
+        // while it surely waits for its answer; awaited only for the line.
+        let origin = match (&admitted, &self.origin, ends) {
+            (Ok(None), _, _) | (_, None, _) | (_, _, None) => None,
+            (_, Some(origin), Some((peer, local))) => {
                 let origin = origin.clone();
                 Some(tokio::task::spawn_blocking(move || origin(peer, local)))
             }
-            _ => None,
         };
-        // Both ends, to ask the kernel who the client is if it must.
-        let ends = client.local_addr().ok().map(|local| (peer, local));
-        let admitted = match self.admit(&mut client, &mut line, ends).await {
+        let admitted = match admitted {
             Ok(Some(admitted)) => admitted,
-            // Connected and closed without a word: the firewall probe.
             Ok(None) => return,
             Err(refused) => {
                 self.refuse(&mut client, &mut line, refused, started, origin)
