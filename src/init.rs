@@ -296,7 +296,7 @@ fn origin(sup: &Arc<Supervisor>) -> proxy::Origin {
         // A socket warden's connect gate connected says itself whose it is.
         let made_for = weak
             .upgrade()
-            .and_then(|sup| sup.network.gate()?.ledger.caller_of(client));
+            .and_then(|sup| sup.network.gate()?.caller_of(client));
         let holder = match made_for {
             Some(tid) => crate::net::origin::holder_of_thread(tid as i32, tags.clone()),
             None => crate::net::origin::holder(client, proxy_end, tags.clone())?,
@@ -546,7 +546,7 @@ fn start_main(sup: &Supervisor) -> Option<Result<Main, i32>> {
             return Some(Err(125));
         }
     };
-    match spawn::spawn(&launch, stdio, &sup.reaper, false) {
+    match sup.spawn_runtime(launch, stdio, false) {
         Ok(spawned) => {
             sup.set_main(Some(MainState {
                 pid: spawned.pid.as_raw(),

@@ -40,6 +40,36 @@ pub struct Network {
 pub struct Gate {
     pub ledger: Arc<connect_gate::Ledger>,
     pub why_not_firewall: String,
+    /// The runtime's own gate, where `runtime_hosts` limits it (or why it
+    /// could not open); None when the runtime is not limited.
+    pub runtime: Option<Result<RuntimeGate, String>>,
+}
+
+/// The gate of the runtime's processes: they are forked from `spawner`,
+/// whose filter sends their connects to a gate thread of their own.
+pub struct RuntimeGate {
+    pub spawner: crate::confine::runtime_spawner::RuntimeSpawner,
+    pub ledger: Arc<connect_gate::Ledger>,
+}
+
+impl Gate {
+    /// Whose a socket the gates connected to the proxy is (by its local
+    /// address), if a gate connected it.
+    pub fn caller_of(&self, local: std::net::SocketAddr) -> Option<u32> {
+        let runtime = || {
+            self.runtime
+                .as_ref()?
+                .as_ref()
+                .ok()?
+                .ledger
+                .caller_of(local)
+        };
+        self.ledger.caller_of(local).or_else(runtime)
+    }
+
+    pub fn runtime_gate(&self) -> Option<&RuntimeGate> {
+        self.runtime.as_ref()?.as_ref().ok()
+    }
 }
 
 impl Network {
@@ -184,6 +214,43 @@ impl Network {
         };
         match problems.is_empty() {
             true => state(true, format!("the runtime's sockets (uid {runtime_uid}) reach only the proxy on loopback:{port}, which decides its requests on runtime_hosts ({entries} entries); a probe as the runtime was refused at once over TCP, its UDP datagram did not arrive, and it reached the proxy")),
+            false => state(false, problems.join("; ")),
+        }
+    }
+
+    /// The same where warden's connect gate decides the runtime's
+    /// connects: the probe, forked as the main process is, must be
+    /// refused but at the proxy, make no UDP socket, reach the proxy, and
+    /// see Landlock refuse a connect of its own (which the gate relies on).
+    pub fn prove_runtime_gated(
+        &self,
+        entries: usize,
+        gate: &RuntimeGate,
+        probe: impl FnOnce(
+            crate::confine::probe::NetProbe,
+        ) -> Result<crate::confine::probe::Probe, String>,
+    ) -> LayerState {
+        let state = |holds, detail| crate::confine::state("runtime_network", true, holds, detail);
+        let port = self.scope.proxy_port;
+        let mut own_refused = false;
+        let findings = knock(port, |plan| {
+            gate.ledger.probe_knocking(plan.addresses());
+            let found = probe(plan);
+            gate.ledger.probe_done();
+            own_refused = found
+                .as_ref()
+                .is_ok_and(|p| p.has(crate::confine::probe::Probe::LANDLOCK_TCP));
+            found
+        });
+        let mut problems = match findings {
+            Ok(f) => firewall::problems_in(&f, port, "the runtime"),
+            Err(e) => vec![format!("the probe failed: {e}")],
+        };
+        if !own_refused {
+            problems.push("Landlock did not refuse the runtime a TCP connect of its own".into());
+        }
+        match problems.is_empty() {
+            true => state(true, format!("held by warden's connect gate, without nftables: every TCP connect of the runtime's processes is decided by warden, which connects it to the proxy on loopback:{port} (deciding its requests on runtime_hosts, {entries} entries) and refuses the rest; Landlock refuses the runtime any TCP connect of its own and seccomp any UDP socket; a probe forked as the main process was refused at once over TCP, could make no UDP socket, and reached the proxy. So far: {}", gate.ledger.said())),
             false => state(false, problems.join("; ")),
         }
     }

@@ -228,6 +228,26 @@ impl StaticRules {
     }
 }
 
+/// A ruleset that handles TCP connect alone and grants none: the
+/// runtime's own TCP connects refused, where warden's connect gate makes
+/// them for it. Nothing else of the runtime is restricted.
+pub fn no_tcp_connect() -> Result<OwnedFd, String> {
+    let abi = kernel_abi();
+    if abi < 4 {
+        return Err(format!(
+            "Landlock's TCP rules need ABI 4 (Linux 6.7); the kernel has {abi}"
+        ));
+    }
+    let e = |e: landlock::RulesetError| e.to_string();
+    let created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessNet::ConnectTcp)
+        .map_err(e)?
+        .create()
+        .map_err(e)?;
+    Option::<OwnedFd>::from(created).ok_or_else(|| "Landlock made no ruleset".to_string())
+}
+
 fn grant(path: &Path, access: BitFlags<AccessFs>) -> Option<Grant> {
     let meta = std::fs::metadata(path).ok()?;
     // A file can only carry file rights.

@@ -7,6 +7,7 @@ pub mod cgroups;
 pub mod landlock;
 pub mod policy;
 pub mod probe;
+pub mod runtime_spawner;
 pub mod seccomp;
 pub mod spawn;
 pub mod spawner;
@@ -192,6 +193,21 @@ impl Confinement {
     /// The runtime's network probe: nothing of a command's but what any
     /// child of warden gets (the runtime is not confined; only its
     /// network is, by the firewall).
+    /// The runtime's processes where warden's connect gate decides its
+    /// network: Landlock refuses it every TCP connect of its own (the
+    /// gate makes them for it), no capabilities, no_new_privs; nothing
+    /// else of it is restricted. `probe`: knock instead of exec.
+    pub fn for_gated_runtime(&self, probe: Option<NetProbe>) -> Result<Confine, String> {
+        Ok(Confine {
+            landlock: Some(landlock::no_tcp_connect()?),
+            rlimits: Vec::new(),
+            last_cap: self.last_cap,
+            probe: false,
+            net_probe: probe,
+            cgroup: None,
+        })
+    }
+
     pub fn for_runtime_network_probe(&self, probe: NetProbe) -> Confine {
         Confine {
             landlock: None,

@@ -99,24 +99,8 @@ pub(super) unsafe fn layers(last_cap: u32, uid: u32) -> u32 {
     if libc::syscall(libc::SYS_personality, 0xffff_ffffu32) < 0 && Errno::last() == Errno::EPERM {
         bits |= Probe::SECCOMP;
     }
-    // Port 1 of 127.0.0.1: the connect gate lets this one through to the
-    // kernel (see `connect_gate::LANDLOCK_WITNESS`), so it is Landlock's
-    // refusal that is seen, gate or not.
-    let sock = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-    if sock >= 0 {
-        let addr = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: 1u16.to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
-        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        let rc = libc::connect(sock, (&addr as *const libc::sockaddr_in).cast(), len);
-        if rc < 0 && Errno::last() == Errno::EACCES {
-            bits |= Probe::LANDLOCK_TCP;
-        }
+    if landlock_witness_refused() {
+        bits |= Probe::LANDLOCK_TCP;
     }
     if libc::getuid() == uid && libc::geteuid() == uid {
         bits |= Probe::IDENTITY;
@@ -161,6 +145,10 @@ pub(super) unsafe fn network(p: NetProbe, uid: u32) -> u32 {
         knock(true, port, false);
         knock(true, p.proxy, true);
     }
+    // The runtime's own TCP connects, where the gate decides them: the
+    // witness goes through the gate to the kernel, where Landlock must
+    // refuse it (for shell, `layers` proves the same).
+    let own_refused = landlock_witness_refused();
     let mut udp_made = udp_send(false, p.udp_v4);
     if let Some(port) = p.udp_v6 {
         udp_made |= udp_send(true, port);
@@ -178,10 +166,39 @@ pub(super) unsafe fn network(p: NetProbe, uid: u32) -> u32 {
     if reached {
         bits |= Probe::NET_PROXY_REACHED;
     }
+    if own_refused {
+        bits |= Probe::LANDLOCK_TCP;
+    }
     if libc::getuid() == uid {
         bits |= Probe::IDENTITY;
     }
     bits
+}
+
+/// Port 1 of 127.0.0.1: the connect gate lets this one through to the
+/// kernel (see `connect_gate::LANDLOCK_WITNESS`), so it is Landlock's
+/// refusal (EACCES) that is seen, gate or not.
+///
+/// # Safety
+/// Raw, async-signal-safe syscalls only: callable in a forked child.
+unsafe fn landlock_witness_refused() -> bool {
+    let sock = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+    if sock < 0 {
+        return false;
+    }
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 1u16.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let rc = libc::connect(sock, (&addr as *const libc::sockaddr_in).cast(), len);
+    let refused = rc < 0 && Errno::last() == Errno::EACCES;
+    libc::close(sock);
+    refused
 }
 
 /// Whether this process's oom_score_adj reads as `want`.

@@ -364,7 +364,30 @@ fn deny_program() -> Result<BpfProgram, String> {
     p.jeq(libc::SYS_ioctl as u32, "ioctl");
     p.jeq(libc::SYS_clone as u32, "clone");
     p.ret(libc::SECCOMP_RET_ALLOW);
+    network_rules(&mut p);
 
+    p.label("ioctl").load(arg(1));
+    // Typing into another process's terminal; console control.
+    p.jeq(libc::TIOCSTI as u32, "eperm");
+    p.jeq(libc::TIOCLINUX as u32, "eperm");
+    p.ret(libc::SECCOMP_RET_ALLOW);
+
+    // clone with a namespace flag: the same escape as unshare.
+    p.label("clone").load(arg(0));
+    p.op(JSET, NAMESPACE_FLAGS, To::Label("eperm"), To::Next);
+    p.label("allow").ret(libc::SECCOMP_RET_ALLOW);
+    p.label("eperm").ret(eperm);
+    p.label("enosys")
+        .ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+    p.label("kill").ret(libc::SECCOMP_RET_KILL_PROCESS);
+    p.assemble()
+}
+
+/// What a process may do with sockets where only the proxy may carry its
+/// traffic, at labels "socket", "send_flags_3" and "send_flags_2" (ending
+/// at "allow" or "eperm").
+fn network_rules(p: &mut Program) {
+    let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
     // Sockets: shell's tools need unix sockets and TCP to the proxy, which
     // resolves names for them; nothing else. Every other family is
     // refused: vsock (the host side of a VM, outside every other layer),
@@ -400,22 +423,6 @@ fn deny_program() -> Result<BpfProgram, String> {
     p.op(JSET, MSG_FASTOPEN, To::Label("eperm"), To::Label("allow"));
     p.label("send_flags_2").load(arg(2));
     p.op(JSET, MSG_FASTOPEN, To::Label("eperm"), To::Label("allow"));
-
-    p.label("ioctl").load(arg(1));
-    // Typing into another process's terminal; console control.
-    p.jeq(libc::TIOCSTI as u32, "eperm");
-    p.jeq(libc::TIOCLINUX as u32, "eperm");
-    p.ret(libc::SECCOMP_RET_ALLOW);
-
-    // clone with a namespace flag: the same escape as unshare.
-    p.label("clone").load(arg(0));
-    p.op(JSET, NAMESPACE_FLAGS, To::Label("eperm"), To::Next);
-    p.label("allow").ret(libc::SECCOMP_RET_ALLOW);
-    p.label("eperm").ret(eperm);
-    p.label("enosys")
-        .ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
-    p.label("kill").ret(libc::SECCOMP_RET_KILL_PROCESS);
-    p.assemble()
 }
 
 /// The connect gate's filter, installed on the spawner thread after the
@@ -430,6 +437,36 @@ pub fn gate_program() -> Result<BpfProgram, String> {
     p.load(NR).jeq(libc::SYS_connect as u32, "notify");
     p.label("allow").ret(libc::SECCOMP_RET_ALLOW);
     p.label("notify").ret(libc::SECCOMP_RET_USER_NOTIF);
+    p.assemble()
+}
+
+/// The runtime's filter where warden's connect gate decides its network
+/// (`runtime_hosts` where nftables cannot hold): the socket rules of
+/// commands (no UDP, raw, SCTP or MPTCP socket, no Fast Open), io_uring
+/// refused (its operations make sockets and send without these calls;
+/// ENOSYS makes libuv and others fall back), and every connect(2) a user
+/// notification. A foreign ABI is killed, as it would dodge the rules.
+pub fn runtime_gate_program() -> Result<BpfProgram, String> {
+    let mut p = Program::default();
+    p.load(ARCH)
+        .op(JEQ, AUDIT_ARCH_X86_64, To::Next, To::Label("kill"));
+    p.load(NR)
+        .op(JGE, X32_SYSCALL_BIT, To::Label("kill"), To::Next);
+    p.jeq(libc::SYS_connect as u32, "notify");
+    p.jeq(libc::SYS_io_uring_setup as u32, "enosys");
+    p.jeq(libc::SYS_socket as u32, "socket");
+    p.jeq(libc::SYS_sendto as u32, "send_flags_3");
+    p.jeq(libc::SYS_sendmmsg as u32, "send_flags_3");
+    p.jeq(libc::SYS_sendmsg as u32, "send_flags_2");
+    p.ret(libc::SECCOMP_RET_ALLOW);
+    network_rules(&mut p);
+    p.label("allow").ret(libc::SECCOMP_RET_ALLOW);
+    p.label("eperm")
+        .ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+    p.label("enosys")
+        .ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+    p.label("notify").ret(libc::SECCOMP_RET_USER_NOTIF);
+    p.label("kill").ret(libc::SECCOMP_RET_KILL_PROCESS);
     p.assemble()
 }
 
@@ -559,6 +596,94 @@ mod tests {
             allow,
             "the gate alone kills nothing"
         );
+    }
+
+    #[test]
+    fn the_runtime_gate_keeps_its_network_to_the_proxy() {
+        const X86_64: u32 = 0xc000_003e;
+        const I386: u32 = 0x4000_0003;
+        let programs = [runtime_gate_program().unwrap()];
+        let notify = libc::SECCOMP_RET_USER_NOTIF;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        let kill = libc::SECCOMP_RET_KILL_PROCESS;
+        let socket =
+            |domain: i32, ty: i32, proto: i32| [domain as u64, ty as u64, proto as u64, 0, 0, 0];
+        let flags3 = [0, 0, 0, MSG_FASTOPEN as u64, 0, 0];
+        let flags2 = [0, 0, MSG_FASTOPEN as u64, 0, 0, 0];
+        let cases: &[(&str, u32, i64, [u64; 6], u32)] = &[
+            ("connect", X86_64, libc::SYS_connect, [0; 6], notify),
+            (
+                "tcp socket",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_INET6, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0),
+                allow,
+            ),
+            (
+                "unix socket",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0),
+                allow,
+            ),
+            (
+                "udp socket",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_INET, libc::SOCK_DGRAM, 0),
+                eperm,
+            ),
+            (
+                "sctp socket",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_SCTP),
+                eperm,
+            ),
+            (
+                "packet socket",
+                X86_64,
+                libc::SYS_socket,
+                socket(libc::AF_PACKET, libc::SOCK_RAW, 0),
+                eperm,
+            ),
+            (
+                "fast open by sendto",
+                X86_64,
+                libc::SYS_sendto,
+                flags3,
+                eperm,
+            ),
+            (
+                "fast open by sendmsg",
+                X86_64,
+                libc::SYS_sendmsg,
+                flags2,
+                eperm,
+            ),
+            ("a plain send", X86_64, libc::SYS_sendto, [0; 6], allow),
+            ("io_uring", X86_64, libc::SYS_io_uring_setup, [0; 6], enosys),
+            (
+                "ptrace is not this filter's",
+                X86_64,
+                libc::SYS_ptrace,
+                [0; 6],
+                allow,
+            ),
+            (
+                "x32 connect is killed",
+                X86_64,
+                libc::SYS_connect | X32_SYSCALL_BIT as i64,
+                [0; 6],
+                kill,
+            ),
+            ("ia32 is killed", I386, 102, [0; 6], kill),
+        ];
+        for (name, arch, nr, args, want) in cases {
+            assert_eq!(verdict(&programs, *arch, *nr, *args), *want, "{name}");
+        }
     }
 
     #[test]

@@ -88,6 +88,8 @@ pub enum LaunchError {
     EmptyArgv,
     #[error("NUL byte in argument or environment")]
     Nul(#[from] NulError),
+    #[error("{0}")]
+    Confinement(String),
 }
 
 impl Launch {

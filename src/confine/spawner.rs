@@ -212,7 +212,7 @@ fn install(filters: &[BpfProgram]) -> Result<(), String> {
 }
 
 /// Installs the gate's `program` with a new listener, and returns it.
-fn install_listening(program: &BpfProgram) -> Result<OwnedFd, String> {
+pub(super) fn install_listening(program: &BpfProgram) -> Result<OwnedFd, String> {
     no_new_privs()?;
     let fd = seccomp(program, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32)
         .map_err(|e| format!("cannot install the connect gate's filter: {e}"))?;

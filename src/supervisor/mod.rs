@@ -392,7 +392,7 @@ impl Supervisor {
         };
         let spawned = match who.uid == self.shell.uid {
             true => self.spawner.spawn_blocking(launch, stdio, true),
-            false => crate::confine::spawn::spawn(&launch, stdio, &self.reaper, true),
+            false => self.spawn_runtime(launch, stdio, true),
         };
         match spawned {
             Ok(spawned) => {
@@ -404,6 +404,28 @@ impl Supervisor {
                     .ok_or_else(|| "the probe ran past its checks".to_string())
             }
             Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Forks a process of the runtime's (the main process, its probe):
+    /// from the runtime's spawner thread where warden's connect gate
+    /// decides its network, so that it carries the gate's filter; else
+    /// from the calling thread.
+    pub fn spawn_runtime(
+        &self,
+        launch: Launch,
+        stdio: crate::confine::spawn::Stdio,
+        kill_group: bool,
+    ) -> Result<crate::confine::spawn::Spawned, crate::confine::spawn::SpawnError> {
+        use crate::confine::spawn::{spawn, SpawnError};
+        match self.network.gate().and_then(|g| g.runtime_gate()) {
+            Some(gate) => {
+                let reaper = self.reaper.clone();
+                gate.spawner
+                    .run(move || spawn(&launch, stdio, &reaper, kill_group))
+                    .map_err(|_| SpawnError::SpawnerGone)?
+            }
+            None => spawn(&launch, stdio, &self.reaper, kill_group),
         }
     }
 
@@ -434,6 +456,16 @@ impl Supervisor {
             .find(|(k, _)| k == "PATH")
             .map(|(_, v)| v.clone())
             .unwrap_or_default();
+        // Where the gate decides its network, Landlock refuses it every
+        // TCP connect of its own: without that, no start.
+        let confine = match self.network.gate().and_then(|g| g.runtime_gate()) {
+            Some(_) => Some(
+                self.confinement
+                    .for_gated_runtime(None)
+                    .map_err(LaunchError::Confinement)?,
+            ),
+            None => None,
+        };
         Launch::new(
             argv,
             &env,
@@ -441,7 +473,7 @@ impl Supervisor {
             identity(&self.runtime),
             Grouping::ProcessGroup,
             Workdir::At(c_path(&self.runtime.home)?),
-            None,
+            confine,
         )
     }
 

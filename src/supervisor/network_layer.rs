@@ -4,8 +4,9 @@
 
 use super::Supervisor;
 use crate::audit::Event;
+use crate::confine::runtime_spawner::RuntimeSpawner;
 use crate::net::connect_gate::{self, Listener, Refusal};
-use crate::network::Gate;
+use crate::network::{Gate, RuntimeGate};
 use crate::protocol::LayerState;
 use serde_json::json;
 use std::sync::Arc;
@@ -58,13 +59,25 @@ impl Supervisor {
     /// process is (outside the commands' filters).
     pub(super) fn runtime_network_layer(&self) -> Option<LayerState> {
         let hosts = self.network.policy.runtime_hosts.as_ref()?;
-        if self.network.gate().is_some() {
-            return Some(crate::confine::state(
-                "runtime_network",
-                true,
-                false,
-                "nftables cannot hold here, and warden's connect gate covers commands, not the runtime: its connections are not limited to the proxy".into(),
-            ));
+        if let Some(gate) = self.network.gate() {
+            let runtime_gate = match &gate.runtime {
+                Some(Ok(runtime_gate)) => runtime_gate,
+                Some(Err(e)) => return Some(crate::confine::state(
+                    "runtime_network",
+                    true,
+                    false,
+                    format!("nftables cannot hold here, and warden's connect gate cannot open for the runtime ({e}): its connections are not limited to the proxy"),
+                )),
+                None => return None,
+            };
+            let knock = |plan| {
+                let confine = self.confinement.for_gated_runtime(Some(plan))?;
+                self.spawn_probe_as("warden-runtime-probe", confine, &self.runtime)
+            };
+            return Some(
+                self.network
+                    .prove_runtime_gated(hosts.len(), runtime_gate, knock),
+            );
         }
         let knock = |plan| {
             let confine = self.confinement.for_runtime_network_probe(plan);
@@ -81,7 +94,7 @@ impl Supervisor {
     /// the gate's thread answers its listener.
     fn open_gate(self: &Arc<Self>, why_not_firewall: String) -> Result<(), String> {
         let program = crate::confine::seccomp::gate_program()?;
-        let on_refusal = self.gate_recorder()?;
+        let on_refusal = self.gate_recorder(None)?;
         self.confinement.set_gated(true);
         let listener = match self.spawner.install_gate(program) {
             Ok(fd) => Listener::new(fd),
@@ -102,17 +115,47 @@ impl Supervisor {
         crate::say!(
             "the firewall does not hold ({why_not_firewall}): warden's connect gate stands in"
         );
+        let runtime = self.network.policy.runtime_hosts.is_some().then(|| {
+            let opened = self.open_runtime_gate();
+            if let Err(e) = &opened {
+                crate::say!("warden's connect gate cannot open for the runtime: {e}");
+            }
+            opened
+        });
         self.network.set_gate(Gate {
             ledger,
             why_not_firewall,
+            runtime,
         });
         Ok(())
+    }
+
+    /// The runtime's gate, where `runtime_hosts` limits it: a thread to
+    /// fork its processes from, carrying the filter that sends their
+    /// connects to a gate thread that acts with the runtime's ids.
+    fn open_runtime_gate(self: &Arc<Self>) -> Result<RuntimeGate, String> {
+        // Landlock's refusal, which the gate relies on, must be possible.
+        crate::confine::landlock::no_tcp_connect()?;
+        let program = crate::confine::seccomp::runtime_gate_program()?;
+        let (spawner, listener) = RuntimeSpawner::start(program)?;
+        let settings = connect_gate::Settings {
+            proxy_port: self.network.policy.proxy_port,
+            uid: self.runtime.uid,
+            gid: self.runtime.gid,
+        };
+        let on_refusal = self.gate_recorder(Some("runtime"))?;
+        let ledger = connect_gate::start(Listener::new(listener), settings, on_refusal)?;
+        Ok(RuntimeGate { spawner, ledger })
     }
 
     /// Where the gate's refusals go: a thread of their own writes them to
     /// the audit log (the gate's thread reads commands' memory as shell,
     /// and must not open audit files so).
-    fn gate_recorder(self: &Arc<Self>) -> Result<connect_gate::OnRefusal, String> {
+    /// `user`: whose refusals they are, when not shell's.
+    fn gate_recorder(
+        self: &Arc<Self>,
+        user: Option<&'static str>,
+    ) -> Result<connect_gate::OnRefusal, String> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Refusal>(REFUSALS_QUEUED);
         let weak = Arc::downgrade(self);
         std::thread::Builder::new()
@@ -120,7 +163,7 @@ impl Supervisor {
             .spawn(move || {
                 for refusal in rx {
                     match weak.upgrade() {
-                        Some(sup) => sup.record_gate_refusal(refusal),
+                        Some(sup) => sup.record_gate_refusal(refusal, user),
                         None => return,
                     }
                 }
@@ -131,8 +174,11 @@ impl Supervisor {
         }))
     }
 
-    fn record_gate_refusal(&self, refusal: Refusal) {
+    fn record_gate_refusal(&self, refusal: Refusal, user: Option<&str>) {
         let mut fields = json!({"pid": refusal.tid, "reason": refusal.reason});
+        if let Some(user) = user {
+            fields["user"] = user.into();
+        }
         if let Some(address) = refusal.address {
             fields["address"] = address.to_string().into();
         }

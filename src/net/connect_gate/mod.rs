@@ -58,7 +58,7 @@ pub struct Settings {
 /// connected to the proxy are.
 #[derive(Debug, Default)]
 pub struct Ledger {
-    /// Connections warden made to the proxy for a command.
+    /// Commands' sockets warden connected to the proxy.
     pub to_proxy: AtomicU64,
     /// Connects refused.
     pub refused: AtomicU64,
@@ -116,7 +116,7 @@ impl Ledger {
 
     pub fn said(&self) -> String {
         format!(
-            "{} commands' sockets connected to the proxy, {} connects refused, {} other connects (unix sockets, the probe's Landlock witness) let through to the kernel",
+            "{} sockets connected to the proxy, {} connects refused, {} other connects (unix sockets, the probe's Landlock witness) let through to the kernel",
             self.to_proxy.load(Ordering::Relaxed),
             self.refused.load(Ordering::Relaxed),
             self.passed_on.load(Ordering::Relaxed)
