@@ -71,14 +71,22 @@ pub(super) fn engine_size(def: &Definition, host: &Host) -> Option<(f64, u64, u6
     }
 }
 
+/// The engine's inspect format for a machine's size (see `said_size`).
+pub(super) const SIZE_FORMAT: &str =
+    "{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}} {{.HostConfig.PidsLimit}}";
+
 /// The machine's size as the engine holds it, for people.
 pub fn size_of(name: &str) -> Option<String> {
-    let format = "{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}} {{.HostConfig.PidsLimit}}";
     let out = engine::run(
         "inspect",
-        &["container", "inspect", "--format", format, name],
+        &["container", "inspect", "--format", SIZE_FORMAT, name],
     )
     .ok()?;
+    said_size(&out)
+}
+
+/// Pure: a size as `SIZE_FORMAT` gives it, for people.
+pub(super) fn said_size(out: &str) -> Option<String> {
     let mut parts = out
         .split_whitespace()
         .map(|v| v.parse::<i64>().unwrap_or(0));
