@@ -344,23 +344,14 @@ impl Program {
 fn deny_program() -> Result<BpfProgram, String> {
     let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
     let mut p = Program::default();
-    // Foreign ABIs: an ia32 syscall carries another audit arch, an x32 one
-    // the x32 bit in its number. Either would dodge a list of x86_64
-    // numbers, so either kills the process.
-    p.load(ARCH)
-        .op(JEQ, AUDIT_ARCH_X86_64, To::Next, To::Label("kill"));
-    p.load(NR)
-        .op(JGE, X32_SYSCALL_BIT, To::Label("kill"), To::Next);
+    kill_foreign_abis(&mut p);
     // clone3 hides its flags behind a pointer: ENOSYS makes libc fall back
     // to clone, whose flags are checked below.
     p.jeq(libc::SYS_clone3 as u32, "enosys");
     for (nr, _, _) in DENIED {
         p.jeq(*nr as u32, "eperm");
     }
-    p.jeq(libc::SYS_socket as u32, "socket");
-    p.jeq(libc::SYS_sendto as u32, "send_flags_3");
-    p.jeq(libc::SYS_sendmmsg as u32, "send_flags_3");
-    p.jeq(libc::SYS_sendmsg as u32, "send_flags_2");
+    network_calls(&mut p);
     p.jeq(libc::SYS_ioctl as u32, "ioctl");
     p.jeq(libc::SYS_clone as u32, "clone");
     p.ret(libc::SECCOMP_RET_ALLOW);
@@ -381,6 +372,24 @@ fn deny_program() -> Result<BpfProgram, String> {
         .ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
     p.label("kill").ret(libc::SECCOMP_RET_KILL_PROCESS);
     p.assemble()
+}
+
+/// Foreign ABIs: an ia32 syscall carries another audit arch, an x32 one
+/// the x32 bit in its number. Either would dodge a list of x86_64
+/// numbers, so either goes to "kill". Leaves the syscall number loaded.
+fn kill_foreign_abis(p: &mut Program) {
+    p.load(ARCH)
+        .op(JEQ, AUDIT_ARCH_X86_64, To::Next, To::Label("kill"));
+    p.load(NR)
+        .op(JGE, X32_SYSCALL_BIT, To::Label("kill"), To::Next);
+}
+
+/// The calls `network_rules` decides, sent to its labels.
+fn network_calls(p: &mut Program) {
+    p.jeq(libc::SYS_socket as u32, "socket");
+    p.jeq(libc::SYS_sendto as u32, "send_flags_3");
+    p.jeq(libc::SYS_sendmmsg as u32, "send_flags_3");
+    p.jeq(libc::SYS_sendmsg as u32, "send_flags_2");
 }
 
 /// What a process may do with sockets where only the proxy may carry its
@@ -448,16 +457,10 @@ pub fn gate_program() -> Result<BpfProgram, String> {
 /// notification. A foreign ABI is killed, as it would dodge the rules.
 pub fn runtime_gate_program() -> Result<BpfProgram, String> {
     let mut p = Program::default();
-    p.load(ARCH)
-        .op(JEQ, AUDIT_ARCH_X86_64, To::Next, To::Label("kill"));
-    p.load(NR)
-        .op(JGE, X32_SYSCALL_BIT, To::Label("kill"), To::Next);
+    kill_foreign_abis(&mut p);
     p.jeq(libc::SYS_connect as u32, "notify");
     p.jeq(libc::SYS_io_uring_setup as u32, "enosys");
-    p.jeq(libc::SYS_socket as u32, "socket");
-    p.jeq(libc::SYS_sendto as u32, "send_flags_3");
-    p.jeq(libc::SYS_sendmmsg as u32, "send_flags_3");
-    p.jeq(libc::SYS_sendmsg as u32, "send_flags_2");
+    network_calls(&mut p);
     p.ret(libc::SECCOMP_RET_ALLOW);
     network_rules(&mut p);
     p.label("allow").ret(libc::SECCOMP_RET_ALLOW);
