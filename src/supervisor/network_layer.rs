@@ -15,6 +15,9 @@ use std::sync::Arc;
 /// it (slowing the refused caller, losing no line).
 const REFUSALS_QUEUED: usize = 1024;
 
+/// A refused caller's command, as its id and argv digest.
+type Named = Option<(u64, String)>;
+
 impl Supervisor {
     /// The firewall layer, proven now (see the module's comment).
     pub(super) fn firewall_layer(
@@ -156,25 +159,39 @@ impl Supervisor {
         self: &Arc<Self>,
         user: Option<&'static str>,
     ) -> Result<connect_gate::OnRefusal, String> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Refusal>(REFUSALS_QUEUED);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(Refusal, Named)>(REFUSALS_QUEUED);
         let weak = Arc::downgrade(self);
         std::thread::Builder::new()
             .name("connect-gate-audit".into())
             .spawn(move || {
-                for refusal in rx {
+                for (refusal, command) in rx {
                     match weak.upgrade() {
-                        Some(sup) => sup.record_gate_refusal(refusal, user),
+                        Some(sup) => sup.record_gate_refusal(refusal, command, user),
                         None => return,
                     }
                 }
             })
             .map_err(|e| format!("cannot start the connect gate's audit thread: {e}"))?;
-        Ok(Arc::new(move |refusal| {
-            let _ = tx.send(refusal);
+        let weak = Arc::downgrade(self);
+        // Called by the gate while the caller waits: its command is named
+        // now, while it surely runs; the line is written by the thread.
+        Ok(Arc::new(move |refusal: Refusal| {
+            let command = weak
+                .upgrade()
+                .and_then(|sup| sup.command_of(refusal.status.as_deref()?));
+            let _ = tx.send((refusal, command));
         }))
     }
 
-    fn record_gate_refusal(&self, refusal: Refusal, user: Option<&str>) {
+    /// The command (id, argv digest) whose tag a /proc status carries.
+    fn command_of(&self, status: &str) -> Named {
+        let tags =
+            crate::lifetime::TAG_BASE..crate::lifetime::TAG_BASE + crate::lifetime::TAG_COUNT;
+        let tag = crate::net::origin::tag_of(status, tags)?;
+        self.command_digest_of_tag(tag)
+    }
+
+    fn record_gate_refusal(&self, refusal: Refusal, command: Named, user: Option<&str>) {
         let mut fields = json!({"pid": refusal.tid, "reason": refusal.reason});
         if let Some(user) = user {
             fields["user"] = user.into();
@@ -182,13 +199,6 @@ impl Supervisor {
         if let Some(address) = refusal.address {
             fields["address"] = address.to_string().into();
         }
-        let tags =
-            crate::lifetime::TAG_BASE..crate::lifetime::TAG_BASE + crate::lifetime::TAG_COUNT;
-        let command = refusal
-            .status
-            .as_deref()
-            .and_then(|status| crate::net::origin::tag_of(status, tags))
-            .and_then(|tag| self.command_digest_of_tag(tag));
         if let Some((command, digest)) = command {
             fields["command"] = command.into();
             fields["argv_sha256"] = digest.into();

@@ -185,15 +185,10 @@ fn serve(listener: &Listener, settings: Settings, ledger: &Ledger, on_refusal: &
                 return;
             }
         };
-        match handle(listener, &notice, settings.proxy_port, ledger) {
+        match handle(listener, &notice, settings.proxy_port, ledger, on_refusal) {
             Outcome::ToProxy => ledger.to_proxy.fetch_add(1, Ordering::Relaxed),
             Outcome::PassedOn => ledger.passed_on.fetch_add(1, Ordering::Relaxed),
-            Outcome::Refused(refusal) => {
-                if !ledger.is_probe_knock(refusal.address) {
-                    on_refusal(refusal);
-                }
-                ledger.refused.fetch_add(1, Ordering::Relaxed)
-            }
+            Outcome::Refused => ledger.refused.fetch_add(1, Ordering::Relaxed),
             Outcome::Gone => 0,
         };
     }
@@ -202,23 +197,33 @@ fn serve(listener: &Listener, settings: Settings, ledger: &Ledger, on_refusal: &
 enum Outcome {
     ToProxy,
     PassedOn,
-    Refused(Refusal),
+    Refused,
     /// The caller was gone before it could be answered.
     Gone,
 }
 
 /// Decides one call and answers it.
-fn handle(listener: &Listener, n: &Notice, proxy_port: u16, ledger: &Ledger) -> Outcome {
+fn handle(
+    listener: &Listener,
+    n: &Notice,
+    proxy_port: u16,
+    ledger: &Ledger,
+    on_refusal: &OnRefusal,
+) -> Outcome {
     let refuse = |errno: i32, address: Option<SocketAddr>, reason: String| {
-        // Read while the caller waits: it may be gone once answered.
-        let status = std::fs::read_to_string(format!("/proc/{}/status", n.tid)).ok();
-        match listener.answer(n.id, -1, errno) {
-            Ok(()) => Outcome::Refused(Refusal {
+        // Told while the caller waits: once answered, it and its command
+        // may be gone before they are named.
+        if !ledger.is_probe_knock(address) {
+            let status = std::fs::read_to_string(format!("/proc/{}/status", n.tid)).ok();
+            on_refusal(Refusal {
                 tid: n.tid,
                 status,
                 address,
                 reason,
-            }),
+            });
+        }
+        match listener.answer(n.id, -1, errno) {
+            Ok(()) => Outcome::Refused,
             Err(_) => Outcome::Gone,
         }
     };
