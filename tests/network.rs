@@ -100,6 +100,21 @@ impl Net {
     fn egress(&self) -> Vec<Value> {
         self.machine.audit_kinds("egress")
     }
+
+    /// The egress lines once there is one for each of `hosts` (a line is
+    /// written when its connection ends, a moment after the client saw
+    /// it end), waiting at most 10 s.
+    fn egress_for(&self, hosts: &[&str]) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let lines = self.egress();
+            let all = hosts.iter().all(|h| lines.iter().any(|l| l["host"] == *h));
+            if all || std::time::Instant::now() > deadline {
+                return lines;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
 }
 
 /// Sends raw request heads to the proxy and prints, for each, the status
@@ -340,7 +355,7 @@ fn allowed_hosts_work(net: Net) {
         assert_eq!((status, text.trim()), (0, want), "{line}: {text}");
     }
     // Every decision is one audit line, with what was resolved and moved.
-    let lines = net.egress();
+    let lines = net.egress_for(&["www.allowed.test", "v6only.test", "mixed.test"]);
     let tls = lines
         .iter()
         .find(|l| l["host"] == "www.allowed.test")

@@ -160,17 +160,14 @@ impl Proxy {
         let mut line = Line::new(peer);
         // Both ends, to ask the kernel who the client is if it must.
         let ends = client.local_addr().ok().map(|local| (peer, local));
-        let admitted = self.admit(&mut client, &mut line, ends).await;
-        // Who asked: looked up once it has asked (a connection closed
+        // Who asked: looked up once it has spoken (a connection closed
         // without a word, as the firewall's probe makes, needs no name),
         // while it surely waits for its answer; awaited only for the line.
-        let origin = match (&admitted, &self.origin, ends) {
-            (Ok(None), _, _) | (_, None, _) | (_, _, None) => None,
-            (_, Some(origin), Some((peer, local))) => {
-                let origin = origin.clone();
-                Some(tokio::task::spawn_blocking(move || origin(peer, local)))
-            }
-        };
+        let mut origin = None;
+        let admitted = self.admit(&mut client, &mut line, ends, &mut origin).await;
+        if origin.is_none() && admitted.is_err() {
+            origin = self.look_up(ends);
+        }
         let admitted = match admitted {
             Ok(Some(admitted)) => admitted,
             Ok(None) => return,
@@ -246,10 +243,12 @@ impl Proxy {
         client: &mut TcpStream,
         line: &mut Line,
         ends: Ends,
+        origin: &mut Option<Lookup>,
     ) -> Result<Option<Admitted>, Refused> {
         let Some(head) = http::read_head_in_time(client).await? else {
             return Ok(None);
         };
+        *origin = self.look_up(ends);
         let request = parse_request(&head.bytes)?;
         line.method = request.method.clone();
         line.target = Some(request.target.clone());
@@ -266,6 +265,13 @@ impl Proxy {
             upstream,
             permit,
         }))
+    }
+
+    /// Starts looking up who holds the client's end (see `Origin`).
+    fn look_up(&self, ends: Ends) -> Option<Lookup> {
+        let (peer, local) = ends?;
+        let origin = self.origin.clone()?;
+        Some(tokio::task::spawn_blocking(move || origin(peer, local)))
     }
 
     /// Decides on the name, resolves it, checks each address, and connects
