@@ -24,6 +24,11 @@ pub struct MachineConfig {
     /// on for the host (the machine's key required); `null`: none. Never
     /// used outside a VM.
     pub vsock_port: Option<u32>,
+    /// In a VM that warden boots as PID 1, the vsock port of the host's
+    /// egress relay, through which the proxy reaches every upstream (the
+    /// launcher sets it for a VM with a network); `null`: the proxy
+    /// connects itself. Never used outside a VM.
+    pub egress_vsock_port: Option<u32>,
     /// A loopback TCP address the API also listens on, for the owner (the
     /// machine's key required): the door a cluster offers, reached with
     /// `kubectl port-forward`. None: no such door.
@@ -127,6 +132,7 @@ impl Default for MachineConfig {
             host_socket: None,
             key_file: "/etc/warden/key".into(),
             vsock_port: Some(crate::vsock::DEFAULT_PORT),
+            egress_vsock_port: None,
             tcp_door: None,
             audit_dir: None,
             shell_tmp: PathBuf::from("/var/lib/warden/shell-tmp"),
@@ -259,6 +265,9 @@ impl MachineConfig {
         }
         if self.vsock_port == Some(u32::MAX) {
             return Err(invalid("vsock_port", "must be below 4294967295"));
+        }
+        if self.egress_vsock_port == Some(u32::MAX) {
+            return Err(invalid("egress_vsock_port", "must be below 4294967295"));
         }
         if let Some(door) = self.tcp_door {
             if !door.ip().is_loopback() || door.port() == 0 {
@@ -398,6 +407,11 @@ mod tests {
             (r#"{"vsock_port": null}"#, None),
             (r#"{"vsock_port": 5000}"#, None),
             (r#"{"vsock_port": 4294967295}"#, Some("`vsock_port`")),
+            (r#"{"egress_vsock_port": 1025}"#, None),
+            (
+                r#"{"egress_vsock_port": 4294967295}"#,
+                Some("`egress_vsock_port`"),
+            ),
             (r#"{"tcp_door": "127.0.0.1:7000"}"#, None),
             (r#"{"tcp_door": "127.0.0.5:7000"}"#, None),
             (r#"{"tcp_door": "[::1]:7000"}"#, None),

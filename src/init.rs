@@ -129,7 +129,7 @@ fn phases(
         .map_err(BootError::Runtime)?;
     let signals = start_signal_loop(sup.clone(), waited);
     let doors = open_doors(&sup, &runtime, vm)?;
-    let defaults = start_network(&sup, &runtime, proxy_listeners); // 10
+    let defaults = start_network(&sup, &runtime, proxy_listeners, vm.is_some()); // 10
     let layers = sup.probe(); // 11
     let boot_ms = boot.elapsed().as_secs_f64() * 1e3;
     sup.set_boot_ms(boot_ms);
@@ -313,12 +313,29 @@ fn origin(sup: &Arc<Supervisor>) -> proxy::Origin {
     })
 }
 
+/// How the proxy reaches upstreams: itself, or in a VM with a network
+/// its host's relay, with the machine's key (root's alone to read).
+fn upstream_way(sup: &Supervisor, in_vm: bool) -> Result<proxy::Through, String> {
+    let Some(port) = sup.config.egress_vsock_port.filter(|_| in_vm) else {
+        return Ok(proxy::Through::Direct);
+    };
+    let file = &sup.config.key_file;
+    crate::key::Key::load(file)?;
+    let key = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(proxy::Through::HostRelay {
+        port,
+        key: key.trim().to_string(),
+    })
+}
+
 /// Applies the firewall, works out the default host list, and starts the
-/// proxy on the listeners bound earlier.
+/// proxy on the listeners bound earlier (in a VM with a network, reaching
+/// out through the host's relay).
 fn start_network(
     sup: &Arc<Supervisor>,
     runtime: &tokio::runtime::Runtime,
     listeners: Vec<std::net::TcpListener>,
+    in_vm: bool,
 ) -> proxy::Defaults {
     let applied = sup.network.apply(&sup.reaper);
     let defaults: proxy::Defaults = Default::default();
@@ -343,8 +360,17 @@ fn start_network(
     };
     let policy = &sup.network.policy;
     let dir = &sup.config.policy_dir;
-    let started: Result<(Arc<Proxy>, _), String> =
-        proxy::start(runtime, policy, dir, defaults.clone(), hooks, listeners);
+    let started: Result<(Arc<Proxy>, _), String> = upstream_way(sup, in_vm).and_then(|through| {
+        proxy::start(
+            runtime,
+            policy,
+            dir,
+            defaults.clone(),
+            hooks,
+            listeners,
+            through,
+        )
+    });
     let proxy_error = match started {
         Ok((p, _serving)) => {
             sup.network.set_proxy(p);

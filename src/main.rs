@@ -249,6 +249,13 @@ enum MachineAction {
         #[arg(long, value_name = "NAME")]
         runtime_class: Option<String>,
     },
+    /// A VM's egress relay on the host (started by `up` for a VM with a
+    /// network; see docs/threat-model.md).
+    #[command(hide = true)]
+    EgressRelay {
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Say what this host offers machines (engine, rootless or not,
     /// cgroups, runtime, limits, state folder), or why it cannot run one.
     Check,
@@ -563,6 +570,10 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         } => m::up(&definition, env_file.as_deref(), vm)
             .map(|()| 0)
             .map_err(String::from),
+        MachineAction::EgressRelay { config } => {
+            warden::launcher::vm::egress::run(&config)?;
+            Ok(0)
+        }
         MachineAction::Kube {
             definition,
             env_file,

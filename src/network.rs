@@ -600,6 +600,7 @@ pub fn standalone(
             runtime: None,
         },
         listeners,
+        proxy::Through::Direct,
     ) {
         Ok((_, serving)) => serving,
         Err(e) => return fail(e),

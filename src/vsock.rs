@@ -72,3 +72,17 @@ impl Listener {
         }
     }
 }
+
+/// Connects to `port` on the host (CID 2), blocking, within the kernel's
+/// vsock connect timeout (2 s by default). Call only inside a VM that
+/// warden booted (the egress proxy's way out, `net::egress_link`).
+pub fn connect_host(port: u32) -> io::Result<OwnedFd> {
+    let fd = socket(
+        AddressFamily::Vsock,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    nix::sys::socket::connect(fd.as_raw_fd(), &VsockAddr::new(libc::VMADDR_CID_HOST, port))?;
+    Ok(fd)
+}

@@ -3,6 +3,7 @@
 
 pub mod addr;
 pub mod connect_gate;
+pub mod egress_link;
 pub mod firewall;
 pub mod hosts;
 pub mod nft_netlink;

@@ -15,10 +15,13 @@
 //! the lend's `at`.
 //!
 //! The host reaches warden through `vsock.sock` ("CONNECT <port>"), with the
-//! machine's key, and stops it with the protocol's `shutdown` request.
+//! machine's key, and stops it with the protocol's `shutdown` request. A VM
+//! with a network has no network device either: its proxy reaches out
+//! through the host's egress relay (`egress.rs`, `vsock.sock_1025`).
 
 pub mod accel;
 mod disks;
+pub mod egress;
 mod qemu;
 
 use disks::{copy_sparse, initrd, rootfs, VOLUMES};
@@ -169,8 +172,21 @@ pub fn fits(def: &Definition, rootless: bool) -> Result<(), LaunchError> {
             "a VM's workspace is its own disk, not a host folder",
         );
     }
-    if def.network != Network::None {
-        return refuse("network", "a VM has no network device yet; only \"none\"");
+    match &def.network {
+        Network::None | Network::Namespace(_) => {}
+        Network::Private => {}
+        Network::Host => {
+            return refuse(
+                "network",
+                "\"host\" is for rootless containers; a VM reaches out through its host's relay: \"private\" (the host's network) or a namespace's path",
+            )
+        }
+    }
+    if def.network != Network::None && def.hosts.is_none() {
+        return refuse(
+            "network",
+            "a VM with a network needs `hosts`: its relay on the host decides by the machine's own list, and cannot learn the default list from inside the guest",
+        );
     }
     if def.keep_id.is_on() {
         return refuse(
@@ -234,6 +250,10 @@ pub fn up(
         }
     }
     initrd(&kit, def, keys_text)?;
+    if def.network != Network::None {
+        egress::start(def)?;
+        step(start, "egress relay listening");
+    }
     // Recorded only once the VM answers: one that never did is not kept.
     let _ = std::fs::remove_file(&recorded);
     let accel = accel::verdict(&accel::probe());
@@ -403,22 +423,25 @@ fn kill(id: &str) {
     stop_backend(id);
 }
 
-/// Ends the machine's vhost-device-vsock.
+/// Ends the machine's vhost-device-vsock and its egress relay.
 pub(super) fn stop_backend(id: &str) {
-    let pid = std::fs::read_to_string(dir(id).join("vhost.pid"))
-        .ok()
-        .and_then(|p| p.trim().parse::<i32>().ok());
-    if let Some(pid) = pid {
-        let is_ours = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&dir(id).display().to_string()));
-        if is_ours {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGTERM,
-            );
+    for file in ["vhost.pid", "relay.pid"] {
+        let pid = std::fs::read_to_string(dir(id).join(file))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        if let Some(pid) = pid {
+            let is_ours = std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c).contains(&dir(id).display().to_string())
+            });
+            if is_ours {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
         }
+        let _ = std::fs::remove_file(dir(id).join(file));
     }
-    let _ = std::fs::remove_file(dir(id).join("vhost.pid"));
 }
 
 /// Removes the VM's files; with `volumes`, its disks too.

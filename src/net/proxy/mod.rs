@@ -20,7 +20,7 @@ mod relay;
 mod rules;
 mod runtime;
 mod start;
-mod upstream;
+pub(crate) mod upstream;
 
 pub use decide::{decide, pick, Allowed};
 pub use http::{parse_request, Plain, Request};
@@ -28,6 +28,7 @@ pub use refusal::{Kind, Refused};
 pub use rules::{Defaults, Rules, Settings};
 pub use runtime::{ClientUid, Runtime, Traffic};
 pub use start::{bind, start};
+pub use upstream::Through;
 
 use crate::audit::Event;
 use crate::confine::policy::NetworkPolicy;
@@ -83,7 +84,7 @@ pub struct Proxy {
 struct Admitted {
     head: Head,
     request: Request,
-    upstream: TcpStream,
+    upstream: upstream::Upstream,
     permit: OwnedSemaphorePermit,
 }
 
@@ -275,8 +276,13 @@ impl Proxy {
     }
 
     /// Decides on the name, resolves it, checks each address, and connects
-    /// to the first that passes.
-    async fn open(&self, t: &Target, line: &mut Line, ends: Ends) -> Result<TcpStream, Refused> {
+    /// to the first that passes (or, in a VM, has its host's relay do it).
+    async fn open(
+        &self,
+        t: &Target,
+        line: &mut Line,
+        ends: Ends,
+    ) -> Result<upstream::Upstream, Refused> {
         let Some(rules) = self.source.wait().await else {
             return Err(Refused::new(
                 Kind::ListNotKnown,
@@ -286,12 +292,22 @@ impl Proxy {
         let (hosts, list) = self.list_for(&rules, ends, line).await?;
         let allowed = decide::decide_on(hosts, list, t)?;
         line.entry = Some(allowed.entry.to_string());
+        let timeout = self.settings.connect_timeout;
+        if let Through::HostRelay { port, key } = &self.settings.through {
+            let (upstream, to) =
+                upstream::through_host(*port, key, allowed.name, t.port, timeout).await?;
+            line.address = Some(to);
+            return Ok(upstream);
+        }
         let found = upstream::resolve(&self.resolver, allowed.name).await?;
         line.resolved = found.clone();
         let addresses = pick(allowed.name, &found, t.port, &rules.allow)?;
-        let (stream, to) = upstream::connect(&addresses, self.settings.connect_timeout).await?;
+        let (stream, to) = upstream::connect(&addresses, timeout).await?;
         line.address = Some(to);
-        Ok(stream)
+        Ok(upstream::Upstream {
+            stream,
+            max_write: usize::MAX,
+        })
     }
 
     /// Answers a refused client (best effort: it may be gone) and writes

@@ -40,6 +40,29 @@ pub enum Kind {
 }
 
 impl Kind {
+    pub const ALL: [Kind; 15] = [
+        Kind::BadRequest,
+        Kind::BadTarget,
+        Kind::HeadTooLarge,
+        Kind::HeadTimeout,
+        Kind::LengthRequired,
+        Kind::TooManyConnections,
+        Kind::ListNotKnown,
+        Kind::IpTarget,
+        Kind::NotListed,
+        Kind::RefusedAddress,
+        Kind::ResolveFailed,
+        Kind::ResolveTimeout,
+        Kind::NoAddress,
+        Kind::ConnectFailed,
+        Kind::UnknownAsker,
+    ];
+
+    /// The kind a word names (a VM's host relay answers with the words).
+    pub fn from_word(word: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == word)
+    }
+
     /// The stable word: the audit line's `refusal` field.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -124,5 +147,9 @@ mod tests {
         for (kind, word, status) in cases {
             assert_eq!((kind.as_str(), kind.status()), (word, status), "{kind:?}");
         }
+        for kind in Kind::ALL {
+            assert_eq!(Kind::from_word(kind.as_str()), Some(kind));
+        }
+        assert_eq!(Kind::from_word("no_such_kind"), None);
     }
 }

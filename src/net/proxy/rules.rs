@@ -59,6 +59,7 @@ pub struct Settings {
     pub max_tunnels: usize,
     pub idle: Duration,
     pub connect_timeout: Duration,
+    pub through: super::Through,
 }
 
 impl Settings {
@@ -68,6 +69,7 @@ impl Settings {
             max_tunnels: policy.max_tunnels,
             idle: Duration::from_millis(policy.idle_timeout_ms),
             connect_timeout: Duration::from_millis(policy.connect_timeout_ms),
+            through: super::Through::Direct,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! proxy`: its loopback listeners, and the proxy built and serving on
 //! them in the runtime.
 
-use super::{Defaults, Hooks, Proxy, Settings};
+use super::{Defaults, Hooks, Proxy, Settings, Through};
 use crate::confine::policy::NetworkPolicy;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -32,7 +32,8 @@ pub fn bind(port: u16) -> Result<(Vec<std::net::TcpListener>, Option<String>), S
 }
 
 /// Builds the proxy from the network policy read at boot and serves on
-/// `listeners` (bound already, non-blocking) in `runtime`. Returns the
+/// `listeners` (bound already, non-blocking) in `runtime`, reaching
+/// upstreams `through` its own connections or a VM's host relay. Returns the
 /// proxy, for status and reload, and the task that serves until the
 /// runtime ends.
 pub fn start(
@@ -42,8 +43,12 @@ pub fn start(
     defaults: Defaults,
     hooks: Hooks,
     listeners: Vec<std::net::TcpListener>,
+    through: Through,
 ) -> Result<(Arc<Proxy>, JoinHandle<()>), String> {
-    let settings = Settings::from_policy(policy, policy_dir);
+    let settings = Settings {
+        through,
+        ..Settings::from_policy(policy, policy_dir)
+    };
     // Tokio's sockets must be made inside its runtime.
     let _inside = runtime.enter();
     let proxy = Arc::new(Proxy::new(settings, policy, defaults, hooks)?);

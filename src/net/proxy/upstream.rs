@@ -1,6 +1,7 @@
 //! Reaching the upstream: the proxy's own resolver (no NSS in a static
 //! binary: hickory reads /etc/resolv.conf and /etc/hosts), a name resolved
-//! once, and a connection to the first checked address that answers.
+//! once, and a connection to the first checked address that answers; or,
+//! in a VM with a network, the host's relay asked to connect for it.
 
 use super::refusal::{Kind, Refused};
 use hickory_resolver::config::{LookupIpStrategy, ResolveHosts};
@@ -9,11 +10,46 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use tokio::net::TcpStream;
 
+/// How the proxy reaches an upstream.
+#[derive(Clone, Default)]
+pub enum Through {
+    /// It resolves and connects itself.
+    #[default]
+    Direct,
+    /// A VM's warden: its host's relay, at this vsock port, with the
+    /// machine's key, resolves and connects (see `net::egress_link`).
+    HostRelay { port: u32, key: String },
+}
+
+/// An open upstream, and the most bytes one write to it may carry.
+pub(super) struct Upstream {
+    pub stream: TcpStream,
+    pub max_write: usize,
+}
+
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The resolver for every name the proxy reaches: IPv4 and IPv6, and the
 /// machine's /etc/hosts first.
 pub(super) fn resolver() -> Result<TokioResolver, String> {
+    resolver_with(&[])
+}
+
+/// As `resolver`, asking `servers` when there are some (a VM's relay on
+/// the host asks the machine's `dns`), else /etc/resolv.conf's.
+pub(crate) fn resolver_with(servers: &[IpAddr]) -> Result<TokioResolver, String> {
+    if !servers.is_empty() {
+        let servers = servers
+            .iter()
+            .map(|&ip| hickory_resolver::config::NameServerConfig::udp_and_tcp(ip))
+            .collect();
+        let mut builder = TokioResolver::builder_with_config(
+            hickory_resolver::config::ResolverConfig::from_name_servers(servers),
+            hickory_resolver::net::runtime::TokioRuntimeProvider::default(),
+        );
+        builder.options_mut().ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        return builder.build().map_err(|e| format!("resolver: {e}"));
+    }
     // A machine without a nameserver (a container with no network)
     // still gets its proxy: every name then fails to resolve, with
     // that reason, instead of every command being refused.
@@ -31,7 +67,7 @@ pub(super) fn resolver() -> Result<TokioResolver, String> {
 }
 
 /// Every address `name` has, within `RESOLVE_TIMEOUT`.
-pub(super) async fn resolve(resolver: &TokioResolver, name: &str) -> Result<Vec<IpAddr>, Refused> {
+pub(crate) async fn resolve(resolver: &TokioResolver, name: &str) -> Result<Vec<IpAddr>, Refused> {
     match tokio::time::timeout(RESOLVE_TIMEOUT, resolver.lookup_ip(name)).await {
         Ok(Ok(found)) => Ok(found.iter().collect()),
         Ok(Err(e)) => Err(Refused::new(
@@ -47,7 +83,7 @@ pub(super) async fn resolve(resolver: &TokioResolver, name: &str) -> Result<Vec<
 
 /// Connects to the first of `addresses` (all checked already) that
 /// answers within `timeout`; else the last failure is the reason.
-pub(super) async fn connect(
+pub(crate) async fn connect(
     addresses: &[SocketAddr],
     timeout: Duration,
 ) -> Result<(TcpStream, SocketAddr), Refused> {
@@ -63,4 +99,82 @@ pub(super) async fn connect(
         }
     }
     Err(Refused::new(Kind::ConnectFailed, last_error))
+}
+
+/// Asks the host's relay (over vsock, from inside a VM) to reach
+/// `name:port`; it decides again, resolves and connects, and answers with
+/// the address it reached or why it would not.
+pub(super) async fn through_host(
+    relay_port: u32,
+    key: &str,
+    name: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<(Upstream, SocketAddr), Refused> {
+    let ask = crate::net::egress_link::Ask {
+        key: key.into(),
+        host: name.into(),
+        port,
+    };
+    // The relay resolves, then tries each address: its answer may take
+    // as long as both.
+    let wait = RESOLVE_TIMEOUT + timeout + Duration::from_secs(2);
+    let asked = tokio::task::spawn_blocking(move || ask_host(relay_port, &ask, wait)).await;
+    let (fd, to) = asked.unwrap_or_else(|e| {
+        Err(Refused::new(
+            Kind::ConnectFailed,
+            format!("the host's relay: {e}"),
+        ))
+    })?;
+    let unreachable =
+        |e: std::io::Error| Refused::new(Kind::ConnectFailed, format!("the host's relay: {e}"));
+    // A vsock stream socket, driven as a TCP one: the tunnel only reads,
+    // writes, splices, waits on and shuts down its upstream, which are
+    // the same calls for every connected stream socket.
+    let std_stream = std::net::TcpStream::from(fd);
+    std_stream.set_nonblocking(true).map_err(unreachable)?;
+    let stream = TcpStream::from_std(std_stream).map_err(unreachable)?;
+    Ok((
+        Upstream {
+            stream,
+            max_write: crate::vsock::MAX_WRITE,
+        },
+        to,
+    ))
+}
+
+/// The blocking part of `through_host`: connect, ask, read the answer
+/// line (a byte at a time: the upstream's own bytes may follow it).
+fn ask_host(
+    relay_port: u32,
+    ask: &crate::net::egress_link::Ask,
+    wait: Duration,
+) -> Result<(std::os::fd::OwnedFd, SocketAddr), Refused> {
+    use crate::net::egress_link::{ask_line, parse_answer, MAX_LINE};
+    use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout};
+    use std::io::{Read, Write};
+    let failed = |e: String| Refused::new(Kind::ConnectFailed, format!("the host's relay: {e}"));
+    let line = ask_line(ask).map_err(failed)?;
+    let fd = crate::vsock::connect_host(relay_port).map_err(|e| failed(e.to_string()))?;
+    let timeout = nix::sys::time::TimeVal::new(wait.as_secs() as i64, 0);
+    setsockopt(&fd, ReceiveTimeout, &timeout).map_err(|e| failed(e.to_string()))?;
+    let mut socket = std::fs::File::from(fd);
+    socket
+        .write_all(line.as_bytes())
+        .map_err(|e| failed(e.to_string()))?;
+    let mut answer = Vec::with_capacity(64);
+    let mut byte = [0u8; 1];
+    while answer.len() < MAX_LINE {
+        match socket.read(&mut byte) {
+            Ok(0) => return Err(failed("it closed without an answer".into())),
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) => answer.push(byte[0]),
+            Err(e) => return Err(failed(format!("no answer: {e}"))),
+        }
+    }
+    let to = parse_answer(&String::from_utf8_lossy(&answer))?;
+    let fd = std::os::fd::OwnedFd::from(socket);
+    let forever = nix::sys::time::TimeVal::new(0, 0);
+    setsockopt(&fd, ReceiveTimeout, &forever).map_err(|e| failed(e.to_string()))?;
+    Ok((fd, to))
 }
