@@ -1,0 +1,230 @@
+//! A VM machine with a network, under software emulation and the AF_VSOCK
+//! guard: it has no network device, and its proxy reaches the tests' own
+//! internet only through the host's egress relay, which decides again.
+
+mod common;
+
+use common::internet::{python, Internet, REPO_FILE};
+use common::text;
+use common::vm;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+fn warden(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(common::warden_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// A listener on `addr` (in the namespace `netns`, or the host's), which
+/// prints a line for every connection it takes; killed when dropped.
+struct Listener(Option<Child>);
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Listener {
+    /// Ends it; fails the test if it took a connection.
+    fn took_nothing(mut self, what: &str) {
+        let mut child = self.0.take().unwrap();
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        let taken = text(&out.stdout);
+        assert!(!taken.contains("accepted"), "{what}: {taken}");
+    }
+}
+
+fn listener(netns: Option<&str>, addr: &str, port: u16) -> Listener {
+    let script = format!(
+        "import socket\n\
+         s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         s.bind(('{addr}', {port})); s.listen(); print('ready', flush=True)\n\
+         while True:\n    c,_=s.accept(); print('accepted', flush=True); c.close()\n"
+    );
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, python()]);
+            c
+        }
+        None => Command::new(python()),
+    };
+    let mut child = cmd
+        .args(["-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert_eq!(first.trim(), "ready");
+    Listener(Some(child))
+}
+
+/// `curl` and `git clone` through the proxy reach a listed host; an
+/// unlisted one is refused by the guest's proxy, a name that resolves to
+/// loopback by the host's relay; a direct connection fails at once (there
+/// is no network device); nothing reaches the host's loopback nor the
+/// relay namespace's; the egress lines are in the log read through warden
+/// while the VM runs.
+#[test]
+fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
+    vm::guard();
+    let test = "a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only";
+    if !common::privileged(test) {
+        return;
+    }
+    if vm::kit(test).is_none() {
+        return;
+    }
+    let _one = vm::one_at_a_time();
+    let net = Internet::start();
+    let ca_dir = net.ca.parent().unwrap().to_path_buf();
+    let m = common::machine::TestMachine::defined(
+        "vm-net",
+        serde_json::json!({
+            "image": "localhost/warden-machine:latest", "kind": "vm",
+            "network": format!("/run/netns/{}", net.machine_ns),
+            "dns": [net.v4.to_string()],
+            "hosts": ["allowed.test", "rebind.test"],
+            // The tests' internet uses private addresses.
+            "allow_addresses": [format!("{}/32", net.v4), format!("{}/128", net.v6)],
+            "lend": [{"host": ca_dir, "at": "/lent/ca", "mode": "read"}],
+        }),
+    );
+    let id = &m.id;
+    let (ok, up, err) = warden(&["machine", "up", m.definition().to_str().unwrap()]);
+    assert!(ok, "up: {up}{err}");
+    assert!(up.contains("egress relay listening"), "{up}");
+    let exec = |line: &str| warden(&["machine", "exec", id, "--shell", line]);
+    let ca = format!("/lent/ca/{}", net.ca.file_name().unwrap().to_string_lossy());
+    let curl = format!("curl -sS --max-time 30 --cacert {ca}");
+
+    // Listed, over TLS end to end.
+    let (ok, body, err) = exec(&format!("{curl} https://allowed.test/from-vm"));
+    assert!(ok, "{err}");
+    assert_eq!(body, "hello allowed.test /from-vm");
+    // git, as shell's tools are pointed at the proxy.
+    let (ok, out, err) = exec("git clone -q http://allowed.test/repo.git r && cat r/README.md");
+    assert!(ok, "{out}{err}");
+    assert_eq!(out, REPO_FILE.1);
+
+    // Not listed: the guest's proxy refuses, with its reason.
+    let (_, head, _) = exec(&format!("{curl} -i http://denied.test/"));
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert!(
+        head.contains("denied.test:80 is not on the host list"),
+        "{head}"
+    );
+
+    // Listed, but resolving to loopback: the host's relay refuses, and
+    // nothing reaches the loopback of the namespace it connects from.
+    let relay_loopback = listener(Some(&net.machine_ns), "127.0.0.1", 80);
+    let (_, head, _) = exec(&format!("{curl} -i http://rebind.test/"));
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert!(
+        head.contains("the host's relay: rebind.test resolves to 127.0.0.1, a loopback address"),
+        "{head}"
+    );
+    relay_loopback.took_nothing("the relay namespace's loopback");
+
+    // Around the proxy: no network device, so a direct connection fails
+    // at once (curl's 7, not a timeout's 28), to the internet and to
+    // the host's loopback alike; an address through the proxy is refused.
+    let host_loopback = listener(None, "127.0.0.1", 18_081);
+    for target in [
+        format!("http://{}/direct", net.v4),
+        "http://10.0.2.2:18081/".to_string(),
+    ] {
+        let (ok, out, err) = exec(&format!("{curl} --noproxy '*' {target}; echo exit=$?"));
+        assert!(ok, "{err}");
+        assert!(out.contains("exit=7"), "{target}: {out}{err}");
+    }
+    // (--noproxy "": through the proxy although NO_PROXY names loopback.)
+    let (_, head, err) = exec(&format!("{curl} --noproxy '' -i http://127.0.0.1:18081/"));
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}{err}");
+    host_loopback.took_nothing("the host's loopback");
+    let (_, ifaces, _) = exec("ls /sys/class/net");
+    assert_eq!(
+        ifaces.split_whitespace().collect::<Vec<_>>(),
+        ["lo"],
+        "{ifaces}"
+    );
+
+    // The internet saw the listed requests and nothing else.
+    let seen = net.http_requests();
+    assert!(seen.contains("https GET allowed.test /from-vm"), "{seen}");
+    assert!(seen.contains("/repo.git/info/refs"), "{seen}");
+    assert!(
+        !seen.contains("denied.test") && !seen.contains("/direct"),
+        "{seen}"
+    );
+
+    // Status says the firewall holds; the log, read through warden while
+    // the VM runs, has each decision.
+    let (_, status, _) = warden(&["machine", "status", id]);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("layer firewall") && l.contains(" holds ")),
+        "{status}"
+    );
+    let (ok, audit, err) = warden(&["machine", "audit", id]);
+    assert!(ok, "{audit}{err}");
+    assert!(audit.contains("chain intact"), "{audit}");
+    assert!(!audit.contains("may lack its last lines"), "{audit}");
+    let copy = warden::launcher::machine::state_dir(id).join("audit-copy");
+    let log = std::fs::read_dir(&copy)
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect::<String>();
+    let egress: Vec<&str> = log.lines().filter(|l| l.contains("\"egress\"")).collect();
+    assert!(
+        egress
+            .iter()
+            .any(|l| l.contains("\"allowed\":true") && l.contains("allowed.test")),
+        "{egress:?}"
+    );
+    assert!(
+        egress
+            .iter()
+            .any(|l| l.contains("refused_address") && l.contains("the host's relay")),
+        "{egress:?}"
+    );
+
+    // The host's side kept its own lines.
+    let relay_log = std::fs::read_to_string(
+        warden::launcher::machine::state_dir(id)
+            .join("vm")
+            .join("relay.log"),
+    )
+    .unwrap_or_default();
+    assert!(
+        relay_log.contains("\"refusal\":\"refused_address\""),
+        "{relay_log}"
+    );
+
+    // Stopped, the relay is gone with the VM.
+    let (ok, out, err) = warden(&["machine", "stop", id]);
+    assert!(ok, "{out}{err}");
+    let relay_pid = warden::launcher::machine::state_dir(id)
+        .join("vm")
+        .join("relay.pid");
+    assert!(!relay_pid.exists());
+    let left = Command::new("pgrep")
+        .args(["-f", &format!("{id}/vm/relay.json")])
+        .output()
+        .unwrap();
+    assert!(text(&left.stdout).trim().is_empty(), "a relay is left");
+}
