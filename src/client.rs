@@ -348,6 +348,21 @@ impl Client {
         )
     }
 
+    /// Runs the machine's setup script as the runtime (protocol version 6,
+    /// the host's door only); returns its exit status and the end of its
+    /// output. Waits as long as the script runs.
+    pub fn run_setup(&mut self, script: &str) -> Result<(i32, String), ClientError> {
+        self.ask(
+            &Request::RunSetup {
+                script: script.into(),
+            },
+            |event| match event {
+                Event::SetupEnded { status, output } => Some((*status, output.clone())),
+                _ => None,
+            },
+        )
+    }
+
     /// Keeps the machine awake until `until_ms` (Unix ms; protocol
     /// version 4); returns the hold in force (0: none).
     pub fn hold(&mut self, until_ms: u64) -> Result<u64, ClientError> {

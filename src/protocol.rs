@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 /// and the runtime's gate (`close_gate`, `open_gate`, `gate`); version 4
 /// terminals, detached commands, `hand_keys` and `hold`; version 5 the
 /// audit log read through the API (`read_audit`, `audit_end`).
-pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3, 4, 5];
+pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3, 4, 5, 6];
 pub const HEADER_LEN: usize = 9;
 /// No frame may carry more than this; a larger one closes the connection.
 pub const MAX_FRAME: u32 = 1 << 20;
@@ -131,6 +131,12 @@ pub enum Request {
     /// may wait for them to start.
     HandKeys {
         text: String,
+    },
+    /// Version 6, the host's door only: runs `script` (a shell script, on
+    /// sh's stdin) as the runtime, in its workspace, with the main
+    /// process's environment; answered with `setup_ended` when it ends.
+    RunSetup {
+        script: String,
     },
     /// Version 4: resize the terminal of the running command `target` (a
     /// frame id of this connection).
@@ -284,6 +290,13 @@ pub enum Event {
     /// the runtime's `.env` (never their values).
     KeysHanded {
         names: Vec<String>,
+    },
+    /// Version 6: the answer to `run_setup`: its exit status (128+n after
+    /// a death by signal n) and the last 64 KiB of its output (stdout and
+    /// stderr together).
+    SetupEnded {
+        status: i32,
+        output: String,
     },
     /// Version 4: the answer to a detached run: the command runs on,
     /// whoever is connected.

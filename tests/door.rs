@@ -64,7 +64,7 @@ fn the_tcp_door_lets_in_only_the_machines_key() {
     let m = door_machine(|_| {});
     // With the key: commands run as shell, status answers, the log reads.
     let mut owner = door(&m, Some(KEY)).unwrap();
-    assert_eq!(owner.version, 5);
+    assert_eq!(owner.version, 6);
     let out = owner.run(shell("id -un")).unwrap();
     assert_eq!(text(&out.stdout).trim(), "shell");
     let status = owner.status().unwrap();

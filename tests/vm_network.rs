@@ -71,7 +71,8 @@ fn listener(netns: Option<&str>, addr: &str, port: u16) -> Listener {
     Listener(Some(child))
 }
 
-/// `curl` and `git clone` through the proxy reach a listed host; an
+/// `setup` runs as the runtime and reaches a listed host through the
+/// proxy; `curl` and `git clone` through the proxy reach a listed host; an
 /// unlisted one is refused by the guest's proxy, a name that resolves to
 /// loopback by the host's relay; a direct connection fails at once (there
 /// is no network device); nothing reaches the host's loopback nor the
@@ -100,15 +101,39 @@ fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
             // The tests' internet uses private addresses.
             "allow_addresses": [format!("{}/32", net.v4), format!("{}/128", net.v6)],
             "lend": [{"host": ca_dir, "at": "/lent/ca", "mode": "read"}],
+            "setup": "setup.sh",
         }),
     );
     let id = &m.id;
+    // The setup runs as the runtime, in its workspace, through the proxy.
+    let ca_name = net.ca.file_name().unwrap().to_string_lossy().to_string();
+    std::fs::write(
+        m.dir.path().join("setup.sh"),
+        format!(
+            "set -e\numask 022\nmkdir -p from-setup && cd from-setup\nid -un > user.txt\n\
+             curl -sS --max-time 30 --cacert /lent/ca/{ca_name} https://allowed.test/from-setup > page.txt\n"
+        ),
+    )
+    .unwrap();
     let (ok, up, err) = warden(&["machine", "up", m.definition().to_str().unwrap()]);
     assert!(ok, "up: {up}{err}");
     assert!(up.contains("egress relay listening"), "{up}");
+    assert!(up.contains("setup.sh ran"), "{up}");
     let exec = |line: &str| warden(&["machine", "exec", id, "--shell", line]);
     let ca = format!("/lent/ca/{}", net.ca.file_name().unwrap().to_string_lossy());
     let curl = format!("curl -sS --max-time 30 --cacert {ca}");
+
+    let (ok, made, err) = warden(&[
+        "machine",
+        "exec",
+        id,
+        "--folder",
+        "from-setup",
+        "--shell",
+        "cat user.txt page.txt",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(made, "runtime\nhello allowed.test /from-setup");
 
     // Listed, over TLS end to end.
     let (ok, body, err) = exec(&format!("{curl} https://allowed.test/from-vm"));
@@ -164,6 +189,10 @@ fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
     // The internet saw the listed requests and nothing else.
     let seen = net.http_requests();
     assert!(seen.contains("https GET allowed.test /from-vm"), "{seen}");
+    assert!(
+        seen.contains("https GET allowed.test /from-setup"),
+        "{seen}"
+    );
     assert!(seen.contains("/repo.git/info/refs"), "{seen}");
     assert!(
         !seen.contains("denied.test") && !seen.contains("/direct"),

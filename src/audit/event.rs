@@ -50,6 +50,7 @@ events! {
     GateOpened => "gate_opened",
     KeysHanded => "keys_handed",
     KeysFailed => "keys_failed",
+    Setup => "setup",
     Hold => "hold",
     IdleStop => "idle_stop",
     CommandAttached => "command_attached",

@@ -440,10 +440,11 @@ impl Supervisor {
         // The runtime's keys, when the host handed them over: the
         // runtime's own, like its `.env` (but never its HOME or name).
         env.extend(self.keys.pairs());
-        if self.network.policy.runtime_hosts.is_some() {
-            // Its traffic goes through the proxy alone: its tools are
-            // pointed at it (Node 24 and later honour the variables for
-            // fetch with NODE_USE_ENV_PROXY).
+        if self.network.policy.runtime_hosts.is_some() || self.config.egress_vsock_port.is_some() {
+            // Its traffic goes through the proxy alone (its own list, or
+            // a VM's only way out): its tools are pointed at it (Node 24
+            // and later honour the variables for fetch with
+            // NODE_USE_ENV_PROXY).
             env.extend(self.network.env.iter().cloned());
             env.insert("NODE_USE_ENV_PROXY".into(), "1".into());
         }

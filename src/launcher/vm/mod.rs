@@ -73,7 +73,8 @@ impl Backend for Vm {
         write_machine_files(p.def, &p.state, p.host, Some(&main))?;
         // The keys travel in the VM's initramfs: new values remake it.
         let inputs = sha256_hex(format!("{}\0{}", p.digest, p.keys_text).as_bytes());
-        up(p.def, &p.image.name, &inputs, p.keys_text, p.start)
+        up(p.def, &p.image.name, &inputs, p.keys_text, p.start)?;
+        setup(p)
     }
 
     fn start(&self, id: &str) -> Result<(), LaunchError> {
@@ -206,12 +207,6 @@ pub fn fits(def: &Definition, rootless: bool) -> Result<(), LaunchError> {
             "not for VMs yet: a VM has no network device to publish on",
         );
     }
-    if def.setup.is_some() {
-        return refuse(
-            "setup",
-            "not run in VMs yet (the host has no way to run as runtime in one)",
-        );
-    }
     Ok(())
 }
 
@@ -284,6 +279,35 @@ pub fn up(
         return Err(e);
     }
     std::fs::write(&recorded, inputs).map_err(|e| LaunchError::io(&recorded, e))
+}
+
+/// Runs the definition's `setup` as the runtime, through the VM's warden
+/// (`run_setup`), once for these inputs: a failed one runs again at the
+/// next `up`, and its output is the error.
+fn setup(p: &Prepared) -> Result<(), LaunchError> {
+    let Some(script) = &p.def.setup else {
+        return Ok(());
+    };
+    let done = p.state.join("setup.done");
+    if std::fs::read_to_string(&done).is_ok_and(|d| d == p.digest) {
+        return Ok(());
+    }
+    let named = || format!("setup {}", script.display());
+    let text =
+        std::fs::read_to_string(script).map_err(|e| LaunchError::new(named(), e.to_string()))?;
+    let (status, output) = connect(&p.def.id, None)?
+        .run_setup(&text)
+        .map_err(|e| LaunchError::new(named(), e.to_string()))?;
+    if status != 0 {
+        // The script's whole output, on lines of their own.
+        return Err(LaunchError::sentence(format!(
+            "{} failed (exit status {status}):\n{output}",
+            named()
+        )));
+    }
+    std::fs::write(&done, &p.digest).map_err(|e| LaunchError::io(&done, e))?;
+    step(p.start, &format!("{} ran", named()));
+    Ok(())
 }
 
 /// Each lend's host side is a folder (9p shares folders, not files),
@@ -575,11 +599,27 @@ mod tests {
             ),
             (r#", "workspace": "/w""#, false, Some("workspace")),
             (r#", "network": "private""#, false, Some("network")),
+            (
+                r#", "network": "private", "hosts": ["a.test"]"#,
+                false,
+                None,
+            ),
+            (
+                r#", "network": "/run/netns/n", "hosts": ["a.test"]"#,
+                false,
+                None,
+            ),
+            (r#", "network": "/run/netns/n""#, false, Some("network")),
+            (
+                r#", "network": "host", "hosts": ["a.test"]"#,
+                false,
+                Some("network"),
+            ),
             (r#", "keep_id": true"#, false, Some("keep_id")),
             (r#", "keep_id": "runtime""#, false, Some("keep_id")),
             (many_lends.as_str(), false, Some("lend")),
             (r#", "cpus": 2, "memory": "1g""#, false, None),
-            (r#", "setup": "s.sh""#, false, Some("setup")),
+            (r#", "setup": "s.sh""#, false, None),
             (r#", "restart": "always""#, false, Some("restart")),
             (r#", "command": ["node", "server.js"]"#, false, None),
             (r#", "requires": ["node"]"#, false, None),
