@@ -313,5 +313,5 @@ fn read_audit_needs_version_5_and_an_id() {
         }
     }
     // warden carries on.
-    assert_eq!(m.client().status().unwrap().protocol, 5);
+    assert_eq!(m.client().status().unwrap().protocol, 6);
 }
