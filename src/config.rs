@@ -29,6 +29,10 @@ pub struct MachineConfig {
     /// launcher sets it for a VM with a network); `null`: the proxy
     /// connects itself. Never used outside a VM.
     pub egress_vsock_port: Option<u32>,
+    /// In a VM that warden boots as PID 1, the runtime's server ports the
+    /// host publishes: each is taken on vsock port 100000 + port and
+    /// carried to 127.0.0.1:port. Never used outside a VM.
+    pub vm_ports: Vec<u16>,
     /// A loopback TCP address the API also listens on, for the owner (the
     /// machine's key required): the door a cluster offers, reached with
     /// `kubectl port-forward`. None: no such door.
@@ -133,6 +137,7 @@ impl Default for MachineConfig {
             key_file: "/etc/warden/key".into(),
             vsock_port: Some(crate::vsock::DEFAULT_PORT),
             egress_vsock_port: None,
+            vm_ports: Vec::new(),
             tcp_door: None,
             audit_dir: None,
             shell_tmp: PathBuf::from("/var/lib/warden/shell-tmp"),

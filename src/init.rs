@@ -129,6 +129,13 @@ fn phases(
         .map_err(BootError::Runtime)?;
     let signals = start_signal_loop(sup.clone(), waited);
     let doors = open_doors(&sup, &runtime, vm)?;
+    if vm.is_some() {
+        // A VM's published ports: the host's connections come over vsock.
+        let _inside = runtime.enter();
+        for failed in crate::vm_ports::serve(&sup.config.vm_ports) {
+            crate::say!("{failed}");
+        }
+    }
     let defaults = start_network(&sup, &runtime, proxy_listeners, vm.is_some()); // 10
     let layers = sup.probe(); // 11
     let boot_ms = boot.elapsed().as_secs_f64() * 1e3;

@@ -37,4 +37,5 @@ pub mod throttle;
 pub mod tool;
 pub mod users;
 pub mod vm;
+pub mod vm_ports;
 pub mod vsock;

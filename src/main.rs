@@ -249,10 +249,10 @@ enum MachineAction {
         #[arg(long, value_name = "NAME")]
         runtime_class: Option<String>,
     },
-    /// A VM's egress relay on the host (started by `up` for a VM with a
-    /// network; see docs/threat-model.md).
+    /// A VM's host side: its egress relay and its published ports
+    /// (started by `up`; see docs/threat-model.md).
     #[command(hide = true)]
-    EgressRelay {
+    VmRelay {
         #[arg(long)]
         config: PathBuf,
     },
@@ -570,8 +570,8 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         } => m::up(&definition, env_file.as_deref(), vm)
             .map(|()| 0)
             .map_err(String::from),
-        MachineAction::EgressRelay { config } => {
-            warden::launcher::vm::egress::run(&config)?;
+        MachineAction::VmRelay { config } => {
+            warden::launcher::vm::relay::run(&config)?;
             Ok(0)
         }
         MachineAction::Kube {
@@ -620,7 +620,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
                     print!("{}", describe(&status));
                     // What the engine says of a machine of this host.
                     if let Some(id) = id {
-                        for line in m::published(&m::container(id)) {
+                        for line in m::published_ports(id) {
                             println!("published: {line}");
                         }
                         if let Some(size) = m::size_of(&m::container(id)) {

@@ -41,16 +41,16 @@ fn start_relay(net: &Internet) -> Relay {
     });
     std::fs::write(dir.join("policy/network.json"), policy.to_string()).unwrap();
     let socket = dir.join("vsock.sock_1025");
-    let config = serde_json::json!({
+    let config = serde_json::json!({"egress": {
         "listen": socket, "key_file": key, "policy_dir": dir.join("policy"),
         "dns": [net.v4.to_string()],
         "netns": format!("/run/netns/{}", net.machine_ns),
-    });
+    }});
     let config_file = dir.join("relay.json");
     std::fs::write(&config_file, config.to_string()).unwrap();
     let log = dir.join("relay.log");
     let child = Command::new(env!("CARGO_BIN_EXE_warden"))
-        .args(["machine", "egress-relay", "--config"])
+        .args(["machine", "vm-relay", "--config"])
         .arg(&config_file)
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()

@@ -71,6 +71,7 @@ fn listener(netns: Option<&str>, addr: &str, port: u16) -> Listener {
     Listener(Some(child))
 }
 
+/// The runtime's server is published on the host's loopback over vsock;
 /// `setup` runs as the runtime and reaches a listed host through the
 /// proxy; `curl` and `git clone` through the proxy reach a listed host; an
 /// unlisted one is refused by the guest's proxy, a name that resolves to
@@ -102,6 +103,9 @@ fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
             "allow_addresses": [format!("{}/32", net.v4), format!("{}/128", net.v6)],
             "lend": [{"host": ca_dir, "at": "/lent/ca", "mode": "read"}],
             "setup": "setup.sh",
+            // The runtime's own server, published on the host's loopback.
+            "command": ["sh", "-c", "mkdir -p $HOME/www && echo page-from-vm > $HOME/www/index.html && exec python3 -m http.server 3000 --bind 127.0.0.1 --directory $HOME/www"],
+            "ports": [{"port": 3000, "host": "auto", "from": 18300}],
         }),
     );
     let id = &m.id;
@@ -117,8 +121,23 @@ fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
     .unwrap();
     let (ok, up, err) = warden(&["machine", "up", m.definition().to_str().unwrap()]);
     assert!(ok, "up: {up}{err}");
-    assert!(up.contains("egress relay listening"), "{up}");
+    assert!(up.contains("the VM's relay listening"), "{up}");
     assert!(up.contains("setup.sh ran"), "{up}");
+    // The runtime's server, from the host, through the VM's vsock.
+    let published = up
+        .lines()
+        .find_map(|l| l.split("published: 3000/tcp -> 127.0.0.1:").nth(1))
+        .unwrap_or_else(|| panic!("{up}"));
+    let host_port: u16 = published.trim().parse().unwrap();
+    let page = common::machine::http_get(host_port, "/", std::time::Duration::from_secs(30));
+    assert_eq!(page.as_deref(), Ok("page-from-vm\n"));
+    let (_, status, _) = warden(&["machine", "status", id]);
+    assert!(
+        status.contains(&format!("published: 3000/tcp -> 127.0.0.1:{host_port}")),
+        "{status}"
+    );
+    let (_, ps, _) = warden(&["machine", "ps"]);
+    assert!(ps.contains(&format!("127.0.0.1:{host_port}")), "{ps}");
     let exec = |line: &str| warden(&["machine", "exec", id, "--shell", line]);
     let ca = format!("/lent/ca/{}", net.ca.file_name().unwrap().to_string_lossy());
     let curl = format!("curl -sS --max-time 30 --cacert {ca}");
@@ -170,6 +189,8 @@ fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
     for target in [
         format!("http://{}/direct", net.v4),
         "http://10.0.2.2:18081/".to_string(),
+        // The runtime's server is not shell's to reach either.
+        "http://127.0.0.1:3000/".to_string(),
     ] {
         let (ok, out, err) = exec(&format!("{curl} --noproxy '*' {target}; echo exit=$?"));
         assert!(ok, "{err}");

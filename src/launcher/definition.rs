@@ -460,7 +460,7 @@ impl Parser<'_> {
                 .parse::<crate::net::addr::Cidr>()
                 .map_err(|e| self.invalid(format!("allow_addresses[{i}]"), e.to_string()))?;
         }
-        let agent = self.agent(&mut object, &network, &lend, keep_id)?;
+        let agent = self.agent(&mut object, &network, &lend, keep_id, kind)?;
         Ok(Definition {
             command: agent.command,
             restart: agent.restart,
@@ -495,6 +495,7 @@ impl Parser<'_> {
         network: &Network,
         lend: &[Lend],
         keep_id: KeepId,
+        kind: Kind,
     ) -> Result<AgentFields, DefinitionError> {
         let pair = |(field, problem): (String, String)| self.invalid(field, problem);
         let command: Option<Vec<String>> = self.take(object, "command", "command")?.flatten();
@@ -504,10 +505,11 @@ impl Parser<'_> {
         let restart: Restart = self.take(object, "restart", "restart")?.unwrap_or_default();
         let ports: Vec<Value> = self.take(object, "ports", "ports")?.unwrap_or_default();
         let ports = agent::ports(ports).map_err(pair)?;
-        if !ports.is_empty() && *network != Network::Private {
+        // A VM publishes over its vsock, whatever its network.
+        if !ports.is_empty() && *network != Network::Private && kind == Kind::Container {
             return Err(self.invalid(
                 "ports",
-                "published from the engine's private network: needs \"network\": \"private\"",
+                "published from the engine's private network: needs \"network\": \"private\" (or \"kind\": \"vm\")",
             ));
         }
         let requires: Vec<String> = self

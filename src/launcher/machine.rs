@@ -287,6 +287,14 @@ pub fn prune() -> Result<(), LaunchError> {
 }
 
 /// Checks an id given on the command line.
+/// The machine's published ports, `3000/tcp -> 127.0.0.1:3100` each.
+pub fn published_ports(id: &str) -> Vec<String> {
+    match super::vm::is_vm(id) {
+        true => super::vm::ports::published(id),
+        false => published(&container(id)),
+    }
+}
+
 pub fn check_id(id: &str) -> Result<(), LaunchError> {
     match valid_id(id) {
         true => Ok(()),

@@ -188,6 +188,8 @@ fn vm_config(state: &Path, def: &Definition) -> Result<serde_json::Value, Launch
         fields.insert("key_file".into(), "/etc/warden/key".into());
         fields.insert("vm_lends".into(), vm_lends(&def.lend));
         fields.insert("main_env".into(), serde_json::json!(def.env));
+        let ports: Vec<u16> = def.ports.iter().map(|p| p.port).collect();
+        fields.insert("vm_ports".into(), serde_json::json!(ports));
     }
     Ok(config)
 }

@@ -14,17 +14,15 @@
 //! the namespace the definition names. One line per decision goes to its
 //! log (`relay.log`).
 
+use super::relay::log;
 use crate::confine::policy::NetworkPolicy;
-use crate::launcher::definition::Network;
-use crate::launcher::error::LaunchError;
 use crate::net::egress_link::{self, Ask, MAX_LINE};
 use crate::net::hosts::HostList;
 use crate::net::proxy::upstream;
 use crate::net::proxy::{pick, Kind, Refused};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -33,10 +31,10 @@ use tokio::net::UnixStream;
 /// How long the guest has to say what it wants.
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What the relay is started with (`relay.json`, written by `up`).
+/// The egress side of `relay.json` (written by `up`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RelayConfig {
+pub struct EgressConfig {
     /// The unix socket the VM's vsock device connects to.
     pub listen: PathBuf,
     /// The machine's key (the host's copy).
@@ -51,7 +49,7 @@ pub struct RelayConfig {
 }
 
 /// What the relay decides with.
-struct Relay {
+pub(super) struct Relay {
     key: crate::key::Key,
     hosts: HostList,
     allow: Vec<crate::net::addr::Cidr>,
@@ -60,127 +58,32 @@ struct Relay {
     tunnels: Arc<tokio::sync::Semaphore>,
 }
 
-/// Starts the machine's relay (ending one left from an earlier run), and
-/// waits until it listens.
-pub fn start(def: &crate::launcher::definition::Definition) -> Result<(), LaunchError> {
-    let vm = super::dir(&def.id);
-    super::stop_backend(&def.id);
-    let listen = vm.join(format!("vsock.sock_{}", egress_link::RELAY_PORT));
-    let _ = std::fs::remove_file(&listen);
-    let state = crate::launcher::state::state_dir(&def.id);
-    let config = RelayConfig {
-        listen: listen.clone(),
-        key_file: state.join("key"),
-        policy_dir: state.join("etc/policy"),
-        dns: def.dns.clone(),
-        netns: match &def.network {
-            Network::Namespace(path) => Some(path.clone()),
-            _ => None,
-        },
-    };
-    let file = vm.join("relay.json");
-    let text = serde_json::to_string_pretty(&config).unwrap_or_default();
-    std::fs::write(&file, text).map_err(|e| LaunchError::io(&file, e))?;
-    let log_file = vm.join("relay.log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_file)
-        .map_err(|e| LaunchError::io(&log_file, e))?;
-    let warden = std::env::current_exe()
-        .map_err(|e| LaunchError::new("warden's own path", e.to_string()))?;
-    let args = vec![
-        "machine".to_string(),
-        "egress-relay".into(),
-        "--config".into(),
-        file.display().to_string(),
-    ];
-    let unit = format!("warden-{}-relay", def.id);
-    let (program, args) = super::in_own_scope(
-        super::qemu::systemd_runs(),
-        &unit,
-        &warden.display().to_string(),
-        args,
-    );
-    let child = std::process::Command::new(program)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .map_err(|e| LaunchError::new("egress relay", e.to_string()))?;
-    let pid_file = vm.join("relay.pid");
-    std::fs::write(&pid_file, child.id().to_string()).map_err(|e| LaunchError::io(&pid_file, e))?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !listen.exists() {
-        let tail = || std::fs::read_to_string(&log_file).unwrap_or_default();
-        if std::time::Instant::now() > deadline || pid_gone(child.id()) {
-            super::stop_backend(&def.id);
-            return Err(LaunchError::new(
-                "the egress relay did not listen",
-                tail()
-                    .lines()
-                    .last()
-                    .unwrap_or("no word in relay.log")
-                    .to_string(),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(())
-}
-
-/// Whether process `pid` has ended (a zombie counts as ended).
-fn pid_gone(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            stat.rsplit(')')
-                .next()
-                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
-}
-
-/// `warden machine egress-relay --config FILE`: serves until killed.
-pub fn run(config: &Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(config).map_err(|e| format!("{}: {e}", config.display()))?;
-    let config: RelayConfig =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", config.display()))?;
-    let policy = NetworkPolicy::load(&config.policy_dir).map_err(|e| e.to_string())?;
-    let key = crate::key::Key::load(&config.key_file)?;
-    // Before any thread: setns moves only the calling thread.
-    if let Some(ns) = &config.netns {
-        enter_netns(ns)?;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
-    runtime.block_on(async {
-        let relay = Arc::new(Relay {
-            key,
+impl Relay {
+    /// The relay `config` describes: the machine's key, lists and bounds.
+    pub(super) fn new(config: &EgressConfig) -> Result<Relay, String> {
+        let policy = NetworkPolicy::load(&config.policy_dir).map_err(|e| e.to_string())?;
+        Ok(Relay {
+            key: crate::key::Key::load(&config.key_file)?,
             hosts: machine_list(&policy)?,
             allow: policy.allow_addresses.clone(),
             connect_timeout: Duration::from_millis(policy.connect_timeout_ms),
             resolver: upstream::resolver_with(&config.dns)?,
             tunnels: Arc::new(tokio::sync::Semaphore::new(policy.max_tunnels)),
-        });
-        let listener = listen(&config.listen)?;
-        log(
-            serde_json::json!({"relay": "listening", "on": config.listen,
-                               "hosts": relay.hosts.entries(), "netns": config.netns}),
-        );
+        })
+    }
+
+    /// Serves the guest's connections on `listener` until the end.
+    pub(super) async fn serve_all(self: Arc<Self>, listener: tokio::net::UnixListener) {
+        log(serde_json::json!({"relay": "listening", "hosts": self.hosts.entries()}));
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
-            let relay = relay.clone();
+            let relay = self.clone();
             tokio::spawn(async move { relay.serve(stream).await });
         }
-    })
+    }
 }
 
 /// The names the machine may reach at all: its host list and its
@@ -195,25 +98,6 @@ fn machine_list(policy: &NetworkPolicy) -> Result<HostList, String> {
     let mut entries = hosts.clone();
     entries.extend(policy.runtime_hosts.iter().flatten().cloned());
     HostList::parse(&entries, &policy.ports)
-}
-
-fn enter_netns(path: &Path) -> Result<(), String> {
-    let ns = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)
-        .map_err(|e| format!("joining {}: {e}", path.display()))
-}
-
-/// Binds `path` (root's alone), replacing a socket left from a last run.
-fn listen(path: &Path) -> Result<tokio::net::UnixListener, String> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
-        let _ = std::fs::remove_file(path);
-    }
-    let listener =
-        tokio::net::UnixListener::bind(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(listener)
 }
 
 impl Relay {
@@ -308,16 +192,6 @@ fn decision_line(
         }
     }
     line
-}
-
-/// One JSON line on stderr (`relay.log`), with the time.
-fn log(mut line: serde_json::Value) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or_default();
-    line["time"] = now.into();
-    eprintln!("{line}");
 }
 
 #[cfg(test)]

@@ -22,7 +22,9 @@
 pub mod accel;
 mod disks;
 pub mod egress;
+pub mod ports;
 mod qemu;
+pub mod relay;
 
 use disks::{copy_sparse, initrd, rootfs, VOLUMES};
 use qemu::launch;
@@ -201,12 +203,6 @@ pub fn fits(def: &Definition, rootless: bool) -> Result<(), LaunchError> {
             "not for VMs yet: a VM's main process ending stops the VM",
         );
     }
-    if !def.ports.is_empty() {
-        return refuse(
-            "ports",
-            "not for VMs yet: a VM has no network device to publish on",
-        );
-    }
     Ok(())
 }
 
@@ -245,9 +241,10 @@ pub fn up(
         }
     }
     initrd(&kit, def, keys_text)?;
-    if def.network != Network::None {
-        egress::start(def)?;
-        step(start, "egress relay listening");
+    if relay::needed(def) {
+        let ports = super::agent_setup::host_ports(def)?;
+        relay::start(def, &ports)?;
+        step(start, "the VM's relay listening (egress, published ports)");
     }
     // Recorded only once the VM answers: one that never did is not kept.
     let _ = std::fs::remove_file(&recorded);
@@ -273,6 +270,9 @@ pub fn up(
         return Err(e);
     }
     step(start, "warden answers over vsock");
+    for line in ports::published(&def.id) {
+        step(start, &format!("published: {line}"));
+    }
     // An image without what the definition requires is not kept running.
     if let Err(e) = super::agent_setup::check_requires(def, || connect(&def.id, None)) {
         let _ = stop(&def.id);
@@ -458,10 +458,13 @@ pub(super) fn stop_backend(id: &str) {
                 String::from_utf8_lossy(&c).contains(&dir(id).display().to_string())
             });
             if is_ours {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
+                let pid = nix::unistd::Pid::from_raw(pid);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                // Gone before a new one takes its ports and sockets.
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while nix::sys::signal::kill(pid, None).is_ok() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
             }
         }
         let _ = std::fs::remove_file(dir(id).join(file));
@@ -518,7 +521,10 @@ pub fn list() -> Vec<String> {
                 true => "Running (VM)",
                 false => "Stopped (VM)",
             };
-            format!("{}\t{state}", container(&id))
+            match ports::published(&id).join(", ") {
+                ports if ports.is_empty() => format!("{}\t{state}", container(&id)),
+                ports => format!("{}\t{state}\t{ports}", container(&id)),
+            }
         })
         .collect()
 }

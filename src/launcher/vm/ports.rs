@@ -1,0 +1,95 @@
+//! A VM's published ports, host side: the relay listens on the host's
+//! 127.0.0.1 for each, and carries every connection into the guest over
+//! its vsock (vhost-device-vsock's `CONNECT <port>`), where the guest's
+//! warden hands it to the runtime's server on the guest's loopback
+//! (`crate::vm_ports`). The VM has no network device to publish on.
+
+use super::relay::log;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+
+/// One published port: the host's (on 127.0.0.1) and the guest's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Forward {
+    pub host: u16,
+    pub guest: u16,
+}
+
+/// Binds each forward's host port on 127.0.0.1 (in the host's network,
+/// before the relay joins another).
+pub(super) fn bind(forwards: &[Forward]) -> Result<Vec<(std::net::TcpListener, u16)>, String> {
+    forwards
+        .iter()
+        .map(|f| {
+            let listener = std::net::TcpListener::bind(("127.0.0.1", f.host))
+                .map_err(|e| format!("127.0.0.1:{}: {e}", f.host))?;
+            listener
+                .set_nonblocking(true)
+                .map_err(|e| format!("127.0.0.1:{}: {e}", f.host))?;
+            Ok((listener, f.guest))
+        })
+        .collect()
+}
+
+/// Carries every connection on `listener` to the guest's `guest` port.
+pub(super) async fn serve(listener: TcpListener, vsock: PathBuf, guest: u16) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let vsock = vsock.clone();
+        tokio::spawn(async move {
+            if let Err(e) = carry(client, &vsock, guest).await {
+                log(serde_json::json!({"port": guest, "error": e}));
+            }
+        });
+    }
+}
+
+async fn carry(mut client: TcpStream, vsock: &PathBuf, guest: u16) -> Result<(), String> {
+    let mut into = UnixStream::connect(vsock)
+        .await
+        .map_err(|e| format!("{}: {e}", vsock.display()))?;
+    let port = crate::vm_ports::vsock_port(guest);
+    into.write_all(format!("CONNECT {port}\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    // "OK <port>\n", a byte at a time: the guest's bytes may follow.
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while answer.len() < 64 {
+        let read = tokio::time::timeout(Duration::from_secs(10), into.read(&mut byte)).await;
+        match read {
+            Ok(Ok(1)) if byte[0] == b'\n' => break,
+            Ok(Ok(1)) => answer.push(byte[0]),
+            _ => return Err(format!("the guest did not take port {guest}")),
+        }
+    }
+    if !answer.starts_with(b"OK ") {
+        return Err(format!("the guest did not take port {guest}"));
+    }
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut into).await;
+    Ok(())
+}
+
+/// The machine's published ports, as `podman port` says a container's:
+/// `3000/tcp -> 127.0.0.1:3100`.
+pub fn published(id: &str) -> Vec<String> {
+    let file = super::dir(id).join("relay.json");
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return Vec::new();
+    };
+    let Ok(config) = serde_json::from_str::<super::relay::RelayConfig>(&text) else {
+        return Vec::new();
+    };
+    config
+        .ports
+        .iter()
+        .map(|f| format!("{}/tcp -> 127.0.0.1:{}", f.guest, f.host))
+        .collect()
+}
