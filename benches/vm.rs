@@ -2,8 +2,11 @@
 //! by side in one run: launch to API ready (and warden's own boot, which
 //! warden measures), `true` round trips over vsock against the
 //! container's host socket and `podman exec`, and output throughput over
-//! vsock against the host socket. QEMU runs with software emulation here
-//! (no usable KVM): these are not KVM figures.
+//! vsock against the host socket, and a download through the egress proxy
+//! from the benches' own internet (two network namespaces): the VM's proxy
+//! through the host's relay over vsock against the container's proxy
+//! connecting itself. QEMU runs with software emulation here (no usable
+//! KVM): these are not KVM figures.
 //!
 //! Run as root after `machine/build` and `machine/vm/build`:
 //! `cargo bench --bench vm`. The whole process runs under the AF_VSOCK
@@ -25,6 +28,8 @@ const RUNS: usize = 30;
 const LAUNCHES: usize = 3;
 const OUTPUT_BYTES: u64 = 32 << 20;
 const OUTPUT_RUNS: usize = 3;
+const DOWNLOAD_BYTES: u64 = 16 << 20;
+const DOWNLOAD_RUNS: usize = 3;
 
 fn warden() -> Command {
     Command::new(env!("CARGO_BIN_EXE_warden"))
@@ -54,6 +59,47 @@ fn up(dir: &Path, id: &str, kind: &str) -> Duration {
     let t = Instant::now();
     ok(warden().args(["machine", "up"]).arg(&file));
     t.elapsed()
+}
+
+/// Makes the machine `id` on the internet `net`'s machine namespace, with
+/// `allowed.test` listed.
+fn up_on(dir: &Path, id: &str, kind: &str, net: &common::internet::Internet) {
+    let file = dir.join(format!("{id}.json"));
+    let definition = serde_json::json!({
+        "id": id, "image": IMAGE, "kind": kind,
+        "network": format!("/run/netns/{}", net.machine_ns),
+        "dns": [net.v4.to_string()],
+        "hosts": ["allowed.test"],
+        "allow_addresses": [format!("{}/32", net.v4), format!("{}/128", net.v6)],
+    });
+    std::fs::write(&file, definition.to_string()).unwrap();
+    ok(warden().args(["machine", "up"]).arg(&file));
+}
+
+/// MiB/s of one download of DOWNLOAD_BYTES through the machine's proxy,
+/// as curl (run as shell) timed it.
+fn download(id: &str) -> f64 {
+    let request = RunRequest {
+        shell: Some(format!(
+            "curl -sS -o /dev/null -w '%{{size_download}} %{{time_total}}' http://allowed.test/bytes/{DOWNLOAD_BYTES}"
+        )),
+        ..Default::default()
+    };
+    let out = m::connect(id, None).unwrap().run(request).unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut words = said.split_whitespace();
+    let size: f64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(0.0);
+    let secs: f64 = words
+        .next()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(f64::NAN);
+    assert_eq!(
+        size as u64,
+        DOWNLOAD_BYTES,
+        "{id}: {said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    size / (1 << 20) as f64 / secs
 }
 
 fn boot_ms(id: &str) -> f64 {
@@ -176,6 +222,33 @@ fn main() {
         "\noutput of {} MiB, {OUTPUT_RUNS} runs each, in turn (MiB/s, median): VM over vsock {v:.1}, container over its host socket {c:.1} ({:.1}x)",
         OUTPUT_BYTES >> 20,
         c / v
+    );
+
+    // A download through the egress proxy, from the benches' own internet.
+    let net = common::internet::Internet::start();
+    let (vm_net, ct_net) = (format!("bench{pid}-vn"), format!("bench{pid}-cn"));
+    let _cleanup_net = Cleanup(vec![vm_net.clone(), ct_net.clone()]);
+    up_on(dir.path(), &vm_net, "vm", &net);
+    up_on(dir.path(), &ct_net, "container", &net);
+    let mut rates = [Vec::new(), Vec::new()];
+    for _ in 0..DOWNLOAD_RUNS {
+        for (i, id) in [&vm_net, &ct_net].into_iter().enumerate() {
+            rates[i].push(download(id));
+        }
+    }
+    let (v, c) = (median(rates[0].clone()), median(rates[1].clone()));
+    let shown = |r: &[f64]| {
+        r.iter()
+            .map(|x| format!("{x:.1}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "\ndownload of {} MiB through the egress proxy, {DOWNLOAD_RUNS} runs each, in turn (MiB/s, median): VM (proxy, then the host's relay over vsock) {v:.1} (runs {}), container (proxy connecting itself) {c:.1} (runs {}) ({:.2} of the container's)",
+        DOWNLOAD_BYTES >> 20,
+        shown(&rates[0]),
+        shown(&rates[1]),
+        v / c
     );
     println!("(measured in {:.0} s)", started.elapsed().as_secs_f64());
 }

@@ -33,6 +33,9 @@ pub struct MachineConfig {
     /// host publishes: each is taken on vsock port 100000 + port and
     /// carried to 127.0.0.1:port. Never used outside a VM.
     pub vm_ports: Vec<u16>,
+    /// When the main process starts again after it ended: "no" (the
+    /// machine ends with it), "on-failure" or "always".
+    pub main_restart: crate::main_restart::MainRestart,
     /// A loopback TCP address the API also listens on, for the owner (the
     /// machine's key required): the door a cluster offers, reached with
     /// `kubectl port-forward`. None: no such door.
@@ -138,6 +141,7 @@ impl Default for MachineConfig {
             vsock_port: Some(crate::vsock::DEFAULT_PORT),
             egress_vsock_port: None,
             vm_ports: Vec::new(),
+            main_restart: Default::default(),
             tcp_door: None,
             audit_dir: None,
             shell_tmp: PathBuf::from("/var/lib/warden/shell-tmp"),
@@ -413,6 +417,11 @@ mod tests {
             (r#"{"vsock_port": 5000}"#, None),
             (r#"{"vsock_port": 4294967295}"#, Some("`vsock_port`")),
             (r#"{"egress_vsock_port": 1025}"#, None),
+            (r#"{"main_restart": "on-failure"}"#, None),
+            (
+                r#"{"main_restart": "sometimes"}"#,
+                Some("unknown variant `sometimes`"),
+            ),
             (
                 r#"{"egress_vsock_port": 4294967295}"#,
                 Some("`egress_vsock_port`"),

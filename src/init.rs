@@ -9,6 +9,7 @@ use crate::boot::{
     mount_volumes, open_audit, prepare_confinement, supervisor, BootError,
 };
 use crate::confine::spawn::{self, SpawnError, Stdio};
+use crate::main_restart;
 use crate::net::proxy::{self, Proxy};
 use crate::protocol::MainState;
 use crate::reaper::Exit;
@@ -647,6 +648,8 @@ async fn supervise(
             return status;
         }
     };
+    // When the main process last started, and how many quick exits came.
+    let (mut started, mut quick) = (Instant::now(), 0u32);
     loop {
         if waits_for_keys {
             // The keys, a signal or a stop, whichever comes first.
@@ -699,9 +702,31 @@ async fn supervise(
             }
             exit = main_exit => {
                 let status = exit.map(Exit::status).unwrap_or(125);
-                sup.audit.record(Event::MainExit, json!({"status": status}));
-                crate::say!("main process exited with status {status}; stopping");
+                let again = sup.config.main_restart.again(status);
+                sup.audit.record(Event::MainExit, json!({"status": status, "restart": again}));
                 sup.set_main(None);
+                if again {
+                    quick = if started.elapsed() >= main_restart::SETTLED { 0 } else { quick + 1 };
+                    let wait = main_restart::backoff(quick.saturating_sub(1));
+                    crate::say!("main process exited with status {status}; starting it again in {} s", wait.as_secs());
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = sup.stop_requested() => return stopped_on_request(&sup, None).await,
+                    }
+                    started = Instant::now();
+                    match start_main(&sup) {
+                        Some(Ok(m)) => {
+                            main = Some(m);
+                            continue;
+                        }
+                        Some(Err(status)) => {
+                            stop_everything(&sup, None).await;
+                            return status;
+                        }
+                        None => {}
+                    }
+                }
+                crate::say!("main process exited with status {status}; stopping");
                 stop_everything(&sup, None).await;
                 return status;
             }

@@ -19,6 +19,7 @@ pub mod keys;
 pub mod launcher;
 pub mod layout;
 pub mod lifetime;
+pub mod main_restart;
 pub mod net;
 pub mod network;
 pub mod oom;

@@ -190,6 +190,8 @@ fn vm_config(state: &Path, def: &Definition) -> Result<serde_json::Value, Launch
         fields.insert("main_env".into(), serde_json::json!(def.env));
         let ports: Vec<u16> = def.ports.iter().map(|p| p.port).collect();
         fields.insert("vm_ports".into(), serde_json::json!(ports));
+        // No engine restarts a VM: its warden starts the main process again.
+        fields.insert("main_restart".into(), serde_json::json!(def.restart));
     }
     Ok(config)
 }

@@ -197,12 +197,6 @@ pub fn fits(def: &Definition, rootless: bool) -> Result<(), LaunchError> {
             &format!("needs rootless podman, and a VM is made as root: as in a rootful container, files written in lent folders belong to the machine's uids on the host ({RUNTIME_UID}, {SHELL_UID})"),
         );
     }
-    if def.restart != super::agent::Restart::No {
-        return refuse(
-            "restart",
-            "not for VMs yet: a VM's main process ending stops the VM",
-        );
-    }
     Ok(())
 }
 
@@ -626,7 +620,7 @@ mod tests {
             (many_lends.as_str(), false, Some("lend")),
             (r#", "cpus": 2, "memory": "1g""#, false, None),
             (r#", "setup": "s.sh""#, false, None),
-            (r#", "restart": "always""#, false, Some("restart")),
+            (r#", "restart": "always""#, false, None),
             (r#", "command": ["node", "server.js"]"#, false, None),
             (r#", "requires": ["node"]"#, false, None),
             (r#", "idle_stop_minutes": 5"#, false, None),

@@ -1,0 +1,62 @@
+//! `main_restart`: warden starts the main process again when it ends, as
+//! a container's engine would (what a VM's `restart` is).
+
+mod common;
+
+use common::{privileged, Machine, Options};
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_failing_main_process_is_started_again_until_it_stays() {
+    if !privileged("a_failing_main_process_is_started_again_until_it_stays") {
+        return;
+    }
+    // Fails twice, then stays: two restarts, 1 s then 2 s apart.
+    let script = "echo run >> $HOME/main-runs; [ $(wc -l < $HOME/main-runs) -ge 3 ] && exec sleep 1000; exit 3";
+    let m = Machine::start(Options {
+        main: vec!["sh".into(), "-c".into(), script.into()],
+        config: serde_json::json!({"main_restart": "on-failure"}),
+        pid_namespace: true,
+        ..Default::default()
+    });
+    m.wait_ready();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while m.audit_kinds("main_start").len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            m.audit_kinds("main_exit")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let exits = m.audit_kinds("main_exit");
+    assert_eq!(exits.len(), 2, "{exits:?}");
+    for exit in &exits {
+        assert_eq!(
+            (exit["status"].as_i64(), exit["restart"].as_bool()),
+            (Some(3), Some(true))
+        );
+    }
+    // The third stays, and the machine with it.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(m.audit_kinds("main_start").len(), 3);
+    let status = m.client().status().unwrap();
+    assert!(status.main.is_some(), "{status:?}");
+}
+
+#[test]
+fn without_main_restart_the_machine_ends_with_its_main_process() {
+    if !privileged("without_main_restart_the_machine_ends_with_its_main_process") {
+        return;
+    }
+    let mut m = Machine::start(Options {
+        main: vec!["sh".into(), "-c".into(), "sleep 0.5; exit 4".into()],
+        pid_namespace: true,
+        ..Default::default()
+    });
+    m.wait_ready();
+    assert_eq!(m.wait(Duration::from_secs(20)), 4);
+    let exits = m.audit_kinds("main_exit");
+    assert_eq!(exits.len(), 1, "{exits:?}");
+    assert_eq!(exits[0]["restart"], false);
+}
