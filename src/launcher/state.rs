@@ -111,11 +111,13 @@ pub(super) fn write_machine_files(
         "main_waits_for_keys": !def.keys.is_empty() && main.is_none(),
         "main": main.unwrap_or_default(),
         "idle_stop_s": def.idle_stop_minutes.map(|m| (m * 60.0).round().max(1.0) as u64),
-        // A VM's only way out: its host's relay.
-        "egress_vsock_port": (def.kind == super::definition::Kind::Vm
-            && def.network != super::definition::Network::None)
-            .then_some(crate::net::egress_link::RELAY_PORT),
     });
+    // A VM's only way out: its host's relay. Written only then: an image's
+    // own, older warden refuses fields it does not know.
+    let mut config = config;
+    if def.kind == super::definition::Kind::Vm && def.network != super::definition::Network::None {
+        config["egress_vsock_port"] = crate::net::egress_link::RELAY_PORT.into();
+    }
     std::fs::write(state.join("etc/machine.json"), format!("{config:#}\n"))
         .map_err(|e| io("machine.json", e))?;
     write_network(def, &state.join("etc/policy/network.json")).map_err(|e| io("network", e))?;
