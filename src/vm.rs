@@ -518,6 +518,11 @@ fn move_machine_files(new_root: &Path) -> Result<(), VmError> {
 
 fn copy_tree(from: &Path, to: &Path) -> Result<(), VmError> {
     std::fs::create_dir_all(to).map_err(io_error(to))?;
+    // warden alone reads them (as root): not shell, whose Landlock grants
+    // it /etc to read, nor the runtime (the config holds the main
+    // process's command line and environment).
+    std::os::unix::fs::chown(to, Some(0), Some(0)).map_err(io_error(to))?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).map_err(io_error(to))?;
     for entry in std::fs::read_dir(from).map_err(io_error(from))? {
         let entry = entry.map_err(io_error(from))?;
         let (src, dst) = (entry.path(), to.join(entry.file_name()));

@@ -113,7 +113,7 @@ pub(super) fn initrd(kit: &Kit, def: &Definition, keys_text: &str) -> Result<(),
         (
             etc.join("machine.json"),
             format!("{config:#}\n").into_bytes(),
-            0o644,
+            0o600,
         ),
     ];
     if !keys_text.is_empty() {
@@ -127,7 +127,7 @@ pub(super) fn initrd(kit: &Kit, def: &Definition, keys_text: &str) -> Result<(),
     for entry in std::fs::read_dir(&policy).map_err(|e| LaunchError::io(&policy, e))? {
         let entry = entry.map_err(|e| LaunchError::io(&policy, e))?;
         let bytes = std::fs::read(entry.path()).map_err(|e| LaunchError::io(&entry.path(), e))?;
-        files.push((etc.join("policy").join(entry.file_name()), bytes, 0o644));
+        files.push((etc.join("policy").join(entry.file_name()), bytes, 0o600));
     }
     for (path, bytes, mode) in files {
         let mut f = std::fs::OpenOptions::new()

@@ -1,0 +1,197 @@
+//! The attack suite in a VM machine with every launcher field a VM takes
+//! in use: a network behind the proxy and the host's relay, `dns`,
+//! `hosts`, `allow_addresses`, lent folders (read and write), `setup`,
+//! `keys`, `env`, the main process and its published port, `restart`,
+//! `cpus` and `memory`. Software emulation, under the AF_VSOCK guard.
+
+mod common;
+
+use common::attacks::*;
+use common::internet::Internet;
+use common::text;
+use common::vm;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output, Stdio};
+
+fn warden(args: &[&str]) -> Output {
+    Command::new(common::warden_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn show(what: &str, o: &Output) -> String {
+    format!(
+        "{what}: {:?}\n{}{}",
+        o.status.code(),
+        text(&o.stdout),
+        text(&o.stderr)
+    )
+}
+
+#[test]
+fn the_attack_suite_fails_in_a_vm_with_every_field_in_use() {
+    vm::guard();
+    let test = "the_attack_suite_fails_in_a_vm_with_every_field_in_use";
+    if !common::privileged(test) {
+        return;
+    }
+    if vm::kit(test).is_none() {
+        return;
+    }
+    let _one = vm::one_at_a_time();
+    let net = Internet::start();
+    let m = common::machine::TestMachine::new("vm-attack");
+    // The attack program, static (the guest's C library is the image's),
+    // lent read-only; a folder lent for writing.
+    let (_bin_dir, bin) = build_attack_program_with(&["-static"]);
+    let tools = m.dir.path().join("tools");
+    let out_dir = m.dir.path().join("out");
+    std::fs::create_dir(&tools).unwrap();
+    std::fs::copy(&bin, tools.join("attack")).unwrap();
+    std::fs::set_permissions(tools.join("attack"), PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::create_dir(&out_dir).unwrap();
+    nix::unistd::chown(&out_dir, Some(2001.into()), Some(2001.into())).unwrap();
+    std::fs::write(
+        m.dir.path().join(".env"),
+        format!("API_TOKEN={ENV_CANARY}\n"),
+    )
+    .unwrap();
+    std::fs::write(m.dir.path().join("setup.sh"), "echo set-up > setup-ran\n").unwrap();
+    // The main process plants the canaries as the runtime, then serves.
+    let plant = format!(
+        "umask 022; echo {DATA_CANARY} > $HOME/data/memory.txt && \
+         printf %s {ROUTINE_CANARY} > $HOME/workspace/routines/agent.md && \
+         mkdir -p $HOME/workspace/runtime-notes && echo notes > $HOME/workspace/runtime-notes/n.txt && \
+         exec python3 -m http.server 3000 --bind 127.0.0.1 --directory $HOME/workspace/runtime-notes"
+    );
+    m.define(serde_json::json!({
+        "image": "localhost/warden-machine:latest", "kind": "vm",
+        "network": format!("/run/netns/{}", net.machine_ns),
+        "dns": [net.v4.to_string()],
+        "hosts": ["allowed.test"],
+        "allow_addresses": [format!("{}/32", net.v4)],
+        "lend": [
+            {"host": tools, "at": "/lent/tools", "mode": "read"},
+            {"host": out_dir, "at": "/home/me/out", "mode": "write"},
+        ],
+        "setup": "setup.sh",
+        "keys": ["API_TOKEN"],
+        "env": {"GREETING": "hello"},
+        "command": ["sh", "-c", plant],
+        "ports": [{"port": 3000, "host": "auto", "from": 18500}],
+        "restart": "on-failure",
+        "cpus": 2, "memory": "1024m",
+    }));
+    let id = m.id.clone();
+    let up = warden(&["machine", "up", m.definition().to_str().unwrap()]);
+    assert!(up.status.success(), "{}", show("up", &up));
+    let said = text(&up.stdout);
+    assert!(said.contains("setup.sh ran"), "{said}");
+    assert!(said.contains("published: 3000/tcp -> 127.0.0.1:"), "{said}");
+
+    let exec = |args: &[&str]| {
+        let mut argv = vec!["machine", "exec", id.as_str()];
+        argv.extend(args);
+        warden(&argv)
+    };
+    // The machine is what it was asked to be, before it is attacked.
+    let o = exec(&[
+        "--shell",
+        "nproc; curl -sS --max-time 30 http://allowed.test/vm-attack",
+    ]);
+    assert_eq!(
+        text(&o.stdout),
+        "2\nhello allowed.test /vm-attack",
+        "{}",
+        show("ready", &o)
+    );
+    let status_out = warden(&["machine", "status", &id, "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&status_out.stdout).unwrap();
+    let main = status["main"]["pid"]
+        .as_i64()
+        .expect("a main process")
+        .to_string();
+    let o = exec(&["--folder", "attacks", "--", "true"]);
+    assert!(o.status.success(), "{}", show("folder", &o));
+    // A lent folder is read, not run: shell copies the program into its
+    // own /tmp, where it may run what it made.
+    let o = exec(&[
+        "--shell",
+        "mkdir -p /tmp/warden-attack && cp /lent/tools/attack /tmp/warden-attack/ && chmod 755 /tmp/warden-attack/attack",
+    ]);
+    assert!(o.status.success(), "{}", show("copy", &o));
+
+    let targets = Targets {
+        home: "/home/runtime".into(),
+        main,
+        audit: "/home/runtime/data/audit/warden.jsonl".into(),
+        config: "/etc/warden/machine.json".into(),
+        socket: "/run/warden/api.sock".into(),
+        // The runtime's published server, on the guest's loopback.
+        port: "3000".into(),
+        abstract_name: None,
+    };
+    let mut tried = 0;
+    for (name, line) in shell_lines(&targets) {
+        let o = exec(&["--folder", "attacks", "--shell", &line]);
+        // 125 is warden's own refusal or a failed way in: proves nothing.
+        let code = o.status.code();
+        assert!(
+            code.is_some_and(|c| c != 0 && c != 125),
+            "{name} succeeded, or never ran: {}",
+            show(name, &o)
+        );
+        assert_no_secret(name, &o);
+        tried += 1;
+    }
+    for (name, args) in programs(&targets) {
+        let mut argv = vec!["--folder", "attacks", "--", "/tmp/warden-attack/attack"];
+        argv.extend(args.iter().map(String::as_str));
+        let o = exec(&argv);
+        assert_eq!(o.status.code(), Some(0), "{}", show(name, &o));
+        assert!(
+            text(&o.stdout).starts_with("blocked: "),
+            "{}",
+            show(name, &o)
+        );
+        assert_no_secret(name, &o);
+        tried += 1;
+    }
+    // Nothing those attempts tried changed anything.
+    for (path, there) in [
+        ("/home/runtime/workspace/routines/planted", false),
+        ("/var/tmp/planted-by-shell", false),
+        ("/etc/planted", false),
+        ("/lent/tools/planted", false),
+    ] {
+        let o = exec(&["--", "test", "-e", path]);
+        assert_eq!(o.status.success(), there, "{path}");
+    }
+    let o = exec(&["--shell", "touch /lent/tools/planted"]);
+    assert!(
+        text(&o.stderr).contains("Read-only file system"),
+        "{}",
+        show("lent", &o)
+    );
+    assert!(!tools.join("planted").exists());
+    eprintln!("{tried} attacks tried in a VM with every field in use, all stopped");
+    assert!(tried >= 40, "{tried}");
+
+    // What the suite found is what warden says.
+    let status_out = warden(&["machine", "status", &id, "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&status_out.stdout).unwrap();
+    for l in status["layers"].as_array().unwrap() {
+        if l["required"] == true {
+            assert_eq!(l["holds"], true, "{l}");
+        }
+    }
+    let audit = warden(&["machine", "audit", &id]);
+    assert!(
+        text(&audit.stdout).contains("chain intact"),
+        "{}",
+        show("audit", &audit)
+    );
+    assert!(!text(&audit.stdout).contains(ENV_CANARY));
+}
