@@ -157,7 +157,7 @@ pub fn fits(def: &Definition, rootless: bool) -> Result<(), LaunchError> {
     if rootless {
         return refuse(
             "rootless",
-            "VMs are made as root for now (their root disk comes from root's image storage)",
+            "a VM is made as root here: its root disk is exported from root's image storage, and its kit (/var/cache/warden-machine/vm), its state and its relay are root's; run `sudo warden machine up`",
         );
     }
     if def.lend.len() > MAX_LENDS {
