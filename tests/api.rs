@@ -858,31 +858,13 @@ fn rlimits_reach_the_command() {
 }
 
 /// A machine with a host socket and a key file, as the launcher makes one.
-fn keyed_machine(key_mode: u32) -> (Machine, std::path::PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = Machine::folder("");
-    let key = dir.path().join("key");
-    std::fs::write(&key, "test-key-0123456789abcdef0123456789abcdef\n").unwrap();
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(key_mode)).unwrap();
-    let host = dir.path().join("host/api.sock");
-    std::fs::create_dir(dir.path().join("host")).unwrap();
-    let m = Machine::start_in(
-        dir,
-        Options {
-            config: serde_json::json!({"host_socket": host, "key_file": key}),
-            ..Default::default()
-        },
-    );
-    (m, host)
-}
-
 #[test]
 fn the_host_socket_lets_in_only_the_machines_key() {
     if !privileged("the_host_socket_lets_in_only_the_machines_key") {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
-    let (m, host) = keyed_machine(0o600);
+    let (m, host) = Machine::keyed(0o600);
     m.wait_ready();
     let mode = std::fs::metadata(&host).unwrap().permissions().mode() & 0o777;
     assert_eq!(
@@ -923,7 +905,7 @@ fn a_key_file_others_may_read_stops_the_boot() {
     if !privileged("a_key_file_others_may_read_stops_the_boot") {
         return;
     }
-    let (mut m, _) = keyed_machine(0o644);
+    let (mut m, _) = Machine::keyed(0o644);
     assert_eq!(m.wait(Duration::from_secs(10)), 1);
     assert!(
         m.log().contains("must be root's and mode 0600 or 0400"),

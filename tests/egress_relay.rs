@@ -6,12 +6,12 @@
 
 mod common;
 
-use common::internet::{python, Internet};
+use common::internet::{Internet, Listener};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 const KEY: &str = "0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -84,27 +84,6 @@ fn ask(relay: &Relay, line: &str) -> (String, BufReader<UnixStream>) {
     (answer.trim_end().to_string(), reader)
 }
 
-/// A listener on the relay namespace's own loopback (port 80), which
-/// prints a line for every connection it takes.
-fn loopback_listener(net: &Internet) -> Child {
-    let script = "import socket,sys\n\
-                  s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-                  s.bind(('127.0.0.1', 80)); s.listen(); print('ready', flush=True)\n\
-                  while True:\n    c,_=s.accept(); print('accepted', flush=True); c.close()\n";
-    let mut child = net
-        .in_machine(python())
-        .args(["-c", script])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    assert_eq!(first.trim(), "ready");
-    child
-}
-
 #[test]
 fn the_relay_decides_again_whatever_the_guest_asks() {
     let test = "the_relay_decides_again_whatever_the_guest_asks";
@@ -113,7 +92,8 @@ fn the_relay_decides_again_whatever_the_guest_asks() {
     }
     let net = Internet::start();
     let relay = start_relay(&net);
-    let mut listener = loopback_listener(&net);
+    // The relay namespace's own loopback: nothing may reach it.
+    let listener = Listener::start(Some(&net.machine_ns), "127.0.0.1", 80);
 
     // A listed host: reached, and the bytes flow both ways.
     let (answer, mut conn) = ask(&relay, &format!("EGRESS {KEY} allowed.test 80\n"));
@@ -173,10 +153,7 @@ fn the_relay_decides_again_whatever_the_guest_asks() {
 
     // Nothing reached the relay's own loopback, and the internet saw only
     // the listed request.
-    let _ = listener.kill();
-    let out = listener.wait_with_output().unwrap();
-    let taken = String::from_utf8_lossy(&out.stdout);
-    assert!(!taken.contains("accepted"), "{taken}");
+    listener.took_nothing("the relay namespace's loopback");
     let seen = net.http_requests();
     assert!(
         seen.contains("http GET allowed.test /through-relay"),

@@ -4,36 +4,21 @@
 
 mod common;
 
-use common::{privileged, text, Machine, Options};
+use common::{privileged, text, Machine, HOST_KEY};
 use warden::client::{Client, ClientError};
 use warden::protocol::ErrorCode;
-
-const KEY: &str = "test-key-0123456789abcdef0123456789abcdef";
 
 #[test]
 fn the_owner_runs_setup_as_the_runtime_and_the_machine_may_not() {
     if !privileged("the_owner_runs_setup_as_the_runtime_and_the_machine_may_not") {
         return;
     }
-    use std::os::unix::fs::PermissionsExt;
-    let dir = Machine::folder("");
-    let key = dir.path().join("key");
-    std::fs::write(&key, format!("{KEY}\n")).unwrap();
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let host = dir.path().join("host/api.sock");
-    std::fs::create_dir(dir.path().join("host")).unwrap();
-    let m = Machine::start_in(
-        dir,
-        Options {
-            config: serde_json::json!({"host_socket": host, "key_file": key}),
-            ..Default::default()
-        },
-    );
+    let (m, host) = Machine::keyed(0o600);
     m.wait_ready();
 
     // The owner: run as the runtime, in its workspace, status and output
     // back (stderr too), a script longer than a pipe read whole.
-    let mut owner = Client::connect_keyed(&host, Some(KEY), None).unwrap();
+    let mut owner = Client::connect_keyed(&host, Some(HOST_KEY), None).unwrap();
     assert_eq!(owner.version, 6);
     let padding = format!("# {}\n", "x".repeat(200)).repeat(1000);
     let script =

@@ -4,11 +4,10 @@
 
 mod common;
 
-use common::internet::{python, Internet, REPO_FILE};
+use common::internet::{Internet, Listener, REPO_FILE};
 use common::text;
 use common::vm;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 fn warden(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(common::warden_bin())
@@ -17,58 +16,6 @@ fn warden(args: &[&str]) -> (bool, String, String) {
         .output()
         .unwrap();
     (out.status.success(), text(&out.stdout), text(&out.stderr))
-}
-
-/// A listener on `addr` (in the namespace `netns`, or the host's), which
-/// prints a line for every connection it takes; killed when dropped.
-struct Listener(Option<Child>);
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Listener {
-    /// Ends it; fails the test if it took a connection.
-    fn took_nothing(mut self, what: &str) {
-        let mut child = self.0.take().unwrap();
-        let _ = child.kill();
-        let out = child.wait_with_output().unwrap();
-        let taken = text(&out.stdout);
-        assert!(!taken.contains("accepted"), "{what}: {taken}");
-    }
-}
-
-fn listener(netns: Option<&str>, addr: &str, port: u16) -> Listener {
-    let script = format!(
-        "import socket\n\
-         s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-         s.bind(('{addr}', {port})); s.listen(); print('ready', flush=True)\n\
-         while True:\n    c,_=s.accept(); print('accepted', flush=True); c.close()\n"
-    );
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, python()]);
-            c
-        }
-        None => Command::new(python()),
-    };
-    let mut child = cmd
-        .args(["-c", &script])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    assert_eq!(first.trim(), "ready");
-    Listener(Some(child))
 }
 
 /// The runtime's server is published on the host's loopback over vsock;
@@ -173,7 +120,7 @@ fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
 
     // Listed, but resolving to loopback: the host's relay refuses, and
     // nothing reaches the loopback of the namespace it connects from.
-    let relay_loopback = listener(Some(&net.machine_ns), "127.0.0.1", 80);
+    let relay_loopback = Listener::start(Some(&net.machine_ns), "127.0.0.1", 80);
     let (_, head, _) = exec(&format!("{curl} -i http://rebind.test/"));
     assert!(head.starts_with("HTTP/1.1 403"), "{head}");
     assert!(
@@ -185,7 +132,7 @@ fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
     // Around the proxy: no network device, so a direct connection fails
     // at once (curl's 7, not a timeout's 28), to the internet and to
     // the host's loopback alike; an address through the proxy is refused.
-    let host_loopback = listener(None, "127.0.0.1", 18_081);
+    let host_loopback = Listener::start(None, "127.0.0.1", 18_081);
     for target in [
         format!("http://{}/direct", net.v4),
         "http://10.0.2.2:18081/".to_string(),

@@ -465,3 +465,58 @@ impl Drop for Internet {
         }
     }
 }
+
+/// A TCP listener that takes connections and says so (a line `accepted`
+/// each), on `addr:port` in a namespace or the host's: proof that nothing
+/// reached a place. Killed when dropped.
+pub struct Listener(Option<Child>);
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Listener {
+    /// Listens on `addr:port`, in the namespace `netns` or the host's.
+    pub fn start(netns: Option<&str>, addr: &str, port: u16) -> Listener {
+        use std::io::BufRead;
+        let script = format!(
+            "import socket\n\
+             s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             s.bind(('{addr}', {port})); s.listen(); print('ready', flush=True)\n\
+             while True:\n    c,_=s.accept(); print('accepted', flush=True); c.close()\n"
+        );
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, python()]);
+                c
+            }
+            None => Command::new(python()),
+        };
+        let mut child = cmd
+            .args(["-c", &script])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert_eq!(first.trim(), "ready");
+        Listener(Some(child))
+    }
+
+    /// Ends it; fails the test if it took a connection.
+    pub fn took_nothing(mut self, what: &str) {
+        let mut child = self.0.take().unwrap();
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        let taken = String::from_utf8_lossy(&out.stdout);
+        assert!(!taken.contains("accepted"), "{what}: {taken}");
+    }
+}

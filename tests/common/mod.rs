@@ -79,6 +79,9 @@ pub fn warden_bin() -> &'static str {
     env!("CARGO_BIN_EXE_warden")
 }
 
+/// The key of `Machine::keyed`.
+pub const HOST_KEY: &str = "test-key-0123456789abcdef0123456789abcdef";
+
 pub struct Options {
     pub main: Vec<String>,
     /// Extra machine config fields.
@@ -261,6 +264,25 @@ impl Machine {
         let m = Machine::start(opts);
         m.wait_ready();
         m
+    }
+
+    /// A machine with a host socket and a key file (`HOST_KEY`, mode
+    /// `key_mode`); the host socket's path. Started, not yet waited for.
+    pub fn keyed(key_mode: u32) -> (Machine, PathBuf) {
+        let dir = Machine::folder("");
+        let key = dir.path().join("key");
+        std::fs::write(&key, format!("{HOST_KEY}\n")).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(key_mode)).unwrap();
+        let host = dir.path().join("host/api.sock");
+        std::fs::create_dir(dir.path().join("host")).unwrap();
+        let m = Machine::start_in(
+            dir,
+            Options {
+                config: json!({"host_socket": host, "key_file": key}),
+                ..Default::default()
+            },
+        );
+        (m, host)
     }
 
     pub fn wait_ready(&self) {
