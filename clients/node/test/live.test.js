@@ -262,12 +262,12 @@ if (!pre.run && pre.skip) {
       parallel.forEach((p, i) => assert.equal(p.stdout, `${i}\n`));
     });
 
-    test('status: pid 1, protocol 5 (the newest warden speaks), users, layers, the running command, activity', async () => {
+    test('status: pid 1, protocol 6 (the newest warden speaks), users, layers, the running command, activity', async () => {
       const command = client.spawn({ argv: ['sleep', '10'], folder: 'st' });
       await command.started;
       const status = await client.status();
       assert.equal(status.type, 'status');
-      assert.equal(status.protocol, 5); // the newest warden speaks; this client asks for 4
+      assert.equal(status.protocol, 6); // the newest warden speaks; this client asks for 4
       assert.equal(status.pid1, true);
       assert.ok(Number.isInteger(status.activity.idle_ms) && status.activity.idle_ms >= 0);
       assert.equal(status.activity.idle_stop_s, undefined, 'no idle stop in this config');

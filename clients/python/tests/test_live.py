@@ -228,7 +228,7 @@ def test_refused_requests_are_typed_errors_and_not_fatal(client: Client) -> None
 def test_status_lists_users_layers_and_running_commands(client: Client) -> None:
     with client.spawn(["sleep", "30"]) as sleeper:
         status = client.status()
-        assert status["type"] == "status" and status["protocol"] == 5 and status["pid1"] is True
+        assert status["type"] == "status" and status["protocol"] == 6 and status["pid1"] is True
         assert isinstance(status["activity"]["idle_ms"], int)
         assert "idle_stop_s" not in status["activity"], "no idle stop in this config"
         users = {u["name"]: u for u in status["users"]}
@@ -319,7 +319,7 @@ def test_asyncio_client(warden: Warden) -> None:
             assert await sleeper.kill("TERM") == "SIGTERM"
             assert (await sleeper.wait()).status == 143
             status = await c.status()
-            assert status["protocol"] == 5 and "activity" in status
+            assert status["protocol"] == 6 and "activity" in status
             until = int(time.time() * 1000) + 600_000
             assert await c.hold(until) == until
             assert (await c.status())["activity"]["held_until_ms"] == until
@@ -345,7 +345,7 @@ def test_the_host_socket_lets_in_only_the_key(keyed_warden: Warden) -> None:
     before = len(refusals())
     key_file = keyed_warden.root / "key"
     with Client.connect(host, key_file=key_file, timeout=PATIENCE) as c:
-        assert c.status()["protocol"] == 5
+        assert c.status()["protocol"] == 6
     for key, reason in ((HOST_KEY[:-1] + "X", "wrong key"), (None, "no key")):
         t0 = time.monotonic()
         with pytest.raises(WardenError) as caught:

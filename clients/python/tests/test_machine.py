@@ -288,7 +288,7 @@ def test_a_real_machine_started_reached_stopped_and_kept(warden_binary: Path) ->
         written = m.exec(shell="echo kept > note && cat note", folder="py")
         assert written.stdout == b"kept\n", written
         with m.client(timeout=60) as c:
-            assert c.status()["protocol"] == 5
+            assert c.status()["protocol"] == 6
         # A second adapter finds it running: starts nothing, stops nothing.
         other = Machine(definition, warden=warden_binary)
         assert other.start() == reach and not other.started

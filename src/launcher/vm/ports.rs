@@ -78,8 +78,11 @@ async fn carry(mut client: TcpStream, vsock: &PathBuf, guest: u16) -> Result<(),
 }
 
 /// The machine's published ports, as `podman port` says a container's:
-/// `3000/tcp -> 127.0.0.1:3100`.
+/// `3000/tcp -> 127.0.0.1:3100`; none while it is stopped.
 pub fn published(id: &str) -> Vec<String> {
+    if !super::running(id) {
+        return Vec::new();
+    }
     let file = super::dir(id).join("relay.json");
     let Ok(text) = std::fs::read_to_string(file) else {
         return Vec::new();

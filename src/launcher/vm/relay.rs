@@ -28,6 +28,9 @@ pub struct RelayConfig {
     /// vhost-device-vsock's socket for connections into the guest.
     #[serde(default)]
     pub vsock: Option<PathBuf>,
+    /// The machine: the relay ends once its VM, seen running, is gone.
+    #[serde(default)]
+    pub machine: Option<String>,
 }
 
 /// Whether the VM of `def` needs its host side at all.
@@ -60,6 +63,7 @@ pub fn start(def: &Definition, ports: &[(u16, u16)]) -> Result<(), LaunchError> 
             .map(|&(host, guest)| Forward { host, guest })
             .collect(),
         vsock: Some(vm.join("vsock.sock")),
+        machine: Some(def.id.clone()),
     };
     let file = vm.join("relay.json");
     let text = serde_json::to_string_pretty(&config).unwrap_or_default();
@@ -164,10 +168,32 @@ pub fn run(config_file: &Path) -> Result<(), String> {
                 serving.spawn(super::ports::serve(listener, vsock.clone(), guest));
             }
         }
+        if let Some(id) = config.machine.clone() {
+            serving.spawn(outlive_not(id));
+        }
         ready(config_file);
-        while serving.join_next().await.is_some() {}
+        // The first to end (the VM gone) ends the relay.
+        serving.join_next().await;
         Ok(())
     })
+}
+
+/// Returns once the VM `id`, seen running, has powered off (by itself:
+/// its main process ended, or it was idle): its ports and its way out go
+/// with it.
+async fn outlive_not(id: String) {
+    let mut seen = false;
+    loop {
+        match super::qemu_pid(&id) {
+            Some(_) => seen = true,
+            None if seen => {
+                log(serde_json::json!({"relay": "the VM is gone: ending"}));
+                return;
+            }
+            None => {}
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// Says the relay listens: `relay.ready` beside its config.
