@@ -709,9 +709,8 @@ async fn supervise(
                     quick = if started.elapsed() >= main_restart::SETTLED { 0 } else { quick + 1 };
                     let wait = main_restart::backoff(quick.saturating_sub(1));
                     crate::say!("main process exited with status {status}; starting it again in {} s", wait.as_secs());
-                    tokio::select! {
-                        _ = tokio::time::sleep(wait) => {}
-                        _ = sup.stop_requested() => return stopped_on_request(&sup, None).await,
+                    if let Some(status) = wait_to_restart(&sup, &mut signals, wait).await {
+                        return status;
                     }
                     started = Instant::now();
                     match start_main(&sup) {
@@ -729,6 +728,37 @@ async fn supervise(
                 crate::say!("main process exited with status {status}; stopping");
                 stop_everything(&sup, None).await;
                 return status;
+            }
+        }
+    }
+}
+
+/// The wait before the main process starts again. A stop, or a signal
+/// that ends the machine, ends it now (its exit status); other signals
+/// have no main process to go to.
+async fn wait_to_restart(
+    sup: &Supervisor,
+    signals: &mut mpsc::UnboundedReceiver<Signal>,
+    wait: Duration,
+) -> Option<i32> {
+    let waited = tokio::time::sleep(wait);
+    tokio::pin!(waited);
+    loop {
+        tokio::select! {
+            _ = &mut waited => return None,
+            _ = sup.stop_requested() => return Some(stopped_on_request(sup, None).await),
+            sig = signals.recv() => {
+                let Some(sig) = sig else {
+                    // No more signals: the wait alone decides.
+                    waited.as_mut().await;
+                    return None;
+                };
+                let shuts = is_shutdown(sig);
+                let action = if shuts { "shutdown" } else { "ignored: no main process" };
+                sup.audit.record(Event::Signal, json!({"signal": sig.as_str(), "action": action}));
+                if shuts {
+                    return Some(shutdown(sup, sig, None).await);
+                }
             }
         }
     }

@@ -60,3 +60,41 @@ fn without_main_restart_the_machine_ends_with_its_main_process() {
     assert_eq!(exits.len(), 1, "{exits:?}");
     assert_eq!(exits[0]["restart"], false);
 }
+
+#[test]
+fn a_signal_while_waiting_to_restart_ends_the_machine_without_a_new_start() {
+    let test = "a_signal_while_waiting_to_restart_ends_the_machine_without_a_new_start";
+    if !privileged(test) {
+        return;
+    }
+    // Quick exits: the waits grow 1, 2, then 4 s.
+    let mut m = Machine::start(Options {
+        main: vec!["sh".into(), "-c".into(), "exit 0".into()],
+        config: serde_json::json!({"main_restart": "always"}),
+        pid_namespace: true,
+        ..Default::default()
+    });
+    m.wait_ready();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while m.audit_kinds("main_exit").len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            m.audit_kinds("main_exit")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // In the 4 s wait after the third exit: SIGTERM ends the machine.
+    m.kill(nix::sys::signal::Signal::SIGTERM);
+    m.wait(Duration::from_secs(30));
+    let (starts, exits) = (
+        m.audit_kinds("main_start").len(),
+        m.audit_kinds("main_exit").len(),
+    );
+    assert_eq!((starts, exits), (3, 3), "no start after the signal");
+    let signals = m.audit_kinds("signal");
+    assert!(
+        signals.iter().any(|l| l["action"] == "shutdown"),
+        "{signals:?}"
+    );
+}
