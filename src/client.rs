@@ -61,7 +61,7 @@ const VSOCK_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 
 /// One line, read a byte at a time so that nothing after it is consumed;
 /// at most `max` bytes, without its newline.
-fn read_line(stream: &mut UnixStream, max: usize) -> io::Result<String> {
+pub fn read_line(stream: &mut impl Read, max: usize) -> io::Result<String> {
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     while line.len() <= max {
@@ -74,6 +74,34 @@ fn read_line(stream: &mut UnixStream, max: usize) -> io::Result<String> {
         line.push(byte[0]);
     }
     Err(io::Error::new(io::ErrorKind::InvalidData, "line too long"))
+}
+
+/// Connects to vsock `port` in a VM through the host's end of a hybrid
+/// vsock (a unix socket, `path`, kept by the VM's vsock device:
+/// Firecracker, Cloud Hypervisor and vhost-device-vsock keep one): sends
+/// `CONNECT <port>`, waits (at most `VSOCK_CONNECT_TIMEOUT`) for `OK <host
+/// port>`; the stream then carries the guest's bytes, without a timeout.
+pub fn hybrid_vsock_connect(path: &Path, port: u32) -> Result<UnixStream, ClientError> {
+    let mut stream = UnixStream::connect(path)?;
+    stream.set_read_timeout(Some(VSOCK_CONNECT_TIMEOUT))?;
+    stream.write_all(format!("CONNECT {port}\n").as_bytes())?;
+    let answer = read_line(&mut stream, 64).map_err(|e| {
+        ClientError::Vsock(format!(
+            "{}: CONNECT {port}: no answer ({e}); is the VM up and listening?",
+            path.display()
+        ))
+    })?;
+    let ok = answer
+        .strip_prefix("OK ")
+        .is_some_and(|n| n.parse::<u32>().is_ok());
+    if !ok {
+        return Err(ClientError::Vsock(format!(
+            "{}: CONNECT {port}: answered {answer:?}, not OK <port>",
+            path.display()
+        )));
+    }
+    stream.set_read_timeout(None)?;
+    Ok(stream)
 }
 
 impl Client {
@@ -133,34 +161,16 @@ impl Client {
     }
 
     /// Connects to warden's vsock `port` in a VM through the host's end of
-    /// a hybrid vsock (a unix socket, `path`, kept by the VM's vsock device:
-    /// Firecracker, Cloud Hypervisor and vhost-device-vsock keep one): it
-    /// sends `CONNECT <port>`, waits for `OK <host port>`, and from then on
-    /// carries warden's protocol. The machine's key is required there.
+    /// a hybrid vsock (`hybrid_vsock_connect`) and from then on carries
+    /// warden's protocol. The machine's key is required there.
     pub fn connect_hybrid_vsock(
         path: &Path,
         port: u32,
         key: &str,
         first: Option<(u32, &Request)>,
     ) -> Result<Client, ClientError> {
-        let mut stream = UnixStream::connect(path)?;
+        let stream = hybrid_vsock_connect(path, port)?;
         stream.set_read_timeout(Some(VSOCK_CONNECT_TIMEOUT))?;
-        stream.write_all(format!("CONNECT {port}\n").as_bytes())?;
-        let answer = read_line(&mut stream, 64).map_err(|e| {
-            ClientError::Vsock(format!(
-                "{}: CONNECT {port}: no answer ({e}); is the VM up and listening?",
-                path.display()
-            ))
-        })?;
-        let ok = answer
-            .strip_prefix("OK ")
-            .is_some_and(|n| n.parse::<u32>().is_ok());
-        if !ok {
-            return Err(ClientError::Vsock(format!(
-                "{}: CONNECT {port}: answered {answer:?}, not OK <port>",
-                path.display()
-            )));
-        }
         let client = Client::hello(stream, Some(key), first)?;
         client.set_read_timeout(None)?;
         Ok(client)

@@ -147,6 +147,14 @@ fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
     let (_, head, err) = exec(&format!("{curl} --noproxy '' -i http://127.0.0.1:18081/"));
     assert!(head.starts_with("HTTP/1.1 403"), "{head}{err}");
     host_loopback.took_nothing("the host's loopback");
+    // Nor can shell speak to the relay itself: no vsock socket for it.
+    let (_, out, err) = exec(
+        "python3 -c 'import socket; socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)' 2>&1; echo exit=$?",
+    );
+    assert!(
+        out.contains("PermissionError") && out.contains("exit=1"),
+        "{out}{err}"
+    );
     let (_, ifaces, _) = exec("ls /sys/class/net");
     assert_eq!(
         ifaces.split_whitespace().collect::<Vec<_>>(),

@@ -6,9 +6,8 @@
 
 use super::relay::log;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 
 /// One published port: the host's (on 127.0.0.1) and the guest's.
@@ -51,28 +50,15 @@ pub(super) async fn serve(listener: TcpListener, vsock: PathBuf, guest: u16) {
     }
 }
 
-async fn carry(mut client: TcpStream, vsock: &PathBuf, guest: u16) -> Result<(), String> {
-    let mut into = UnixStream::connect(vsock)
-        .await
-        .map_err(|e| format!("{}: {e}", vsock.display()))?;
-    let port = crate::vm_ports::vsock_port(guest);
-    into.write_all(format!("CONNECT {port}\n").as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    // "OK <port>\n", a byte at a time: the guest's bytes may follow.
-    let mut answer = Vec::new();
-    let mut byte = [0u8; 1];
-    while answer.len() < 64 {
-        let read = tokio::time::timeout(Duration::from_secs(10), into.read(&mut byte)).await;
-        match read {
-            Ok(Ok(1)) if byte[0] == b'\n' => break,
-            Ok(Ok(1)) => answer.push(byte[0]),
-            _ => return Err(format!("the guest did not take port {guest}")),
-        }
-    }
-    if !answer.starts_with(b"OK ") {
-        return Err(format!("the guest did not take port {guest}"));
-    }
+async fn carry(mut client: TcpStream, vsock: &Path, guest: u16) -> Result<(), String> {
+    let (path, port) = (vsock.to_path_buf(), crate::vm_ports::vsock_port(guest));
+    let into =
+        tokio::task::spawn_blocking(move || crate::client::hybrid_vsock_connect(&path, port))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("the guest did not take port {guest}: {e}"))?;
+    into.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut into = UnixStream::from_std(into).map_err(|e| e.to_string())?;
     let _ = tokio::io::copy_bidirectional(&mut client, &mut into).await;
     Ok(())
 }

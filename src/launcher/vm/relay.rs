@@ -71,12 +71,13 @@ pub fn start(def: &Definition, ports: &[(u16, u16)]) -> Result<(), LaunchError> 
     let ready = vm.join("relay.ready");
     let _ = std::fs::remove_file(&ready);
     let log_file = vm.join("relay.log");
-    let child = spawn(&def.id, &file, &log_file)?;
+    let mut child = spawn(&def.id, &file, &log_file)?;
     let pid_file = vm.join("relay.pid");
-    std::fs::write(&pid_file, child.to_string()).map_err(|e| LaunchError::io(&pid_file, e))?;
+    std::fs::write(&pid_file, child.id().to_string()).map_err(|e| LaunchError::io(&pid_file, e))?;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !ready.exists() {
-        if std::time::Instant::now() > deadline || pid_gone(child) {
+        let gone = !matches!(child.try_wait(), Ok(None));
+        if std::time::Instant::now() > deadline || gone {
             super::stop_backend(&def.id);
             let said = std::fs::read_to_string(&log_file).unwrap_or_default();
             return Err(LaunchError::new(
@@ -93,8 +94,8 @@ pub fn start(def: &Definition, ports: &[(u16, u16)]) -> Result<(), LaunchError> 
 }
 
 /// Runs `warden machine vm-relay --config FILE` in a session (and, where
-/// systemd runs, a scope) of its own; its pid.
-fn spawn(id: &str, config: &Path, log_file: &Path) -> Result<u32, LaunchError> {
+/// systemd runs, a scope) of its own.
+fn spawn(id: &str, config: &Path, log_file: &Path) -> Result<std::process::Child, LaunchError> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -111,26 +112,14 @@ fn spawn(id: &str, config: &Path, log_file: &Path) -> Result<u32, LaunchError> {
     let unit = format!("warden-{id}-relay");
     let systemd = super::qemu::systemd_runs();
     let (program, args) = super::in_own_scope(systemd, &unit, &warden.display().to_string(), args);
-    let child = std::process::Command::new(program)
+    std::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(log)
         .process_group(0)
         .spawn()
-        .map_err(|e| LaunchError::new("the VM's relay", e.to_string()))?;
-    Ok(child.id())
-}
-
-/// Whether process `pid` has ended (a zombie counts as ended).
-fn pid_gone(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            stat.rsplit(')')
-                .next()
-                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
+        .map_err(|e| LaunchError::new("the VM's relay", e.to_string()))
 }
 
 /// `warden machine vm-relay --config FILE`: serves until killed. The

@@ -67,7 +67,8 @@ pub struct Hooks {
 pub struct Proxy {
     settings: Settings,
     source: Source,
-    resolver: TokioResolver,
+    /// How upstreams are reached: resolved here, or by a VM's host.
+    way: Way,
     record: Recorder,
     origin: Option<Origin>,
     runtime: Option<Runtime>,
@@ -104,7 +105,10 @@ impl Proxy {
         } = hooks;
         let source = Source::new(&settings.policy_dir, policy, default_hosts, record.clone())?;
         Ok(Proxy {
-            resolver: upstream::resolver()?,
+            way: match &settings.through {
+                Through::Direct => Way::Direct(Box::new(upstream::resolver()?)),
+                Through::HostRelay { port, key } => Way::HostRelay(*port, key.clone()),
+            },
             tunnels: Arc::new(Semaphore::new(settings.max_tunnels)),
             settings,
             source,
@@ -293,13 +297,16 @@ impl Proxy {
         let allowed = decide::decide_on(hosts, list, t)?;
         line.entry = Some(allowed.entry.to_string());
         let timeout = self.settings.connect_timeout;
-        if let Through::HostRelay { port, key } = &self.settings.through {
-            let (upstream, to) =
-                upstream::through_host(*port, key, allowed.name, t.port, timeout).await?;
-            line.address = Some(to);
-            return Ok(upstream);
-        }
-        let found = upstream::resolve(&self.resolver, allowed.name).await?;
+        let resolver = match &self.way {
+            Way::Direct(resolver) => resolver,
+            Way::HostRelay(port, key) => {
+                let (upstream, to) =
+                    upstream::through_host(*port, key, allowed.name, t.port, timeout).await?;
+                line.address = Some(to);
+                return Ok(upstream);
+            }
+        };
+        let found = upstream::resolve(resolver, allowed.name).await?;
         line.resolved = found.clone();
         let addresses = pick(allowed.name, &found, t.port, &rules.allow)?;
         let (stream, to) = upstream::connect(&addresses, timeout).await?;
@@ -334,6 +341,13 @@ impl Proxy {
         line.origin = settle(origin).await;
         (self.record)(Event::Egress, line.refused(&r, started));
     }
+}
+
+/// How the proxy reaches upstreams: its own resolver, or a VM's host
+/// relay (vsock port, machine key), which resolves there.
+enum Way {
+    Direct(Box<TokioResolver>),
+    HostRelay(u32, String),
 }
 
 /// A connection's origin, being looked up.

@@ -38,28 +38,27 @@ pub(super) fn resolver() -> Result<TokioResolver, String> {
 /// As `resolver`, asking `servers` when there are some (a VM's relay on
 /// the host asks the machine's `dns`), else /etc/resolv.conf's.
 pub(crate) fn resolver_with(servers: &[IpAddr]) -> Result<TokioResolver, String> {
-    if !servers.is_empty() {
-        let servers = servers
-            .iter()
-            .map(|&ip| hickory_resolver::config::NameServerConfig::udp_and_tcp(ip))
-            .collect();
-        let mut builder = TokioResolver::builder_with_config(
+    let asking = |servers: Vec<_>| {
+        TokioResolver::builder_with_config(
             hickory_resolver::config::ResolverConfig::from_name_servers(servers),
             hickory_resolver::net::runtime::TokioRuntimeProvider::default(),
-        );
-        builder.options_mut().ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
-        return builder.build().map_err(|e| format!("resolver: {e}"));
-    }
-    // A machine without a nameserver (a container with no network)
-    // still gets its proxy: every name then fails to resolve, with
-    // that reason, instead of every command being refused.
-    let mut builder = TokioResolver::builder_tokio().unwrap_or_else(|e| {
-        crate::say!("proxy: no nameserver from /etc/resolv.conf ({e}); names will not resolve");
-        TokioResolver::builder_with_config(
-            hickory_resolver::config::ResolverConfig::from_name_servers(Vec::new()),
-            hickory_resolver::net::runtime::TokioRuntimeProvider::default(),
         )
-    });
+    };
+    let mut builder = match servers {
+        // A machine without a nameserver (a container with no network)
+        // still gets its proxy: every name then fails to resolve, with
+        // that reason, instead of every command being refused.
+        [] => TokioResolver::builder_tokio().unwrap_or_else(|e| {
+            crate::say!("proxy: no nameserver from /etc/resolv.conf ({e}); names will not resolve");
+            asking(Vec::new())
+        }),
+        _ => asking(
+            servers
+                .iter()
+                .map(|&ip| hickory_resolver::config::NameServerConfig::udp_and_tcp(ip))
+                .collect(),
+        ),
+    };
     let opts = builder.options_mut();
     opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
     opts.use_hosts_file = ResolveHosts::Always;
@@ -120,20 +119,13 @@ pub(super) async fn through_host(
     // as long as both.
     let wait = RESOLVE_TIMEOUT + timeout + Duration::from_secs(2);
     let asked = tokio::task::spawn_blocking(move || ask_host(relay_port, &ask, wait)).await;
-    let (fd, to) = asked.unwrap_or_else(|e| {
-        Err(Refused::new(
-            Kind::ConnectFailed,
-            format!("the host's relay: {e}"),
-        ))
-    })?;
-    let unreachable =
-        |e: std::io::Error| Refused::new(Kind::ConnectFailed, format!("the host's relay: {e}"));
+    let (fd, to) = asked.unwrap_or_else(|e| Err(relay_failed(e)))?;
     // A vsock stream socket, driven as a TCP one: the tunnel only reads,
     // writes, splices, waits on and shuts down its upstream, which are
     // the same calls for every connected stream socket.
     let std_stream = std::net::TcpStream::from(fd);
-    std_stream.set_nonblocking(true).map_err(unreachable)?;
-    let stream = TcpStream::from_std(std_stream).map_err(unreachable)?;
+    std_stream.set_nonblocking(true).map_err(relay_failed)?;
+    let stream = TcpStream::from_std(std_stream).map_err(relay_failed)?;
     Ok((
         Upstream {
             stream,
@@ -152,29 +144,23 @@ fn ask_host(
 ) -> Result<(std::os::fd::OwnedFd, SocketAddr), Refused> {
     use crate::net::egress_link::{ask_line, parse_answer, MAX_LINE};
     use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout};
-    use std::io::{Read, Write};
-    let failed = |e: String| Refused::new(Kind::ConnectFailed, format!("the host's relay: {e}"));
-    let line = ask_line(ask).map_err(failed)?;
-    let fd = crate::vsock::connect_host(relay_port).map_err(|e| failed(e.to_string()))?;
+    use std::io::Write;
+    let line = ask_line(ask).map_err(relay_failed)?;
+    let fd = crate::vsock::connect_host(relay_port).map_err(relay_failed)?;
     let timeout = nix::sys::time::TimeVal::new(wait.as_secs() as i64, 0);
-    setsockopt(&fd, ReceiveTimeout, &timeout).map_err(|e| failed(e.to_string()))?;
+    setsockopt(&fd, ReceiveTimeout, &timeout).map_err(relay_failed)?;
     let mut socket = std::fs::File::from(fd);
-    socket
-        .write_all(line.as_bytes())
-        .map_err(|e| failed(e.to_string()))?;
-    let mut answer = Vec::with_capacity(64);
-    let mut byte = [0u8; 1];
-    while answer.len() < MAX_LINE {
-        match socket.read(&mut byte) {
-            Ok(0) => return Err(failed("it closed without an answer".into())),
-            Ok(_) if byte[0] == b'\n' => break,
-            Ok(_) => answer.push(byte[0]),
-            Err(e) => return Err(failed(format!("no answer: {e}"))),
-        }
-    }
-    let to = parse_answer(&String::from_utf8_lossy(&answer))?;
+    socket.write_all(line.as_bytes()).map_err(relay_failed)?;
+    let answer = crate::client::read_line(&mut socket, MAX_LINE)
+        .map_err(|e| relay_failed(format!("no answer: {e}")))?;
+    let to = parse_answer(&answer)?;
     let fd = std::os::fd::OwnedFd::from(socket);
     let forever = nix::sys::time::TimeVal::new(0, 0);
-    setsockopt(&fd, ReceiveTimeout, &forever).map_err(|e| failed(e.to_string()))?;
+    setsockopt(&fd, ReceiveTimeout, &forever).map_err(relay_failed)?;
     Ok((fd, to))
+}
+
+/// A failure to reach or hear the host's relay.
+fn relay_failed(e: impl std::fmt::Display) -> Refused {
+    Refused::new(Kind::ConnectFailed, format!("the host's relay: {e}"))
 }
