@@ -32,15 +32,9 @@ fn show(what: &str, o: &Output) -> String {
 
 #[test]
 fn the_attack_suite_fails_in_a_vm_with_every_field_in_use() {
-    vm::guard();
-    let test = "the_attack_suite_fails_in_a_vm_with_every_field_in_use";
-    if !common::privileged(test) {
+    let Some(_one) = vm::ready("the_attack_suite_fails_in_a_vm_with_every_field_in_use") else {
         return;
-    }
-    if vm::kit(test).is_none() {
-        return;
-    }
-    let _one = vm::one_at_a_time();
+    };
     let net = Internet::start();
     let m = common::machine::TestMachine::new("vm-attack");
     // The attack program, static (the guest's C library is the image's),

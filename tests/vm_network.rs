@@ -28,15 +28,11 @@ fn warden(args: &[&str]) -> (bool, String, String) {
 /// while the VM runs.
 #[test]
 fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
-    vm::guard();
-    let test = "a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only";
-    if !common::privileged(test) {
+    let Some(_one) =
+        vm::ready("a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only")
+    else {
         return;
-    }
-    if vm::kit(test).is_none() {
-        return;
-    }
-    let _one = vm::one_at_a_time();
+    };
     let net = Internet::start();
     let ca_dir = net.ca.parent().unwrap().to_path_buf();
     let m = common::machine::TestMachine::defined(

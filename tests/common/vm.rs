@@ -77,6 +77,16 @@ pub fn guard_active() -> bool {
 
 /// One VM at a time: two TCG guests on two cores would only slow each
 /// other and blur the figures.
+/// What every VM test does first: the guard, root, the kit; then its turn
+/// (held while the returned guard lives). None: skipped, and said why.
+pub fn ready(test: &str) -> Option<MutexGuard<'static, ()>> {
+    guard();
+    if !super::privileged(test) || kit(test).is_none() {
+        return None;
+    }
+    Some(one_at_a_time())
+}
+
 pub fn one_at_a_time() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
