@@ -90,7 +90,51 @@ pub(super) fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, LaunchError> {
         ));
     }
     std::fs::rename(&partial, &disk).map_err(|e| LaunchError::io(&disk, e))?;
+    prune_disks(&images);
     Ok(disk)
+}
+
+/// Removes the root disks of images the engine no longer holds: each is
+/// 2 GB of sparse file, and a rebuilt image would otherwise leave its old
+/// disk behind for ever. A running VM keeps its open disk (`snapshot=on`
+/// reads it through the descriptor QEMU already holds). Best effort: a
+/// failure here never fails `up`.
+fn prune_disks(images: &Path) {
+    let Ok(held) = engine::run("image ids", &["images", "--quiet", "--no-trunc"]) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(images) else {
+        return;
+    };
+    let names: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    for name in stale_disks(&names, &held) {
+        let _ = std::fs::remove_file(images.join(name));
+    }
+}
+
+/// Of the files in the disks' folder, the finished disks (`<16 hex>.ext4`)
+/// whose id begins no image id in `held` (the engine's `images --quiet
+/// --no-trunc`, one `sha256:<hex>` a line). Anything else is left alone.
+fn stale_disks<'a>(names: &'a [String], held: &str) -> Vec<&'a str> {
+    let held: Vec<&str> = held
+        .lines()
+        .map(|l| l.trim().trim_start_matches("sha256:"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    names
+        .iter()
+        .map(String::as_str)
+        .filter(|name| {
+            name.strip_suffix(".ext4").is_some_and(|short| {
+                short.len() == 16
+                    && short.bytes().all(|b| b.is_ascii_hexdigit())
+                    && !held.iter().any(|id| id.starts_with(short))
+            })
+        })
+        .collect()
 }
 
 /// The kit's initramfs with the machine's own files appended as a second
@@ -213,6 +257,24 @@ pub(super) fn vm_lends(lends: &[Lend]) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_finished_disks_of_images_gone_are_stale() {
+        let held = "sha256:0123456789abcdef00\n\nfedcba9876543210ff\n";
+        let cases: [(&str, bool); 7] = [
+            ("0123456789abcdef.ext4", false),
+            ("fedcba9876543210.ext4", false),
+            ("aaaaaaaaaaaaaaaa.ext4", true),
+            ("aaaaaaaaaaaaaaaa", false),
+            ("warden-rootfs-x1.ext4", false),
+            ("0123.ext4", false),
+            (".lock", false),
+        ];
+        for (name, stale) in cases {
+            let names = vec![name.to_string()];
+            assert_eq!(!stale_disks(&names, held).is_empty(), stale, "{name}");
+        }
+    }
+
     use super::*;
 
     #[test]
