@@ -121,6 +121,9 @@ fn main() {
         ..Default::default()
     };
 
+    if std::env::args().any(|a| a == "many") {
+        return many_at_once(&m, warden, &socket);
+    }
     let mut client = m.client();
     let only_throughput = std::env::args().any(|a| a == "throughput");
     let [confined, bare] = measure_interleaved(
@@ -201,6 +204,7 @@ fn main() {
             confined.as_secs_f64() / bare.as_secs_f64()
         );
         println!("{}", sweep_in_a_machine());
+        many_at_once(&m, warden, &socket);
     }
     // Output throughput: warden's API against a raw pipe from the same
     // producer, each moving the same bytes.
@@ -276,6 +280,67 @@ fn main() {
         "warden binary: {:.2} MiB ({warden})",
         size as f64 / (1 << 20) as f64
     );
+}
+
+/// Runs of `true` per contender and level, all clients together.
+const MANY_RUNS: usize = 512;
+
+/// Many at once: `true` started by 1, 8, 64 and 256 clients together,
+/// `MANY_RUNS` in all per contender and level (each client its share),
+/// every one of which must succeed; printed as runs per second.
+fn many_at_once(m: &Machine, warden: &str, socket: &std::path::Path) {
+    println!("\nmany at once: {MANY_RUNS} runs of `true` per contender and level, all must succeed (runs/s)");
+    println!(
+        "{:>8} {:>11} {:>11} {:>11} {:>11} {:>10} {:>12}",
+        "clients", "API", "warden run", "sudo", "runuser", "API/sudo", "run/runuser"
+    );
+    for clients in [1, 8, 64, 256] {
+        // The API's clients each hold one connection, made beforehand.
+        let api = rate(clients, || {
+            let mut client = m.client();
+            move || {
+                let req = RunRequest {
+                    argv: Some(vec!["true".into()]),
+                    ..Default::default()
+                };
+                assert_eq!(client.run(req).unwrap().exit.status, 0)
+            }
+        });
+        let run = rate(clients, || {
+            move || {
+                ok(Command::new(warden)
+                    .arg("run")
+                    .arg("--socket")
+                    .arg(socket)
+                    .args(["--", "true"]))
+            }
+        });
+        let sudo = rate(clients, || {
+            || ok(Command::new("sudo").args(["-u", "shell", "env", "-i", "true"]))
+        });
+        let runuser = rate(clients, || {
+            || ok(Command::new("runuser").args(["-u", "shell", "--", "env", "-i", "true"]))
+        });
+        println!(
+            "{clients:>8} {api:>11.0} {run:>11.0} {sudo:>11.0} {runuser:>11.0} {:>10.2} {:>12.2}",
+            api / sudo,
+            run / runuser
+        );
+    }
+}
+
+/// Runs per second of `clients` threads, each made its runner by `make`
+/// before the clock starts and running `MANY_RUNS / clients` times.
+fn rate<F: FnMut() + Send>(clients: usize, make: impl Fn() -> F) -> f64 {
+    let share = MANY_RUNS / clients;
+    let mut runners: Vec<F> = (0..clients).map(|_| make()).collect();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for runner in &mut runners {
+            s.spawn(move || (0..share).for_each(|_| runner()));
+        }
+    });
+    (share * clients) as f64 / start.elapsed().as_secs_f64()
 }
 
 /// A field of /proc/PID/status, e.g. "3368 kB".

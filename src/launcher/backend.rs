@@ -20,6 +20,11 @@ pub struct Prepared<'a> {
     /// The machine's state folder.
     pub state: PathBuf,
     pub image: Image,
+    /// The engine's id of that image.
+    pub image_id: String,
+    /// The machine's container as the engine's inspect gave it, when the
+    /// container kind found one (asked with the image's id, one call).
+    pub container: Option<serde_json::Value>,
     /// Digests everything the machine is made of except the runtime's keys.
     pub digest: String,
     /// The runtime's `.env`: only the keys the definition names.

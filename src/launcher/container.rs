@@ -83,7 +83,10 @@ impl Backend for Container {
 fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     let (def, start) = (p.def, p.start);
     let name = def.container(PREFIX);
-    let found = found(&name);
+    let found = match &p.container {
+        Some(inspect) => found_in(inspect),
+        None => found(&name),
+    };
     let created = match found.as_ref().map(|f| f.inputs.as_str()) {
         Some(found) if found == p.digest => {
             step(start, &format!("{name}: unchanged, kept"));
@@ -313,6 +316,26 @@ fn found(name: &str) -> Option<Found> {
     })
 }
 
+/// Pure: the same, from the container's inspect as JSON.
+fn found_in(inspect: &serde_json::Value) -> Option<Found> {
+    let limits = &inspect["HostConfig"];
+    let number = |key: &str| limits[key].as_i64().unwrap_or(0);
+    let size = format!(
+        "{} {} {}",
+        number("NanoCpus"),
+        number("Memory"),
+        number("PidsLimit")
+    );
+    Some(Found {
+        inputs: inspect["Config"]["Labels"]["warden.inputs"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
+        running: inspect["State"]["Running"].as_bool()?,
+        size: said_size(&size),
+    })
+}
+
 fn running(name: &str) -> Result<bool, LaunchError> {
     let out = engine::run(
         "inspect",
@@ -508,4 +531,38 @@ fn run_setup(name: &str, script: &Path) -> Result<(), LaunchError> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn what_up_needs_is_read_from_the_containers_inspect() {
+        let podman = json!({
+            "Config": {"Labels": {"warden.inputs": "d1"}},
+            "State": {"Running": true},
+            "HostConfig": {"NanoCpus": 1_500_000_000i64, "Memory": 536_870_912i64, "PidsLimit": 256},
+        });
+        let found = super::found_in(&podman).unwrap();
+        assert_eq!((found.inputs.as_str(), found.running), ("d1", true));
+        assert_eq!(
+            found.size.as_deref(),
+            Some("cpus 1.5, memory 512 MiB, processes 256")
+        );
+        // Docker says null for no limit, and a container made elsewhere
+        // has no inputs label: it differs from every digest.
+        let docker = json!({
+            "Config": {"Labels": null},
+            "State": {"Running": false},
+            "HostConfig": {"NanoCpus": 0, "Memory": 0, "PidsLimit": null},
+        });
+        let found = super::found_in(&docker).unwrap();
+        assert_eq!((found.inputs.as_str(), found.running), ("", false));
+        assert_eq!(
+            found.size.as_deref(),
+            Some("cpus unlimited, memory unlimited, processes unlimited")
+        );
+        assert!(super::found_in(&json!({"Id": "x"})).is_none());
+    }
 }

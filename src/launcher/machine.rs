@@ -128,16 +128,18 @@ fn bring_up(
     if image.made {
         made.image = Some(image.name.clone());
     }
-    let image_id = engine::run(
-        "image id",
-        &["image", "inspect", "--format", "{{.Id}}", &image.name],
-    )?;
-    let digest = inputs_digest(text, image_id.trim());
+    let (image_id, container) = match def.kind {
+        Kind::Container => engine::image_and_container(&image.name, &container(&def.id))?,
+        _ => (engine::image_id(&image.name)?, None),
+    };
+    let digest = inputs_digest(text, &image_id);
     let prepared = Prepared {
         def,
         host,
         state,
         image,
+        image_id,
+        container,
         digest,
         keys_text,
         start,

@@ -29,14 +29,11 @@ pub(super) fn copy_sparse(from: &Path, to: &Path) -> Result<(), LaunchError> {
     }
 }
 
-/// The root disk of `image`: made once per image id (its file system
-/// tree, exported by the engine, into ext4 with `mkfs.ext4 -d`).
-pub(super) fn rootfs(kit: &Kit, image: &str) -> Result<PathBuf, LaunchError> {
-    let id = engine::run(
-        "image id",
-        &["image", "inspect", "--format", "{{.Id}}", image],
-    )?;
-    let id = id.trim().trim_start_matches("sha256:");
+/// The root disk of `image` (its name and the engine's id): made once per
+/// image id (its file system tree, exported by the engine, into ext4 with
+/// `mkfs.ext4 -d`).
+pub(super) fn rootfs(kit: &Kit, (image, id): (&str, &str)) -> Result<PathBuf, LaunchError> {
+    let id = id.trim_start_matches("sha256:");
     let short = &id[..id.len().min(16)];
     // Root's alone: a disk holds the whole image, which the engine's own
     // storage keeps from other users too.

@@ -75,7 +75,8 @@ impl Backend for Vm {
         write_machine_files(p.def, &p.state, p.host, Some(&main))?;
         // The keys travel in the VM's initramfs: new values remake it.
         let inputs = sha256_hex(format!("{}\0{}", p.digest, p.keys_text).as_bytes());
-        up(p.def, &p.image.name, &inputs, p.keys_text, p.start)?;
+        let image = (p.image.name.as_str(), p.image_id.as_str());
+        up(p.def, image, &inputs, p.keys_text, p.start)?;
         setup(p)
     }
 
@@ -204,7 +205,7 @@ pub fn fits(def: &Definition, rootless: bool) -> Result<(), LaunchError> {
 /// machine is made of; the same inputs on a running VM keep it.
 pub fn up(
     def: &Definition,
-    image: &str,
+    image: (&str, &str),
     inputs: &str,
     keys_text: &str,
     start: Instant,
