@@ -3,12 +3,16 @@
 //! CONNECT tunnel throughput (upload and download), time to first byte on a
 //! fresh connection (CONNECT, and plain HTTP with an absolute URI), and many
 //! tunnels at once. Loopback only: the origin is a server in this process on
-//! 127.0.0.1, and each proxy may reach nothing else.
+//! 127.0.0.1, and each proxy may reach nothing else; then the same origin
+//! behind a shaped veth link, in network namespaces the bench makes
+//! (`proxy/shaped.rs`).
 //!
 //! `scripts/bench` runs it (it installs tinyproxy); by itself:
-//! `cargo bench --bench proxy [-- throughput|ttfb|parallel]` (see
+//! `cargo bench --bench proxy [-- throughput|ttfb|parallel|shaped]` (see
 //! docs/benchmarks.md).
 
+#[path = "proxy/shaped.rs"]
+mod shaped;
 mod timing;
 
 use std::io::{Read, Write};
@@ -44,26 +48,30 @@ const BODY: &[u8] = b"hello from the origin\n";
 fn start_origin() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    listener.set_nonblocking(true).unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_io()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            loop {
-                if let Ok((stream, _)) = listener.accept().await {
-                    tokio::spawn(async move {
-                        if let Err(e) = serve(stream).await {
-                            eprintln!("origin: {e}");
-                        }
-                    });
-                }
-            }
-        });
-    });
+    std::thread::spawn(move || run_origin(listener));
     addr
+}
+
+/// Serves the origin on `listener` for ever, from this thread (and the
+/// runtime's, which share its network namespace).
+fn run_origin(listener: TcpListener) {
+    listener.set_nonblocking(true).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        loop {
+            if let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    if let Err(e) = serve(stream).await {
+                        eprintln!("origin: {e}");
+                    }
+                });
+            }
+        }
+    });
 }
 
 async fn serve(mut s: tokio::net::TcpStream) -> std::io::Result<()> {
@@ -366,7 +374,9 @@ fn direct(origin: SocketAddr) -> Contender {
     }
 }
 
-fn tinyproxy(dir: &Path, origin: SocketAddr) -> Contender {
+/// `name`: the origin's host name as tinyproxy is asked for it (None:
+/// "localhost" where that can only mean 127.0.0.1, else the address).
+fn tinyproxy(dir: &Path, origin: SocketAddr, name: Option<&str>) -> Contender {
     let bin = ["/usr/bin/tinyproxy", "/usr/sbin/tinyproxy"]
         .into_iter()
         .find(|p| Path::new(p).exists())
@@ -407,10 +417,10 @@ fn tinyproxy(dir: &Path, origin: SocketAddr) -> Contender {
     Contender {
         name: version,
         proxy: Some(addr),
-        host: if only_v4_loopback {
-            "localhost"
-        } else {
-            "127.0.0.1"
+        host: match (name, only_v4_loopback) {
+            (Some(name), _) => name,
+            (None, true) => "localhost",
+            (None, false) => "127.0.0.1",
         }
         .into(),
         origin,
@@ -418,7 +428,9 @@ fn tinyproxy(dir: &Path, origin: SocketAddr) -> Contender {
     }
 }
 
-fn warden(dir: &Path, origin: SocketAddr) -> Contender {
+/// `(name, allow)`: the origin's host name and the address block warden
+/// must be allowed to reach it at.
+fn warden(dir: &Path, origin: SocketAddr, (name, allow): (&str, &str)) -> Contender {
     let bin = env!("CARGO_BIN_EXE_warden");
     let help = Command::new(bin)
         .args(["proxy", "--help"])
@@ -437,8 +449,8 @@ fn warden(dir: &Path, origin: SocketAddr) -> Contender {
     std::fs::write(
         policy.join("network.json"),
         serde_json::json!({
-            "hosts": [format!("localhost:{}", origin.port())],
-            "allow_addresses": ["127.0.0.1/32"],
+            "hosts": [format!("{name}:{}", origin.port())],
+            "allow_addresses": [allow],
         })
         .to_string(),
     )
@@ -464,7 +476,7 @@ fn warden(dir: &Path, origin: SocketAddr) -> Contender {
     Contender {
         name: "warden proxy".into(),
         proxy: Some(listen.parse().unwrap()),
-        host: "localhost".into(),
+        host: name.into(),
         origin,
         process: Some(p),
     }
@@ -630,10 +642,13 @@ fn main() {
     if args.iter().any(|a| a == "--list") {
         return; // cargo bench asks benches to list themselves
     }
+    if args.iter().any(|a| a == shaped::INSIDE) {
+        return shaped::inside();
+    }
     let wanted: Vec<&str> = args
         .iter()
         .map(String::as_str)
-        .filter(|a| ["throughput", "ttfb", "parallel"].contains(a))
+        .filter(|a| ["throughput", "ttfb", "parallel", "shaped"].contains(a))
         .collect();
     let run = |part: &str| wanted.is_empty() || wanted.contains(&part);
 
@@ -641,8 +656,8 @@ fn main() {
     let origin = start_origin();
     let mut cs = vec![
         direct(origin),
-        tinyproxy(scratch.path(), origin),
-        warden(scratch.path(), origin),
+        tinyproxy(scratch.path(), origin, None),
+        warden(scratch.path(), origin, ("localhost", "127.0.0.1/32")),
     ];
     // Each works, or the bench stops here.
     for c in &cs {
@@ -672,6 +687,9 @@ fn main() {
     if run("parallel") {
         parallel(&cs);
         cs.iter_mut().for_each(Contender::check);
+    }
+    if run("shaped") {
+        shaped::run();
     }
     println!();
     for c in &cs {
