@@ -125,6 +125,28 @@ fn main() {
         return many_at_once(&m, warden, &socket);
     }
     let mut client = m.client();
+    if std::env::args().any(|a| a == "roundtrip") {
+        // Only the round trip and its floor, in turn: what a profile of
+        // warden (`perf record -p`) wants beside it.
+        let [floor, api] = measure_interleaved(
+            ["fork+exec+wait /bin/true (floor)", "API round trip: true"],
+            5000,
+            [&mut || ok(&mut Command::new("/bin/true")), &mut || {
+                assert_eq!(client.run(true_req()).unwrap().exit.status, 0)
+            }],
+        );
+        let (f, a) = (floor.stats, api.stats);
+        println!(
+            "floor p50 {:.0} µs p99 {:.0} µs; API p50 {:.0} µs p99 {:.0} µs; x floor p50 {:.2} p99 {:.2}",
+            us(f.p50),
+            us(f.p99),
+            us(a.p50),
+            us(a.p99),
+            a.p50.as_secs_f64() / f.p50.as_secs_f64(),
+            a.p99.as_secs_f64() / f.p99.as_secs_f64()
+        );
+        return;
+    }
     let only_throughput = std::env::args().any(|a| a == "throughput");
     let [confined, bare] = measure_interleaved(
         [
@@ -204,7 +226,6 @@ fn main() {
             confined.as_secs_f64() / bare.as_secs_f64()
         );
         println!("{}", sweep_in_a_machine());
-        many_at_once(&m, warden, &socket);
     }
     // Output throughput: warden's API against a raw pipe from the same
     // producer, each moving the same bytes.
@@ -265,6 +286,13 @@ fn main() {
         gib(api),
         100.0 * gib(api) / gib(raw)
     );
+
+    // Many at once last, with the bench's own connection closed: 256
+    // clients fill the door (it holds 256 connections at once).
+    drop(client);
+    if !only_throughput {
+        many_at_once(&m, warden, &socket);
+    }
 
     // Warden's own footprint.
     let pid = m.warden_pid();

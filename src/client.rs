@@ -128,6 +128,12 @@ impl Client {
         Client::hello(UnixStream::connect(path)?, key, first)
     }
 
+    /// Says hello over a stream connected earlier (a caller that connects
+    /// first and speaks later, as a pool of clients does).
+    pub fn over(stream: UnixStream, key: Option<&str>) -> Result<Client, ClientError> {
+        Client::hello(stream, key, None)
+    }
+
     /// Connects to warden's TCP door (`tcp_door`; on a cluster, the local
     /// end of `kubectl port-forward`) with the machine's key. The stream
     /// is used as the unix one is: reads and writes are the same calls.

@@ -8,7 +8,7 @@ mod common;
 
 use common::{printed, privileged, Machine, Options, SHELL_UID};
 use serde_json::{json, Value};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -91,6 +91,41 @@ fn written_and_counted(lines: &[Value], kind: &str, pick: impl Fn(&Value) -> boo
         .map(|l| l["count"].as_u64().unwrap())
         .sum();
     (written, counted)
+}
+
+/// 64 of the runtime's clients connect at once and only then say hello,
+/// as parallel `warden run`s do on a busy machine: on the machine's own
+/// socket every peer was vetted by its uid, so none is shed as "waiting
+/// to be let in" (that bound is for the host's doors, where the key
+/// decides), and every one runs its command.
+#[test]
+fn a_burst_on_the_machines_own_socket_sheds_none_of_its_peers() {
+    if !privileged("a_burst_on_the_machines_own_socket_sheds_none_of_its_peers") {
+        return;
+    }
+    let (m, host) = keyed(json!({}));
+    let burst: Vec<UnixStream> = (0..64)
+        .map(|_| UnixStream::connect(&m.socket).unwrap())
+        .collect();
+    for (i, stream) in burst.into_iter().enumerate() {
+        let mut client =
+            Client::over(stream, None).unwrap_or_else(|e| panic!("client {i} of 64: {e}"));
+        let out = client.run(sh("true")).unwrap();
+        assert_eq!(out.exit.status, 0, "client {i} of 64");
+    }
+    // The host's door still sheds the oldest of more than 32 strangers:
+    // warden says why and closes it.
+    let mut strangers: Vec<UnixStream> = (0..40)
+        .map(|_| UnixStream::connect(&host).unwrap())
+        .collect();
+    let oldest = &mut strangers[0];
+    oldest
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut said = Vec::new();
+    let _ = oldest.read_to_end(&mut said);
+    let said = String::from_utf8_lossy(&said);
+    assert!(said.contains("waiting to be let in"), "{said}");
 }
 
 #[test]

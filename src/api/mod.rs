@@ -125,6 +125,13 @@ pub async fn serve(sup: Arc<Supervisor>, listener: Listener, door: Door) {
                 }
                 match admission.admit() {
                     Some(pass) => {
+                        // The own door's peers were vetted by their uid just
+                        // above: nothing is left to wait for, and a burst of
+                        // them (parallel `warden run`s) must not shed each
+                        // other. The cap on all connections still holds.
+                        if matches!(door, Door::Local) {
+                            pass.let_in();
+                        }
                         let conn =
                             connection(sup.clone(), stream, max_write, peer, door.clone(), pass);
                         tokio::spawn(conn);
