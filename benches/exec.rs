@@ -294,7 +294,7 @@ fn main() {
     );
 
     // Many at once last, with the bench's own connection closed: 256
-    // clients fill the door (it holds 256 connections at once).
+    // clients are half of what the door holds at once.
     drop(client);
     if !only_throughput {
         many_at_once(&m, warden, &socket);
@@ -375,8 +375,8 @@ fn rate<F: FnMut() + Send>(clients: usize, make: impl Fn() -> F) -> f64 {
         }
     });
     let rate = (share * clients) as f64 / start.elapsed().as_secs_f64();
-    // The door holds 256 connections: let warden free the places of the
-    // ones just closed before the next contender's burst arrives.
+    // Let warden free the places of the connections just closed before
+    // the next contender's burst arrives.
     drop(runners);
     std::thread::sleep(Duration::from_millis(500));
     rate

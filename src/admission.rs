@@ -12,7 +12,7 @@ use tokio::net::UnixStream;
 use tokio::sync::Notify;
 
 /// Connections one door holds at once; more are closed as they arrive.
-pub const MAX_CONNECTIONS: usize = 256;
+pub const MAX_CONNECTIONS: usize = 512;
 /// Connections one door holds that have not yet been let in.
 pub const MAX_UNAUTHENTICATED: usize = 32;
 

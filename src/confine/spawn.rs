@@ -1,10 +1,13 @@
-//! fork and exec, at the syscall edge.
+//! Starting a child and exec'ing it, at the syscall edge.
 //!
-//! Everything the child needs is prepared before fork (C strings, pointer
-//! arrays, candidate paths), because between fork and exec a child of a
-//! multi-threaded process may only make async-signal-safe calls: no
-//! allocation, no locks. The child reports a failure through a close-on-exec
-//! pipe as (stage, errno); an empty read means exec succeeded.
+//! The child is started as `posix_spawn` starts one, with `clone(CLONE_VM |
+//! CLONE_VFORK)`: it runs in warden's memory, on a stack of its own, while
+//! the thread that started it waits. Everything it needs is prepared
+//! before (C strings, pointer arrays, candidate paths), and between clone
+//! and exec it only makes raw async-signal-safe syscalls: no allocation,
+//! no locks, no glibc wrapper that would act for warden's threads. The
+//! child reports a failure through a close-on-exec pipe as (stage, errno);
+//! an empty read means exec succeeded.
 
 use super::capabilities;
 use super::probe::{self, NetProbe, Probe};
@@ -275,16 +278,17 @@ pub fn spawn(
         terminal: stdio.terminal,
         err_fd: err_write.as_raw_fd(),
     };
+    // A probe may wait up to 2 s for a connection that should have been
+    // refused: it is forked, so that neither this thread nor the reaper's
+    // lock (held while a child starts) waits with it.
+    let probing = launch
+        .confine
+        .as_ref()
+        .is_some_and(|c| c.probe || c.net_probe.is_some());
     let (pid, exit) = reaper
-        .spawn(kill_group, || {
-            // SAFETY: the child only runs `plan.run()`, which makes raw
-            // async-signal-safe syscalls on memory prepared before fork and
-            // never returns (it execs or _exits).
-            match unsafe { libc::fork() } {
-                -1 => Err(Errno::last()),
-                0 => plan.run(),
-                pid => Ok(Pid::from_raw(pid)),
-            }
+        .spawn(kill_group, || match probing {
+            true => fork_child(&plan),
+            false => CHILD_STACK.with(|stack| stack.start(&plan)),
         })
         .map_err(SpawnError::Fork)?;
     drop(err_write);
@@ -305,6 +309,105 @@ pub fn spawn(
             errno: Errno::from_raw(errno),
             program: launch.argv[0].to_string_lossy().into_owned(),
         })),
+    }
+}
+
+/// A forked child (a copy of warden's memory) that runs `plan`.
+fn fork_child(plan: &ChildPlan) -> Result<Pid, Errno> {
+    // SAFETY: the child only runs `plan.run()`, which makes raw
+    // async-signal-safe syscalls on memory prepared before fork and never
+    // returns (it execs or _exits).
+    match unsafe { libc::fork() } {
+        -1 => Err(Errno::last()),
+        0 => plan.run(),
+        pid => Ok(Pid::from_raw(pid)),
+    }
+}
+
+/// The stack a child runs on until it execs. The child shares warden's
+/// memory (`CLONE_VM`: nothing is copied, so no page of warden's is
+/// write-protected and faulted afterwards, and no core's TLB is flushed
+/// for it) and the spawning thread is suspended until the child has
+/// exec'd or exited (`CLONE_VFORK`), so one stack per spawning thread
+/// serves every child. A guard page below it stops an overflow.
+struct ChildStack {
+    /// The mapping (guard page first), or why there is none.
+    mapping: Result<(std::ptr::NonNull<libc::c_void>, usize), Errno>,
+}
+
+/// What a child's setup may use of its stack (the probes included).
+const CHILD_STACK_BYTES: usize = 1 << 20;
+const GUARD_BYTES: usize = 4096;
+
+thread_local! {
+    static CHILD_STACK: ChildStack = ChildStack::new();
+}
+
+impl ChildStack {
+    fn new() -> ChildStack {
+        let len = CHILD_STACK_BYTES + GUARD_BYTES;
+        // SAFETY: an anonymous private mapping this struct owns; its lowest
+        // page is made inaccessible as the guard.
+        let mapping = unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            );
+            if base == libc::MAP_FAILED {
+                Err(Errno::last())
+            } else if libc::mprotect(base, GUARD_BYTES, libc::PROT_NONE) < 0 {
+                let e = Errno::last();
+                libc::munmap(base, len);
+                Err(e)
+            } else {
+                Ok((std::ptr::NonNull::new_unchecked(base), len))
+            }
+        };
+        ChildStack { mapping }
+    }
+
+    /// Starts the child on this stack; returns once it has exec'd or
+    /// exited, with its pid.
+    fn start(&self, plan: &ChildPlan) -> Result<Pid, Errno> {
+        let (base, len) = self.mapping?;
+        extern "C" fn child(plan: *mut libc::c_void) -> libc::c_int {
+            // SAFETY: `plan` is the ChildPlan passed to clone below, alive
+            // in the suspended parent until this child execs or exits.
+            let plan = unsafe { &*(plan as *const ChildPlan) };
+            plan.run()
+        }
+        // SAFETY: the child runs on its own stack and only `plan.run()`,
+        // which makes raw async-signal-safe syscalls on memory prepared
+        // before (never allocating, locking or unwinding) and never
+        // returns (it execs or _exits); the parent thread is suspended
+        // until then (CLONE_VFORK), so nothing the child reads changes.
+        let pid = unsafe {
+            let top = base.as_ptr().cast::<u8>().add(len).cast::<libc::c_void>();
+            libc::clone(
+                child,
+                top,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                plan as *const ChildPlan as *mut libc::c_void,
+            )
+        };
+        match pid {
+            -1 => Err(Errno::last()),
+            pid => Ok(Pid::from_raw(pid)),
+        }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        if let Ok((base, len)) = self.mapping {
+            // SAFETY: the mapping made in `new`, no child running on it
+            // (each has exec'd or exited before `start` returned).
+            unsafe { libc::munmap(base.as_ptr(), len) };
+        }
     }
 }
 
