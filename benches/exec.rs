@@ -115,6 +115,7 @@ fn main() {
     let warden = common::warden_bin();
     std::thread::sleep(Duration::from_millis(200));
     let idle_rss = vm_field(m.warden_pid(), "VmRSS:");
+    let idle_parts = rss_parts(m.warden_pid());
     let socket = m.socket.clone();
     let true_req = || RunRequest {
         argv: Some(vec!["true".into()]),
@@ -123,10 +124,12 @@ fn main() {
 
     if std::env::args().any(|a| a == "many") {
         many_at_once(&m, warden, &socket);
+        let pid = m.warden_pid();
         println!(
-            "warden idle after boot: {idle_rss} resident; after the runs: {} resident, peak {}",
-            vm_field(m.warden_pid(), "VmRSS:"),
-            vm_field(m.warden_pid(), "VmHWM:")
+            "warden idle after boot: {idle_rss} resident ({idle_parts}); after the runs: {} resident ({}), peak {}",
+            vm_field(pid, "VmRSS:"),
+            rss_parts(pid),
+            vm_field(pid, "VmHWM:")
         );
         return;
     }
@@ -380,6 +383,17 @@ fn rate<F: FnMut() + Send>(clients: usize, make: impl Fn() -> F) -> f64 {
     drop(runners);
     std::thread::sleep(Duration::from_millis(500));
     rate
+}
+
+/// What the resident memory is made of: anonymous (heap, stacks) and
+/// file-backed (the binary's pages), and the threads that hold stacks.
+fn rss_parts(pid: i32) -> String {
+    format!(
+        "anonymous {}, file {}, {} threads",
+        vm_field(pid, "RssAnon:"),
+        vm_field(pid, "RssFile:"),
+        vm_field(pid, "Threads:")
+    )
 }
 
 /// A field of /proc/PID/status, e.g. "3368 kB".

@@ -299,7 +299,7 @@ fn main_process(sup: &Supervisor) -> (Option<Result<Main, i32>>, bool) {
 /// and a digest of its argv, so no argument reaches the line whole).
 fn origin(sup: &Arc<Supervisor>) -> proxy::Origin {
     let weak = Arc::downgrade(sup);
-    let tags = crate::lifetime::TAG_BASE..crate::lifetime::TAG_BASE + crate::lifetime::TAG_COUNT;
+    let tags = crate::lifetime::TAGS;
     Arc::new(move |client, proxy_end| {
         // A socket warden's connect gate connected says itself whose it is.
         let made_for = weak

@@ -20,6 +20,8 @@ use std::sync::Mutex;
 /// range a rootless engine maps (65536 ids).
 pub const TAG_BASE: u32 = 60_000;
 pub const TAG_COUNT: u32 = 4_000;
+/// Every tag, for asking whether a group is one.
+pub const TAGS: std::ops::Range<u32> = TAG_BASE..TAG_BASE + TAG_COUNT;
 /// Rounds of killing before the sweep gives up (a fork bomb outrunning it
 /// is stopped by its process limit first).
 const ROUNDS: usize = 50;

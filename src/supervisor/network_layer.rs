@@ -185,8 +185,7 @@ impl Supervisor {
 
     /// The command (id, argv digest) whose tag a /proc status carries.
     fn command_of(&self, status: &str) -> Named {
-        let tags =
-            crate::lifetime::TAG_BASE..crate::lifetime::TAG_BASE + crate::lifetime::TAG_COUNT;
+        let tags = crate::lifetime::TAGS;
         let tag = crate::net::origin::tag_of(status, tags)?;
         self.command_digest_of_tag(tag)
     }
