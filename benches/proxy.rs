@@ -580,9 +580,11 @@ fn ttfb(cs: &[Contender]) {
 }
 
 /// TUNNELS tunnels opened first, then all downloading at once.
-fn parallel_once(c: &Contender) -> Duration {
-    let streams: Vec<TcpStream> = (0..TUNNELS).map(|_| c.tunnel()).collect();
-    let go = Arc::new(Barrier::new(TUNNELS + 1));
+/// `tunnels` tunnels opened first, then each downloading `each` bytes at
+/// once; the wall time from the start to the last byte.
+fn at_once(c: &Contender, tunnels: usize, each: u64) -> Duration {
+    let streams: Vec<TcpStream> = (0..tunnels).map(|_| c.tunnel()).collect();
+    let go = Arc::new(Barrier::new(tunnels + 1));
     std::thread::scope(|scope| {
         let handles: Vec<_> = streams
             .into_iter()
@@ -590,7 +592,7 @@ fn parallel_once(c: &Contender) -> Duration {
                 let go = go.clone();
                 scope.spawn(move || {
                     go.wait();
-                    c.download(s, TUNNEL_BYTES)
+                    c.download(s, each)
                 })
             })
             .collect();
@@ -609,7 +611,7 @@ fn parallel(cs: &[Contender]) {
     let mut best = vec![0f64; cs.len()];
     for _ in 0..PARALLEL_ROUNDS {
         for (i, c) in cs.iter().enumerate() {
-            let d = parallel_once(c);
+            let d = at_once(c, TUNNELS, TUNNEL_BYTES);
             times[i] += d;
             best[i] = best[i].max(gib_s(each, d));
         }

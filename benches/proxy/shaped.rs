@@ -6,12 +6,12 @@
 //! as the share of the direct download, and each proxy's CPU time per GiB
 //! it carried.
 
-use super::{direct, gib_s, run_origin, tinyproxy, warden, Contender};
+use super::{at_once, direct, gib_s, run_origin, tinyproxy, warden, Contender};
 use nix::sched::CloneFlags;
 use std::net::{SocketAddr, TcpListener};
 use std::process::Command;
-use std::sync::{mpsc, Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::sync::mpsc;
+use std::time::Duration;
 
 /// The argument that runs the part inside its namespaces.
 pub const INSIDE: &str = "shaped-inside";
@@ -74,7 +74,7 @@ pub fn inside() {
             let mut time = [Duration::ZERO; 3];
             for _ in 0..ROUNDS {
                 for (i, c) in cs.iter().enumerate() {
-                    time[i] += through(c, tunnels);
+                    time[i] += at_once(c, tunnels, BYTES / tunnels as u64);
                 }
             }
             carried += BYTES * ROUNDS as u64;
@@ -180,31 +180,6 @@ fn shape(rate: &str, bits: u64, tid: i32) {
     let mut all = vec!["nsenter".to_string(), there];
     all.extend(tbf("wb1"));
     sh(&all.iter().map(String::as_str).collect::<Vec<_>>());
-}
-
-/// `BYTES` downloaded through `tunnels` tunnels at once; the wall time.
-fn through(c: &Contender, tunnels: usize) -> Duration {
-    let each = BYTES / tunnels as u64;
-    let streams: Vec<_> = (0..tunnels).map(|_| c.tunnel()).collect();
-    let go = Arc::new(Barrier::new(tunnels + 1));
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = streams
-            .into_iter()
-            .map(|s| {
-                let go = go.clone();
-                scope.spawn(move || {
-                    go.wait();
-                    c.download(s, each)
-                })
-            })
-            .collect();
-        go.wait();
-        let start = Instant::now();
-        for h in handles {
-            h.join().unwrap();
-        }
-        start.elapsed()
-    })
 }
 
 /// The proxy's CPU time so far (user and system, every thread), in ticks.
