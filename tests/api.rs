@@ -964,6 +964,9 @@ fn commands_are_first_for_the_oom_killer() {
     // status says which it is, as measured.
     let warden =
         std::fs::read_to_string(format!("/proc/{}/oom_score_adj", m.warden_pid())).unwrap();
+    // The command's child shared warden's memory until exec: only
+    // CLONE_VFORK keeps the kernel from giving warden its score too.
+    assert_ne!(warden.trim(), "1000", "warden took its command's score");
     let status = m.client().status().unwrap();
     let layer = common::layer(&status, "oom_order");
     // The commands' part is proven by the probe, not assumed.

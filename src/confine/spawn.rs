@@ -330,6 +330,10 @@ fn fork_child(plan: &ChildPlan) -> Result<Pid, Errno> {
 /// for it) and the spawning thread is suspended until the child has
 /// exec'd or exited (`CLONE_VFORK`), so one stack per spawning thread
 /// serves every child. A guard page below it stops an overflow.
+/// `CLONE_VFORK` matters for more than the wait: the kernel gives an
+/// `oom_score_adj` written by a process to every process sharing its
+/// memory, except from a vfork child (without it, warden's own score
+/// became its command's 1000; `commands_are_first_for_the_oom_killer`).
 struct ChildStack {
     /// The mapping (guard page first), or why there is none.
     mapping: Result<(std::ptr::NonNull<libc::c_void>, usize), Errno>,
