@@ -1,6 +1,8 @@
 //! `warden init`: boot as PID 1 (or a subreaper), in numbered phases, then
 //! supervise until the main process ends or a shutdown signal arrives.
 
+mod network;
+
 use crate::api;
 use crate::audit::Event;
 pub use crate::boot::InitArgs;
@@ -10,7 +12,6 @@ use crate::boot::{
 };
 use crate::confine::spawn::{self, SpawnError, Stdio};
 use crate::main_restart;
-use crate::net::proxy::{self, Proxy};
 use crate::protocol::MainState;
 use crate::reaper::Exit;
 use crate::supervisor::Supervisor;
@@ -137,7 +138,7 @@ fn phases(
             crate::say!("{failed}");
         }
     }
-    let defaults = start_network(&sup, &runtime, proxy_listeners, vm.is_some()); // 10
+    let defaults = network::start(&sup, &runtime, proxy_listeners, vm.is_some()); // 10
     let layers = sup.probe(); // 11
     let boot_ms = boot.elapsed().as_secs_f64() * 1e3;
     sup.set_boot_ms(boot_ms);
@@ -160,7 +161,7 @@ fn phases(
     if let Some(vm) = vm {
         vm.inject_fault();
     }
-    work_out_default_hosts(&sup, defaults);
+    network::work_out_default_hosts(&sup, defaults);
     let (main, waits) = main_process(&sup); // 12
     watch_idleness(&sup, &runtime);
     let status = runtime.block_on(supervise(sup.clone(), signals, main, waits)); // 13
@@ -292,142 +293,6 @@ fn main_process(sup: &Supervisor) -> (Option<Result<Main, i32>>, bool) {
         return (None, true);
     }
     (start_main(sup), false)
-}
-
-/// Who opened a connection to the proxy: the process holding its client
-/// end, and the command whose lifetime tag that process carries (its id,
-/// and a digest of its argv, so no argument reaches the line whole).
-fn origin(sup: &Arc<Supervisor>) -> proxy::Origin {
-    let weak = Arc::downgrade(sup);
-    let tags = crate::lifetime::TAGS;
-    Arc::new(move |client, proxy_end| {
-        // A socket warden's connect gate connected says itself whose it is.
-        let made_for = weak
-            .upgrade()
-            .and_then(|sup| sup.network.gate()?.caller_of(client));
-        let holder = match made_for {
-            Some(tid) => crate::net::origin::holder_of_thread(tid as i32, tags.clone()),
-            None => crate::net::origin::holder(client, proxy_end, tags.clone())?,
-        };
-        let mut found = json!({"pid": holder.pid});
-        let command = holder
-            .tag
-            .and_then(|tag| weak.upgrade()?.command_digest_of_tag(tag));
-        if let Some((command, digest)) = command {
-            found["command"] = command.into();
-            found["argv_sha256"] = digest.into();
-        }
-        Some(found)
-    })
-}
-
-/// How the proxy reaches upstreams: itself, or in a VM with a network
-/// its host's relay, with the machine's key (root's alone to read).
-fn upstream_way(sup: &Supervisor, in_vm: bool) -> Result<proxy::Through, String> {
-    let Some(port) = sup.config.egress_vsock_port.filter(|_| in_vm) else {
-        return Ok(proxy::Through::Direct);
-    };
-    let file = &sup.config.key_file;
-    crate::key::Key::load(file)?;
-    let key = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    Ok(proxy::Through::HostRelay {
-        port,
-        key: key.trim().to_string(),
-    })
-}
-
-/// Applies the firewall, works out the default host list, and starts the
-/// proxy on the listeners bound earlier (in a VM with a network, reaching
-/// out through the host's relay).
-fn start_network(
-    sup: &Arc<Supervisor>,
-    runtime: &tokio::runtime::Runtime,
-    listeners: Vec<std::net::TcpListener>,
-    in_vm: bool,
-) -> proxy::Defaults {
-    let applied = sup.network.apply(&sup.reaper);
-    let defaults: proxy::Defaults = Default::default();
-    let weak = Arc::downgrade(sup);
-    let record: proxy::Recorder = Arc::new(move |kind, fields| {
-        if let Some(sup) = weak.upgrade() {
-            // Anyone in the machine can ask the proxy for what it refuses,
-            // as often as they like: refusals are a burst and a count.
-            match fields.get("allowed") == Some(&json!(false)) {
-                true => sup.audit.record_refusal(kind, "proxy", fields),
-                false => sup.audit.record(kind, fields),
-            }
-        }
-    });
-    let hooks = proxy::Hooks {
-        record,
-        origin: Some(origin(sup)),
-        runtime: Some(proxy::Runtime {
-            uid: sup.runtime.uid,
-            client_uid: Arc::new(crate::net::origin::uid_of),
-        }),
-    };
-    let policy = &sup.network.policy;
-    let dir = &sup.config.policy_dir;
-    let started: Result<(Arc<Proxy>, _), String> = upstream_way(sup, in_vm).and_then(|through| {
-        proxy::start(
-            runtime,
-            policy,
-            dir,
-            defaults.clone(),
-            hooks,
-            listeners,
-            through,
-        )
-    });
-    let proxy_error = match started {
-        Ok((p, _serving)) => {
-            sup.network.set_proxy(p);
-            None
-        }
-        Err(e) => {
-            crate::say!("the egress proxy did not start: {e}");
-            Some(e)
-        }
-    };
-    sup.audit.record(
-        Event::Network,
-        json!({"firewall": match &applied { Some(Ok(_)) => json!("applied"), Some(Err(e)) => json!({"error": e}), None => json!("off") },
-               "firewall_via": applied.and_then(Result::ok).map(|way| way.name()),
-               "firewall_policy": policy.firewall, "proxy": sup.network.listening,
-               "proxy_error": proxy_error, "hosts_from": if policy.hosts.is_some() { "network.json" } else { "default" }}),
-    );
-    defaults
-}
-
-/// Works out the default host list, once the machine is ready: asking the
-/// tools takes a second or two of CPU that the boot should not share. A
-/// connection that needs the list before it is known waits for it.
-fn work_out_default_hosts(sup: &Arc<Supervisor>, defaults: proxy::Defaults) {
-    if sup.network.policy.hosts.is_some() {
-        return;
-    }
-    let path = sup.config.path.clone();
-    let home = sup.shell.home.display().to_string();
-    let shell = crate::confine::spawn::Identity {
-        uid: sup.shell.uid,
-        gid: sup.shell.gid,
-        groups: sup.shell.groups.clone(),
-    };
-    let (sup2, filled) = (sup.clone(), defaults.clone());
-    let worked_out = std::thread::Builder::new()
-        .name("default-hosts".into())
-        .spawn(move || {
-            let (hosts, sources) = crate::network::default_hosts(&sup2.reaper, shell, &home, &path);
-            sup2.audit.record(
-                Event::DefaultHosts,
-                json!({"hosts": hosts, "registries_found": sources}),
-            );
-            let _ = filled.set(hosts);
-        });
-    if let Err(e) = worked_out {
-        crate::say!("cannot work out the default host list ({e}): GitHub's hosts only");
-        let _ = defaults.set(crate::net::registries::GITHUB.map(String::from).to_vec());
-    }
 }
 
 fn refuse(reason: String) -> i32 {
