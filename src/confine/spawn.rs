@@ -339,7 +339,7 @@ struct ChildStack {
     mapping: Result<(std::ptr::NonNull<libc::c_void>, usize), Errno>,
 }
 
-/// What a child's setup may use of its stack (the probes included).
+/// What a command's setup may use of its stack (probes are forked).
 const CHILD_STACK_BYTES: usize = 1 << 20;
 const GUARD_BYTES: usize = 4096;
 
@@ -505,7 +505,8 @@ impl ChildPlan<'_> {
     fn run(&self) -> ! {
         let confine = self.launch.confine.as_ref();
         // SAFETY: every step is plain syscalls on memory prepared before
-        // fork and copied into this child; none allocates or locks.
+        // the child started (shared with warden, or a copy for a probe);
+        // none allocates, locks or writes to warden's memory.
         unsafe {
             self.start_clean();
             self.take_stdio();
@@ -530,7 +531,7 @@ impl ChildPlan<'_> {
     /// `default_signal_dispositions`).
     ///
     /// # Safety
-    /// Only in the forked child.
+    /// Only in the child, before exec.
     unsafe fn start_clean(&self) {
         set_default(libc::SIGPIPE);
         let empty: libc::sigset_t = std::mem::zeroed();
@@ -541,7 +542,7 @@ impl ChildPlan<'_> {
     /// child: every other descriptor closes at exec (the error pipe too).
     ///
     /// # Safety
-    /// Only in the forked child.
+    /// Only in the child, before exec.
     unsafe fn take_stdio(&self) {
         for (target, &fd) in self.stdio.iter().enumerate() {
             if libc::dup2(fd, target as RawFd) < 0 {
@@ -559,7 +560,7 @@ impl ChildPlan<'_> {
     /// A session (or process group) of its own, and its terminal.
     ///
     /// # Safety
-    /// Only in the forked child.
+    /// Only in the child, before exec.
     unsafe fn enter_session(&self) {
         let grouped = match self.launch.grouping {
             Grouping::Session => libc::setsid(),
@@ -580,7 +581,7 @@ impl ChildPlan<'_> {
     /// (dropping needs CAP_SETPCAP).
     ///
     /// # Safety
-    /// Only in the forked child.
+    /// Only in the child, before exec.
     unsafe fn bound_as_root(&self, c: &Confine) {
         if let Some(procs) = &c.cgroup {
             if libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
@@ -620,7 +621,7 @@ impl ChildPlan<'_> {
     /// broadcast to threads that do not exist in this child.
     ///
     /// # Safety
-    /// Only in the forked child.
+    /// Only in the child, before exec.
     unsafe fn become_identity(&self) {
         let id = &self.launch.identity;
         if libc::syscall(libc::SYS_setgroups, self.groups.len(), self.groups.as_ptr()) < 0
@@ -634,7 +635,7 @@ impl ChildPlan<'_> {
     /// Every capability emptied (and read back), and no_new_privs.
     ///
     /// # Safety
-    /// Only in the forked child.
+    /// Only in the child, before exec.
     unsafe fn give_up_privileges(&self, c: &Confine) {
         if !capabilities::empty(c.last_cap) {
             self.fail(Stage::Capabilities, Errno::EPERM);
@@ -645,7 +646,7 @@ impl ChildPlan<'_> {
     }
 
     /// # Safety
-    /// Only in the forked child.
+    /// Only in the child, before exec.
     unsafe fn enter_workdir(&self) {
         libc::umask(0o022);
         let entered = match &self.launch.workdir {
@@ -659,10 +660,10 @@ impl ChildPlan<'_> {
 
     /// Landlock, last before exec; a probe reports here instead of
     /// exec'ing. The seccomp filter needs no installing: this child was
-    /// forked by the spawner thread, which carries it (spawner.rs).
+    /// started by the spawner thread, which carries it (spawner.rs).
     ///
     /// # Safety
-    /// Only in the forked child.
+    /// Only in the child, before exec.
     unsafe fn restrict(&self, c: &Confine) {
         if let Some(ruleset) = &c.landlock {
             if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) < 0 {
@@ -682,7 +683,7 @@ impl ChildPlan<'_> {
     /// means the program is not there.
     ///
     /// # Safety
-    /// Only in the forked child.
+    /// Only in the child, before exec.
     unsafe fn exec(&self) -> ! {
         let mut denied = false;
         for path in &self.launch.candidates {
