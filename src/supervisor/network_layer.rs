@@ -100,7 +100,7 @@ impl Supervisor {
         let on_refusal = self.gate_recorder(None)?;
         self.confinement.set_gated(true);
         let listener = match self.spawner.install_gate(program) {
-            Ok(fd) => Listener::new(fd),
+            Ok(fd) => Self::listener(fd),
             Err(e) => {
                 self.confinement.set_gated(false);
                 return Err(e);
@@ -133,6 +133,16 @@ impl Supervisor {
         Ok(())
     }
 
+    /// The gate's listener; said when each connect must pay a wake-up on
+    /// another CPU each way (kernels before 6.6).
+    fn listener(fd: std::os::fd::OwnedFd) -> Listener {
+        let listener = Listener::new(fd);
+        if !listener.sync_wake_up() {
+            crate::say!("the kernel has no synchronous wake-ups for seccomp's notifications (Linux 6.6): each gated connect waits for another CPU to wake");
+        }
+        listener
+    }
+
     /// The runtime's gate, where `runtime_hosts` limits it: a thread to
     /// fork its processes from, carrying the filter that sends their
     /// connects to a gate thread that acts with the runtime's ids.
@@ -147,7 +157,7 @@ impl Supervisor {
             gid: self.runtime.gid,
         };
         let on_refusal = self.gate_recorder(Some("runtime"))?;
-        let ledger = connect_gate::start(Listener::new(listener), settings, on_refusal)?;
+        let ledger = connect_gate::start(Self::listener(listener), settings, on_refusal)?;
         Ok(RuntimeGate { spawner, ledger })
     }
 

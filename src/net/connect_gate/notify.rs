@@ -6,7 +6,11 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 /// The listener seccomp returned when the gate's filter was installed.
-pub struct Listener(OwnedFd);
+pub struct Listener {
+    fd: OwnedFd,
+    /// Whether the kernel wakes the caller and the gate synchronously.
+    sync_wake_up: bool,
+}
 
 /// One syscall waiting for an answer.
 #[derive(Debug, Clone, Copy)]
@@ -31,15 +35,30 @@ fn ioctl<T>(fd: &OwnedFd, request: libc::Ioctl, arg: *mut T) -> io::Result<libc:
 /// SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (Linux 6.6): the caller and the
 /// gate wake each other synchronously, on the same CPU, which saves a
 /// cross-CPU wake-up each way.
-const SYNC_WAKE_UP: u64 = 1;
+const SYNC_WAKE_UP: libc::c_ulong = 1;
 
 impl Listener {
     /// The listener, asked for synchronous wake-ups where the kernel has
     /// them (older kernels: the usual wake-ups, slower, same result).
     pub fn new(fd: OwnedFd) -> Listener {
-        let mut flags = SYNC_WAKE_UP;
-        let _ = ioctl(&fd, libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS, &mut flags);
-        Listener(fd)
+        // SAFETY: SECCOMP_IOCTL_NOTIF_SET_FLAGS takes its flags by value,
+        // not through a pointer; the kernel reads nothing else.
+        let rc = unsafe {
+            libc::ioctl(
+                fd.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+                SYNC_WAKE_UP,
+            )
+        };
+        Listener {
+            fd,
+            sync_wake_up: rc == 0,
+        }
+    }
+
+    /// Whether calls and answers wake each other on the same CPU.
+    pub fn sync_wake_up(&self) -> bool {
+        self.sync_wake_up
     }
 
     /// Waits for the next call. ENOENT (its caller died before it could be
@@ -47,7 +66,7 @@ impl Listener {
     pub fn recv(&self) -> io::Result<Notice> {
         // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
         let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
-        ioctl(&self.0, libc::SECCOMP_IOCTL_NOTIF_RECV, &mut n)?;
+        ioctl(&self.fd, libc::SECCOMP_IOCTL_NOTIF_RECV, &mut n)?;
         Ok(Notice {
             id: n.id,
             tid: n.pid,
@@ -61,7 +80,7 @@ impl Listener {
     /// another which took its pid since.
     pub fn still_waiting(&self, id: u64) -> bool {
         let mut id = id;
-        ioctl(&self.0, libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &mut id).is_ok()
+        ioctl(&self.fd, libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &mut id).is_ok()
     }
 
     /// Answers the call: `error` 0 returns `val`, else fails with that errno.
@@ -81,7 +100,7 @@ impl Listener {
             error,
             flags,
         };
-        ioctl(&self.0, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp).map(drop)
+        ioctl(&self.fd, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp).map(drop)
     }
 }
 
@@ -182,5 +201,59 @@ pub fn connect_raw(sock: &OwnedFd, raw: &[u8]) -> io::Result<()> {
     match rc {
         0 => Ok(()),
         _ => Err(io::Error::last_os_error()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd;
+
+    /// A listener for the gate's filter, installed on a thread of its own
+    /// that ends at once (a filter binds only the thread that installs it).
+    fn listener() -> OwnedFd {
+        std::thread::spawn(|| {
+            let program = crate::confine::seccomp::gate_program().unwrap();
+            let prog = libc::sock_fprog {
+                len: program.len() as libc::c_ushort,
+                filter: program.as_ptr() as *mut libc::sock_filter,
+            };
+            // SAFETY: prctl and seccomp take plain integers and `prog`,
+            // alive for the call; both act on this thread alone.
+            let fd = unsafe {
+                assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+                libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                    &prog,
+                )
+            };
+            assert!(fd >= 0, "seccomp: {}", io::Error::last_os_error());
+            // SAFETY: a new descriptor seccomp returned, owned by no one.
+            unsafe { OwnedFd::from_raw_fd(fd as i32) }
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// (major, minor) of the running kernel.
+    fn kernel() -> (u32, u32) {
+        let uname = nix::sys::utsname::uname().unwrap();
+        let release = uname.release().to_string_lossy().into_owned();
+        let mut parts = release.split(|c: char| !c.is_ascii_digit());
+        let mut next = || parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        (next(), next())
+    }
+
+    #[test]
+    fn the_listener_asks_for_synchronous_wake_ups_where_the_kernel_has_them() {
+        let listener = Listener::new(listener());
+        assert_eq!(
+            listener.sync_wake_up(),
+            kernel() >= (6, 6),
+            "{:?}",
+            kernel()
+        );
     }
 }
