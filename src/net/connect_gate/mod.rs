@@ -28,6 +28,7 @@ mod notify;
 
 pub use decide::{decide, Decision};
 pub use notify::Listener;
+use notify::Threads;
 
 use nix::errno::Errno;
 use nix::sys::socket::{self, sockopt};
@@ -154,6 +155,7 @@ pub fn start(
     std::thread::Builder::new()
         .name("connect-gate".into())
         .spawn(move || {
+            notify::short_slices();
             // Signals first: once it has the commands' ids, they may send some.
             let ready = notify::block_signals()
                 .map_err(|e| format!("the connect gate cannot block signals: {e}"))
@@ -176,6 +178,7 @@ pub fn start(
 }
 
 fn serve(listener: &Listener, settings: Settings, ledger: &Ledger, on_refusal: &OnRefusal) {
+    let mut threads = Threads::default();
     loop {
         let notice = match listener.recv() {
             Ok(n) => n,
@@ -185,7 +188,8 @@ fn serve(listener: &Listener, settings: Settings, ledger: &Ledger, on_refusal: &
                 return;
             }
         };
-        match handle(listener, &notice, settings.proxy_port, ledger, on_refusal) {
+        let at_proxy = (settings.proxy_port, &mut threads);
+        match handle(listener, &notice, at_proxy, ledger, on_refusal) {
             Outcome::ToProxy => ledger.to_proxy.fetch_add(1, Ordering::Relaxed),
             Outcome::PassedOn => ledger.passed_on.fetch_add(1, Ordering::Relaxed),
             Outcome::Refused => ledger.refused.fetch_add(1, Ordering::Relaxed),
@@ -206,7 +210,7 @@ enum Outcome {
 fn handle(
     listener: &Listener,
     n: &Notice,
-    proxy_port: u16,
+    (proxy_port, threads): (u16, &mut Threads),
     ledger: &Ledger,
     on_refusal: &OnRefusal,
 ) -> Outcome {
@@ -250,7 +254,7 @@ fn handle(
             address,
             reason,
         } => refuse(errno, address, reason.into()),
-        Decision::Proxy(target) => match to_proxy(listener, n, fd, &addr, ledger) {
+        Decision::Proxy(target) => match to_proxy(listener, n, (fd, &addr), threads, ledger) {
             Ok(()) => Outcome::ToProxy,
             Err(Some(errno)) => refuse(errno, Some(target), "the proxy did not accept".into()),
             Err(None) => Outcome::Gone,
@@ -288,12 +292,12 @@ fn unreadable(
 fn to_proxy(
     listener: &Listener,
     n: &Notice,
-    fd: i32,
-    addr: &[u8],
+    (fd, addr): (i32, &[u8]),
+    threads: &mut Threads,
     ledger: &Ledger,
 ) -> Result<(), Option<i32>> {
     let errno = |e: io::Error| Some(e.raw_os_error().unwrap_or(libc::EBADF));
-    let (sock, _thread) = notify::take(n.tid, fd).map_err(errno)?;
+    let sock = threads.take(n.tid, fd).map_err(errno)?;
     // The pidfd pins the thread: if the call is still waiting, the socket
     // was taken from the caller and not from whoever took its tid since.
     if !listener.still_waiting(n.id) {

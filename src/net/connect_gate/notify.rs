@@ -147,13 +147,38 @@ pub fn read_memory(tid: u32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// A descriptor of warden's for the open file at `fd` in thread `tid`'s
-/// table (the same socket, not a copy of it), and the thread pinned as a
-/// pidfd, so that `still_waiting` can then vouch that it was the caller's.
-pub fn take(tid: u32, fd: i32) -> io::Result<(OwnedFd, OwnedFd)> {
-    let thread = pidfd_open(tid)?;
-    let file = pidfd_getfd(&thread, fd)?;
-    Ok((file, thread))
+/// Pidfds of the threads that called lately, kept open: the same thread
+/// connecting again (a client making many connections) costs one
+/// syscall, not three. A kept pidfd names the thread it was opened for
+/// and no other: once that thread is gone the kernel answers ESRCH for
+/// it, even if its tid was given to another thread since, and a new one
+/// is opened.
+#[derive(Default)]
+pub struct Threads(std::collections::HashMap<u32, OwnedFd>);
+
+/// Threads kept at most; past it all are let go.
+const THREADS_KEPT: usize = 256;
+
+impl Threads {
+    /// A descriptor of warden's for the open file at `fd` in thread
+    /// `tid`'s table (the same socket, not a copy of it). The thread stays
+    /// pinned by its pidfd, so that `still_waiting` can then vouch that
+    /// the file was the caller's.
+    pub fn take(&mut self, tid: u32, fd: i32) -> io::Result<OwnedFd> {
+        if let Some(thread) = self.0.get(&tid) {
+            match pidfd_getfd(thread, fd) {
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                taken => return taken,
+            }
+        }
+        let thread = pidfd_open(tid)?;
+        let file = pidfd_getfd(&thread, fd)?;
+        if self.0.len() >= THREADS_KEPT {
+            self.0.clear();
+        }
+        self.0.insert(tid, thread);
+        Ok(file)
+    }
 }
 
 fn owned(rc: libc::c_long) -> io::Result<OwnedFd> {
@@ -181,6 +206,24 @@ fn pidfd_getfd(thread: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_getfd takes a pidfd this thread owns, a descriptor
     // number and flags 0; it returns a new descriptor (close-on-exec) or -1.
     owned(unsafe { libc::syscall(libc::SYS_pidfd_getfd, thread.as_raw_fd(), fd, 0) })
+}
+
+/// Asks the scheduler to run the calling thread in short slices (100 µs,
+/// the least it grants; Linux 6.12's EEVDF reads a fair thread's
+/// `sched_runtime` so). A thread with a nearer deadline is not preempted
+/// by those it wakes: the gate's connect wakes warden's proxy, which
+/// otherwise ran before the gate could answer, on the same CPU. Needs no
+/// privilege; older kernels ignore it or refuse it, and the gate is only
+/// slower there.
+pub fn short_slices() {
+    // SAFETY: sched_attr is plain data; zeroed is SCHED_OTHER at nice 0.
+    let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
+    attr.size = std::mem::size_of::<libc::sched_attr>() as u32;
+    attr.sched_policy = libc::SCHED_OTHER as u32;
+    attr.sched_runtime = 100_000;
+    // SAFETY: sched_setattr reads `attr`, alive for the call, and changes
+    // the calling thread (pid 0) alone.
+    let _ = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr, 0) };
 }
 
 /// Blocks every signal that can be blocked on the calling thread.
@@ -255,5 +298,23 @@ mod tests {
             "{:?}",
             kernel()
         );
+    }
+
+    #[test]
+    fn the_gates_thread_asks_for_short_slices_where_the_kernel_has_them() {
+        let slice = std::thread::spawn(|| {
+            short_slices();
+            let sched = std::fs::read_to_string("/proc/thread-self/sched").unwrap();
+            sched
+                .lines()
+                .find(|l| l.starts_with("se.slice"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|v| v.trim().to_string())
+        })
+        .join()
+        .unwrap();
+        if kernel() >= (6, 12) {
+            assert_eq!(slice.as_deref(), Some("100000"), "{:?}", kernel());
+        }
     }
 }
