@@ -354,6 +354,10 @@ fn wait_connected(sock: &OwnedFd) -> Result<(), Errno> {
     if poll(&mut fds, PollTimeout::from(PROXY_ACCEPT_MS))? == 0 {
         return Err(Errno::ETIMEDOUT);
     }
+    // Writable and nothing else (no error, no hang-up): connected.
+    if fds[0].revents() == Some(PollFlags::POLLOUT) {
+        return Ok(());
+    }
     match socket::getsockopt(sock, sockopt::SocketError)? {
         0 => Ok(()),
         e => Err(Errno::from_raw(e)),

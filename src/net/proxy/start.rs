@@ -18,17 +18,41 @@ pub fn bind(port: u16) -> Result<(Vec<std::net::TcpListener>, Option<String>), S
     first
         .set_nonblocking(true)
         .map_err(|e| format!("proxy on {v4}: {e}"))?;
+    defer_accept(&first);
     let mut listeners = vec![first];
     let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
     let missing = match std::net::TcpListener::bind(v6) {
         Ok(l) => {
             let _ = l.set_nonblocking(true);
+            defer_accept(&l);
             listeners.push(l);
             None
         }
         Err(e) => Some(format!("proxy on {v6}: {e}")),
     };
     Ok((listeners, missing))
+}
+
+/// The proxy's clients speak first (a CONNECT or a request line), so the
+/// kernel hands a connection over only once its first bytes arrived: the
+/// proxy is woken once per connection, not at the handshake too, which
+/// on a loaded CPU ran ahead of the connecting command or of the connect
+/// gate answering it. A client that says nothing is handed over after
+/// about 5 s (the kernel's retransmitted handshake), and the proxy's own
+/// deadline for its request runs from then.
+fn defer_accept(l: &std::net::TcpListener) {
+    use std::os::fd::AsRawFd;
+    let secs: libc::c_int = 5;
+    // SAFETY: setsockopt reads an int at a live address.
+    let _ = unsafe {
+        libc::setsockopt(
+            l.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&secs as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
 }
 
 /// Builds the proxy from the network policy read at boot and serves on
