@@ -113,11 +113,11 @@ impl Listener {
 /// memory (that needs every id to match).
 ///
 /// What the commands do gain over this thread: they may signal it
-/// (tgkill) and lower its priority. It blocks every signal it can (see
-/// `block_signals`), and the two it cannot block, SIGKILL and SIGSTOP,
-/// the kernel discards when a process inside the machine sends them to
-/// PID 1: hence the gate asks for PID 1. A lower priority slows only the
-/// commands' own connects.
+/// (tgkill), lower its priority and lengthen its slices. It blocks every
+/// signal it can (see `block_signals`), and the two it cannot block,
+/// SIGKILL and SIGSTOP, the kernel discards when a process inside the
+/// machine sends them to PID 1: hence the gate asks for PID 1. A lower
+/// priority or longer slices slow only the commands' own connects.
 pub fn take_callers_ids(uid: u32, gid: u32) -> io::Result<()> {
     // SAFETY: raw setresgid/setresuid change only the calling thread's
     // ids (unlike libc's wrappers, which change every thread's); -1
