@@ -131,6 +131,14 @@ fn main() {
             rss_parts(pid),
             vm_field(pid, "VmHWM:")
         );
+        // Idle threads of the blocking pool end after 10 s; warden hands
+        // freed memory back every 5 s while no command runs.
+        std::thread::sleep(Duration::from_secs(16));
+        println!(
+            "16 s later: {} resident ({})",
+            vm_field(pid, "VmRSS:"),
+            rss_parts(pid)
+        );
         return;
     }
     let mut client = m.client();
