@@ -21,7 +21,7 @@ const CONNECTS: usize = 500;
 const ROUNDS: usize = 8;
 /// Bytes per download, downloads per machine (alternating).
 const DOWNLOAD: u64 = 200_000_000;
-const DOWNLOADS: usize = 3;
+const DOWNLOADS: usize = 7;
 
 /// Times `n` connects to a loopback port (the connect alone, refused or
 /// not), one a line, in ns.
