@@ -2,6 +2,7 @@
 //! supervise until the main process ends or a shutdown signal arrives.
 
 mod network;
+mod phase_clock;
 
 use crate::api;
 use crate::audit::Event;
@@ -19,6 +20,7 @@ use crate::users;
 use crate::vm::{self, Vm};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::unistd::Pid;
+use phase_clock::PhaseClock;
 use serde_json::json;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -106,15 +108,25 @@ fn phases(
     waited: SigSet,
     vm: Option<&Vm>,
 ) -> Result<i32, BootError> {
+    let mut clock = PhaseClock::new(boot);
+    clock.mark(if vm.is_some() {
+        "signals_and_vm"
+    } else {
+        "signals"
+    });
     let pid1 = nix::unistd::getpid().as_raw() == 1;
     if !pid1 {
         become_subreaper();
     }
     let (config, config_path, policy) = load_config(args)?; // 3
+    clock.mark("config");
     let volumes = mount_volumes(vm, &config)?;
     let accounts = make_users(&config)?; // 4
+    clock.mark("volumes_and_users");
     let (paths, changes) = make_layout(&config, &accounts)?; // 5
+    clock.mark("layout");
     let audit = open_audit(&config, &paths, &accounts)?; // 6
+    clock.mark("audit");
     let own_cgroups = vm.is_some() || config.command_cgroups;
     let (confinement, mut network) = prepare_confinement(
         policy,
@@ -122,13 +134,16 @@ fn phases(
         own_cgroups,
         [accounts[0].uid, accounts[1].uid],
     ); // 7
+    clock.mark("confinement");
     let proxy_listeners = bind_proxy(&mut network); // 8
     let sup = supervisor(config, accounts, audit, confinement, network, pid1);
+    clock.mark("supervisor");
     let runtime = tokio::runtime::Builder::new_multi_thread() // 9
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(BootError::Runtime)?;
+    clock.mark("async_runtime");
     let signals = start_signal_loop(sup.clone(), waited);
     let doors = open_doors(&sup, &runtime, vm)?;
     if vm.is_some() {
@@ -138,8 +153,11 @@ fn phases(
             crate::say!("{failed}");
         }
     }
+    clock.mark("doors");
     let defaults = network::start(&sup, &runtime, proxy_listeners, vm.is_some()); // 10
+    clock.mark("network");
     let layers = sup.probe(); // 11
+    clock.mark("probe");
     let boot_ms = boot.elapsed().as_secs_f64() * 1e3;
     sup.set_boot_ms(boot_ms);
     sup.audit.record(
@@ -154,7 +172,7 @@ fn phases(
                "vm": vm.map(|vm| json!({"root": vm.root, "modules": vm.modules,
                                         "hostname": vm.hostname, "volumes": volumes,
                                         "vsock_port": doors.vsock_port})),
-               "boot_ms": boot_ms}),
+               "boot_ms": boot_ms, "boot_phases_ms": clock.said()}),
     );
     serve(&sup, &runtime, doors);
     announce(&sup, &layers, boot, vm.and(sup.config.vsock_port));
