@@ -136,6 +136,7 @@ fn phases(
     ); // 7
     clock.mark("confinement");
     let proxy_listeners = bind_proxy(&mut network); // 8
+    clock.mark("proxy_bound");
     let sup = supervisor(config, accounts, audit, confinement, network, pid1);
     clock.mark("supervisor");
     let runtime = tokio::runtime::Builder::new_multi_thread() // 9
@@ -158,7 +159,7 @@ fn phases(
     clock.mark("network");
     let layers = sup.probe(); // 11
     clock.mark("probe");
-    let boot_ms = boot.elapsed().as_secs_f64() * 1e3;
+    let boot_ms = clock.elapsed_ms();
     sup.set_boot_ms(boot_ms);
     sup.audit.record(
         Event::Boot,
@@ -270,18 +271,22 @@ fn open_doors(
 
 /// 11, then: the doors are served, and the refusal counts written once
 ///     their window is over, even on a machine that writes nothing else;
-///     while no command runs, what the last ones freed goes back.
+///     once commands have run and none runs any more, what they freed
+///     goes back (once: an idle machine does no work for it).
 fn serve(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime, doors: Doors) {
     let counting = Arc::downgrade(sup);
     runtime.spawn(async move {
+        let mut trimmed_after = 0;
         loop {
             tokio::time::sleep(Duration::from_secs(5)).await;
             let Some(sup) = counting.upgrade() else {
                 return;
             };
             sup.audit.write_due_counts();
-            if sup.running_count() == 0 {
+            let started = sup.commands_started();
+            if started != trimmed_after && sup.running_count() == 0 {
                 give_back_freed_memory();
+                trimmed_after = started;
             }
         }
     });

@@ -1,5 +1,5 @@
 //! Where the boot's time goes: each phase's share, in the order the
-//! phases ran, for the boot line (`boot_phases_ms`) and the benches.
+//! phases ran, for the boot line (`boot_ms`, `boot_phases_ms`).
 
 use serde_json::{json, Value};
 use std::time::Instant;
@@ -24,6 +24,11 @@ impl PhaseClock {
     pub fn mark(&mut self, phase: &'static str) {
         let now = self.start.elapsed().as_secs_f64() * 1e3;
         self.record(phase, now);
+    }
+
+    /// The boot's time up to the last mark: the phases' sum.
+    pub fn elapsed_ms(&self) -> f64 {
+        self.last
     }
 
     fn record(&mut self, phase: &'static str, now_ms: f64) {
@@ -67,6 +72,8 @@ mod tests {
                 clock.record(phase, *at);
             }
             assert_eq!(clock.said().to_string(), want, "{marks:?}");
+            let last = marks.iter().map(|(_, at)| *at).fold(0.0, f64::max);
+            assert_eq!(clock.elapsed_ms(), last, "{marks:?}");
         }
     }
 

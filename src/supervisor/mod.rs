@@ -556,6 +556,11 @@ impl Supervisor {
         self.running().len()
     }
 
+    /// Commands started since boot.
+    pub fn commands_started(&self) -> u64 {
+        self.next_command.load(Ordering::SeqCst) - 1
+    }
+
     /// Signals every running command's whole process group.
     pub fn signal_commands(&self, sig: Signal) -> usize {
         let pids: Vec<Pid> = self.running().values().map(|r| r.pid).collect();
@@ -607,7 +612,7 @@ impl Supervisor {
                 held_until_ms: self.activity.held_until_ms(),
                 idle_stop_s: self.activity.idle_stop().map(|d| d.as_secs()),
             }),
-            commands_started: self.next_command.load(Ordering::SeqCst) - 1,
+            commands_started: self.commands_started(),
             audit_log: self.audit.path().display().to_string(),
             audit_failing: self.audit.failing(),
             layers: self.confinement.layers(),
