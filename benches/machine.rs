@@ -78,8 +78,8 @@ impl Machine {
             .arg(&self.definition));
     }
 
-    /// `boot_ms` of the last `boot` line in warden's audit log.
-    fn boot_ms(&self) -> Option<f64> {
+    /// The last `boot` line in warden's audit log.
+    fn boot_line(&self) -> Option<serde_json::Value> {
         let out = podman()
             .args(["exec", &m::container(&self.id), "cat", AUDIT_LOG])
             .stdin(Stdio::null())
@@ -89,8 +89,24 @@ impl Machine {
             .lines()
             .rev()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .find(|v| v["kind"] == "boot")?["boot_ms"]
-            .as_f64()
+            .find(|v| v["kind"] == "boot")
+    }
+}
+
+/// Each boot phase's median over the boots (`boot_phases_ms` lists them
+/// in order, `[{"phase", "ms"}]`).
+fn print_phases(boots: &[serde_json::Value]) {
+    let Some(first) = boots.first().and_then(|b| b.as_array()) else {
+        println!("  boot_phases_ms: not in the boot line");
+        return;
+    };
+    println!("  phase by phase (median ms over {} boots):", boots.len());
+    for (i, phase) in first.iter().enumerate() {
+        let mut ms: Vec<f64> = boots.iter().filter_map(|b| b[i]["ms"].as_f64()).collect();
+        ms.sort_by(f64::total_cmp);
+        if let (Some(name), Some(median)) = (phase["phase"].as_str(), ms.get(ms.len() / 2)) {
+            println!("    {name:<24} {median:>6.2}");
+        }
     }
 }
 
@@ -168,12 +184,16 @@ fn main() {
     let mut ups = Vec::with_capacity(UP_RUNS);
     let mut starts = Vec::with_capacity(UP_RUNS);
     let mut boots = Vec::with_capacity(UP_RUNS);
+    let mut phases = Vec::with_capacity(UP_RUNS);
     for _ in 0..UP_RUNS {
         ok(Command::new(warden()).args(["machine", "stop", &id]));
         let t = Instant::now();
         machine.up();
         ups.push(t.elapsed());
-        boots.extend(machine.boot_ms());
+        if let Some(line) = machine.boot_line() {
+            boots.extend(line["boot_ms"].as_f64());
+            phases.push(line["boot_phases_ms"].clone());
+        }
         ok(Command::new(warden()).args(["machine", "stop", &id]));
         let t = Instant::now();
         ok(podman().args(["start", &name]));
@@ -222,6 +242,7 @@ fn main() {
         );
         boots.sort_by(f64::total_cmp);
         println!("  median {:.1} ms", boots[boots.len() / 2]);
+        print_phases(&phases);
     }
     println!("(measured in {:.0} s)", started.elapsed().as_secs_f64());
 }

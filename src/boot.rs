@@ -282,7 +282,7 @@ pub fn leave_the_books_in_order(sup: &Supervisor, status: i32) -> i32 {
     if let Some(host) = &sup.config.host_socket {
         let _ = std::fs::remove_file(host);
     }
-    sup.network.remove(&sup.reaper);
+    sup.network.remove();
     sup.audit.write_all_counts();
     sup.audit.record(Event::Shutdown, json!({"status": status}));
     sup.audit.sync();

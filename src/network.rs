@@ -15,10 +15,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-const NFT_DEADLINE: Duration = Duration::from_secs(10);
-/// Where `nft` is looked for (and the PATH it runs with).
-const NFT_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
-
 pub struct Network {
     pub policy: NetworkPolicy,
     pub scope: Scope,
@@ -107,21 +103,16 @@ impl Network {
         }
     }
 
-    /// Applies warden's table (unless the policy turns the firewall off:
-    /// then None): with `nft` where the image has it, else over netlink.
-    pub fn apply(&self, reaper: &Reaper) -> Option<Result<Way, String>> {
+    /// Applies warden's table over netlink (unless the policy turns the
+    /// firewall off: then None). No `nft` is run: the image need not have
+    /// one, and the boot does not wait for a program's start.
+    pub fn apply(&self) -> Option<Result<Way, String>> {
         if self.policy.firewall == Requirement::Off {
             return None;
         }
-        let result = if nft_present() {
-            let batch = serde_json::to_string(&firewall::batch(self.scope))
-                .map_err(|e| format!("cannot write the ruleset: {e}"));
-            batch.and_then(|b| nft(reaper, &["-j", "-f", "-"], b.as_bytes()).map(|_| Way::Nft))
-        } else {
-            crate::net::nft_netlink::apply(self.scope)
-                .map(|()| Way::Netlink)
-                .map_err(|e| format!("over netlink (no nft in the image): {e}"))
-        };
+        let result = crate::net::nft_netlink::apply(self.scope)
+            .map(|()| Way::Netlink)
+            .map_err(|e| format!("over netlink: {e}"));
         *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = result.clone();
         Some(result)
     }
@@ -129,16 +120,13 @@ impl Network {
     /// Removes warden's table at shutdown, once every command is gone: a
     /// warden that is not PID 1 must not leave rules in a namespace that
     /// outlives it.
-    pub fn remove(&self, reaper: &Reaper) {
+    pub fn remove(&self) {
         let applied = self
             .applied
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let removed = match applied {
-            Ok(Way::Nft) => {
-                nft(reaper, &["delete", "table", "inet", firewall::TABLE], b"").map(drop)
-            }
             Ok(Way::Netlink) => crate::net::nft_netlink::delete_table(),
             Err(_) => return,
         };
@@ -263,14 +251,12 @@ impl Network {
         self.proxy.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The firewall layer, proven now: the table read back and compared
-    /// (where nft applied it: over netlink there is no nft to list it),
-    /// and the probe's findings. `probe` runs the probe child as shell
+    /// The firewall layer, proven now: the table read back from the kernel
+    /// and compared, and the probe's findings. `probe` runs the probe child as shell
     /// with the knocking ports it is given. With the layer, why the table
     /// does not hold, if it does not.
     pub fn prove(
         &self,
-        reaper: &Reaper,
         (landlock_tcp, seccomp_sockets): (bool, bool),
         probe: impl FnOnce(
             crate::confine::probe::NetProbe,
@@ -294,15 +280,8 @@ impl Network {
             .clone();
         // Not applied: the verdict says so, and nothing is read back.
         let readback = match applied {
-            Ok(Way::Nft) => Some(
-                nft(
-                    reaper,
-                    &["-j", "list", "table", "inet", firewall::TABLE],
-                    b"",
-                )
-                .and_then(|listing| firewall::compare(&listing, self.scope)),
-            ),
-            Ok(Way::Netlink) | Err(_) => None,
+            Ok(Way::Netlink) => Some(crate::net::nft_readback::read_back(self.scope)),
+            Err(_) => None,
         };
         let findings = knock(port, probe);
         match firewall::judge(self.scope, &applied, &readback, &findings) {
@@ -394,37 +373,6 @@ fn knock(
         proxy_reached: found.has(crate::confine::probe::Probe::NET_PROXY_REACHED),
         v6: tcp6.is_some(),
     })
-}
-
-/// Whether the image has `nft` where warden runs it from.
-fn nft_present() -> bool {
-    crate::confine::spawn::candidates("nft", NFT_PATH)
-        .iter()
-        .any(|p| std::path::Path::new(p).is_file())
-}
-
-/// Runs nft as root; its output, or why it failed.
-fn nft(reaper: &Reaper, args: &[&str], stdin: &[u8]) -> Result<String, String> {
-    let mut argv = vec!["nft".to_string()];
-    argv.extend(args.iter().map(|a| a.to_string()));
-    let env = [("PATH".to_string(), NFT_PATH.to_string())];
-    let root = Identity {
-        uid: 0,
-        gid: 0,
-        groups: Vec::new(),
-    };
-    let out = crate::tool::run(reaper, &argv, &env, root, stdin, NFT_DEADLINE)
-        .map_err(|e| format!("nft: {e}"))?;
-    if out.status != 0 {
-        let said = out.stderr.lines().next().unwrap_or("").trim().to_string();
-        let said = if said.is_empty() {
-            format!("exit status {}", out.status)
-        } else {
-            said
-        };
-        return Err(format!("nft: {said}"));
-    }
-    Ok(out.stdout)
 }
 
 /// The default host list: GitHub's hosts, then every registry the

@@ -1,8 +1,9 @@
-//! warden's table applied over netlink (`nft_netlink`, for images without
-//! `nft`), in fresh network namespaces of the tests' own: the host's `nft`
-//! reads it back and it must compare as the table `nft` itself applies
-//! does; and it must refuse a non-root uid standing in for `shell` while
-//! root's traffic passes.
+//! warden's table applied over netlink (`nft_netlink`, the only way warden
+//! applies it), in fresh network namespaces of the tests' own: the host's
+//! `nft` reads it back and it must compare as the table `nft` itself
+//! applies does; warden's own readback (`nft_readback`) must find every
+//! change made behind it; and the rules must refuse a non-root uid standing
+//! in for `shell` while root's traffic passes.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use warden::net::firewall::{self, Scope};
-use warden::net::nft_netlink;
+use warden::net::{nft_netlink, nft_readback};
 
 const SHELL: u32 = common::SHELL_UID;
 
@@ -152,6 +153,126 @@ fn netlink_applies_the_table_nft_lists() {
         again.contains("delete table inet warden: ENOENT"),
         "{again}"
     );
+}
+
+/// warden's own readback (`nft_readback`) against tables the host's nft
+/// changed behind it: each change is found and named, and the table nft
+/// lists as warden's is the one the readback accepts.
+#[test]
+fn the_readback_finds_what_was_changed_behind_warden() {
+    let test = "the_readback_finds_what_was_changed_behind_warden";
+    if !privileged(test) || !have(test, &["ip", "nft"]) {
+        return;
+    }
+    let ns = Netns::new("readback");
+    let scope = Scope {
+        shell_uid: SHELL,
+        network_uid: SHELL,
+        runtime_network_uid: Some(SHELL + 1),
+        proxy_port: 3128,
+    };
+    let read_back = |scope| ns.enter(|| nft_readback::read_back(scope));
+    let gone = read_back(scope).unwrap_err();
+    assert_eq!(gone, "table inet warden is not there");
+    // (what nft does to the freshly applied table, what the readback says)
+    let cases: [(&[&str], &str); 8] = [
+        (&["list", "tables"], ""),
+        (
+            &["insert", "rule", "inet", "warden", "output", "accept"],
+            "9 rules found, 8 applied",
+        ),
+        (
+            &["add", "rule", "inet", "warden", "output", "counter"],
+            "an expression warden did not write: counter",
+        ),
+        (
+            &[
+                "add", "table", "inet", "warden", "{", "flags", "dormant", ";", "}",
+            ],
+            "table inet warden is dormant",
+        ),
+        (
+            &["add", "chain", "inet", "warden", "spare"],
+            "table inet warden has 2 chains, not 1",
+        ),
+        (
+            &["delete", "chain", "inet", "warden", "output"],
+            "table inet warden has no chain",
+        ),
+        (
+            &[
+                "replace",
+                "rule",
+                "inet",
+                "warden",
+                "output",
+                "handle",
+                "HANDLE",
+                "meta",
+                "skuid",
+                "2001",
+                "meta",
+                "l4proto",
+                "tcp",
+                "reject",
+                "with",
+                "icmpx",
+                "admin-prohibited",
+            ],
+            "rule 3 differs from what was applied",
+        ),
+        (
+            &[
+                "add", "chain", "inet", "warden", "output", "{", "type", "filter", "hook",
+                "output", "priority", "0", ";", "policy", "drop", ";", "}",
+            ],
+            "is not hooked as applied",
+        ),
+    ];
+    for (change, said) in cases {
+        assert_eq!(ns.enter(|| nft_netlink::apply(scope)), Ok(()));
+        assert_eq!(read_back(scope), Ok(()), "before {change:?}");
+        let change: Vec<String> = change
+            .iter()
+            .map(|a| match *a {
+                "HANDLE" => third_rule_handle(&ns),
+                a => a.to_string(),
+            })
+            .collect();
+        let args: Vec<&str> = change.iter().map(String::as_str).collect();
+        // `delete chain` needs the chain empty first.
+        if args[..2] == ["delete", "chain"] {
+            ns.nft(&["flush", "chain", "inet", "warden", "output"])
+                .unwrap();
+        }
+        ns.nft(&args).unwrap();
+        match (read_back(scope), said) {
+            (Ok(()), "") => {}
+            (Err(e), said) if !said.is_empty() && e.contains(said) => {}
+            (got, _) => panic!("after nft {args:?}: {got:?}, wanted {said:?}"),
+        }
+        ns.nft(&["delete", "table", "inet", "warden"]).unwrap();
+    }
+    // Another scope's table is not this scope's.
+    assert_eq!(ns.enter(|| nft_netlink::apply(scope)), Ok(()));
+    let other = Scope {
+        proxy_port: 8080,
+        ..scope
+    };
+    let differs = read_back(other).unwrap_err();
+    assert!(differs.contains("rule 1 differs"), "{differs}");
+}
+
+/// The handle of the third rule of warden's chain, as `nft -a` lists it.
+fn third_rule_handle(ns: &Netns) -> String {
+    let listing = ns
+        .nft(&["-a", "list", "chain", "inet", "warden", "output"])
+        .unwrap();
+    let rules: Vec<&str> = listing
+        .lines()
+        .filter(|l| l.contains("# handle") && !l.trim_start().starts_with("chain"))
+        .collect();
+    rules[2].rsplit(' ').next().unwrap().to_string()
 }
 
 #[test]
@@ -325,9 +446,8 @@ fn warden_without_nft_applies_its_firewall_over_netlink() {
     let fw = common::layer(&status, "firewall");
     assert!(fw.holds && fw.required, "{fw:?}\n{}", machine.log());
     assert!(
-        fw.detail.contains(
-            "applied over netlink (no nft in the image), read back: not available, proven by the probe alone"
-        ),
+        fw.detail
+            .contains("applied over netlink, read back and compared"),
         "{}",
         fw.detail
     );
@@ -376,7 +496,7 @@ fn without_nft_or_cap_net_admin_the_connect_gate_stands_in() {
     assert!(fw.holds && fw.required, "{fw:?}");
     assert!(
         fw.detail.contains(
-            "cannot apply the rules: over netlink (no nft in the image): the batch: EPERM: Operation not permitted"
+            "cannot apply the rules: over netlink: the batch: EPERM: Operation not permitted"
         ),
         "{}",
         fw.detail

@@ -59,7 +59,7 @@ pub(super) fn start(
     listeners: Vec<std::net::TcpListener>,
     in_vm: bool,
 ) -> proxy::Defaults {
-    let applied = sup.network.apply(&sup.reaper);
+    let applied = sup.network.apply();
     let defaults: proxy::Defaults = Default::default();
     let weak = Arc::downgrade(sup);
     let record: proxy::Recorder = Arc::new(move |kind, fields| {

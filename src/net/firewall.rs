@@ -3,11 +3,15 @@
 //! loopback and nothing else. Other users' traffic and other tables are
 //! never touched.
 //!
-//! The rules are built with the `nftables` crate and handed to `nft` as one
-//! atomic JSON batch; they are then read back and compared, and proven by a
-//! probe running as `shell` (see `Verdict`). Where the image has no `nft`,
-//! warden sends the same batch over netlink itself (`nft_netlink`); the
-//! table cannot be read back then, and the probe alone proves it.
+//! warden sends the table to the kernel itself, as one atomic batch over a
+//! netfilter netlink socket (`nft_netlink`), reads it back the same way and
+//! compares (`nft_readback`), and proves it by a probe running as `shell`
+//! (see `Verdict`): no `nft` runs, so an image need not have one and the
+//! boot waits for no program. The same rules are stated here with the
+//! `nftables` crate, as the JSON batch `nft -j -f` takes, and `compare`
+//! checks an `nft -j list` of the table against them: the tests read
+//! warden's table back with the host's own `nft`, a reader independent of
+//! warden's.
 
 use nftables::batch::Batch;
 use nftables::expr::{Expression, Meta, MetaKey, NamedExpression, Payload, PayloadField};
@@ -220,13 +224,10 @@ pub struct Findings {
     pub v6: bool,
 }
 
-/// How warden's table was applied.
+/// How warden's table was applied: by warden itself, over a netfilter
+/// netlink socket (`nft_netlink`), whether or not the image has `nft`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Way {
-    /// By the `nft` binary, with the JSON batch (`batch`).
-    Nft,
-    /// By warden itself over a netfilter netlink socket, where the image
-    /// has no `nft` (`nft_netlink`).
     Netlink,
 }
 
@@ -234,7 +235,6 @@ impl Way {
     /// Its name in the audit log.
     pub fn name(self) -> &'static str {
         match self {
-            Way::Nft => "nft",
             Way::Netlink => "netlink",
         }
     }
@@ -242,8 +242,7 @@ impl Way {
     /// How it is said in the firewall's detail.
     fn said(self) -> &'static str {
         match self {
-            Way::Nft => "applied with nft",
-            Way::Netlink => "applied over netlink (no nft in the image)",
+            Way::Netlink => "applied over netlink",
         }
     }
 }
@@ -266,9 +265,8 @@ fn why_refused(error: &str) -> &'static str {
 }
 
 /// Judges the layer from the three pieces of evidence: applying, reading
-/// back, and the probe. `readback` is None where the table cannot be read
-/// back (applied over netlink: no `nft` to list it); the probe alone then
-/// decides, and the detail says so.
+/// back, and the probe. `readback` is None where the table was not read
+/// back; the probe alone then decides, and the detail says so.
 pub fn judge(
     scope: Scope,
     applied: &Result<Way, String>,
@@ -543,7 +541,6 @@ mod tests {
             proxy_reached: true,
             v6: true,
         };
-        let nft: Result<Way, String> = Ok(Way::Nft);
         let netlink: Result<Way, String> = Ok(Way::Netlink);
         let read: Option<Result<(), String>> = Some(Ok(()));
         // (applied, read back, probe, Ok: holds / Err: does not; with
@@ -556,19 +553,19 @@ mod tests {
         );
         let cases: Vec<Case> = vec![
             (
-                nft.clone(),
+                netlink.clone(),
                 read.clone(),
                 Ok(good),
-                Ok(&["[::1]", "applied with nft, read back and compared"]),
+                Ok(&["[::1]", "applied over netlink, read back and compared"]),
             ),
-            // No nft: applied over netlink, and only the probe proves it.
+            // Not read back (a dump refused): only the probe proves it.
             (
                 netlink.clone(),
                 None,
                 Ok(good),
                 Ok(&[
                     "[::1]",
-                    "applied over netlink (no nft in the image), read back: not available, proven by the probe alone",
+                    "applied over netlink, read back: not available, proven by the probe alone",
                 ]),
             ),
             (
@@ -578,7 +575,11 @@ mod tests {
                     tcp_refused: false,
                     ..good
                 }),
-                Err(&["connected over TCP", "applied over netlink", "not available"]),
+                Err(&[
+                    "connected over TCP",
+                    "applied over netlink",
+                    "not available",
+                ]),
             ),
             (
                 netlink.clone(),
@@ -591,7 +592,7 @@ mod tests {
             ),
             // Under seccomp shell makes no UDP socket: said as such.
             (
-                nft.clone(),
+                netlink.clone(),
                 read.clone(),
                 Ok(Findings {
                     udp_refused_at_socket: true,
@@ -606,31 +607,34 @@ mod tests {
                 Err(&["probe failed", "applied over netlink"]),
             ),
             (
-                Err("over netlink (no nft in the image): the batch: EPERM: Operation not permitted".into()),
+                Err("over netlink: the batch: EPERM: Operation not permitted".into()),
                 None,
                 Ok(good),
-                Err(&["cannot apply the rules: over netlink", "shares a network it does not own"]),
+                Err(&[
+                    "cannot apply the rules: over netlink",
+                    "shares a network it does not own",
+                ]),
             ),
             (
-                Err("nft: not found".into()),
+                Err("over netlink: cannot open a netfilter netlink socket: EAFNOSUPPORT".into()),
                 read.clone(),
                 Ok(good),
-                Err(&["cannot apply the rules: nft: not found"]),
+                Err(&["cannot apply the rules: over netlink: cannot open"]),
             ),
             (
-                Err("nft: netlink: Error: Operation not permitted".into()),
+                Err("over netlink: the batch: EPERM: Operation not permitted".into()),
                 read.clone(),
                 Ok(good),
                 Err(&["shares a network it does not own"]),
             ),
             (
-                nft.clone(),
+                netlink.clone(),
                 Some(Err("rule 1 differs".into())),
                 Ok(good),
-                Err(&["read back: rule 1 differs", "applied with nft"]),
+                Err(&["read back: rule 1 differs", "applied over netlink"]),
             ),
             (
-                nft.clone(),
+                netlink.clone(),
                 read.clone(),
                 Ok(Findings {
                     tcp_refused: false,
@@ -639,7 +643,7 @@ mod tests {
                 Err(&["connected over TCP"]),
             ),
             (
-                nft.clone(),
+                netlink.clone(),
                 read.clone(),
                 Ok(Findings {
                     refused_fast: false,
@@ -648,7 +652,7 @@ mod tests {
                 Err(&["not refused at once"]),
             ),
             (
-                nft.clone(),
+                netlink.clone(),
                 read.clone(),
                 Ok(Findings {
                     udp_blocked: false,
@@ -657,7 +661,7 @@ mod tests {
                 Err(&["UDP datagram"]),
             ),
             (
-                nft.clone(),
+                netlink.clone(),
                 read.clone(),
                 Ok(Findings {
                     proxy_reached: false,
@@ -666,7 +670,7 @@ mod tests {
                 Err(&["cannot reach the proxy"]),
             ),
             (
-                nft.clone(),
+                netlink.clone(),
                 read.clone(),
                 Err("fork: EAGAIN".into()),
                 Err(&["probe failed"]),

@@ -7,6 +7,7 @@ pub mod egress_link;
 pub mod firewall;
 pub mod hosts;
 pub mod nft_netlink;
+pub mod nft_readback;
 pub mod origin;
 pub mod proxy;
 pub mod registries;

@@ -1,7 +1,7 @@
 //! warden's table applied without `nft`: the same batch `nft` would send
 //! (see `firewall::rules`), written by warden itself and sent over a
-//! NETLINK_NETFILTER socket. Used where the image has no `nft` binary
-//! (e.g. `python:3.12`).
+//! NETLINK_NETFILTER socket: no `nft` runs, so an image needs none (e.g.
+//! `python:3.12`) and the boot waits for no program.
 //!
 //! The messages are built by small pure functions, byte for byte what nft
 //! 1.0.6 sends for the table (its `--debug=netlink` and `--debug=mnl`
@@ -11,8 +11,7 @@
 //! uapi headers `linux/netfilter/nf_tables.h`, `linux/netfilter/nfnetlink.h`
 //! and `linux/netfilter.h`.
 //!
-//! Nothing here reads the table back: `nft -j list` does that where nft is
-//! there, and where it is not, only the probe as shell proves the rules.
+//! `nft_readback` reads the table back over the same kind of socket.
 
 use crate::net::firewall::{Scope, CHAIN, TABLE};
 use nix::errno::Errno;
@@ -21,89 +20,89 @@ use nix::sys::socket::{
     SockProtocol, SockType,
 };
 use nix::sys::time::{TimeVal, TimeValLike};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// How long the kernel may take to answer the batch (it answers while the
 /// batch is being sent; this only bounds a surprise).
-const DEADLINE: Duration = Duration::from_secs(5);
+pub(super) const DEADLINE: Duration = Duration::from_secs(5);
 
 // netlink(7)
-const NLMSG_HDRLEN: usize = 16;
-const NLMSG_ERROR: u16 = 2;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_CREATE: u16 = 0x400;
-const NLM_F_APPEND: u16 = 0x800;
-const NLA_HDRLEN: usize = 4;
-const NLA_F_NESTED: u16 = 0x8000;
+pub(super) const NLMSG_HDRLEN: usize = 16;
+pub(super) const NLMSG_ERROR: u16 = 2;
+pub(super) const NLM_F_REQUEST: u16 = 0x1;
+pub(super) const NLM_F_ACK: u16 = 0x4;
+pub(super) const NLM_F_CREATE: u16 = 0x400;
+pub(super) const NLM_F_APPEND: u16 = 0x800;
+pub(super) const NLA_HDRLEN: usize = 4;
+pub(super) const NLA_F_NESTED: u16 = 0x8000;
 
 // nfnetlink.h
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
-const NFNL_MSG_BATCH_END: u16 = 0x11;
-const AF_UNSPEC: u8 = 0;
+pub(super) const NFNL_SUBSYS_NFTABLES: u16 = 10;
+pub(super) const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
+pub(super) const NFNL_MSG_BATCH_END: u16 = 0x11;
+pub(super) const AF_UNSPEC: u8 = 0;
 
 // netfilter.h
-const NFPROTO_INET: u8 = 1;
-const NFPROTO_IPV4: u8 = 2;
-const NFPROTO_IPV6: u8 = 10;
-const NF_ACCEPT: u32 = 1;
-const NF_INET_LOCAL_OUT: u32 = 3;
+pub(super) const NFPROTO_INET: u8 = 1;
+pub(super) const NFPROTO_IPV4: u8 = 2;
+pub(super) const NFPROTO_IPV6: u8 = 10;
+pub(super) const NF_ACCEPT: u32 = 1;
+pub(super) const NF_INET_LOCAL_OUT: u32 = 3;
 
 // nf_tables.h: messages (enum nf_tables_msg_types)
-const NFT_MSG_NEWTABLE: u16 = 0;
-const NFT_MSG_DELTABLE: u16 = 2;
-const NFT_MSG_NEWCHAIN: u16 = 3;
-const NFT_MSG_NEWRULE: u16 = 6;
-const NFT_MSG_DELRULE: u16 = 8;
+pub(super) const NFT_MSG_NEWTABLE: u16 = 0;
+pub(super) const NFT_MSG_DELTABLE: u16 = 2;
+pub(super) const NFT_MSG_NEWCHAIN: u16 = 3;
+pub(super) const NFT_MSG_NEWRULE: u16 = 6;
+pub(super) const NFT_MSG_DELRULE: u16 = 8;
 
 // nf_tables.h: attributes
-const NFTA_TABLE_NAME: u16 = 1;
-const NFTA_TABLE_FLAGS: u16 = 2;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_CHAIN_HOOK: u16 = 4;
-const NFTA_CHAIN_POLICY: u16 = 5;
-const NFTA_CHAIN_TYPE: u16 = 7;
-const NFTA_HOOK_HOOKNUM: u16 = 1;
-const NFTA_HOOK_PRIORITY: u16 = 2;
-const NFTA_RULE_TABLE: u16 = 1;
-const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_RULE_EXPRESSIONS: u16 = 4;
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
-const NFTA_META_DREG: u16 = 1;
-const NFTA_META_KEY: u16 = 2;
-const NFTA_CMP_SREG: u16 = 1;
-const NFTA_CMP_OP: u16 = 2;
-const NFTA_CMP_DATA: u16 = 3;
-const NFTA_DATA_VALUE: u16 = 1;
-const NFTA_DATA_VERDICT: u16 = 2;
-const NFTA_VERDICT_CODE: u16 = 1;
-const NFTA_PAYLOAD_DREG: u16 = 1;
-const NFTA_PAYLOAD_BASE: u16 = 2;
-const NFTA_PAYLOAD_OFFSET: u16 = 3;
-const NFTA_PAYLOAD_LEN: u16 = 4;
-const NFTA_IMMEDIATE_DREG: u16 = 1;
-const NFTA_IMMEDIATE_DATA: u16 = 2;
-const NFTA_REJECT_TYPE: u16 = 1;
-const NFTA_REJECT_ICMP_CODE: u16 = 2;
+pub(super) const NFTA_TABLE_NAME: u16 = 1;
+pub(super) const NFTA_TABLE_FLAGS: u16 = 2;
+pub(super) const NFTA_CHAIN_TABLE: u16 = 1;
+pub(super) const NFTA_CHAIN_NAME: u16 = 3;
+pub(super) const NFTA_CHAIN_HOOK: u16 = 4;
+pub(super) const NFTA_CHAIN_POLICY: u16 = 5;
+pub(super) const NFTA_CHAIN_TYPE: u16 = 7;
+pub(super) const NFTA_HOOK_HOOKNUM: u16 = 1;
+pub(super) const NFTA_HOOK_PRIORITY: u16 = 2;
+pub(super) const NFTA_RULE_TABLE: u16 = 1;
+pub(super) const NFTA_RULE_CHAIN: u16 = 2;
+pub(super) const NFTA_RULE_EXPRESSIONS: u16 = 4;
+pub(super) const NFTA_LIST_ELEM: u16 = 1;
+pub(super) const NFTA_EXPR_NAME: u16 = 1;
+pub(super) const NFTA_EXPR_DATA: u16 = 2;
+pub(super) const NFTA_META_DREG: u16 = 1;
+pub(super) const NFTA_META_KEY: u16 = 2;
+pub(super) const NFTA_CMP_SREG: u16 = 1;
+pub(super) const NFTA_CMP_OP: u16 = 2;
+pub(super) const NFTA_CMP_DATA: u16 = 3;
+pub(super) const NFTA_DATA_VALUE: u16 = 1;
+pub(super) const NFTA_DATA_VERDICT: u16 = 2;
+pub(super) const NFTA_VERDICT_CODE: u16 = 1;
+pub(super) const NFTA_PAYLOAD_DREG: u16 = 1;
+pub(super) const NFTA_PAYLOAD_BASE: u16 = 2;
+pub(super) const NFTA_PAYLOAD_OFFSET: u16 = 3;
+pub(super) const NFTA_PAYLOAD_LEN: u16 = 4;
+pub(super) const NFTA_IMMEDIATE_DREG: u16 = 1;
+pub(super) const NFTA_IMMEDIATE_DATA: u16 = 2;
+pub(super) const NFTA_REJECT_TYPE: u16 = 1;
+pub(super) const NFTA_REJECT_ICMP_CODE: u16 = 2;
 
 // nf_tables.h: values
-const NFT_REG_VERDICT: u32 = 0;
-const NFT_REG_1: u32 = 1;
-const NFT_CMP_EQ: u32 = 0;
-const NFT_META_SKUID: u32 = 10;
-const NFT_META_NFPROTO: u32 = 15;
-const NFT_META_L4PROTO: u32 = 16;
-const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
-const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
-const NFT_REJECT_TCP_RST: u32 = 1;
-const NFT_REJECT_ICMPX_UNREACH: u32 = 2;
-const NFT_REJECT_ICMPX_ADMIN_PROHIBITED: u8 = 3;
-const IPPROTO_TCP: u8 = 6;
+pub(super) const NFT_REG_VERDICT: u32 = 0;
+pub(super) const NFT_REG_1: u32 = 1;
+pub(super) const NFT_CMP_EQ: u32 = 0;
+pub(super) const NFT_META_SKUID: u32 = 10;
+pub(super) const NFT_META_NFPROTO: u32 = 15;
+pub(super) const NFT_META_L4PROTO: u32 = 16;
+pub(super) const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
+pub(super) const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
+pub(super) const NFT_REJECT_TCP_RST: u32 = 1;
+pub(super) const NFT_REJECT_ICMPX_UNREACH: u32 = 2;
+pub(super) const NFT_REJECT_ICMPX_ADMIN_PROHIBITED: u8 = 3;
+pub(super) const IPPROTO_TCP: u8 = 6;
 
 /// `len` rounded up to netlink's 4-byte alignment.
 pub fn align(len: usize) -> usize {
@@ -479,8 +478,8 @@ pub fn outcome(batch: &[Message], replies: &[Reply]) -> Option<Result<(), String
     }
 }
 
-/// Sends `batch` in one datagram and waits for the kernel's answers.
-fn talk(batch: &[Message]) -> Result<(), String> {
+/// A NETLINK_NETFILTER socket whose reads give up after `DEADLINE`.
+pub(super) fn open() -> Result<OwnedFd, String> {
     let fd = socket(
         AddressFamily::Netlink,
         SockType::Raw,
@@ -494,6 +493,12 @@ fn talk(batch: &[Message]) -> Result<(), String> {
         &TimeVal::milliseconds(DEADLINE.as_millis() as i64),
     )
     .map_err(|e| format!("netlink socket: {e}"))?;
+    Ok(fd)
+}
+
+/// Sends `batch` in one datagram and waits for the kernel's answers.
+fn talk(batch: &[Message]) -> Result<(), String> {
+    let fd = open()?;
     let bytes = batch
         .iter()
         .flat_map(|m| m.bytes.iter().copied())

@@ -29,9 +29,7 @@ impl Supervisor {
         if let Some(gate) = self.network.gate() {
             return self.network.prove_gate(gate, knock);
         }
-        let (firewall, why_not) =
-            self.network
-                .prove(&self.reaper, (landlock_tcp, seccomp_sockets), knock);
+        let (firewall, why_not) = self.network.prove((landlock_tcp, seccomp_sockets), knock);
         if !self.network.wants_gate(&firewall) {
             return firewall;
         }
