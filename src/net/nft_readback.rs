@@ -451,7 +451,8 @@ mod tests {
             ]
         };
         // (name, data, Ok: the expression / Err: what the error says)
-        let cases: Vec<(&str, Vec<Vec<u8>>, Result<Expr, &str>)> = vec![
+        type Case = (&'static str, Vec<Vec<u8>>, Result<Expr, &'static str>);
+        let cases: Vec<Case> = vec![
             ("meta", vec![key.clone(), reg1.clone()], Ok(Expr::Meta(10))),
             // A meta that sets the key from a register (SREG, 3) is not
             // the load warden wrote.
@@ -532,7 +533,7 @@ mod tests {
             .into_iter()
             .map(|r| (CHAIN.to_string(), r))
             .collect();
-        assert_eq!(compare(SCOPE, &[chain.clone()], &rules), Ok(()));
+        assert_eq!(compare(SCOPE, std::slice::from_ref(&chain), &rules), Ok(()));
         let mut swapped = rules.clone();
         swapped.swap(0, 1);
         let mut elsewhere = rules.clone();
@@ -540,7 +541,8 @@ mod tests {
         let mut dropping = chain.clone();
         dropping.policy = Some(0);
         // (chains, rules, what the error says)
-        let cases: Vec<(Vec<ChainFound>, Vec<(String, Vec<Expr>)>, &str)> = vec![
+        type Case = (Vec<ChainFound>, Vec<(String, Vec<Expr>)>, &'static str);
+        let cases: Vec<Case> = vec![
             (vec![], rules.clone(), "has no chain"),
             (
                 vec![chain.clone(), chain.clone()],
