@@ -253,27 +253,21 @@ impl Network {
 
     /// The firewall layer, proven now: the table read back from the kernel
     /// and compared, and the probe's findings. `probe` runs the probe child as shell
-    /// with the knocking ports it is given. `layers` says whether
-    /// Landlock's TCP rules and seccomp's socket rules hold; it is asked
-    /// only after the knock (the layers' own probe may still be running),
-    /// for what is left when the table does not hold. With the layer, why
-    /// the table does not hold, if it does not.
+    /// with the knocking ports it is given. With the layer, why the table
+    /// does not hold, if it does not.
     pub fn prove(
         &self,
-        layers: &dyn Fn() -> (bool, bool),
+        (landlock_tcp, seccomp_sockets): (bool, bool),
         probe: impl FnOnce(
             crate::confine::probe::NetProbe,
         ) -> Result<crate::confine::probe::Probe, String>,
     ) -> (LayerState, Option<String>) {
         let required = self.policy.firewall == Requirement::Required;
         let port = self.scope.proxy_port;
-        let without = || {
-            let (landlock_tcp, seccomp_sockets) = layers();
-            firewall::without_firewall(port, landlock_tcp, seccomp_sockets)
-        };
+        let without = firewall::without_firewall(port, landlock_tcp, seccomp_sockets);
         if self.policy.firewall == Requirement::Off {
             let off = "off by policy (network.json)".to_string();
-            let detail = format!("{off}; {}", without());
+            let detail = format!("{off}; {without}");
             return (
                 crate::confine::state("firewall", false, false, detail),
                 Some(off),
@@ -296,7 +290,7 @@ impl Network {
                 None,
             ),
             Verdict::DidNotHold(why) => (
-                crate::confine::state("firewall", required, false, format!("{why}; {}", without())),
+                crate::confine::state("firewall", required, false, format!("{why}; {without}")),
                 Some(why),
             ),
         }

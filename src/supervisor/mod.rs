@@ -17,7 +17,6 @@ use crate::request::ValidRun;
 use crate::users::Account;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use std::cell::{Cell, OnceCell};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
@@ -293,31 +292,14 @@ impl Supervisor {
     }
 
     /// Applies every layer in a child as shell and has it test each from
-    /// inside; records and returns what holds. The layers' probe and the
-    /// firewall's run at the same time (each in a child of its own, each
-    /// waited for on a thread of its own): the firewall's asks for the
-    /// layers' findings only once it has knocked.
+    /// inside; records and returns what holds.
     pub fn probe(self: &Arc<Self>) -> Vec<LayerState> {
-        let (found, firewall) = std::thread::scope(|scope| {
-            let running = Cell::new(Some(scope.spawn(|| self.run_probe())));
-            let found: OnceCell<Result<Probe, String>> = OnceCell::new();
-            let found_now = || {
-                found.get_or_init(|| match running.take().map(|t| t.join()) {
-                    Some(Ok(found)) => found,
-                    Some(Err(_)) | None => Err("the probe's thread ended without an answer".into()),
-                })
-            };
-            let layers = || {
-                let found = found_now();
-                let landlock_tcp = self.confinement.coverage.tcp
-                    && found.as_ref().is_ok_and(|p| p.has(Probe::LANDLOCK_TCP));
-                // The filter carries the socket rules: proven installed by the probe.
-                let seccomp_sockets = found.as_ref().is_ok_and(|p| p.has(Probe::SECCOMP));
-                (landlock_tcp, seccomp_sockets)
-            };
-            let firewall = self.firewall_layer(&layers);
-            (found_now().clone(), firewall)
-        });
+        let found = self.run_probe();
+        let landlock_tcp = self.confinement.coverage.tcp
+            && found.as_ref().is_ok_and(|p| p.has(Probe::LANDLOCK_TCP));
+        // The filter carries the socket rules: proven installed by the probe.
+        let seccomp_sockets = found.as_ref().is_ok_and(|p| p.has(Probe::SECCOMP));
+        let firewall = self.firewall_layer(landlock_tcp, seccomp_sockets);
         let space = |layer, found: &Result<String, String>| {
             let (holds, detail) = match found {
                 Ok(d) => (true, d.clone()),

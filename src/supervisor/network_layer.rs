@@ -20,22 +20,21 @@ type Named = Option<(u64, String)>;
 
 impl Supervisor {
     /// The firewall layer, proven now (see the module's comment).
-    /// `layers`: whether Landlock's TCP rules and seccomp's socket rules
-    /// hold (see `Network::prove`).
     pub(super) fn firewall_layer(
         self: &Arc<Self>,
-        layers: &dyn Fn() -> (bool, bool),
+        landlock_tcp: bool,
+        seccomp_sockets: bool,
     ) -> LayerState {
         let knock = |plan| self.run_net_probe(plan);
         if let Some(gate) = self.network.gate() {
             return self.network.prove_gate(gate, knock);
         }
-        let (firewall, why_not) = self.network.prove(layers, knock);
+        let (firewall, why_not) = self.network.prove((landlock_tcp, seccomp_sockets), knock);
         if !self.network.wants_gate(&firewall) {
             return firewall;
         }
         let why_not = why_not.unwrap_or_default();
-        let opened = match layers().0 {
+        let opened = match landlock_tcp {
             true => self.open_gate(why_not),
             false => Err("it needs Landlock's TCP rules (ABI 4), which do not hold here".into()),
         };
