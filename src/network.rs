@@ -5,7 +5,7 @@
 use crate::confine::policy::{NetworkPolicy, Requirement};
 use crate::confine::spawn::Identity;
 use crate::net::connect_gate;
-use crate::net::firewall::{self, Findings, Scope, Verdict, Way};
+use crate::net::firewall::{self, Findings, Scope, Verdict};
 use crate::net::proxy::{self, Proxy, Rules};
 use crate::net::registries;
 use crate::protocol::{LayerState, ProxyState};
@@ -18,9 +18,8 @@ use std::time::Duration;
 pub struct Network {
     pub policy: NetworkPolicy,
     pub scope: Scope,
-    /// How applying the rules went: which way they were applied, or
-    /// why they are not there.
-    applied: Mutex<Result<Way, String>>,
+    /// How applying the rules went: applied, or why they are not there.
+    applied: Mutex<Result<(), String>>,
     proxy: Mutex<Option<Arc<Proxy>>>,
     /// Where the proxy listens, and what it could not bind.
     pub listening: Vec<String>,
@@ -106,13 +105,12 @@ impl Network {
     /// Applies warden's table over netlink (unless the policy turns the
     /// firewall off: then None). No `nft` is run: the image need not have
     /// one, and the boot does not wait for a program's start.
-    pub fn apply(&self) -> Option<Result<Way, String>> {
+    pub fn apply(&self) -> Option<Result<(), String>> {
         if self.policy.firewall == Requirement::Off {
             return None;
         }
-        let result = crate::net::nft_netlink::apply(self.scope)
-            .map(|()| Way::Netlink)
-            .map_err(|e| format!("over netlink: {e}"));
+        let result =
+            crate::net::nft_netlink::apply(self.scope).map_err(|e| format!("over netlink: {e}"));
         *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = result.clone();
         Some(result)
     }
@@ -121,16 +119,15 @@ impl Network {
     /// warden that is not PID 1 must not leave rules in a namespace that
     /// outlives it.
     pub fn remove(&self) {
-        let applied = self
+        if self
             .applied
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let removed = match applied {
-            Ok(Way::Netlink) => crate::net::nft_netlink::delete_table(),
-            Err(_) => return,
-        };
-        if let Err(e) = removed {
+            .is_err()
+        {
+            return;
+        }
+        if let Err(e) = crate::net::nft_netlink::delete_table() {
             crate::say!("cannot remove its firewall table: {e}");
         }
     }
@@ -279,9 +276,9 @@ impl Network {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         // Not applied: the verdict says so, and nothing is read back.
-        let readback = match applied {
-            Ok(Way::Netlink) => Some(crate::net::nft_readback::read_back(self.scope)),
-            Err(_) => None,
+        let readback = match &applied {
+            Ok(()) => crate::net::nft_readback::read_back(self.scope),
+            Err(e) => Err(e.clone()),
         };
         let findings = knock(port, probe);
         match firewall::judge(self.scope, &applied, &readback, &findings) {

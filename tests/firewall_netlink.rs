@@ -16,6 +16,14 @@ use warden::net::firewall::{self, Scope};
 use warden::net::{nft_netlink, nft_readback};
 
 const SHELL: u32 = common::SHELL_UID;
+/// The scope of a machine's usual rules: shell's sockets, counted as
+/// warden counts them, may reach the proxy on 3128.
+const SHELLS: Scope = Scope {
+    shell_uid: SHELL,
+    network_uid: SHELL,
+    runtime_network_uid: None,
+    proxy_port: 3128,
+};
 
 /// The programs a test runs. Outside CI a missing one skips the test,
 /// saying so; under CI=true it fails.
@@ -115,12 +123,7 @@ fn netlink_applies_the_table_nft_lists() {
         return;
     }
     let ns = Netns::new("apply");
-    let scope = Scope {
-        shell_uid: SHELL,
-        network_uid: SHELL,
-        runtime_network_uid: None,
-        proxy_port: 3128,
-    };
+    let scope = SHELLS;
     // Twice: the second apply leaves exactly one copy of each rule.
     for i in 0..2 {
         assert_eq!(ns.enter(|| nft_netlink::apply(scope)), Ok(()), "apply {i}");
@@ -166,10 +169,8 @@ fn the_readback_finds_what_was_changed_behind_warden() {
     }
     let ns = Netns::new("readback");
     let scope = Scope {
-        shell_uid: SHELL,
-        network_uid: SHELL,
         runtime_network_uid: Some(SHELL + 1),
-        proxy_port: 3128,
+        ..SHELLS
     };
     let read_back = |scope| ns.enter(|| nft_readback::read_back(scope));
     let gone = read_back(scope).unwrap_err();
@@ -288,12 +289,7 @@ fn netlink_names_the_message_the_kernel_refused() {
         "add table inet warden; add chain inet warden output { type filter hook input priority 0; }",
     ])
     .unwrap();
-    let scope = Scope {
-        shell_uid: SHELL,
-        network_uid: SHELL,
-        runtime_network_uid: None,
-        proxy_port: 3128,
-    };
+    let scope = SHELLS;
     let e = ns.enter(|| nft_netlink::apply(scope)).unwrap_err();
     assert!(e.starts_with("add chain inet warden output"), "{e}");
     let text = ns.nft(&["list", "table", "inet", "warden"]).unwrap();
@@ -357,10 +353,8 @@ fn netlink_rules_refuse_shell_but_not_root() {
     });
     let port = |l: &TcpListener| l.local_addr().unwrap().port();
     let scope = Scope {
-        shell_uid: SHELL,
-        network_uid: SHELL,
-        runtime_network_uid: None,
         proxy_port: port(&proxy),
+        ..SHELLS
     };
     assert_eq!(ns.enter(|| nft_netlink::apply(scope)), Ok(()));
     udp.set_nonblocking(true).unwrap();
@@ -463,12 +457,7 @@ fn warden_without_nft_applies_its_firewall_over_netlink() {
         })
         .unwrap();
     assert_eq!(out.exit.status, 0);
-    let scope = Scope {
-        shell_uid: SHELL,
-        network_uid: SHELL,
-        runtime_network_uid: None,
-        proxy_port: 3128,
-    };
+    let scope = SHELLS;
     assert_eq!(firewall::compare(&ns.listing().unwrap(), scope), Ok(()));
     // At shutdown warden deletes its table over netlink too.
     let dir = machine.stop();

@@ -224,28 +224,10 @@ pub struct Findings {
     pub v6: bool,
 }
 
-/// How warden's table was applied: by warden itself, over a netfilter
-/// netlink socket (`nft_netlink`), whether or not the image has `nft`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Way {
-    Netlink,
-}
-
-impl Way {
-    /// Its name in the audit log.
-    pub fn name(self) -> &'static str {
-        match self {
-            Way::Netlink => "netlink",
-        }
-    }
-
-    /// How it is said in the firewall's detail.
-    fn said(self) -> &'static str {
-        match self {
-            Way::Netlink => "applied over netlink",
-        }
-    }
-}
+/// How warden applies its table (the boot line's `firewall_via`): by
+/// itself, over a netfilter netlink socket (`nft_netlink`).
+pub const VIA: &str = "netlink";
+const APPLIED: &str = "applied over netlink";
 
 /// The firewall as warden last found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,7 +236,7 @@ pub enum Verdict {
     DidNotHold(String),
 }
 
-/// Says in plain words what a permission error from nft means: the
+/// Says in plain words what a permission error from the kernel means: the
 /// network namespace belongs to someone else (rootless podman with the
 /// host's network), or warden lacks CAP_NET_ADMIN.
 fn why_refused(error: &str) -> &'static str {
@@ -265,12 +247,11 @@ fn why_refused(error: &str) -> &'static str {
 }
 
 /// Judges the layer from the three pieces of evidence: applying, reading
-/// back, and the probe. `readback` is None where the table was not read
-/// back; the probe alone then decides, and the detail says so.
+/// back, and the probe (`readback` is not looked at when applying failed).
 pub fn judge(
     scope: Scope,
-    applied: &Result<Way, String>,
-    readback: &Option<Result<(), String>>,
+    applied: &Result<(), String>,
+    readback: &Result<(), String>,
     probe: &Result<Findings, String>,
 ) -> Verdict {
     let Scope {
@@ -283,33 +264,25 @@ pub fn judge(
         true => String::new(),
         false => format!(" ({network_uid} to this network, whose namespace belongs to the parent user namespace)"),
     };
-    let way = match applied {
-        Ok(way) => *way,
-        Err(e) => {
-            return Verdict::DidNotHold(format!("cannot apply the rules: {e}{}", why_refused(e)))
-        }
-    };
+    if let Err(e) = applied {
+        return Verdict::DidNotHold(format!("cannot apply the rules: {e}{}", why_refused(e)));
+    }
     let findings = match probe {
         Ok(f) => f,
         Err(e) => {
             return Verdict::DidNotHold(format!(
-                "the network probe failed: {e} (table inet {TABLE} {})",
-                way.said()
+                "the network probe failed: {e} (table inet {TABLE} {APPLIED})"
             ))
         }
     };
     let mut problems = Vec::new();
     // How the table was applied, and read back: said whatever the verdict.
     let how = match readback {
-        Some(Ok(())) => format!("{}, read back and compared", way.said()),
-        Some(Err(e)) => {
+        Ok(()) => format!("{APPLIED}, read back and compared"),
+        Err(e) => {
             problems.push(format!("table inet {TABLE} read back: {e}"));
-            way.said().to_string()
+            APPLIED.to_string()
         }
-        None => format!(
-            "{}, read back: not available, proven by the probe alone",
-            way.said()
-        ),
     };
     problems.extend(problems_in(findings, proxy_port, "shell"));
     if problems.is_empty() {
@@ -541,13 +514,13 @@ mod tests {
             proxy_reached: true,
             v6: true,
         };
-        let netlink: Result<Way, String> = Ok(Way::Netlink);
-        let read: Option<Result<(), String>> = Some(Ok(()));
+        let netlink: Result<(), String> = Ok(());
+        let read: Result<(), String> = Ok(());
         // (applied, read back, probe, Ok: holds / Err: does not; with
         // what the detail must say)
         type Case = (
-            Result<Way, String>,
-            Option<Result<(), String>>,
+            Result<(), String>,
+            Result<(), String>,
             Result<Findings, String>,
             Result<&'static [&'static str], &'static [&'static str]>,
         );
@@ -558,19 +531,9 @@ mod tests {
                 Ok(good),
                 Ok(&["[::1]", "applied over netlink, read back and compared"]),
             ),
-            // Not read back (a dump refused): only the probe proves it.
             (
                 netlink.clone(),
-                None,
-                Ok(good),
-                Ok(&[
-                    "[::1]",
-                    "applied over netlink, read back: not available, proven by the probe alone",
-                ]),
-            ),
-            (
-                netlink.clone(),
-                None,
+                read.clone(),
                 Ok(Findings {
                     tcp_refused: false,
                     ..good
@@ -578,12 +541,12 @@ mod tests {
                 Err(&[
                     "connected over TCP",
                     "applied over netlink",
-                    "not available",
+                    "read back and compared",
                 ]),
             ),
             (
                 netlink.clone(),
-                None,
+                read.clone(),
                 Ok(Findings {
                     udp_blocked: false,
                     ..good
@@ -602,13 +565,14 @@ mod tests {
             ),
             (
                 netlink.clone(),
-                None,
+                read.clone(),
                 Err("fork: EAGAIN".into()),
                 Err(&["probe failed", "applied over netlink"]),
             ),
+            // Not applied: the readback is not looked at.
             (
                 Err("over netlink: the batch: EPERM: Operation not permitted".into()),
-                None,
+                Err("not read back".into()),
                 Ok(good),
                 Err(&[
                     "cannot apply the rules: over netlink",
@@ -629,7 +593,7 @@ mod tests {
             ),
             (
                 netlink.clone(),
-                Some(Err("rule 1 differs".into())),
+                Err("rule 1 differs".into()),
                 Ok(good),
                 Err(&["read back: rule 1 differs", "applied over netlink"]),
             ),

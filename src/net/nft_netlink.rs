@@ -424,35 +424,55 @@ pub struct Reply {
     pub errno: i32,
 }
 
+/// One netlink message: its type, sequence number, and body (what
+/// follows the 16-byte header).
+pub type Received<'a> = (u16, u32, &'a [u8]);
+
+/// The messages in a datagram. Err: one is malformed.
+pub fn messages(mut datagram: &[u8]) -> Result<Vec<Received<'_>>, String> {
+    let mut out = Vec::new();
+    while datagram.len() >= NLMSG_HDRLEN {
+        let word = |at: usize| {
+            u32::from_ne_bytes([
+                datagram[at],
+                datagram[at + 1],
+                datagram[at + 2],
+                datagram[at + 3],
+            ])
+        };
+        let len = word(0) as usize;
+        if len < NLMSG_HDRLEN || len > datagram.len() {
+            return Err(format!(
+                "a malformed answer ({len} bytes of {})",
+                datagram.len()
+            ));
+        }
+        let kind = u16::from_ne_bytes([datagram[4], datagram[5]]);
+        out.push((kind, word(8), &datagram[NLMSG_HDRLEN..len]));
+        datagram = &datagram[align(len).min(datagram.len())..];
+    }
+    Ok(out)
+}
+
 /// The acknowledgements and errors in what the kernel sent (other
 /// messages are skipped). Err: the datagram is malformed.
 pub fn replies(datagram: &[u8]) -> Result<Vec<Reply>, String> {
     let mut out = Vec::new();
-    let mut rest = datagram;
-    while rest.len() >= NLMSG_HDRLEN {
-        let word =
-            |at: usize| u32::from_ne_bytes([rest[at], rest[at + 1], rest[at + 2], rest[at + 3]]);
-        let len = word(0) as usize;
-        if len < NLMSG_HDRLEN || len > rest.len() {
-            return Err(format!(
-                "a malformed answer ({len} bytes of {})",
-                rest.len()
-            ));
-        }
-        let kind = u16::from_ne_bytes([rest[4], rest[5]]);
+    for (kind, seq, body) in messages(datagram)? {
         if kind == NLMSG_ERROR {
-            if len < NLMSG_HDRLEN + 4 {
-                return Err("a truncated error message".into());
-            }
-            let error = word(NLMSG_HDRLEN) as i32;
             out.push(Reply {
-                seq: word(8),
-                errno: error.saturating_neg(),
+                seq,
+                errno: error_of(body)?,
             });
         }
-        rest = &rest[align(len).min(rest.len())..];
     }
     Ok(out)
+}
+
+/// The errno an NLMSG_ERROR's body carries (0: an acknowledgement).
+pub fn error_of(body: &[u8]) -> Result<i32, String> {
+    let error = body.get(..4).ok_or("a truncated error message")?;
+    Ok(i32::from_ne_bytes([error[0], error[1], error[2], error[3]]).saturating_neg())
 }
 
 /// What the replies so far say of the batch: None while an acknowledged

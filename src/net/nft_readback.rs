@@ -315,54 +315,25 @@ fn dump(fd: &OwnedFd, kind: u16, seq: u32) -> Result<Vec<Vec<u8>>, String> {
             Err(Errno::EAGAIN) => return Err("the kernel did not finish the dump".into()),
             Err(e) => return Err(format!("reading the dump: {e}")),
         };
-        for (kind, got_seq, body) in messages(&buf[..n])? {
+        for (kind, got_seq, body) in nl::messages(&buf[..n])? {
             if got_seq != seq {
                 continue;
             }
             match kind {
-                NLMSG_DONE => return Ok(found),
+                // A dump that failed part way says so in its end.
+                NLMSG_DONE => match nl::error_of(body).unwrap_or(0) {
+                    0 => return Ok(found),
+                    errno => return Err(format!("the dump ended with {}", Errno::from_raw(errno))),
+                },
                 nl::NLMSG_ERROR => {
-                    let errno = body
-                        .get(..4)
-                        .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-                        .unwrap_or(0);
-                    return Err(format!("the dump: {}", Errno::from_raw(-errno)));
+                    let errno = nl::error_of(body)?;
+                    return Err(format!("the dump: {}", Errno::from_raw(errno)));
                 }
                 // The nfgenmsg (4 bytes), then the attributes.
                 _ => found.push(body.get(4..).unwrap_or_default().to_vec()),
             }
         }
     }
-}
-
-/// One netlink message: its type, sequence number, and body (what
-/// follows the 16-byte header).
-pub type Received<'a> = (u16, u32, &'a [u8]);
-
-/// The messages in a datagram. Err: one is malformed.
-pub fn messages(mut datagram: &[u8]) -> Result<Vec<Received<'_>>, String> {
-    let mut out = Vec::new();
-    while datagram.len() >= 16 {
-        let word = |at: usize| {
-            u32::from_ne_bytes([
-                datagram[at],
-                datagram[at + 1],
-                datagram[at + 2],
-                datagram[at + 3],
-            ])
-        };
-        let len = word(0) as usize;
-        if len < 16 || len > datagram.len() {
-            return Err(format!(
-                "a malformed answer ({len} bytes of {})",
-                datagram.len()
-            ));
-        }
-        let kind = u16::from_ne_bytes([datagram[4], datagram[5]]);
-        out.push((kind, word(8), &datagram[16..len]));
-        datagram = &datagram[nl::align(len).min(datagram.len())..];
-    }
-    Ok(out)
 }
 
 /// Reads warden's table back from the kernel of the calling thread's
@@ -521,7 +492,7 @@ mod tests {
                 "{bytes:?}: {got:?}"
             );
         }
-        let short = messages(&[40, 0, 0, 0, 3, 0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+        let short = nl::messages(&[40, 0, 0, 0, 3, 0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(short, Err("a malformed answer (40 bytes of 16)".into()));
         assert!(be32(&[1, 2]).is_err());
     }
