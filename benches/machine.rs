@@ -13,7 +13,7 @@ mod timing;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use timing::{interleaved, ok, podman, table};
+use timing::{interleaved, ok, podman, print_phases, table};
 use warden::client::Client;
 use warden::launcher::machine as m;
 use warden::protocol::RunRequest;
@@ -23,7 +23,6 @@ const IMAGE: &str = "localhost/warden-machine:latest";
 const RUNS: usize = 100;
 /// Stop-then-up runs of the unchanged machine.
 const UP_RUNS: usize = 5;
-const AUDIT_LOG: &str = "/home/runtime/data/audit/warden.jsonl";
 
 /// Why the bench cannot run here, if it cannot.
 fn unable() -> Option<String> {
@@ -76,37 +75,6 @@ impl Machine {
         ok(Command::new(warden())
             .args(["machine", "up"])
             .arg(&self.definition));
-    }
-
-    /// The last `boot` line in warden's audit log.
-    fn boot_line(&self) -> Option<serde_json::Value> {
-        let out = podman()
-            .args(["exec", &m::container(&self.id), "cat", AUDIT_LOG])
-            .stdin(Stdio::null())
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .rev()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .find(|v| v["kind"] == "boot")
-    }
-}
-
-/// Each boot phase's median over the boots (`boot_phases_ms` lists them
-/// in order, `[{"phase", "ms"}]`).
-fn print_phases(boots: &[serde_json::Value]) {
-    let Some(first) = boots.first().and_then(|b| b.as_array()) else {
-        println!("  boot_phases_ms: not in the boot line");
-        return;
-    };
-    println!("  phase by phase (median ms over {} boots):", boots.len());
-    for (i, phase) in first.iter().enumerate() {
-        let mut ms: Vec<f64> = boots.iter().filter_map(|b| b[i]["ms"].as_f64()).collect();
-        ms.sort_by(f64::total_cmp);
-        if let (Some(name), Some(median)) = (phase["phase"].as_str(), ms.get(ms.len() / 2)) {
-            println!("    {name:<24} {median:>6.2}");
-        }
     }
 }
 
@@ -190,7 +158,7 @@ fn main() {
         let t = Instant::now();
         machine.up();
         ups.push(t.elapsed());
-        if let Some(line) = machine.boot_line() {
+        if let Some(line) = timing::boot_line(&id) {
             boots.extend(line["boot_ms"].as_f64());
             phases.push(line["boot_phases_ms"].clone());
         }
@@ -234,7 +202,7 @@ fn main() {
         up_ms[UP_RUNS / 2] / start_ms[UP_RUNS / 2]
     );
     if boots.is_empty() {
-        println!("warden's boot_ms: not found in {AUDIT_LOG}");
+        println!("warden's boot_ms: no boot line in its audit log");
     } else {
         println!(
             "warden's own boot (boot_ms of the last boot line after each up, ms): {}",

@@ -9,7 +9,8 @@
 //! KVM): these are not KVM figures.
 //!
 //! Run as root after `machine/build` and `machine/vm/build`:
-//! `cargo bench --bench vm`. The whole process runs under the AF_VSOCK
+//! `cargo bench --bench vm` (`-- boot`: the launches and each boot phase's
+//! median alone). The whole process runs under the AF_VSOCK
 //! guard: the host's own vsock is never touched.
 
 #[path = "../tests/common/mod.rs"]
@@ -19,7 +20,7 @@ mod timing;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use timing::{interleaved, median, ok, podman, table};
+use timing::{interleaved, median, ok, podman, print_phases, table};
 use warden::launcher::machine as m;
 use warden::protocol::RunRequest;
 
@@ -155,11 +156,13 @@ fn main() {
     let first = [up(dir.path(), &vm, "vm"), up(dir.path(), &ct, "container")];
     let mut launches = [Vec::new(), Vec::new()];
     let mut boots = [Vec::new(), Vec::new()];
+    let mut phases = [Vec::new(), Vec::new()];
     for _ in 0..LAUNCHES {
         for (i, (id, kind)) in [(&vm, "vm"), (&ct, "container")].into_iter().enumerate() {
             ok(warden().args(["machine", "stop", id]));
             launches[i].push(up(dir.path(), id, kind).as_secs_f64() * 1e3);
             boots[i].push(boot_ms(id));
+            phases[i].extend(timing::boot_line(id).map(|l| l["boot_phases_ms"].clone()));
         }
     }
     println!(
@@ -177,6 +180,10 @@ fn main() {
             median(boots[i].clone()),
             boots[i].iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" "),
         );
+        print_phases(&phases[i]);
+    }
+    if std::env::args().any(|a| a == "boot") {
+        return; // `-- boot`: the launches and the boots' phases alone
     }
 
     // `true` round trips, contenders in turn.

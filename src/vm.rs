@@ -33,6 +33,9 @@ use std::time::{Duration, Instant};
 /// The module load order, in the initramfs: one path per line (`#`
 /// comments and blank lines ignored), optionally followed by parameters.
 pub const MODULE_LIST: &str = "/lib/modules/warden.list";
+/// The modules of lent folders (9p over virtio), loaded before the first
+/// is mounted: a VM that lends none does without them.
+pub const LEND_MODULE_LIST: &str = "/lib/modules/warden-lends.list";
 /// The machine's own files in the initramfs, moved onto the root disk.
 const MACHINE_FILES: &str = "/etc/warden";
 /// Where the root disk is mounted before warden moves into it.
@@ -143,7 +146,8 @@ pub struct Vm {
 /// Boots the VM up to where a container starts: kernel file systems,
 /// modules, the root disk (moved into), the rest of the kernel file
 /// systems, the host name. The volumes wait for the machine config.
-pub fn boot() -> Result<Vm, VmError> {
+/// `mark` is told where each step ends (the boot line's phases).
+pub fn boot(mark: &mut dyn FnMut(&'static str)) -> Result<Vm, VmError> {
     let early = [
         (
             "proc",
@@ -178,7 +182,9 @@ pub fn boot() -> Result<Vm, VmError> {
     let cmdline = Cmdline::parse(
         &std::fs::read_to_string("/proc/cmdline").map_err(io_error("/proc/cmdline"))?,
     );
+    mark("vm_kernel_fs");
     let modules = load_modules(Path::new(MODULE_LIST));
+    mark("vm_modules");
     let root = match cmdline.value("root") {
         Some(disk) => {
             let fstype = cmdline.value("rootfstype").unwrap_or("ext4");
@@ -187,6 +193,7 @@ pub fn boot() -> Result<Vm, VmError> {
                 flags |= MsFlags::MS_RDONLY;
             }
             wait_for(disk)?;
+            mark("vm_disk_wait");
             mount_fs(disk, NEW_ROOT, fstype, flags, None)?;
             move_machine_files(Path::new(NEW_ROOT))?;
             switch_root()?;
@@ -194,6 +201,7 @@ pub fn boot() -> Result<Vm, VmError> {
         }
         None => "the initramfs".to_string(),
     };
+    mark("vm_root");
     let late = [
         (
             "devpts",
@@ -278,6 +286,7 @@ pub fn boot() -> Result<Vm, VmError> {
     if let Err(e) = nix::sys::reboot::set_cad_enabled(false) {
         crate::say!("cannot turn Ctrl-Alt-Del into a signal: {e}");
     }
+    mark("vm_mounts_and_settings");
     Ok(Vm {
         cmdline,
         modules,
@@ -291,7 +300,7 @@ impl Vm {
     /// the runtime's `data/` and `workspace/` (the layout phase then gives
     /// them their owners and modes), then the lent folders' 9p shares at
     /// their places (after the workspace: the agent's folder is lent under
-    /// it). Returns what it mounted.
+    /// it), their modules loaded first. Returns what it mounted and loaded.
     pub fn mount_volumes(
         &self,
         runtime_home: &Path,
@@ -317,6 +326,12 @@ impl Vm {
             wait_for(disk)?;
             mount_fs(disk, &target, "ext4", flags | MsFlags::MS_NOATIME, None)?;
             mounted.push(format!("{disk} on {}", target.display()));
+        }
+        if !lends.is_empty() {
+            let loaded = load_modules(Path::new(LEND_MODULE_LIST));
+            if !loaded.is_empty() {
+                mounted.push(format!("modules {} (for lent folders)", loaded.join(", ")));
+            }
         }
         for lend in lends {
             let (flags, mode) = lend_flags(lend.read_only);

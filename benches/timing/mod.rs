@@ -109,3 +109,31 @@ pub fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
 }
+
+/// The last `boot` line in the audit log of the running machine `id`,
+/// read through its warden as `warden machine audit` reads it.
+pub fn boot_line(id: &str) -> Option<serde_json::Value> {
+    let (files, _anchor) = warden::launcher::machine::copy_audit(id).ok()?;
+    let text = std::fs::read_to_string(files.last()?).ok()?;
+    text.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["kind"] == "boot")
+}
+
+/// Each boot phase's median over the boots (each a boot line's
+/// `boot_phases_ms`, `[{"phase", "ms"}]` in the order they ran).
+pub fn print_phases(boots: &[serde_json::Value]) {
+    let Some(first) = boots.first().and_then(|b| b.as_array()) else {
+        println!("  boot_phases_ms: not in the boot line");
+        return;
+    };
+    println!("  phase by phase (median ms over {} boots):", boots.len());
+    for (i, phase) in first.iter().enumerate() {
+        let mut ms: Vec<f64> = boots.iter().filter_map(|b| b[i]["ms"].as_f64()).collect();
+        ms.sort_by(f64::total_cmp);
+        if let (Some(name), Some(median)) = (phase["phase"].as_str(), ms.get(ms.len() / 2)) {
+            println!("    {name:<24} {median:>8.2}");
+        }
+    }
+}

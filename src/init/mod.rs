@@ -60,10 +60,14 @@ pub fn run(args: InitArgs) -> i32 {
     // 2. In a VM, the machine itself: kernel file systems, drivers, the
     //    root disk, the host name (what a container runtime does for a
     //    container).
+    let mut clock = PhaseClock::new(boot);
+    clock.mark("signals");
     let vm = if vm::detect() {
         // A bug while booting the VM must not end PID 1 (the kernel would
         // panic): it powers the machine off, saying so.
-        let booted = std::panic::catch_unwind(vm::boot).unwrap_or(Err(vm::VmError::Panicked));
+        let mut mark = |phase| clock.mark(phase);
+        let booted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| vm::boot(&mut mark)))
+            .unwrap_or(Err(vm::VmError::Panicked));
         match booted {
             Ok(vm) => Some(vm),
             // Not a machine after all: nothing of one is touched, not
@@ -80,7 +84,7 @@ pub fn run(args: InitArgs) -> i32 {
     // A bug must not end PID 1 (in a VM the kernel would panic): it ends
     // the machine, in order.
     let machine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        boot_and_supervise(args, boot, waited, vm.as_ref())
+        boot_and_supervise(args, clock, waited, vm.as_ref())
     }));
     let status = machine.unwrap_or_else(|_| {
         crate::say!("internal error: warden panicked; stopping the machine");
@@ -93,27 +97,21 @@ pub fn run(args: InitArgs) -> i32 {
 }
 
 /// Boots in numbered phases, then supervises: its exit status.
-fn boot_and_supervise(args: InitArgs, boot: Instant, waited: SigSet, vm: Option<&Vm>) -> i32 {
-    match phases(args, boot, waited, vm) {
+fn boot_and_supervise(args: InitArgs, clock: PhaseClock, waited: SigSet, vm: Option<&Vm>) -> i32 {
+    match phases(args, clock, waited, vm) {
         Ok(status) => status,
         Err(e) => refuse(e.to_string()),
     }
 }
 
 /// The boot, phase by phase (1 and 2, the signals and a VM's own boot,
-/// are `run`'s).
+/// are `run`'s, and on `clock` already).
 fn phases(
     args: InitArgs,
-    boot: Instant,
+    mut clock: PhaseClock,
     waited: SigSet,
     vm: Option<&Vm>,
 ) -> Result<i32, BootError> {
-    let mut clock = PhaseClock::new(boot);
-    clock.mark(if vm.is_some() {
-        "signals_and_vm"
-    } else {
-        "signals"
-    });
     let pid1 = nix::unistd::getpid().as_raw() == 1;
     if !pid1 {
         become_subreaper();
@@ -176,7 +174,7 @@ fn phases(
                "boot_ms": boot_ms, "boot_phases_ms": clock.said()}),
     );
     serve(&sup, &runtime, doors);
-    announce(&sup, &layers, boot, vm.and(sup.config.vsock_port));
+    announce(&sup, &layers, clock.start(), vm.and(sup.config.vsock_port));
     if let Some(vm) = vm {
         vm.inject_fault();
     }

@@ -26,6 +26,11 @@ impl PhaseClock {
         self.record(phase, now);
     }
 
+    /// When the boot began.
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
     /// The boot's time up to the last mark: the phases' sum.
     pub fn elapsed_ms(&self) -> f64 {
         self.last
