@@ -33,8 +33,9 @@ use std::time::{Duration, Instant};
 /// The module load order, in the initramfs: one path per line (`#`
 /// comments and blank lines ignored), optionally followed by parameters.
 pub const MODULE_LIST: &str = "/lib/modules/warden.list";
-/// The modules of lent folders (9p over virtio), loaded before the first
-/// is mounted: a VM that lends none does without them.
+/// The modules of lent folders (9p over virtio), opened in the initramfs
+/// and loaded before the first folder is mounted: a VM that lends none
+/// does without them.
 pub const LEND_MODULE_LIST: &str = "/lib/modules/warden-lends.list";
 /// The machine's own files in the initramfs, moved onto the root disk.
 const MACHINE_FILES: &str = "/etc/warden";
@@ -141,6 +142,9 @@ pub struct Vm {
     pub modules: Vec<String>,
     pub root: String,
     pub hostname: String,
+    /// The lent folders' modules, opened in the initramfs, loaded only
+    /// if the machine config lends folders.
+    lend_modules: Vec<Module>,
 }
 
 /// Boots the VM up to where a container starts: kernel file systems,
@@ -183,7 +187,8 @@ pub fn boot(mark: &mut dyn FnMut(&'static str)) -> Result<Vm, VmError> {
         &std::fs::read_to_string("/proc/cmdline").map_err(io_error("/proc/cmdline"))?,
     );
     mark("vm_kernel_fs");
-    let modules = load_modules(Path::new(MODULE_LIST));
+    let modules = load_modules(&open_modules(Path::new(MODULE_LIST)));
+    let lend_modules = open_modules(Path::new(LEND_MODULE_LIST));
     mark("vm_modules");
     let root = match cmdline.value("root") {
         Some(disk) => {
@@ -286,6 +291,7 @@ pub fn boot(mark: &mut dyn FnMut(&'static str)) -> Result<Vm, VmError> {
         modules,
         root,
         hostname,
+        lend_modules,
     })
 }
 
@@ -322,7 +328,7 @@ impl Vm {
             mounted.push(format!("{disk} on {}", target.display()));
         }
         if !lends.is_empty() {
-            let loaded = load_modules(Path::new(LEND_MODULE_LIST));
+            let loaded = load_modules(&self.lend_modules);
             if !loaded.is_empty() {
                 mounted.push(format!("modules {} (for lent folders)", loaded.join(", ")));
             }
@@ -477,36 +483,60 @@ fn mount_cgroups() -> Result<(), VmError> {
         .or_else(|_| mount_fs("cgroup2", at, "cgroup2", flags, None))
 }
 
-/// Loads the modules of `list`, in order, with finit_module. A module that
-/// is already there (or built in) is fine; one that fails is said, and the
-/// layer that needed it will say it does not hold.
-fn load_modules(list: &Path) -> Vec<String> {
+/// A module of a list, opened: it can be loaded after the initramfs is
+/// left behind.
+struct Module {
+    path: String,
+    params: String,
+    file: std::io::Result<std::fs::File>,
+}
+
+/// The modules of `list` (one path per line, optionally followed by
+/// parameters; `#` comments), opened, in order; none if there is no list.
+fn open_modules(list: &Path) -> Vec<Module> {
     let Ok(text) = std::fs::read_to_string(list) else {
         return Vec::new();
     };
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| {
+            let (path, params) = line.split_once(' ').unwrap_or((line, ""));
+            Module {
+                path: path.to_string(),
+                params: params.trim().to_string(),
+                file: std::fs::File::open(path),
+            }
+        })
+        .collect()
+}
+
+/// Loads `modules`, in order, with finit_module; returns the names of
+/// those loaded. A module that is already there (or built in) is fine;
+/// one that fails is said, and the layer that needed it will say it does
+/// not hold.
+fn load_modules(modules: &[Module]) -> Vec<String> {
     let mut loaded = Vec::new();
-    for line in text.lines().map(str::trim) {
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (path, params) = line.split_once(' ').unwrap_or((line, ""));
-        let name = Path::new(path)
+    for module in modules {
+        let name = Path::new(&module.path)
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.to_string());
-        let result = std::fs::File::open(path)
-            .map_err(|e| e.to_string())
-            .and_then(|file| {
-                let params = CString::new(params.trim()).map_err(|e| e.to_string())?;
-                let flags = nix::kmod::ModuleInitFlags::empty();
-                match nix::kmod::finit_module(&file, &params, flags) {
-                    Ok(()) | Err(nix::Error::EEXIST) => Ok(()),
-                    Err(e) => Err(e.to_string()),
-                }
-            });
+            .unwrap_or_else(|| module.path.clone());
+        let result = match &module.file {
+            Err(e) => Err(e.to_string()),
+            Ok(file) => CString::new(module.params.as_str())
+                .map_err(|e| e.to_string())
+                .and_then(|params| {
+                    let flags = nix::kmod::ModuleInitFlags::empty();
+                    match nix::kmod::finit_module(file, &params, flags) {
+                        Ok(()) | Err(nix::Error::EEXIST) => Ok(()),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }),
+        };
         match result {
             Ok(()) => loaded.push(name),
-            Err(e) => crate::say!("module {path}: {e}"),
+            Err(e) => crate::say!("module {}: {e}", module.path),
         }
     }
     loaded
