@@ -281,6 +281,32 @@ except OSError as e:
         boot["vm"]["root"].as_str().unwrap().starts_with("/dev/vda"),
         "{boot}"
     );
+    // The boot's modules, and not the lent folders' (this VM lends none).
+    let modules: Vec<&str> = boot["vm"]["modules"]
+        .as_array()
+        .expect("vm.modules")
+        .iter()
+        .filter_map(|m| m.as_str())
+        .collect();
+    for needed in [
+        "ext4",
+        "virtio_blk",
+        "vmw_vsock_virtio_transport",
+        "nf_tables",
+    ] {
+        assert!(modules.contains(&needed), "{needed} not in {modules:?}");
+    }
+    assert!(!modules.iter().any(|m| m.starts_with("9p")), "{modules:?}");
+    // A VM's own steps are timed apart on the boot line.
+    let phases: Vec<&str> = boot["boot_phases_ms"]
+        .as_array()
+        .expect("boot_phases_ms")
+        .iter()
+        .filter_map(|p| p["phase"].as_str())
+        .collect();
+    for step in ["vm_modules", "vm_root", "probe"] {
+        assert!(phases.contains(&step), "{step} not in {phases:?}");
+    }
     let refused = lines
         .iter()
         .find(|l| l["kind"] == "connection_refused")
