@@ -6,6 +6,7 @@ pub mod connect_gate;
 pub mod egress_link;
 pub mod firewall;
 pub mod hosts;
+pub mod netlink;
 pub mod nft_netlink;
 pub mod nft_readback;
 pub mod origin;

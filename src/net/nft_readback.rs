@@ -11,6 +11,7 @@
 //! ignored; what the kernel adds of its own (handles, positions, use
 //! counts) is not about what the rules do and is skipped.
 
+use super::netlink;
 use super::nft_netlink::{self as nl, Expr};
 use crate::net::firewall::{Scope, CHAIN, TABLE};
 use nix::errno::Errno;
@@ -45,7 +46,7 @@ pub fn attributes(mut bytes: &[u8]) -> Result<Vec<Attribute<'_>>, String> {
             ));
         }
         out.push((kind, &bytes[4..len]));
-        bytes = &bytes[nl::align(len).min(bytes.len())..];
+        bytes = &bytes[netlink::align(len).min(bytes.len())..];
     }
     Ok(out)
 }
@@ -295,9 +296,9 @@ pub fn compare(
 /// One dump of the inet family's objects of `kind`: the attributes of
 /// each message the kernel answered with, until NLMSG_DONE.
 fn dump(fd: &OwnedFd, kind: u16, seq: u32) -> Result<Vec<Vec<u8>>, String> {
-    let request = nl::message(
-        (nl::NFNL_SUBSYS_NFTABLES << 8) | kind,
-        nl::NLM_F_REQUEST | NLM_F_DUMP,
+    let request = netlink::message(
+        (netlink::NFNL_SUBSYS_NFTABLES << 8) | kind,
+        netlink::NLM_F_REQUEST | NLM_F_DUMP,
         seq,
         nl::NFPROTO_INET,
         0,
@@ -315,18 +316,18 @@ fn dump(fd: &OwnedFd, kind: u16, seq: u32) -> Result<Vec<Vec<u8>>, String> {
             Err(Errno::EAGAIN) => return Err("the kernel did not finish the dump".into()),
             Err(e) => return Err(format!("reading the dump: {e}")),
         };
-        for (kind, got_seq, body) in nl::messages(&buf[..n])? {
+        for (kind, got_seq, body) in netlink::messages(&buf[..n])? {
             if got_seq != seq {
                 continue;
             }
             match kind {
                 // A dump that failed part way says so in its end.
-                NLMSG_DONE => match nl::error_of(body).unwrap_or(0) {
+                NLMSG_DONE => match netlink::error_of(body).unwrap_or(0) {
                     0 => return Ok(found),
                     errno => return Err(format!("the dump ended with {}", Errno::from_raw(errno))),
                 },
-                nl::NLMSG_ERROR => {
-                    let errno = nl::error_of(body)?;
+                netlink::NLMSG_ERROR => {
+                    let errno = netlink::error_of(body)?;
                     return Err(format!("the dump: {}", Errno::from_raw(errno)));
                 }
                 // The nfgenmsg (4 bytes), then the attributes.
@@ -339,7 +340,7 @@ fn dump(fd: &OwnedFd, kind: u16, seq: u32) -> Result<Vec<Vec<u8>>, String> {
 /// Reads warden's table back from the kernel of the calling thread's
 /// network namespace and compares it with what was applied for `scope`.
 pub fn read_back(scope: Scope) -> Result<(), String> {
-    let fd = nl::open()?;
+    let fd = netlink::open()?;
     let tables = dump(&fd, NFT_MSG_GETTABLE, 1)?;
     let tables: Vec<Vec<Attribute>> = tables
         .iter()
@@ -360,7 +361,7 @@ pub fn read_back(scope: Scope) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::nft_netlink::{attr, be32 as be32_attr, nest, string};
+    use crate::net::netlink::{attr, be32 as be32_attr, nest, string};
 
     const SCOPE: Scope = Scope {
         shell_uid: 2001,
@@ -492,7 +493,7 @@ mod tests {
                 "{bytes:?}: {got:?}"
             );
         }
-        let short = nl::messages(&[40, 0, 0, 0, 3, 0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+        let short = netlink::messages(&[40, 0, 0, 0, 3, 0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(short, Err("a malformed answer (40 bytes of 16)".into()));
         assert!(be32(&[1, 2]).is_err());
     }
