@@ -36,7 +36,7 @@ pub const MODULE_LIST: &str = "/lib/modules/warden.list";
 /// The modules of lent folders (9p over virtio), opened in the initramfs
 /// and loaded before the first folder is mounted: a VM that lends none
 /// does without them.
-pub const LEND_MODULE_LIST: &str = "/lib/modules/warden-lends.list";
+const LEND_MODULE_LIST: &str = "/lib/modules/warden-lends.list";
 /// The machine's own files in the initramfs, moved onto the root disk.
 const MACHINE_FILES: &str = "/etc/warden";
 /// Where the root disk is mounted before warden moves into it.
@@ -475,17 +475,21 @@ fn mount_fs(
 /// of its own, and without `favordynmods` (Linux 6.0) each move waits for
 /// an RCU grace period (about 15 ms under emulation), at the price of
 /// slightly dearer forks and exits. A kernel without the option mounts it
-/// plainly.
+/// plainly, saying so.
 fn mount_cgroups() -> Result<(), VmError> {
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     let at = "/sys/fs/cgroup";
-    mount_fs("cgroup2", at, "cgroup2", flags, Some("favordynmods"))
-        .or_else(|_| mount_fs("cgroup2", at, "cgroup2", flags, None))
+    mount_fs("cgroup2", at, "cgroup2", flags, Some("favordynmods")).or_else(|e| {
+        crate::say!("cgroup2 without favordynmods ({e}): each command's move into its cgroup waits for an RCU grace period");
+        mount_fs("cgroup2", at, "cgroup2", flags, None)
+    })
 }
 
 /// A module of a list, opened: it can be loaded after the initramfs is
 /// left behind.
 struct Module {
+    /// Its file's name without `.ko`, for the boot line.
+    name: String,
     path: String,
     params: String,
     file: std::io::Result<std::fs::File>,
@@ -502,7 +506,12 @@ fn open_modules(list: &Path) -> Vec<Module> {
         .filter(|line| !line.is_empty() && !line.starts_with('#'))
         .map(|line| {
             let (path, params) = line.split_once(' ').unwrap_or((line, ""));
+            let name = Path::new(path)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| path.to_string());
             Module {
+                name,
                 path: path.to_string(),
                 params: params.trim().to_string(),
                 file: std::fs::File::open(path),
@@ -518,10 +527,6 @@ fn open_modules(list: &Path) -> Vec<Module> {
 fn load_modules(modules: &[Module]) -> Vec<String> {
     let mut loaded = Vec::new();
     for module in modules {
-        let name = Path::new(&module.path)
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| module.path.clone());
         let result = match &module.file {
             Err(e) => Err(e.to_string()),
             Ok(file) => CString::new(module.params.as_str())
@@ -535,7 +540,7 @@ fn load_modules(modules: &[Module]) -> Vec<String> {
                 }),
         };
         match result {
-            Ok(()) => loaded.push(name),
+            Ok(()) => loaded.push(module.name.clone()),
             Err(e) => crate::say!("module {}: {e}", module.path),
         }
     }
