@@ -18,14 +18,26 @@ pub fn parse_kills(text: &str) -> Option<u64> {
 }
 
 /// The OOM killer's kills in this machine's cgroup so far, when the
-/// machine has a memory cgroup of its own to read.
+/// machine has a memory cgroup of its own to read. Asked before every
+/// command: the file is found and opened once, then read again from its
+/// start (a cgroup file is made anew at each read from offset 0).
 pub fn kills() -> Option<u64> {
-    SOURCES.iter().find_map(|path| {
-        std::fs::read_to_string(path)
-            .ok()
-            .as_deref()
-            .and_then(parse_kills)
-    })
+    static SOURCE: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    if let Some(file) = SOURCE.get() {
+        return read_kills(file);
+    }
+    // Not kept while there is none: a cgroup mounted later is found.
+    let file = SOURCES.iter().find_map(|p| std::fs::File::open(p).ok())?;
+    read_kills(SOURCE.get_or_init(|| file))
+}
+
+/// The count in `file`, read from its start.
+fn read_kills(file: &std::fs::File) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    // memory.events is about 80 bytes, memory.oom_control about 40.
+    let mut buf = [0u8; 512];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    parse_kills(std::str::from_utf8(&buf[..n]).ok()?)
 }
 
 #[cfg(test)]
@@ -45,6 +57,34 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(parse_kills(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn an_open_file_is_read_again_from_its_start() {
+        use std::io::{Seek, Write};
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(b"oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+            .unwrap();
+        assert_eq!(read_kills(&file), Some(3));
+        file.set_len(0).unwrap();
+        file.rewind().unwrap();
+        file.write_all(b"low 0\nhigh 0\nmax 0\noom 7\noom_kill 7\n")
+            .unwrap();
+        assert_eq!(read_kills(&file), Some(7));
+    }
+
+    #[test]
+    fn this_machines_own_count_reads_the_same_twice() {
+        // Where a memory cgroup file is there (a machine with a limit),
+        // the kernel makes it anew for each read from its start.
+        match SOURCES.iter().find_map(|p| std::fs::File::open(p).ok()) {
+            Some(file) => {
+                let first = read_kills(&file);
+                assert!(first.is_some(), "no oom_kill line in {SOURCES:?}");
+                assert!(read_kills(&file) >= first);
+            }
+            None => eprintln!("no memory cgroup file here ({SOURCES:?}): nothing to read twice"),
         }
     }
 }

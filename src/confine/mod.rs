@@ -94,6 +94,11 @@ impl Confinement {
         self.rules = StaticRules::open(&self.policy.landlock, routines, shell_home, view);
     }
 
+    /// The highest capability this kernel knows.
+    pub fn last_cap(&self) -> u32 {
+        self.last_cap
+    }
+
     /// The seccomp filters the spawner thread carries (and so every command
     /// it forks): none when the policy turns seccomp off.
     pub fn spawner_filters(&self) -> Vec<BpfProgram> {

@@ -6,6 +6,12 @@
 //! share of the layers' cost). The filter denies nothing this thread needs
 //! to set a child up (fork, credentials, prctl, Landlock, exec). The main
 //! process is never forked here: it is not filtered.
+//!
+//! The thread also empties its capability bounding set once, at start:
+//! every command inherits the empty set, so a child does not pay one new
+//! set of credentials per capability to drop it (it still reads the set
+//! back before exec). The thread keeps its effective capabilities, which
+//! it needs to set children up; it never execs.
 
 use crate::confine::spawn::{self, Launch, SpawnError, Spawned, Stdio};
 use crate::reaper::Reaper;
@@ -25,6 +31,9 @@ pub struct Started {
     pub space: Result<String, String>,
     /// The seccomp filter installed on the thread, or why not.
     pub filtered: Result<(), String>,
+    /// The thread's bounding set emptied, or why not (each child then
+    /// drops what is left itself, or fails to start).
+    pub bounded: Result<(), String>,
 }
 
 // Moved once through the channel; boxing the launch would add an
@@ -61,7 +70,12 @@ impl Spawner {
     /// its /tmp behind `shell_tmp`; see `shell_space`), then installs
     /// `filters` on itself. The values say whether each worked (the probe
     /// checks the filter anyway).
-    pub fn start(reaper: Arc<Reaper>, filters: Vec<BpfProgram>, shell_tmp: PathBuf) -> Started {
+    pub fn start(
+        reaper: Arc<Reaper>,
+        filters: Vec<BpfProgram>,
+        shell_tmp: PathBuf,
+        last_cap: u32,
+    ) -> Started {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready_tx, ready) = mpsc::channel();
         let started = std::thread::Builder::new()
@@ -69,7 +83,8 @@ impl Spawner {
             .spawn(move || {
                 let space = shell_space::enter(&shell_tmp);
                 let tid = nix::unistd::gettid();
-                let _ = ready_tx.send((space, install(&filters), tid));
+                let bounded = drop_bounding_set(last_cap);
+                let _ = ready_tx.send((space, install(&filters), bounded, tid));
                 for job in queue {
                     match job {
                         Job::Spawn {
@@ -98,19 +113,15 @@ impl Spawner {
                     }
                 }
             });
-        let (space, filtered, tid) = match started {
-            Ok(_) => ready.recv().unwrap_or_else(|_| {
-                let died = "the spawner thread died".to_string();
-                (Err(died.clone()), Err(died), nix::unistd::Pid::from_raw(0))
-            }),
-            Err(e) => {
-                let failed = format!("cannot start the spawner thread: {e}");
-                (
-                    Err(failed.clone()),
-                    Err(failed),
-                    nix::unistd::Pid::from_raw(0),
-                )
-            }
+        let failed = |why: String| {
+            let none = nix::unistd::Pid::from_raw(0);
+            (Err(why.clone()), Err(why.clone()), Err(why), none)
+        };
+        let (space, filtered, bounded, tid) = match started {
+            Ok(_) => ready
+                .recv()
+                .unwrap_or_else(|_| failed("the spawner thread died".into())),
+            Err(e) => failed(format!("cannot start the spawner thread: {e}")),
         };
         // The commands' namespace is the thread's, whatever became of
         // shell's own mounts (an unshare that worked, then a mount that
@@ -123,6 +134,7 @@ impl Spawner {
             spawner: Spawner { jobs, root },
             space,
             filtered,
+            bounded,
         }
     }
 
@@ -220,6 +232,23 @@ pub(super) fn install_listening(program: &BpfProgram) -> Result<OwnedFd, String>
     // SAFETY: with NEW_LISTENER, seccomp(2) returns a new descriptor that
     // nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Empties the calling thread's capability bounding set (capabilities 0
+/// to `last_cap`). Dropping needs CAP_SETPCAP; where it is missing, each
+/// child's own drop fails the same way and the command does not start.
+fn drop_bounding_set(last_cap: u32) -> Result<(), String> {
+    for cap in 0..=last_cap {
+        // SAFETY: prctl(PR_CAPBSET_DROP) takes plain integers and changes
+        // only the calling thread's credentials.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } < 0 {
+            return Err(format!(
+                "cannot empty the spawner thread's bounding set (capability {cap}): {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn no_new_privs() -> Result<(), String> {

@@ -98,10 +98,14 @@ impl Supervisor {
             reaper.clone(),
             confinement.spawner_filters(),
             config.shell_tmp.clone(),
+            confinement.last_cap(),
         );
         if let Err(e) = &started.filtered {
             // The probe will find seccomp not holding and say so.
             crate::say!("{e}");
+        }
+        if let Err(e) = &started.bounded {
+            crate::say!("{e}; each command drops what is left before exec");
         }
         let spawner = started.spawner;
         let mut confinement = confinement;
