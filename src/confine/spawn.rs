@@ -58,6 +58,10 @@ pub struct Confine {
     pub net_probe: Option<NetProbe>,
     /// The command's cgroup's `cgroup.procs`, which the child joins first.
     pub cgroup: Option<OwnedFd>,
+    /// The spawning thread's bounding set is empty already (the shell
+    /// spawner's, see spawner.rs): the child has none to drop, and reads
+    /// it back before exec all the same.
+    pub bounding_set_empty: bool,
 }
 
 impl Confine {
@@ -96,6 +100,13 @@ pub enum LaunchError {
 }
 
 impl Launch {
+    /// Says the thread that will spawn it has an empty bounding set.
+    pub fn from_empty_bounding_set(&mut self) {
+        if let Some(c) = self.confine.as_mut() {
+            c.bounding_set_empty = true;
+        }
+    }
+
     /// `path` is the PATH used to find argv[0] when it has no '/'.
     pub fn new(
         argv: &[String],
@@ -578,7 +589,8 @@ impl ChildPlan<'_> {
     /// root's; everything it starts from here on is in it), first in line
     /// for the OOM killer (a failure leaves the default, as in status), its
     /// limits (a hard limit can only be lowered) and the bounding set
-    /// (dropping needs CAP_SETPCAP).
+    /// (dropping needs CAP_SETPCAP), unless the spawning thread's is
+    /// empty already (`give_up_privileges` reads it back either way).
     ///
     /// # Safety
     /// Only in the child, before exec.
@@ -610,15 +622,11 @@ impl ChildPlan<'_> {
                 self.fail(Stage::Limits, Errno::last());
             }
         }
-        // Only what is still there: the shell spawner's thread dropped
-        // the whole set once (spawner.rs), and each drop costs a new set
-        // of credentials (about 2 µs); a read costs a tenth of that.
-        for cap in 0..=c.last_cap {
-            let cap = cap as libc::c_ulong;
-            if libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) > 0
-                && libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0
-            {
-                self.fail(Stage::Capabilities, Errno::last());
+        if !c.bounding_set_empty {
+            for cap in 0..=c.last_cap {
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0 {
+                    self.fail(Stage::Capabilities, Errno::last());
+                }
             }
         }
     }

@@ -10,7 +10,7 @@
 //! The thread also empties its capability bounding set once, at start:
 //! every command inherits the empty set, so a child does not pay one new
 //! set of credentials per capability to drop it (it still reads the set
-//! back before exec). The thread keeps its effective capabilities, which
+//! back before exec, and fails to start if anything is left). The thread keeps its effective capabilities, which
 //! it needs to set children up; it never execs.
 
 use crate::confine::spawn::{self, Launch, SpawnError, Spawned, Stdio};
@@ -84,15 +84,18 @@ impl Spawner {
                 let space = shell_space::enter(&shell_tmp);
                 let tid = nix::unistd::gettid();
                 let bounded = drop_bounding_set(last_cap);
-                let _ = ready_tx.send((space, install(&filters), bounded, tid));
+                let _ = ready_tx.send((space, install(&filters), bounded.clone(), tid));
                 for job in queue {
                     match job {
                         Job::Spawn {
-                            launch,
+                            mut launch,
                             stdio,
                             kill_group,
                             reply,
                         } => {
+                            if bounded.is_ok() {
+                                launch.from_empty_bounding_set();
+                            }
                             let spawned = spawn::spawn(&launch, stdio, &reaper, kill_group);
                             drop(launch);
                             reply(spawned);
