@@ -1,6 +1,7 @@
 //! `warden init`: boot as PID 1 (or a subreaper), in numbered phases, then
 //! supervise until the main process ends or a shutdown signal arrives.
 
+mod footprint;
 mod network;
 mod phase_clock;
 
@@ -181,6 +182,9 @@ fn phases(
     network::work_out_default_hosts(&sup, defaults);
     let (main, waits) = main_process(&sup); // 12
     watch_idleness(&sup, &runtime);
+    if let Err(e) = footprint::unmap_boot_code() {
+        crate::say!("the boot's code stays mapped: {e}");
+    }
     let status = runtime.block_on(supervise(sup.clone(), signals, main, waits)); // 13
     Ok(leave_the_books_in_order(&sup, status)) // 14
 }
