@@ -10,8 +10,9 @@
 //! The thread also empties its capability bounding set once, at start:
 //! every command inherits the empty set, so a child does not pay one new
 //! set of credentials per capability to drop it (it still reads the set
-//! back before exec, and fails to start if anything is left). The thread keeps its effective capabilities, which
-//! it needs to set children up; it never execs.
+//! back before exec, and fails to start if anything is left). The thread
+//! keeps its effective capabilities, which it needs to set children up;
+//! it never execs.
 
 use crate::confine::spawn::{self, Launch, SpawnError, Spawned, Stdio};
 use crate::reaper::Reaper;
