@@ -137,30 +137,31 @@ struct ExecArgs {
     command: CommandArgs,
 }
 
-/// `warden run` alone, parsed without the other subcommands (see `parse`).
+/// One subcommand's arguments alone, with the key file any connection
+/// may need, parsed without the other subcommands (see `parse`).
 #[derive(Parser)]
-#[command(
-    name = "warden run",
-    about = "Run a command as the shell user through warden's API, streaming its output; exits with its status (128+n for a signal)"
-)]
-struct RunOnly {
+struct Alone<A: clap::Args> {
     #[arg(long, env = "WARDEN_KEY_FILE")]
     key_file: Option<PathBuf>,
     #[command(flatten)]
-    args: RunArgs,
+    args: A,
 }
 
-/// `warden machine exec` alone, parsed without the other subcommands.
-#[derive(Parser)]
-#[command(
-    name = "warden machine exec",
-    about = "Run ARGV as the shell user through the machine's warden"
-)]
-struct ExecOnly {
-    #[arg(long, env = "WARDEN_KEY_FILE")]
-    key_file: Option<PathBuf>,
-    #[command(flatten)]
-    args: ExecArgs,
+impl<A: clap::Args> Alone<A> {
+    /// `rest`: the arguments after the subcommand's name.
+    fn try_parse(
+        name: &'static str,
+        about: &'static str,
+        rest: &[std::ffi::OsString],
+    ) -> Result<Alone<A>, clap::Error> {
+        use clap::{CommandFactory, FromArgMatches};
+        let args = std::iter::once(std::ffi::OsString::from(name)).chain(rest.iter().cloned());
+        let mut matches = Self::command()
+            .name(name)
+            .about(about)
+            .try_get_matches_from(args)?;
+        Self::from_arg_matches_mut(&mut matches)
+    }
 }
 
 /// The command line. `run` and `machine exec`, which a runtime may call
@@ -172,20 +173,19 @@ fn parse() -> Cli {
 }
 
 fn parse_from(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
+    const RUN: &str = "Run a command as the shell user through warden's API, streaming its output; exits with its status (128+n for a signal)";
+    const EXEC: &str = "Run ARGV as the shell user through the machine's warden";
     let word = |i: usize| args.get(i).and_then(|a| a.to_str());
-    let rest = |name: &str, from: usize| {
-        std::iter::once(std::ffi::OsString::from(name)).chain(args[from..].iter().cloned())
-    };
     Ok(match (word(1), word(2)) {
         (Some("run"), _) => {
-            let only = RunOnly::try_parse_from(rest("warden run", 2))?;
+            let only = Alone::<RunArgs>::try_parse("warden run", RUN, &args[2..])?;
             Cli {
                 key_file: only.key_file,
                 command: Command::Run(only.args),
             }
         }
         (Some("machine"), Some("exec")) => {
-            let only = ExecOnly::try_parse_from(rest("warden machine exec", 3))?;
+            let only = Alone::<ExecArgs>::try_parse("warden machine exec", EXEC, &args[3..])?;
             Cli {
                 key_file: only.key_file,
                 command: Command::Machine {
