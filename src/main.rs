@@ -47,8 +47,7 @@ enum Command {
         #[arg(last = true)]
         main: Vec<String>,
     },
-    /// Run a command as the shell user through warden's API, streaming its
-    /// output; exits with its status (128+n for a signal).
+    #[command(about = RUN_ABOUT)]
     Run(RunArgs),
     /// Check or read an audit log (works on a copy, anywhere).
     Audit {
@@ -116,6 +115,11 @@ enum Command {
     },
 }
 
+/// What `warden run` does, for the whole command line's help and its own.
+const RUN_ABOUT: &str = "Run a command as the shell user through warden's API, streaming its output; exits with its status (128+n for a signal)";
+/// What `warden machine exec` does, likewise.
+const EXEC_ABOUT: &str = "Run ARGV as the shell user through the machine's warden";
+
 /// `warden run`'s arguments.
 #[derive(clap::Args)]
 struct RunArgs {
@@ -173,19 +177,17 @@ fn parse() -> Cli {
 }
 
 fn parse_from(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
-    const RUN: &str = "Run a command as the shell user through warden's API, streaming its output; exits with its status (128+n for a signal)";
-    const EXEC: &str = "Run ARGV as the shell user through the machine's warden";
     let word = |i: usize| args.get(i).and_then(|a| a.to_str());
     Ok(match (word(1), word(2)) {
         (Some("run"), _) => {
-            let only = Alone::<RunArgs>::try_parse("warden run", RUN, &args[2..])?;
+            let only = Alone::<RunArgs>::try_parse("warden run", RUN_ABOUT, &args[2..])?;
             Cli {
                 key_file: only.key_file,
                 command: Command::Run(only.args),
             }
         }
         (Some("machine"), Some("exec")) => {
-            let only = Alone::<ExecArgs>::try_parse("warden machine exec", EXEC, &args[3..])?;
+            let only = Alone::<ExecArgs>::try_parse("warden machine exec", EXEC_ABOUT, &args[3..])?;
             Cli {
                 key_file: only.key_file,
                 command: Command::Machine {
@@ -337,7 +339,7 @@ enum MachineAction {
     Check,
     /// List this user's machines.
     Ps,
-    /// Run ARGV as the shell user through the machine's warden.
+    #[command(about = EXEC_ABOUT)]
     Exec(ExecArgs),
     /// Show the machine's warden status (and its published ports).
     Status {

@@ -101,7 +101,7 @@ pub enum LaunchError {
 
 impl Launch {
     /// Says the thread that will spawn it has an empty bounding set.
-    pub fn from_empty_bounding_set(&mut self) {
+    pub fn inherits_empty_bounding_set(&mut self) {
         if let Some(c) = self.confine.as_mut() {
             c.bounding_set_empty = true;
         }

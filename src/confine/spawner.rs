@@ -95,7 +95,7 @@ impl Spawner {
                             reply,
                         } => {
                             if bounded.is_ok() {
-                                launch.from_empty_bounding_set();
+                                launch.inherits_empty_bounding_set();
                             }
                             let spawned = spawn::spawn(&launch, stdio, &reaper, kill_group);
                             drop(launch);

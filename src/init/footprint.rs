@@ -39,7 +39,10 @@ pub fn read_only_pages(segments: &[Segment]) -> Vec<(usize, usize)> {
         .filter_map(|(mut start, mut end)| {
             for &(w_start, w_end) in &writable {
                 if w_start < end && w_end > start {
-                    // A writable segment sits at one end of this one.
+                    // Keep every page a writable segment shares: cut this
+                    // range where that one starts (or, when it starts
+                    // first, where it ends); whatever lies beyond a
+                    // writable segment in the middle is kept too.
                     match w_start > start {
                         true => end = w_start,
                         false => start = w_end,

@@ -182,6 +182,7 @@ fn phases(
     network::work_out_default_hosts(&sup, defaults);
     let (main, waits) = main_process(&sup); // 12
     watch_idleness(&sup, &runtime);
+    // The boot is over: its code need not stay resident (see footprint).
     if let Err(e) = footprint::unmap_boot_code() {
         crate::say!("the boot's code stays mapped: {e}");
     }
