@@ -174,6 +174,79 @@ fn a_machine_is_made_keyed_kept_stopped_and_removed() {
     assert!(!Path::new("/var/lib/warden/machines").join(&fx.id).exists());
 }
 
+/// Removes an image when dropped, whatever happened.
+struct RemoveImage(String);
+
+impl Drop for RemoveImage {
+    fn drop(&mut self) {
+        let _ = podman(&["rmi", "-f", &self.0]);
+    }
+}
+
+/// The last `up` records the container by id; the next `up` of the
+/// unchanged, stopped machine starts that id without asking the engine
+/// first, and never starts a container the record no longer describes: one
+/// replaced behind warden's back, or one whose image's name moved.
+#[test]
+fn an_unchanged_machine_is_started_by_its_recorded_id_and_never_a_stale_one() {
+    let test = "an_unchanged_machine_is_started_by_its_recorded_id_and_never_a_stale_one";
+    if !ready(test) {
+        return;
+    }
+    let tag = format!("localhost/{}-image:latest", machine_id("kept"));
+    let _image = RemoveImage(tag.clone());
+    let tagged = podman(&["tag", IMAGE, &tag]);
+    assert!(tagged.status.success(), "{}", show("tag", &tagged));
+    let fx = TestMachine::defined("kept", serde_json::json!({"image": tag}));
+    let record = warden::launcher::machine::state_dir(&fx.id).join("kept.json");
+    let recorded = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap()
+    };
+    let stop = || {
+        let out = warden(&["machine", "stop", &fx.id]);
+        assert!(out.status.success(), "{}", show("stop", &out));
+    };
+
+    let (_, _) = timed_up(&fx, "first up");
+    let first = inspect(&fx.container(), "{{.Id}}");
+    assert_eq!(recorded()["container"], first.as_str());
+    stop();
+    let (out, _) = timed_up(&fx, "up of the unchanged machine");
+    assert!(out.contains("started by its id, as recorded"), "{out}");
+    let id = fx.exec(&["id", "-un"]);
+    assert_eq!(text(&id.stdout), "shell\n", "{}", show("id", &id));
+
+    // Replaced behind warden's back by a container of the same name: the
+    // recorded id is gone, and the stranger is not kept either.
+    stop();
+    let removed = podman(&["rm", &fx.container()]);
+    assert!(removed.status.success(), "{}", show("rm", &removed));
+    let stranger = podman(&["create", "--name", &fx.container(), IMAGE]);
+    assert!(stranger.status.success(), "{}", show("create", &stranger));
+    let (out, _) = timed_up(&fx, "up after the container was replaced");
+    assert!(
+        out.contains("inputs changed, old container removed"),
+        "{out}"
+    );
+    assert!(!out.contains("as recorded"), "{out}");
+    let second = inspect(&fx.container(), "{{.Id}}");
+    assert_ne!(second, text(&stranger.stdout).trim());
+    assert_eq!(recorded()["container"], second.as_str());
+
+    // The image's name moved to another image: made again from it.
+    stop();
+    let moved = fx.dir.path().join("Containerfile");
+    std::fs::write(&moved, format!("FROM {IMAGE}\nLABEL warden.test=moved\n")).unwrap();
+    let moved = podman(&["build", "-t", &tag, "-f", moved.to_str().unwrap()]);
+    assert!(moved.status.success(), "{}", show("build", &moved));
+    let (out, _) = timed_up(&fx, "up after the image moved");
+    assert!(
+        out.contains("inputs changed, old container removed"),
+        "{out}"
+    );
+    assert_eq!(inspect(&fx.container(), "{{.Image}}"), image_id(&tag));
+}
+
 /// A copy of the key with another value is refused on the host socket, and
 /// the audit log (copied out and verified) says so.
 fn wrong_key_is_refused_and_audited(fx: &TestMachine) {

@@ -25,6 +25,9 @@ pub struct Prepared<'a> {
     /// The machine's container as the engine's inspect gave it, when the
     /// container kind found one (asked with the image's id, one call).
     pub container: Option<serde_json::Value>,
+    /// The last `up`'s record of the machine's container, when the
+    /// machine is unchanged since (then neither is asked of the engine).
+    pub kept: Option<super::kept::Record>,
     /// Digests everything the machine is made of except the runtime's keys.
     pub digest: String,
     /// The runtime's `.env`: only the keys the definition names.

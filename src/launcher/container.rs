@@ -5,7 +5,7 @@
 //! `podman exec` is used only to run the definition's setup script.
 
 use super::agent_setup::{check_requires, engine_size, hand_keys, host_ports};
-use super::agent_setup::{published, said_size, size_of, SIZE_FORMAT};
+use super::agent_setup::{published, said_size, SIZE_FORMAT};
 use super::backend::{Backend, Made, Prepared};
 use super::create::{
     create_args, entrypoint_is_warden, static_warden, CreatePlan, Entry, RUNTIME_UID, SHELL_UID,
@@ -14,12 +14,13 @@ use super::definition::{Definition, Network, Workspace};
 use super::engine;
 use super::error::LaunchError;
 use super::host::{Engine, Host};
+use super::kept;
 use super::state::{container, give, key, socket, state_dir, write_machine_files, PREFIX};
 use super::step;
 use crate::client::Client;
 use crate::protocol::Request;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -83,9 +84,12 @@ impl Backend for Container {
 fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     let (def, start) = (p.def, p.start);
     let name = def.container(PREFIX);
-    let found = match &p.container {
-        Some(inspect) => found_in(inspect),
-        None => found(&name),
+    let woken = p.kept.as_ref().and_then(wake);
+    let woke = woken.is_some();
+    let mut found = match (woken, &p.container) {
+        (Some(woken), _) => Some(woken),
+        (None, Some(inspect)) => found_in(inspect),
+        (None, None) => found(&name),
     };
     let created = match found.as_ref().map(|f| f.inputs.as_str()) {
         Some(found) if found == p.digest => {
@@ -94,6 +98,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         }
         found => {
             if found.is_some() {
+                kept::forget(&p.state);
                 engine::remove_container("remove old container", &name)?;
                 step(
                     start,
@@ -113,6 +118,8 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     if created || !found.as_ref().is_some_and(|f| f.running) {
         engine::run("start", &["start", &name])?;
         step(start, &format!("{name}: started"));
+    } else if woke {
+        step(start, &format!("{name}: started by its id, as recorded"));
     }
     wait_ready(&def.id, &key(&def.id)?)?;
     step(start, "warden answers on the host socket");
@@ -140,10 +147,15 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     for line in published {
         step(start, &format!("published: {line}"));
     }
-    let size = match (found, created) {
-        (Some(found), false) => found.size,
-        _ => size_of(&name),
-    };
+    if created {
+        found = self::found(&name);
+    }
+    let size = found.as_ref().and_then(|f| f.size.clone());
+    let record = found.as_ref().and_then(|f| f.record(&p.digest));
+    match (record, p.host.engine) {
+        (Some(record), Engine::Podman) => kept::save(&p.state, &record),
+        _ => kept::forget(&p.state),
+    }
     match size {
         Some(size) if engine_size(def, p.host).is_some() => step(start, &format!("size: {size}")),
         _ => step(start, "size: not held (a rootless engine on cgroup v1 ignores limits); commands keep their own rlimits"),
@@ -290,29 +302,62 @@ fn namespace(path: &Path, why: &str) -> LaunchError {
 }
 
 /// What `up` needs of an existing container (each engine call starts a
-/// process of the engine's, about 0.1 s here): its inputs digest, whether
-/// it runs, its size for people.
+/// process of the engine's, tens of milliseconds here): its inputs digest,
+/// whether it runs, its size for people, and what the next `up` keeps of
+/// it (`kept.rs`).
 struct Found {
     inputs: String,
     running: bool,
     size: Option<String>,
+    /// The container's id, its image's name as the engine resolved it,
+    /// and the engine's image list.
+    id: String,
+    image_name: String,
+    store: Option<PathBuf>,
+}
+
+impl Found {
+    /// The record the next `up` starts from, when this container is the
+    /// one `digest` describes and the engine's image list was found.
+    fn record(&self, digest: &str) -> Option<kept::Record> {
+        (self.inputs == digest).then_some(())?;
+        Some(kept::Record {
+            container: self.id.clone(),
+            image_name: self.image_name.clone(),
+            inputs: self.inputs.clone(),
+            store: self.store.clone()?,
+            size: self.size.clone(),
+        })
+    }
 }
 
 /// One inspect; None when there is no such container.
 fn found(name: &str) -> Option<Found> {
     let format = format!(
-        "{{{{index .Config.Labels \"warden.inputs\"}}}}\t{{{{.State.Running}}}}\t{SIZE_FORMAT}"
+        "{{{{index .Config.Labels \"warden.inputs\"}}}}\t{{{{.State.Running}}}}\t{{{{.Id}}}}\t{{{{.ImageName}}}}\t{{{{.StaticDir}}}}\t{{{{.Driver}}}}\t{SIZE_FORMAT}"
     );
     let out = engine::run(
         "inspect",
         &["container", "inspect", "--format", &format, name],
     )
     .ok()?;
-    let mut parts = out.trim_end().splitn(3, '\t');
+    found_in_line(&out)
+}
+
+/// Pure: the same, from the line `found`'s format gives.
+fn found_in_line(out: &str) -> Option<Found> {
+    let mut parts = out.trim_end().splitn(7, '\t').map(str::trim);
+    let inputs = parts.next()?.to_string();
+    let running = parts.next()? == "true";
+    let (id, image_name) = (parts.next()?.to_string(), parts.next()?.to_string());
+    let (static_dir, driver) = (parts.next()?, parts.next()?);
     Some(Found {
-        inputs: parts.next()?.trim().to_string(),
-        running: parts.next()?.trim() == "true",
+        inputs,
+        running,
         size: said_size(parts.next()?),
+        store: kept::store_of(static_dir, driver, &id),
+        id,
+        image_name,
     })
 }
 
@@ -326,6 +371,8 @@ fn found_in(inspect: &serde_json::Value) -> Option<Found> {
         number("Memory"),
         number("PidsLimit")
     );
+    let text = |key: &str| inspect[key].as_str().unwrap_or("").to_string();
+    let id = text("Id");
     Some(Found {
         inputs: inspect["Config"]["Labels"]["warden.inputs"]
             .as_str()
@@ -333,6 +380,24 @@ fn found_in(inspect: &serde_json::Value) -> Option<Found> {
             .to_string(),
         running: inspect["State"]["Running"].as_bool()?,
         size: said_size(&size),
+        store: kept::store_of(&text("StaticDir"), &text("Driver"), &id),
+        id,
+        image_name: text("ImageName"),
+    })
+}
+
+/// Starts the container the record names, by its id (whose labels and
+/// mounts never change after it is made); None when it is gone or does
+/// not start, and `up` asks the engine the long way.
+fn wake(record: &kept::Record) -> Option<Found> {
+    engine::run("start", &["start", &record.container]).ok()?;
+    Some(Found {
+        inputs: record.inputs.clone(),
+        running: true,
+        size: record.size.clone(),
+        id: record.container.clone(),
+        image_name: record.image_name.clone(),
+        store: Some(record.store.clone()),
     })
 }
 

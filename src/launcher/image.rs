@@ -6,9 +6,10 @@
 //! removed once no container uses it.
 
 use super::definition::{Definition, Source};
-use super::engine::{self, exists};
+use super::engine;
 use super::error::LaunchError;
 use super::host::{Engine, Host};
+use super::kept;
 use super::state::PREFIX;
 use super::{sha256_hex, step};
 use std::path::{Path, PathBuf};
@@ -54,9 +55,11 @@ pub fn image(
         )
     })?;
     let folder = dockerfile.parent().unwrap_or(Path::new("/"));
-    let digest = inputs_digest(&text, folder)?;
+    let store = kept::load(state).map(|record| record.store);
+    let store = store.as_deref();
+    let digest = inputs_digest(&text, folder, store)?;
     let recorded = state.join("image.sha256");
-    let before = image_id(&tag);
+    let before = image_id(store, &tag);
     let same = std::fs::read_to_string(&recorded).is_ok_and(|d| d.trim() == digest);
     if same && before.is_some() {
         step(
@@ -79,7 +82,7 @@ pub fn image(
         Engine::Docker => docker_build(host, &tag, dockerfile, folder)?,
     }
     std::fs::write(&recorded, &digest).map_err(|e| LaunchError::io(&recorded, e))?;
-    let after = image_id(&tag);
+    let after = image_id(None, &tag);
     step(start, &format!("image {tag}: built"));
     Ok(Image {
         name: tag,
@@ -102,10 +105,12 @@ fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
 
-/// The engine's id of an image, None when it has none by that name.
-pub fn image_id(name: &str) -> Option<String> {
-    if !exists("image", name) {
-        return None;
+/// The engine's id of an image, None when it has none by that name: read
+/// from the engine's image list `store` when the last `up` recorded it and
+/// it names the image exactly (`kept.rs`), asked of the engine otherwise.
+pub fn image_id(store: Option<&Path>, name: &str) -> Option<String> {
+    if let Some(id) = store.and_then(|store| kept::id_in(store, name)) {
+        return Some(id);
     }
     engine::run(
         "image id",
@@ -116,12 +121,16 @@ pub fn image_id(name: &str) -> Option<String> {
 }
 
 /// The digest of everything a build is made of.
-fn inputs_digest(dockerfile: &[u8], context: &Path) -> Result<String, LaunchError> {
+fn inputs_digest(
+    dockerfile: &[u8],
+    context: &Path,
+    store: Option<&Path>,
+) -> Result<String, LaunchError> {
     let mut inputs = String::from_utf8_lossy(dockerfile).into_owned();
     for from in from_images(&String::from_utf8_lossy(dockerfile)) {
         // An image not here yet makes the build fail with the engine's
         // own words; the digest just records that it was missing.
-        let id = image_id(&from).unwrap_or_else(|| "missing".into());
+        let id = image_id(store, &from).unwrap_or_else(|| "missing".into());
         inputs.push_str(&format!("\0FROM {from} {id}"));
     }
     inputs.push('\0');

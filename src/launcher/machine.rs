@@ -15,6 +15,7 @@ use super::engine;
 pub use super::engine::host;
 use super::error::LaunchError;
 use super::host::Host;
+use super::kept;
 pub use super::state::{container, key, socket, state_dir, PREFIX};
 use super::state::{give, prepare_state};
 use super::vm::{self, Vm};
@@ -128,11 +129,16 @@ fn bring_up(
     if image.made {
         made.image = Some(image.name.clone());
     }
-    let (image_id, container) = match def.kind {
-        Kind::Container => engine::image_and_container(&image.name, &container(&def.id))?,
-        _ => (engine::image_id(&image.name)?, None),
+    let kept = (def.kind == Kind::Container)
+        .then(|| unchanged(&state, &image.name, text))
+        .flatten();
+    let (image_id, container) = match (&kept, def.kind) {
+        (Some((image_id, _)), _) => (image_id.clone(), None),
+        (None, Kind::Container) => engine::image_and_container(&image.name, &container(&def.id))?,
+        (None, _) => (engine::image_id(&image.name)?, None),
     };
     let digest = inputs_digest(text, &image_id);
+    let kept = kept.map(|(_, record)| record);
     let prepared = Prepared {
         def,
         host,
@@ -140,11 +146,20 @@ fn bring_up(
         image,
         image_id,
         container,
+        kept,
         digest,
         keys_text,
         start,
     };
     for_kind(def.kind).up(&prepared, made)
+}
+
+/// The image's id and the last `up`'s record of the container, when the
+/// record is of this machine's inputs as they are now (`kept.rs`).
+fn unchanged(state: &Path, image: &str, text: &str) -> Option<(String, kept::Record)> {
+    let record = kept::load(state)?;
+    let image_id = kept::image_id(&record, image)?;
+    (inputs_digest(text, &image_id) == record.inputs).then_some((image_id, record))
 }
 
 /// Pure: the digest of a machine's inputs (the definition's text, its

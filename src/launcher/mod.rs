@@ -5,7 +5,8 @@
 //! `machine.rs` is the commands and what every kind of machine shares;
 //! `backend.rs` what a kind must do, done by `container.rs` and `vm/`;
 //! `engine.rs` runs podman or Docker; `state.rs` keeps a machine's state
-//! folder; `image.rs` builds images; `create.rs` and `agent*.rs` turn a
+//! folder, and `kept.rs` what the next `up` keeps of a container;
+//! `image.rs` builds images; `create.rs` and `agent*.rs` turn a
 //! definition into the engine's arguments and the agent's setup;
 //! `kube.rs` into a cluster's manifests;
 //! `error.rs` is the error every step returns.
@@ -20,6 +21,7 @@ pub mod engine;
 pub mod error;
 pub mod host;
 pub mod image;
+pub mod kept;
 pub mod kube;
 pub mod machine;
 pub mod state;
