@@ -174,15 +174,6 @@ fn a_machine_is_made_keyed_kept_stopped_and_removed() {
     assert!(!Path::new("/var/lib/warden/machines").join(&fx.id).exists());
 }
 
-/// Removes an image when dropped, whatever happened.
-struct RemoveImage(String);
-
-impl Drop for RemoveImage {
-    fn drop(&mut self) {
-        let _ = podman(&["rmi", "-f", &self.0]);
-    }
-}
-
 /// The last `up` records the container by id; the next `up` of the
 /// unchanged, stopped machine starts that id without asking the engine
 /// first, and never starts a container the record no longer describes: one
@@ -194,7 +185,7 @@ fn an_unchanged_machine_is_started_by_its_recorded_id_and_never_a_stale_one() {
         return;
     }
     let tag = format!("localhost/{}-image:latest", machine_id("kept"));
-    let _image = RemoveImage(tag.clone());
+    let _image = Image(tag.clone());
     let tagged = podman(&["tag", IMAGE, &tag]);
     assert!(tagged.status.success(), "{}", show("tag", &tagged));
     let fx = TestMachine::defined("kept", serde_json::json!({"image": tag}));
@@ -226,6 +217,10 @@ fn an_unchanged_machine_is_started_by_its_recorded_id_and_never_a_stale_one() {
     let (out, _) = timed_up(&fx, "up after the container was replaced");
     assert!(
         out.contains("inputs changed, old container removed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("its recorded container did not start"),
         "{out}"
     );
     assert!(!out.contains("as recorded"), "{out}");

@@ -84,7 +84,7 @@ impl Backend for Container {
 fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     let (def, start) = (p.def, p.start);
     let name = def.container(PREFIX);
-    let woken = p.kept.as_ref().and_then(wake);
+    let woken = p.kept.as_ref().and_then(|r| wake(r, &name, start));
     let woke = woken.is_some();
     let mut found = match (woken, &p.container) {
         (Some(woken), _) => Some(woken),
@@ -151,10 +151,15 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         found = self::found(&name);
     }
     let size = found.as_ref().and_then(|f| f.size.clone());
-    let record = found.as_ref().and_then(|f| f.record(&p.digest));
-    match (record, p.host.engine) {
-        (Some(record), Engine::Podman) => kept::save(&p.state, &record),
-        _ => kept::forget(&p.state),
+    // A woken machine's record is the one `up` began from: kept as it is.
+    if !woke {
+        match (
+            found.as_ref().and_then(|f| f.record(&p.digest)),
+            p.host.engine,
+        ) {
+            (Some(record), Engine::Podman) => kept::save(&p.state, &record),
+            _ => kept::forget(&p.state),
+        }
     }
     match size {
         Some(size) if engine_size(def, p.host).is_some() => step(start, &format!("size: {size}")),
@@ -388,9 +393,14 @@ fn found_in(inspect: &serde_json::Value) -> Option<Found> {
 
 /// Starts the container the record names, by its id (whose labels and
 /// mounts never change after it is made); None when it is gone or does
-/// not start, and `up` asks the engine the long way.
-fn wake(record: &kept::Record) -> Option<Found> {
-    engine::run("start", &["start", &record.container]).ok()?;
+/// not start (said, with the engine's words), and `up` asks the engine the
+/// long way.
+fn wake(record: &kept::Record, name: &str, start: Instant) -> Option<Found> {
+    if let Err(e) = engine::run("start", &["start", &record.container]) {
+        let why = format!("{name}: its recorded container did not start ({e}); asking the engine");
+        step(start, &why);
+        return None;
+    }
     Some(Found {
         inputs: record.inputs.clone(),
         running: true,

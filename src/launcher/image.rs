@@ -31,9 +31,11 @@ pub struct Image {
 }
 
 /// The machine's image: as named, or built when its inputs changed.
+/// `store`: the engine's image list, as the last `up` recorded it.
 pub fn image(
     def: &Definition,
     state: &Path,
+    store: Option<&Path>,
     start: Instant,
     host: &Host,
 ) -> Result<Image, LaunchError> {
@@ -55,8 +57,6 @@ pub fn image(
         )
     })?;
     let folder = dockerfile.parent().unwrap_or(Path::new("/"));
-    let store = kept::load(state).map(|record| record.store);
-    let store = store.as_deref();
     let digest = inputs_digest(&text, folder, store)?;
     let recorded = state.join("image.sha256");
     let before = image_id(store, &tag);

@@ -64,18 +64,21 @@ pub fn forget(state: &Path) {
 /// image list, when the name is the one the record's container was made
 /// from and the list holds it exactly.
 pub fn image_id(record: &Record, name: &str) -> Option<String> {
-    if qualified(name)? != record.image_name {
-        return None;
-    }
-    id_in(&record.store, name)
+    let name = qualified(name)?;
+    (name == record.image_name).then_some(())?;
+    read_id(&record.store, &name)
 }
 
 /// The id of the image `name` in the engine's image list `store`, when
 /// the name is fully qualified and the list holds it exactly once.
 pub fn id_in(store: &Path, name: &str) -> Option<String> {
-    let name = qualified(name)?;
+    read_id(store, &qualified(name)?)
+}
+
+/// The id of the image of the qualified `name` in the list `store`.
+fn read_id(store: &Path, name: &str) -> Option<String> {
     let text = std::fs::read_to_string(store).ok()?;
-    id_in_store(&text, &name)
+    id_in_store(&text, name)
 }
 
 /// Pure: a fully qualified image name with its tag (`:latest` when none is

@@ -125,13 +125,15 @@ fn bring_up(
         made.state = Some(state.clone());
     }
     step(start, &format!("state folder {}", state.display()));
-    let image = super::image::image(def, &state, start, host)?;
+    let record = kept::load(&state);
+    let store = record.as_ref().map(|r| r.store.as_path());
+    let image = super::image::image(def, &state, store, start, host)?;
     if image.made {
         made.image = Some(image.name.clone());
     }
-    let kept = (def.kind == Kind::Container)
-        .then(|| unchanged(&state, &image.name, text))
-        .flatten();
+    let kept = record
+        .filter(|_| def.kind == Kind::Container)
+        .and_then(|record| unchanged(record, &image.name, text));
     let (image_id, container) = match (&kept, def.kind) {
         (Some((image_id, _)), _) => (image_id.clone(), None),
         (None, Kind::Container) => engine::image_and_container(&image.name, &container(&def.id))?,
@@ -154,10 +156,9 @@ fn bring_up(
     for_kind(def.kind).up(&prepared, made)
 }
 
-/// The image's id and the last `up`'s record of the container, when the
-/// record is of this machine's inputs as they are now (`kept.rs`).
-fn unchanged(state: &Path, image: &str, text: &str) -> Option<(String, kept::Record)> {
-    let record = kept::load(state)?;
+/// The image's id and `record`, the last `up`'s of the container, when it
+/// is of this machine's inputs as they are now (`kept.rs`).
+fn unchanged(record: kept::Record, image: &str, text: &str) -> Option<(String, kept::Record)> {
     let image_id = kept::image_id(&record, image)?;
     (inputs_digest(text, &image_id) == record.inputs).then_some((image_id, record))
 }
