@@ -54,10 +54,12 @@ impl Activity {
     }
 
     pub fn idle(&self) -> Duration {
-        self.last
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
+        self.last().elapsed()
+    }
+
+    /// When something last happened.
+    pub fn last(&self) -> Instant {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn idle_stop(&self) -> Option<Duration> {

@@ -118,6 +118,38 @@ fn ten_thousand_commands_in_a_row_leak_neither_descriptors_nor_memory() {
 }
 
 #[test]
+fn a_machine_gone_idle_gives_back_the_code_its_requests_mapped() {
+    if !privileged("a_machine_gone_idle_gives_back_the_code_its_requests_mapped") {
+        return;
+    }
+    let m = Machine::boot(Options::default());
+    let pid = m.warden_pid();
+    let mut client = m.client();
+    for _ in 0..50 {
+        assert_eq!(client.run(sh("true")).unwrap().exit.status, 0);
+    }
+    client.status().unwrap();
+    let busy = vm_kib(pid, "RssFile:");
+    // warden looks every 5 s; once idle for a second it unmaps its code.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let idle = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = vm_kib(pid, "RssFile:");
+        if now < busy / 2 || Instant::now() > deadline {
+            break now;
+        }
+    };
+    eprintln!("warden's file-backed resident pages: {busy} KiB in use, {idle} KiB idle");
+    assert!(
+        idle < busy / 2,
+        "still {idle} KiB of {busy} KiB mapped after 15 s idle"
+    );
+    // What it serves with maps back in.
+    assert_eq!(client.run(sh("echo back")).unwrap().exit.status, 0);
+    assert!(vm_kib(pid, "RssFile:") > idle);
+}
+
+#[test]
 fn sigterm_with_a_hundred_commands_running_stops_all_and_the_log_verifies() {
     if !privileged("sigterm_with_a_hundred_commands_running_stops_all_and_the_log_verifies") {
         return;

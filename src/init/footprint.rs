@@ -4,7 +4,10 @@
 //! once and then stays mapped for the machine's life. At the end of boot
 //! warden unmaps the pages of its read-only segments (code and constants):
 //! what it serves with maps back in on first use, from the page cache, and
-//! the rest becomes page cache the kernel may reclaim for the agent.
+//! the rest becomes page cache the kernel may reclaim for the agent. It
+//! does so again once the machine, used, goes idle: each fault maps back
+//! its neighbours too (the kernel's fault-around, 64 KiB), so a few
+//! requests bring back megabytes that an idle warden does not run.
 //!
 //! Only segments the binary never writes are unmapped: no relocation
 //! touches them (those go to the RELRO and data segments, whose pages are
@@ -132,7 +135,7 @@ fn has_text_relocations(headers: &[libc::Elf64_Phdr], bias: usize) -> bool {
 
 /// Unmaps the binary's read-only pages (see the module's comment).
 /// Returns how many bytes were unmapped, or why none were.
-pub fn unmap_boot_code() -> Result<usize, String> {
+pub fn unmap_code() -> Result<usize, String> {
     let segments = own_segments()
         .ok_or("no program header table to find the segments by, or text relocations")?;
     let mut unmapped = 0;
@@ -235,7 +238,7 @@ mod tests {
         // The code this test runs is among what is unmapped: it maps back
         // in, and a constant read after it is still itself.
         let before = rss_file_kb();
-        let unmapped = unmap_boot_code().unwrap();
+        let unmapped = unmap_code().unwrap();
         let after = rss_file_kb();
         assert!(unmapped > 0);
         assert!(

@@ -183,7 +183,7 @@ fn phases(
     let (main, waits) = main_process(&sup); // 12
     watch_idleness(&sup, &runtime);
     // The boot is over: its code need not stay resident (see footprint).
-    if let Err(e) = footprint::unmap_boot_code() {
+    if let Err(e) = footprint::unmap_code() {
         crate::say!("the boot's code stays mapped: {e}");
     }
     let status = runtime.block_on(supervise(sup.clone(), signals, main, waits)); // 13
@@ -274,22 +274,26 @@ fn open_doors(
 
 /// 11, then: the doors are served, and the refusal counts written once
 ///     their window is over, even on a machine that writes nothing else;
-///     once commands have run and none runs any more, what they freed
-///     goes back (once: an idle machine does no work for it).
+///     once the machine was used and then went idle, what its requests
+///     freed and the code they mapped back go (once: an idle machine does
+///     no work for it).
 fn serve(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime, doors: Doors) {
     let counting = Arc::downgrade(sup);
     runtime.spawn(async move {
-        let mut trimmed_after = 0;
+        let mut trimmed_after = None;
         loop {
             tokio::time::sleep(Duration::from_secs(5)).await;
             let Some(sup) = counting.upgrade() else {
                 return;
             };
             sup.audit.write_due_counts();
-            let started = sup.commands_started();
-            if started != trimmed_after && sup.running_count() == 0 {
+            // Idle for a second at least: never between the commands of
+            // a stream, whose next one would map the code back at once.
+            let last = sup.activity.last();
+            let idle = last.elapsed() >= Duration::from_secs(1) && sup.running_count() == 0;
+            if trimmed_after != Some(last) && idle {
                 give_back_freed_memory();
-                trimmed_after = started;
+                trimmed_after = Some(last);
             }
         }
     });
@@ -676,16 +680,20 @@ async fn stopped_on_request(sup: &Supervisor, main: Option<Main>) -> i32 {
     }
 }
 
-/// Hands the heap's free pages back to the kernel. After a burst of
-/// commands, glibc keeps what their connections and threads freed (one
-/// arena per thread that allocated), and warden's resident memory stayed
-/// at its peak; trimming every arena takes it back down.
+/// Hands the heap's free pages back to the kernel, and unmaps the code
+/// the last requests mapped back in. After a burst of commands, glibc
+/// keeps what their connections and threads freed (one arena per thread
+/// that allocated), and warden's resident memory stayed at its peak;
+/// trimming every arena takes it back down. The code pages are the
+/// binary's, in the page cache: the next request maps back what it runs.
 fn give_back_freed_memory() {
     // SAFETY: malloc_trim takes each arena's lock itself; it only
     // releases pages no allocation holds.
     unsafe {
         libc::malloc_trim(0);
     }
+    // Where this cannot be done, the boot said why once.
+    let _ = footprint::unmap_code();
 }
 
 /// With an idle stop set: looks every second whether the machine has been
