@@ -1,7 +1,8 @@
-//! The probe: a child forked exactly as a command is, which applies every
-//! layer and then tests each from inside instead of exec'ing, and the
-//! firewall probe, which knocks where the firewall must refuse and where it
-//! must let through. Both run between fork and exec, so everything here is
+//! The probe: a child started exactly as a command is (in warden's
+//! memory, the spawner waiting), which applies every layer and then tests
+//! each from inside instead of exec'ing, and the firewall probe, forked,
+//! which knocks where the firewall must refuse and where it must let
+//! through. Both run where a command's setup runs, so everything here is
 //! a raw, async-signal-safe syscall: no allocation, no locks.
 
 use nix::errno::Errno;
@@ -76,11 +77,9 @@ impl Probe {
 /// hold.
 ///
 /// # Safety
-/// Only for a forked child, after the layers are applied.
-pub(super) unsafe fn layers(last_cap: u32, uid: u32) -> u32 {
-    // Readable by its own user, as a command is after exec: the connect
-    // gate must read its address to let its witness connect through.
-    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+/// Only for a probe's child, after the layers are applied.
+pub(super) unsafe fn layers(last_cap: u32, uid: u32, in_cgroup: bool, landlocked: bool) -> u32 {
+    readable_by_the_gate(landlocked);
     let mut bits = 0u32;
     if super::capabilities::empty(last_cap) {
         bits |= Probe::NO_CAPABILITIES;
@@ -105,7 +104,9 @@ pub(super) unsafe fn layers(last_cap: u32, uid: u32) -> u32 {
     if libc::getuid() == uid && libc::geteuid() == uid {
         bits |= Probe::IDENTITY;
     }
-    if fork_refused() {
+    // Only a probe in a cgroup of one process has a fork to be refused;
+    // elsewhere the test would copy warden's whole memory for nothing.
+    if in_cgroup && fork_refused() {
         bits |= Probe::FORK_REFUSED;
     }
     if oom_score_adj_is(b"1000\n") {
@@ -119,11 +120,9 @@ pub(super) unsafe fn layers(last_cap: u32, uid: u32) -> u32 {
 /// which holds the receiving sockets.
 ///
 /// # Safety
-/// Only for a forked child, after its credentials are dropped.
-pub(super) unsafe fn network(p: NetProbe, uid: u32) -> u32 {
-    // Readable by its own user, as a command is after exec (dropping root
-    // made it unreadable): the connect gate reads a caller's address so.
-    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+/// Only for a probe's child, after its credentials are dropped.
+pub(super) unsafe fn network(p: NetProbe, uid: u32, landlocked: bool) -> u32 {
+    readable_by_the_gate(landlocked);
     let mut refused = true;
     let mut fast = true;
     let mut reached = true;
@@ -175,14 +174,34 @@ pub(super) unsafe fn network(p: NetProbe, uid: u32) -> u32 {
     bits
 }
 
+/// Makes the probe readable by its own user, as a command is after exec
+/// (dropping root made it unreadable): the connect gate reads a caller's
+/// address so. Only where Landlock holds the probe: a process in a
+/// Landlock domain may not trace or read one outside it, so no command
+/// can read the probe's memory through /proc (for the layers probe that
+/// is warden's own; for the firewall probe, a copy of it). Without
+/// Landlock there is no gate to read it: the gate needs Landlock's TCP
+/// rules.
+///
+/// # Safety
+/// Raw, async-signal-safe syscalls only: callable in a probe's child.
+unsafe fn readable_by_the_gate(landlocked: bool) {
+    if landlocked {
+        libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+    }
+}
+
 /// Port 1 of 127.0.0.1: the connect gate lets this one through to the
 /// kernel (see `connect_gate::LANDLOCK_WITNESS`), so it is Landlock's
 /// refusal (EACCES) that is seen, gate or not.
 ///
 /// # Safety
-/// Raw, async-signal-safe syscalls only: callable in a forked child.
+/// Raw, async-signal-safe syscalls only: callable in a probe's child.
 unsafe fn landlock_witness_refused() -> bool {
-    let sock = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+    // Non-blocking: Landlock refuses at connect(2) itself, and where it
+    // does not, nothing is waited for (the layers probe holds the spawner).
+    let kind = libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+    let sock = libc::socket(libc::AF_INET, kind, 0);
     if sock < 0 {
         return false;
     }
@@ -204,7 +223,7 @@ unsafe fn landlock_witness_refused() -> bool {
 /// Whether this process's oom_score_adj reads as `want`.
 ///
 /// # Safety
-/// Raw, async-signal-safe syscalls only: callable in a forked child.
+/// Raw, async-signal-safe syscalls only: callable in a probe's child.
 unsafe fn oom_score_adj_is(want: &[u8]) -> bool {
     let fd = libc::open(
         c"/proc/self/oom_score_adj".as_ptr(),
@@ -223,12 +242,16 @@ unsafe fn oom_score_adj_is(want: &[u8]) -> bool {
 /// and is waited for.
 ///
 /// # Safety
-/// Raw, async-signal-safe syscalls only: callable in a forked child.
+/// Raw, async-signal-safe syscalls only: callable in a probe's child.
 unsafe fn fork_refused() -> bool {
-    match libc::fork() {
+    // The raw system call, not glibc's fork: the layers probe runs in
+    // warden's memory (spawn.rs), where glibc's fork would take and reset
+    // the locks of warden's heap and run its fork handlers.
+    let flags = libc::SIGCHLD as libc::c_ulong;
+    match libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) {
         0 => libc::_exit(0),
         pid if pid > 0 => {
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
+            libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), 0);
             false
         }
         _ => Errno::last() == Errno::EAGAIN,
@@ -280,7 +303,7 @@ fn loopback(v6: bool, port: u16) -> (libc::sockaddr_storage, libc::socklen_t) {
 /// instead of refusing shows as a timeout.
 ///
 /// # Safety
-/// Raw, async-signal-safe syscalls only: callable in a forked child.
+/// Raw, async-signal-safe syscalls only: callable in a probe's child.
 unsafe fn tcp_connect(v6: bool, port: u16) -> Knock {
     let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
     let fd = libc::socket(
@@ -329,7 +352,7 @@ unsafe fn tcp_connect(v6: bool, port: u16) -> Knock {
 /// see. False when no UDP socket could be made.
 ///
 /// # Safety
-/// Raw, async-signal-safe syscalls only: callable in a forked child.
+/// Raw, async-signal-safe syscalls only: callable in a probe's child.
 unsafe fn udp_send(v6: bool, port: u16) -> bool {
     let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
     let fd = libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);

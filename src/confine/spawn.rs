@@ -289,15 +289,16 @@ pub fn spawn(
         terminal: stdio.terminal,
         err_fd: err_write.as_raw_fd(),
     };
-    // A probe may wait up to 2 s for a connection that should have been
-    // refused: it is forked, so that neither this thread nor the reaper's
-    // lock (held while a child starts) waits with it.
-    let probing = launch
+    // The firewall probe may wait up to 2 s for a connection that should
+    // have been refused: it is forked, so that neither this thread nor the
+    // reaper's lock (held while a child starts) waits with it. The layers
+    // probe waits for nothing: it starts as a command does.
+    let knocking = launch
         .confine
         .as_ref()
-        .is_some_and(|c| c.probe || c.net_probe.is_some());
+        .is_some_and(|c| c.net_probe.is_some());
     let (pid, exit) = reaper
-        .spawn(kill_group, || match probing {
+        .spawn(kill_group, || match knocking {
             true => fork_child(&plan),
             false => CHILD_STACK.with(|stack| stack.start(&plan)),
         })
@@ -350,7 +351,8 @@ struct ChildStack {
     mapping: Result<(std::ptr::NonNull<libc::c_void>, usize), Errno>,
 }
 
-/// What a command's setup may use of its stack (probes are forked).
+/// What a command's setup may use of its stack (the firewall probe is
+/// forked).
 const CHILD_STACK_BYTES: usize = 1 << 20;
 const GUARD_BYTES: usize = 4096;
 
@@ -516,7 +518,8 @@ impl ChildPlan<'_> {
     fn run(&self) -> ! {
         let confine = self.launch.confine.as_ref();
         // SAFETY: every step is plain syscalls on memory prepared before
-        // the child started (shared with warden, or a copy for a probe);
+        // the child started (shared with warden, or a copy for the
+        // firewall probe);
         // none allocates, locks or writes to warden's memory.
         unsafe {
             self.start_clean();
@@ -685,11 +688,13 @@ impl ChildPlan<'_> {
             }
         }
         let uid = self.launch.identity.uid;
+        let landlocked = c.landlock.is_some();
         if c.probe {
-            self.report(Stage::Probe, probe::layers(c.last_cap, uid) as i32, 0);
+            let found = probe::layers(c.last_cap, uid, c.cgroup.is_some(), landlocked);
+            self.report(Stage::Probe, found as i32, 0);
         }
         if let Some(p) = c.net_probe {
-            self.report(Stage::Probe, probe::network(p, uid) as i32, 0);
+            self.report(Stage::Probe, probe::network(p, uid, landlocked) as i32, 0);
         }
     }
 
