@@ -130,6 +130,18 @@ fn main() {
         ..Default::default()
     };
 
+    if std::env::args().any(|a| a == "many-api") {
+        // The API's many-at-once alone, for a profile beside it; numbers
+        // after it pick the levels (repeated, the same level again).
+        let mut levels: Vec<usize> = std::env::args().filter_map(|a| a.parse().ok()).collect();
+        if levels.is_empty() {
+            levels = vec![1, 8, 64, 256];
+        }
+        for clients in levels {
+            println!("{clients:>4} clients: {:.0} runs/s", api_rate(&m, clients));
+        }
+        return;
+    }
     if std::env::args().any(|a| a == "many") {
         many_at_once(&m, warden, &socket);
         let pid = m.warden_pid();
@@ -348,17 +360,7 @@ fn many_at_once(m: &Machine, warden: &str, socket: &std::path::Path) {
         "clients", "API", "warden run", "sudo", "runuser", "API/sudo", "run/runuser"
     );
     for clients in [1, 8, 64, 256] {
-        // The API's clients each hold one connection, made beforehand.
-        let api = rate(clients, || {
-            let mut client = m.client();
-            move || {
-                let req = RunRequest {
-                    argv: Some(vec!["true".into()]),
-                    ..Default::default()
-                };
-                assert_eq!(client.run(req).unwrap().exit.status, 0)
-            }
-        });
+        let api = api_rate(m, clients);
         let run = rate(clients, || {
             move || {
                 ok(Command::new(warden)
@@ -380,6 +382,21 @@ fn many_at_once(m: &Machine, warden: &str, socket: &std::path::Path) {
             run / runuser
         );
     }
+}
+
+/// The API's rate with `clients` at once, each holding one connection,
+/// made beforehand.
+fn api_rate(m: &Machine, clients: usize) -> f64 {
+    rate(clients, || {
+        let mut client = m.client();
+        move || {
+            let req = RunRequest {
+                argv: Some(vec!["true".into()]),
+                ..Default::default()
+            };
+            assert_eq!(client.run(req).unwrap().exit.status, 0)
+        }
+    })
 }
 
 /// Runs per second of `clients` threads, each made its runner by `make`
