@@ -991,3 +991,27 @@ fn commands_are_first_for_the_oom_killer() {
         }
     }
 }
+
+/// A command gets its stdio and nothing else of warden's, however many
+/// descriptors warden holds: with 200 connections open, each command's
+/// shell lists its own descriptors, and its output still ends (no second
+/// reference to its pipe kept anywhere).
+#[test]
+fn a_command_inherits_no_descriptor_of_wardens_however_many_it_holds() {
+    if !privileged("a_command_inherits_no_descriptor_of_wardens_however_many_it_holds") {
+        return;
+    }
+    let m = Machine::boot(Options::default());
+    let held: Vec<Client> = (0..200).map(|_| m.client()).collect();
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", m.warden_pid()))
+        .unwrap()
+        .count();
+    assert!(fds > 200, "warden holds only {fds} descriptors");
+    let mut client = m.client();
+    for _ in 0..3 {
+        let out = client.run(shell("ls /proc/$$/fd; true")).unwrap();
+        assert_eq!(out.exit.status, 0, "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "0\n1\n2\n", "warden holds {fds}");
+    }
+    drop(held);
+}

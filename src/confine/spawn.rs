@@ -16,7 +16,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::unistd::Pid;
 use std::ffi::{CString, NulError};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use tokio::sync::oneshot;
 
 /// Who the child becomes.
@@ -276,18 +276,32 @@ pub fn spawn(
     let argv = pointers(&launch.argv);
     let envp = pointers(&launch.env);
     let groups: Vec<libc::gid_t> = launch.identity.groups.clone();
+    let confine = launch.confine.as_ref();
     let plan = ChildPlan {
         launch,
         argv: &argv,
         envp: &envp,
         groups: &groups,
-        stdio: [
-            stdio.stdin.as_raw_fd(),
-            stdio.stdout.as_raw_fd(),
-            stdio.stderr.as_raw_fd(),
-        ],
+        fds: ChildFds {
+            stdio: [
+                stdio.stdin.as_raw_fd(),
+                stdio.stdout.as_raw_fd(),
+                stdio.stderr.as_raw_fd(),
+            ],
+            err: err_write.as_raw_fd(),
+            cgroup: confine
+                .and_then(|c| c.cgroup.as_ref())
+                .map(|f| f.as_raw_fd()),
+            landlock: confine
+                .and_then(|c| c.landlock.as_ref())
+                .map(|f| f.as_raw_fd()),
+            workdir: match &launch.workdir {
+                Workdir::Fd(fd) => Some(fd.as_raw_fd()),
+                Workdir::At(_) => None,
+            },
+        },
+        own_table_below: None,
         terminal: stdio.terminal,
-        err_fd: err_write.as_raw_fd(),
     };
     // The firewall probe may wait up to 2 s for a connection that should
     // have been refused: it is forked, so that neither this thread nor the
@@ -349,6 +363,28 @@ fn fork_child(plan: &ChildPlan) -> Result<Pid, Errno> {
 struct ChildStack {
     /// The mapping (guard page first), or why there is none.
     mapping: Result<(std::ptr::NonNull<libc::c_void>, usize), Errno>,
+    /// Low descriptor numbers this thread keeps for a child's own (see
+    /// `Slots`), or why it has none (then the child copies the table).
+    slots: Result<Slots, Errno>,
+}
+
+/// How many descriptors a child uses before exec: stdio, the report
+/// pipe, its cgroup, its working folder and its Landlock ruleset.
+const CHILD_FDS: usize = 7;
+
+/// Descriptor numbers kept by one spawning thread, each open on /dev/null
+/// between children. A child shares warden's descriptor table from its
+/// start (`CLONE_FILES`) and first unshares it keeping only the numbers
+/// below the highest slot (`close_range` with `CLOSE_RANGE_UNSHARE`):
+/// the descriptors it needs are lent to the slots just before, so the
+/// hundreds warden holds under load (a connection each) are neither
+/// copied into the child nor closed one by one at its exec, which the
+/// spawning thread waits for.
+struct Slots {
+    slots: [OwnedFd; CHILD_FDS],
+    null: OwnedFd,
+    /// One above the highest slot: what the child's own table keeps.
+    below: u32,
 }
 
 /// What a command's setup may use of its stack (the firewall probe is
@@ -358,6 +394,89 @@ const GUARD_BYTES: usize = 4096;
 
 thread_local! {
     static CHILD_STACK: ChildStack = ChildStack::new();
+}
+
+impl Slots {
+    /// Opens /dev/null once and keeps `CHILD_FDS` copies of it, numbered
+    /// 3 or above (a slot must never be one of the stdio numbers the
+    /// child writes over).
+    fn reserve() -> Result<Slots, Errno> {
+        // close_range(2) (Linux 5.9, with CLOSE_RANGE_UNSHARE): an empty
+        // range answers 0 where the kernel has it.
+        // SAFETY: closes nothing (no descriptor is numbered u32::MAX).
+        if unsafe { libc::syscall(libc::SYS_close_range, u32::MAX, u32::MAX, 0) } < 0 {
+            return Err(Errno::last());
+        }
+        let null: OwnedFd = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?
+            .into();
+        let copy = || -> Result<OwnedFd, Errno> {
+            let dup = nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3);
+            let fd = nix::fcntl::fcntl(null.as_raw_fd(), dup)?;
+            // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor, owned here.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        };
+        let slots = [
+            copy()?,
+            copy()?,
+            copy()?,
+            copy()?,
+            copy()?,
+            copy()?,
+            copy()?,
+        ];
+        let highest = slots.iter().map(|s| s.as_raw_fd()).max().unwrap_or(2);
+        Ok(Slots {
+            below: highest as u32 + 1,
+            slots,
+            null,
+        })
+    }
+
+    /// The child's descriptors lent to the slots: their numbers there, or
+    /// None where one could not be (the child then copies the table).
+    fn lend(&self, fds: &ChildFds) -> Option<ChildFds> {
+        let mut slots = self.slots.iter().map(|s| s.as_raw_fd());
+        let mut lend = |fd: RawFd| -> Option<RawFd> {
+            let slot = slots.next()?;
+            // SAFETY: dup3 onto a descriptor this struct owns: the slot
+            // now refers to the child's file until `take_back`.
+            let rc = unsafe { libc::dup3(fd, slot, libc::O_CLOEXEC) };
+            (rc == slot).then_some(slot)
+        };
+        // Outer None: one could not be lent; inner None: none to lend.
+        let mut optional = |fd: Option<RawFd>| match fd {
+            Some(fd) => lend(fd).map(Some),
+            None => Some(None),
+        };
+        let [stdin, stdout, stderr] = fds.stdio;
+        let (stdin, stdout, stderr, err) = (
+            optional(Some(stdin))??,
+            optional(Some(stdout))??,
+            optional(Some(stderr))??,
+            optional(Some(fds.err))??,
+        );
+        Some(ChildFds {
+            stdio: [stdin, stdout, stderr],
+            err,
+            cgroup: optional(fds.cgroup)?,
+            landlock: optional(fds.landlock)?,
+            workdir: optional(fds.workdir)?,
+        })
+    }
+
+    /// Every slot back on /dev/null: warden holds no second reference to
+    /// a child's pipe (whose reader would wait for an end that never
+    /// comes).
+    fn take_back(&self) {
+        for slot in &self.slots {
+            // SAFETY: dup3 onto a descriptor this struct owns.
+            unsafe { libc::dup3(self.null.as_raw_fd(), slot.as_raw_fd(), libc::O_CLOEXEC) };
+        }
+    }
 }
 
 impl ChildStack {
@@ -384,13 +503,39 @@ impl ChildStack {
                 Ok((std::ptr::NonNull::new_unchecked(base), len))
             }
         };
-        ChildStack { mapping }
+        ChildStack {
+            mapping,
+            slots: Slots::reserve(),
+        }
     }
 
     /// Starts the child on this stack; returns once it has exec'd or
     /// exited, with its pid.
     fn start(&self, plan: &ChildPlan) -> Result<Pid, Errno> {
+        let slots = self.slots.as_ref().ok();
+        let lent = slots.and_then(|slots| {
+            let fds = slots.lend(&plan.fds)?;
+            Some(ChildPlan {
+                fds,
+                own_table_below: Some(slots.below),
+                ..*plan
+            })
+        });
+        let started = self.clone_child(lent.as_ref().unwrap_or(plan));
+        if let Some(slots) = slots {
+            slots.take_back();
+        }
+        started
+    }
+
+    fn clone_child(&self, plan: &ChildPlan) -> Result<Pid, Errno> {
         let (base, len) = self.mapping?;
+        // With its descriptors lent to the slots, the child shares the
+        // table until it makes its own small one (see `Slots`).
+        let files = match plan.own_table_below {
+            Some(_) => libc::CLONE_FILES,
+            None => 0,
+        };
         extern "C" fn child(plan: *mut libc::c_void) -> libc::c_int {
             // SAFETY: `plan` is the ChildPlan passed to clone below, alive
             // in the suspended parent until this child execs or exits.
@@ -402,12 +547,14 @@ impl ChildStack {
         // before (never allocating, locking or unwinding) and never
         // returns (it execs or _exits); the parent thread is suspended
         // until then (CLONE_VFORK), so nothing the child reads changes.
+        // Sharing the descriptor table (CLONE_FILES), its first step is
+        // to make its own (`own_table`), before it touches a descriptor.
         let pid = unsafe {
             let top = base.as_ptr().cast::<u8>().add(len).cast::<libc::c_void>();
             libc::clone(
                 child,
                 top,
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                libc::CLONE_VM | libc::CLONE_VFORK | files | libc::SIGCHLD,
                 plan as *const ChildPlan as *mut libc::c_void,
             )
         };
@@ -502,14 +649,31 @@ struct KernelSigaction {
 const OOM_FIRST: &[u8] = b"1000";
 
 /// What the child runs, borrowed from memory prepared before fork.
+#[derive(Clone, Copy)]
 struct ChildPlan<'a> {
     launch: &'a Launch,
     argv: &'a [*const libc::c_char],
     envp: &'a [*const libc::c_char],
     groups: &'a [libc::gid_t],
-    stdio: [RawFd; 3],
+    fds: ChildFds,
+    /// Set when the child starts sharing warden's descriptor table: it
+    /// first makes its own, of the numbers below this one (`Slots`).
+    own_table_below: Option<u32>,
     terminal: bool,
-    err_fd: RawFd,
+}
+
+/// The descriptors a child uses before exec, by number.
+#[derive(Clone, Copy)]
+struct ChildFds {
+    stdio: [RawFd; 3],
+    /// The report pipe: a failure's stage and errno, or a probe's findings.
+    err: RawFd,
+    /// Its cgroup's `cgroup.procs`.
+    cgroup: Option<RawFd>,
+    /// Its Landlock ruleset.
+    landlock: Option<RawFd>,
+    /// The working folder warden opened.
+    workdir: Option<RawFd>,
 }
 
 impl ChildPlan<'_> {
@@ -522,6 +686,7 @@ impl ChildPlan<'_> {
         // firewall probe);
         // none allocates, locks or writes to warden's memory.
         unsafe {
+            self.own_table();
             self.start_clean();
             self.take_stdio();
             self.enter_session();
@@ -537,6 +702,24 @@ impl ChildPlan<'_> {
                 self.restrict(c);
             }
             self.exec()
+        }
+    }
+
+    /// Its own descriptor table, first of all, where it started sharing
+    /// warden's: only the numbers below the slots are copied (the
+    /// kernel leaves the rest out), and nothing it does to a descriptor
+    /// from here on touches warden's.
+    ///
+    /// # Safety
+    /// Only in the child, before exec.
+    unsafe fn own_table(&self) {
+        if let Some(below) = self.own_table_below {
+            let unshare = libc::CLOSE_RANGE_UNSHARE as libc::c_uint;
+            if libc::syscall(libc::SYS_close_range, below, u32::MAX, unshare) < 0 {
+                // The report goes through warden's own table: the pipe's
+                // slot is there too, and nothing else is touched.
+                self.fail(Stage::Stdio, Errno::last());
+            }
         }
     }
 
@@ -558,7 +741,7 @@ impl ChildPlan<'_> {
     /// # Safety
     /// Only in the child, before exec.
     unsafe fn take_stdio(&self) {
-        for (target, &fd) in self.stdio.iter().enumerate() {
+        for (target, &fd) in self.fds.stdio.iter().enumerate() {
             if libc::dup2(fd, target as RawFd) < 0 {
                 self.fail(Stage::Stdio, Errno::last());
             }
@@ -598,8 +781,8 @@ impl ChildPlan<'_> {
     /// # Safety
     /// Only in the child, before exec.
     unsafe fn bound_as_root(&self, c: &Confine) {
-        if let Some(procs) = &c.cgroup {
-            if libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
+        if let Some(procs) = self.fds.cgroup {
+            if libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
                 self.fail(Stage::Cgroup, Errno::last());
             }
         }
@@ -666,9 +849,10 @@ impl ChildPlan<'_> {
     /// Only in the child, before exec.
     unsafe fn enter_workdir(&self) {
         libc::umask(0o022);
-        let entered = match &self.launch.workdir {
-            Workdir::At(dir) => libc::chdir(dir.as_ptr()),
-            Workdir::Fd(fd) => libc::fchdir(fd.as_raw_fd()),
+        let entered = match (&self.launch.workdir, self.fds.workdir) {
+            (_, Some(fd)) => libc::fchdir(fd),
+            (Workdir::At(dir), None) => libc::chdir(dir.as_ptr()),
+            (Workdir::Fd(fd), None) => libc::fchdir(fd.as_raw_fd()),
         };
         if entered < 0 {
             self.fail(Stage::Workdir, Errno::last());
@@ -682,8 +866,8 @@ impl ChildPlan<'_> {
     /// # Safety
     /// Only in the child, before exec.
     unsafe fn restrict(&self, c: &Confine) {
-        if let Some(ruleset) = &c.landlock {
-            if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) < 0 {
+        if let Some(ruleset) = self.fds.landlock {
+            if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) < 0 {
                 self.fail(Stage::Landlock, Errno::last());
             }
         }
@@ -734,7 +918,7 @@ impl ChildPlan<'_> {
         // SAFETY: write(2) and _exit(2) are async-signal-safe; `msg` is on
         // the child's stack.
         unsafe {
-            libc::write(self.err_fd, msg.as_ptr().cast(), msg.len());
+            libc::write(self.fds.err, msg.as_ptr().cast(), msg.len());
             libc::_exit(status)
         }
     }
