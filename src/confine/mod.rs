@@ -4,6 +4,7 @@
 
 mod capabilities;
 pub mod cgroups;
+mod child_stack;
 pub mod landlock;
 pub mod policy;
 pub mod probe;
