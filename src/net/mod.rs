@@ -9,6 +9,7 @@ pub mod hosts;
 pub mod netlink;
 pub mod nft_netlink;
 pub mod nft_readback;
+pub mod opened;
 pub mod origin;
 pub mod proxy;
 pub mod registries;
