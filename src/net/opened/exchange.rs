@@ -1,0 +1,539 @@
+//! One request through an opened host, once both TLS sessions stand: the
+//! client's request read and checked against the host's rules, sent on
+//! with the credential its user is owed, and the answer carried back with
+//! every form of the host's secrets masked. Generic over the two streams,
+//! so it is tested with in-memory ones as well as over real TLS.
+
+use super::http1::{self, Body, Chunked, HeadError};
+use super::request_rules::{self, Rule};
+use super::scrub::Scrubber;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+const BUFFER: usize = 64 * 1024;
+
+/// What warden knows of the host and the asker for this exchange.
+pub struct Exchange<'a> {
+    /// The name the tunnel was opened for.
+    pub host: &'a str,
+    /// The host's rules; None lets every request through.
+    pub rules: Option<&'a [Rule]>,
+    /// The credential this asker is owed here: its name (for the audit),
+    /// its header and the header's value.
+    pub credential: Option<Added<'a>>,
+    /// Every secret of the host's credentials, whoever asks: none of them
+    /// may come back in an answer.
+    pub secrets: &'a [Vec<u8>],
+    /// How long either side may stay silent.
+    pub idle: Duration,
+}
+
+pub struct Added<'a> {
+    pub name: &'a str,
+    pub header: &'a str,
+    pub value: String,
+}
+
+/// What happened, for the audit line.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub method: String,
+    /// The path without its query (which may carry tokens of its own).
+    pub path: String,
+    pub status: Option<u16>,
+    /// The credential's name, when one was added.
+    pub credential: Option<String>,
+    /// How many forms of a secret were masked in the answer.
+    pub masked: u64,
+    /// Why warden answered instead of the origin, if it did.
+    pub refused: Option<String>,
+    pub up: u64,
+    pub down: u64,
+}
+
+/// Why an exchange stopped short.
+#[derive(Debug, thiserror::Error)]
+enum Stop {
+    #[error("{0}")]
+    Head(#[from] HeadError),
+    #[error("{0}")]
+    Chunk(#[from] http1::ChunkError),
+    #[error("the client sent no request")]
+    Quiet,
+    #[error("{0} was silent for too long")]
+    Idle(&'static str),
+    #[error("{side}: {error}")]
+    Io {
+        side: &'static str,
+        error: std::io::Error,
+    },
+    #[error("{0} closed before the message's end")]
+    Cut(&'static str),
+}
+
+/// Carries one request and its answer, then ends both streams.
+pub async fn carry<C, U>(client: &mut C, upstream: &mut U, ex: &Exchange<'_>) -> Outcome
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut outcome = Outcome::default();
+    if let Err(stop) = exchange(client, upstream, ex, &mut outcome).await {
+        if outcome.status.is_none() {
+            let (status, reason) = match &stop {
+                Stop::Head(HeadError::Encoded(_)) => (502, "Bad Gateway"),
+                Stop::Io {
+                    side: "the origin", ..
+                }
+                | Stop::Cut("the origin") => (502, "Bad Gateway"),
+                _ => (400, "Bad Request"),
+            };
+            answer(client, status, reason, &stop.to_string(), &mut outcome).await;
+        }
+        outcome.refused.get_or_insert_with(|| stop.to_string());
+    }
+    let _ = client.shutdown().await;
+    let _ = upstream.shutdown().await;
+    outcome
+}
+
+async fn exchange<C, U>(
+    client: &mut C,
+    upstream: &mut U,
+    ex: &Exchange<'_>,
+    outcome: &mut Outcome,
+) -> Result<(), Stop>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let (head_bytes, early) = read_head(client, ex.idle, "the client").await?;
+    let request = http1::parse_request(&head_bytes, ex.host)?;
+    outcome.method = request.method.clone();
+    outcome.path = request.target.split('?').next().unwrap_or("").to_string();
+    if let Some(why) = refusal(&request, ex.rules) {
+        outcome.refused = Some(why.clone());
+        answer(client, 403, "Forbidden", &why, outcome).await;
+        return Ok(());
+    }
+    let added = ex.credential.as_ref().map(|a| (a.header, a.value.as_str()));
+    let mut sent = http1::request_upstream(&request, added);
+    if added.is_none() && !ex.secrets.is_empty() {
+        // Nothing added, but the host holds secrets that could come back:
+        // the answer must still be readable to be checked.
+        sent = ask_identity(&sent);
+    }
+    outcome.credential = ex.credential.as_ref().map(|a| a.name.to_string());
+    write(upstream, &sent, "the origin").await?;
+    outcome.up += send_body(client, upstream, request.body, early, ex.idle).await?;
+    let (head_bytes, early) = read_head(upstream, ex.idle, "the origin").await?;
+    let response = http1::parse_response(&head_bytes, &request.method)?;
+    if !ex.secrets.is_empty() {
+        http1::require_identity(&response)?;
+    }
+    let mut scrubber = Scrubber::new(ex.secrets.iter().map(Vec::as_slice));
+    let head = http1::response_downstream(&response, &mut |value| scrubber.whole(value));
+    outcome.status = Some(response.status);
+    write(client, &head, "the client").await?;
+    let moved = answer_body(
+        upstream,
+        client,
+        response.body,
+        early,
+        &mut scrubber,
+        ex.idle,
+    )
+    .await;
+    outcome.masked = scrubber.masked;
+    outcome.down += moved?;
+    Ok(())
+}
+
+/// The rules' verdict on a request: None lets it through.
+fn refusal(request: &http1::RequestHead, rules: Option<&[Rule]>) -> Option<String> {
+    let rules = rules?;
+    let segments = match request_rules::request_path(&request.target) {
+        Ok(segments) => segments,
+        Err(e) => return Some(e.to_string()),
+    };
+    match rules.iter().any(|r| r.allows(&request.method, &segments)) {
+        true => None,
+        false => {
+            let written: Vec<&str> = rules.iter().map(|r| r.written.as_str()).collect();
+            Some(format!(
+                "{} {} is not allowed by the host's rules ({})",
+                request.method,
+                request.target.split('?').next().unwrap_or(""),
+                written.join("; ")
+            ))
+        }
+    }
+}
+
+/// The head with `Accept-Encoding: identity` in place of the client's.
+fn ask_identity(head: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(head);
+    let mut out = String::with_capacity(text.len() + 32);
+    for line in text.split_inclusive("\r\n") {
+        let name = line.split(':').next().unwrap_or("");
+        if name.eq_ignore_ascii_case("accept-encoding") {
+            continue;
+        }
+        if line == "Connection: close\r\n" {
+            out.push_str("Accept-Encoding: identity\r\n");
+        }
+        out.push_str(line);
+    }
+    out.into_bytes()
+}
+
+/// warden's own answer (a refusal), closing the exchange.
+async fn answer<C: AsyncWrite + Unpin>(
+    client: &mut C,
+    status: u16,
+    reason: &str,
+    why: &str,
+    outcome: &mut Outcome,
+) {
+    let body = format!("warden: {why}\n");
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = client.write_all(head.as_bytes()).await;
+    let _ = client.write_all(body.as_bytes()).await;
+    outcome.status = Some(status);
+}
+
+/// Reads up to a whole head: (the head, what came after it).
+async fn read_head<R: AsyncRead + Unpin>(
+    from: &mut R,
+    idle: Duration,
+    side: &'static str,
+) -> Result<(Vec<u8>, Vec<u8>), Stop> {
+    let mut bytes = Vec::with_capacity(2048);
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = read(from, &mut chunk, idle, side).await?;
+        if n == 0 {
+            return Err(match (bytes.is_empty(), side) {
+                (true, "the client") => Stop::Quiet,
+                _ => Stop::Cut(side),
+            });
+        }
+        let from_at = bytes.len().saturating_sub(3);
+        bytes.extend_from_slice(&chunk[..n]);
+        if let Some(end) = http1::head_end(&bytes[from_at..]).map(|e| from_at + e) {
+            if end > http1::MAX_HEAD {
+                return Err(HeadError::TooLarge.into());
+            }
+            let rest = bytes.split_off(end);
+            return Ok((bytes, rest));
+        }
+        if bytes.len() > http1::MAX_HEAD {
+            return Err(HeadError::TooLarge.into());
+        }
+    }
+}
+
+async fn read<R: AsyncRead + Unpin>(
+    from: &mut R,
+    buf: &mut [u8],
+    idle: Duration,
+    side: &'static str,
+) -> Result<usize, Stop> {
+    match tokio::time::timeout(idle, from.read(buf)).await {
+        Ok(Ok(n)) => Ok(n),
+        Ok(Err(error)) => Err(Stop::Io { side, error }),
+        Err(_) => Err(Stop::Idle(side)),
+    }
+}
+
+async fn write<W: AsyncWrite + Unpin>(
+    to: &mut W,
+    bytes: &[u8],
+    side: &'static str,
+) -> Result<(), Stop> {
+    to.write_all(bytes)
+        .await
+        .map_err(|error| Stop::Io { side, error })
+}
+
+/// The request's body, exactly as framed: nothing after its end is sent.
+async fn send_body<C, U>(
+    client: &mut C,
+    upstream: &mut U,
+    body: Body,
+    early: Vec<u8>,
+    idle: Duration,
+) -> Result<u64, Stop>
+where
+    C: AsyncRead + Unpin,
+    U: AsyncWrite + Unpin,
+{
+    let mut chunked = Chunked::default();
+    let mut left = match body {
+        Body::None | Body::Close => return Ok(0),
+        Body::Length(n) => n,
+        Body::Chunked => u64::MAX,
+    };
+    let mut sent = 0u64;
+    let mut piece = early;
+    let mut buf = vec![0u8; BUFFER];
+    loop {
+        let take = match body {
+            Body::Chunked => chunked.feed(&piece)?.1,
+            _ => piece.len().min(left as usize),
+        };
+        write(upstream, &piece[..take], "the origin").await?;
+        sent += take as u64;
+        left -= take as u64;
+        if left == 0 || chunked.done {
+            return Ok(sent);
+        }
+        let n = read(client, &mut buf, idle, "the client").await?;
+        if n == 0 {
+            return Err(Stop::Cut("the client"));
+        }
+        piece = buf[..n].to_vec();
+    }
+}
+
+/// The answer's body, masked, sent to the client as it comes; a chunked
+/// one decoded (the client reads it until the close).
+async fn answer_body<U, C>(
+    upstream: &mut U,
+    client: &mut C,
+    body: Body,
+    early: Vec<u8>,
+    scrubber: &mut Scrubber,
+    idle: Duration,
+) -> Result<u64, Stop>
+where
+    U: AsyncRead + Unpin,
+    C: AsyncWrite + Unpin,
+{
+    let mut chunked = Chunked::default();
+    let mut left = match body {
+        Body::None => return Ok(0),
+        Body::Length(n) => n,
+        Body::Chunked | Body::Close => u64::MAX,
+    };
+    let mut moved = 0u64;
+    let mut piece = early;
+    let mut buf = vec![0u8; BUFFER];
+    loop {
+        let payload = match body {
+            Body::Chunked => chunked.feed(&piece)?.0,
+            _ => piece[..piece.len().min(left as usize)].to_vec(),
+        };
+        if body != Body::Chunked {
+            left -= payload.len() as u64;
+        }
+        let out = scrubber.push(&payload);
+        write(client, &out, "the client").await?;
+        moved += out.len() as u64;
+        if left == 0 || chunked.done {
+            break;
+        }
+        let n = read(upstream, &mut buf, idle, "the origin").await?;
+        if n == 0 {
+            match body {
+                Body::Close => break,
+                _ => return Err(Stop::Cut("the origin")),
+            }
+        }
+        piece = buf[..n].to_vec();
+    }
+    let rest = scrubber.finish();
+    write(client, &rest, "the client").await?;
+    Ok(moved + rest.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::opened::request_rules::RuleText;
+    use tokio::io::duplex;
+
+    const SECRET: &str = "tok_0123456789abcdef";
+
+    /// Runs one exchange between a scripted client and a scripted origin:
+    /// (what the client got, what the origin got, the outcome).
+    async fn run(
+        request: &str,
+        origin_answer: &'static str,
+        ex: Exchange<'_>,
+    ) -> (String, String, Outcome) {
+        let (mut client, mut warden_client) = duplex(1 << 20);
+        let (mut warden_up, mut origin) = duplex(1 << 20);
+        client.write_all(request.as_bytes()).await.unwrap();
+        let origin_task = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            // The origin answers once it has the head (and any short body).
+            loop {
+                let n = origin.read(&mut buf).await.unwrap();
+                got.extend_from_slice(&buf[..n]);
+                if n == 0 || got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            while let Ok(Ok(n)) =
+                tokio::time::timeout(Duration::from_millis(20), origin.read(&mut buf)).await
+            {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            // warden may have gone without asking anything (a refusal).
+            let _ = origin.write_all(origin_answer.as_bytes()).await;
+            let _ = origin.shutdown().await;
+            String::from_utf8_lossy(&got).to_string()
+        });
+        let outcome = carry(&mut warden_client, &mut warden_up, &ex).await;
+        drop(warden_client);
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        drop(warden_up);
+        let origin_got = origin_task.await.unwrap();
+        (
+            String::from_utf8_lossy(&got).to_string(),
+            origin_got,
+            outcome,
+        )
+    }
+
+    fn exchange<'a>(rules: Option<&'a [Rule]>, secrets: &'a [Vec<u8>], add: bool) -> Exchange<'a> {
+        Exchange {
+            host: "api.example.com",
+            rules,
+            credential: add.then(|| Added {
+                name: "API_TOKEN",
+                header: "Authorization",
+                value: format!("Bearer {SECRET}"),
+            }),
+            secrets,
+            idle: Duration::from_secs(5),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_credential_goes_up_and_its_echo_comes_back_masked() {
+        let secrets = vec![SECRET.as_bytes().to_vec()];
+        let echo: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 200 OK\r\nX-Echo: Bearer {SECRET}\r\nTransfer-Encoding: chunked\r\n\r\n7\r\nBearer \r\n14\r\n{SECRET}\r\n0\r\n\r\n"
+            )
+            .into_boxed_str(),
+        );
+        let (got, origin_got, outcome) = run(
+            "GET /user?x=1 HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer placeholder\r\n\r\n",
+            echo,
+            exchange(None, &secrets, true),
+        )
+        .await;
+        assert!(
+            origin_got.contains(&format!("Authorization: Bearer {SECRET}\r\n")),
+            "{origin_got}"
+        );
+        assert!(!origin_got.contains("placeholder"));
+        assert!(origin_got.contains("Accept-Encoding: identity\r\n"));
+        assert!(!got.contains(SECRET), "the secret came back: {got}");
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+        assert!(
+            got.ends_with(&format!("\r\n\r\nBearer {}", "*".repeat(SECRET.len()))),
+            "{got}"
+        );
+        assert_eq!(outcome.status, Some(200));
+        assert_eq!(outcome.path, "/user");
+        assert_eq!(outcome.credential.as_deref(), Some("API_TOKEN"));
+        assert_eq!(outcome.masked, 2);
+    }
+
+    #[tokio::test]
+    async fn a_request_the_rules_refuse_never_reaches_the_origin() {
+        let rules = [
+            Rule::parse(&RuleText {
+                method: Some(vec!["GET".into(), "HEAD".into()]),
+                path: None,
+            })
+            .unwrap(),
+            Rule::parse(&RuleText {
+                method: Some(vec!["POST".into()]),
+                path: Some("/*/*.git/git-upload-pack".into()),
+            })
+            .unwrap(),
+        ];
+        let (got, origin_got, outcome) = run(
+            "POST /o/r.git/git-receive-pack HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 4\r\n\r\nPACK",
+            "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            exchange(Some(&rules), &[], false),
+        )
+        .await;
+        assert!(got.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{got}");
+        assert!(
+            got.contains("git-receive-pack is not allowed by the host's rules"),
+            "{got}"
+        );
+        assert_eq!(origin_got, "", "the origin saw nothing");
+        assert_eq!(outcome.status, Some(403));
+        let (got, origin_got, _) = run(
+            "POST /o/r.git/git-upload-pack HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 4\r\n\r\nPACK",
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            exchange(Some(&rules), &[], false),
+        )
+        .await;
+        assert!(got.ends_with("\r\n\r\nok"), "{got}");
+        assert!(origin_got.ends_with("\r\n\r\nPACK"), "{origin_got}");
+    }
+
+    #[tokio::test]
+    async fn nothing_after_the_body_reaches_the_origin() {
+        let smuggled = "POST /a HTTP/1.1\r\nHost: api.example.com\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nPOST /b/git-receive-pack HTTP/1.1\r\nHost: api.example.com\r\n\r\n";
+        let (_, origin_got, outcome) = run(
+            smuggled,
+            "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            exchange(None, &[], false),
+        )
+        .await;
+        assert!(
+            origin_got.ends_with("3\r\nabc\r\n0\r\n\r\n"),
+            "{origin_got}"
+        );
+        assert!(!origin_got.contains("/b/"), "{origin_got}");
+        assert_eq!(outcome.up, "3\r\nabc\r\n0\r\n\r\n".len() as u64);
+    }
+
+    #[tokio::test]
+    async fn a_compressed_answer_to_a_host_with_secrets_is_not_carried() {
+        let secrets = vec![SECRET.as_bytes().to_vec()];
+        let (got, _, outcome) = run(
+            "GET / HTTP/1.1\r\nHost: api.example.com\r\nAccept-Encoding: gzip\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nxyz",
+            exchange(None, &secrets, false),
+        )
+        .await;
+        assert!(got.starts_with("HTTP/1.1 502 Bad Gateway\r\n"), "{got}");
+        assert_eq!(outcome.credential, None);
+    }
+
+    #[tokio::test]
+    async fn a_host_header_for_another_name_is_refused() {
+        let (got, origin_got, _) = run(
+            "GET / HTTP/1.1\r\nHost: evil.example.net\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            exchange(None, &[], true),
+        )
+        .await;
+        assert!(got.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{got}");
+        assert!(
+            got.contains("is not \\\"api.example.com\\\"")
+                || got.contains("is not \"api.example.com\""),
+            "{got}"
+        );
+        assert_eq!(origin_got, "");
+    }
+}
