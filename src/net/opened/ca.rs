@@ -72,6 +72,11 @@ impl MachineCa {
         &self.pem
     }
 
+    /// The authority's certificate, DER.
+    pub fn der(&self) -> &[u8] {
+        self.der.as_ref()
+    }
+
     /// The SHA-256 of the authority's certificate, as `AB:CD:...`.
     pub fn fingerprint(&self) -> String {
         let digest = Sha256::digest(&self.der);

@@ -15,3 +15,4 @@ pub mod exchange;
 pub mod http1;
 pub mod request_rules;
 pub mod scrub;
+pub mod tls;
