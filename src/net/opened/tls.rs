@@ -276,7 +276,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let own = dir.path().join("own.pem");
         std::fs::write(&own, machine_ca.pem()).unwrap();
-        let upstreams = Upstreams::new(&[own.clone()], &machine_ca).unwrap();
+        let upstreams = Upstreams::new(std::slice::from_ref(&own), &machine_ca).unwrap();
         assert!(!upstreams.from.contains(&own), "{:?}", upstreams.from);
     }
 }
