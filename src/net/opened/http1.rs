@@ -326,6 +326,9 @@ impl Chunked {
                 self.line.extend_from_slice(&rest[..nl]);
                 *at += nl + 1;
                 let mut line = std::mem::take(&mut self.line);
+                if line.len() > MAX_LINE {
+                    return Err(ChunkError("a line over 4 KiB"));
+                }
                 if line.pop() != Some(b'\r') {
                     return Err(ChunkError("a line must end with CRLF"));
                 }
@@ -535,6 +538,11 @@ mod tests {
             b"1234567890abcdef0\r\n",
             b"-1\r\n",
         ];
+        let long = [b"1;".as_slice(), &[b'x'; 5000], b"\r\n"].concat();
+        let mut whole = Chunked::default();
+        assert!(whole.feed(&long).is_err(), "a long line whole");
+        let mut cut = Chunked::default();
+        assert!(cut.feed(&long[..4500]).is_err(), "a long line cut");
         for body in cases {
             let mut c = Chunked::default();
             assert!(c.feed(body).is_err(), "{:?}", String::from_utf8_lossy(body));
