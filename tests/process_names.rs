@@ -1,7 +1,7 @@
 //! A process of shell's named in bytes that are not UTF-8 (the kernel
 //! writes its name as it is in `/proc/PID/status`): it still ends with
 //! its command, is counted by `status`, ends with `stop_shell`, and names
-//! its command to the egress proxy. Each run as shell through warden's
+//! its command to the egress proxy and to the connect gate. Each run as shell through warden's
 //! API on a real warden; the process is looked for from the host's side.
 
 mod common;
@@ -159,4 +159,78 @@ fn a_connection_from_a_process_whose_name_is_not_utf8_names_its_command() {
     assert_eq!(line["allowed"], false, "{line}");
     assert_eq!(line["origin"]["command"], command, "{line}");
     assert!(line["origin"]["argv_sha256"].is_string(), "{line}");
+}
+
+/// Under the connect gate (warden without CAP_NET_ADMIN), a direct
+/// connect from a process named "\377" is refused, and its line names the
+/// command (read from the caller's status while it waits).
+#[test]
+fn a_refused_connect_from_a_process_whose_name_is_not_utf8_names_its_command() {
+    if !privileged("a_refused_connect_from_a_process_whose_name_is_not_utf8_names_its_command") {
+        return;
+    }
+    // A namespace of the test's own with loopback up (warden without
+    // CAP_NET_ADMIN cannot bring it up, and its proxy listens there).
+    let ns = Netns::new();
+    let m = Machine::boot(Options {
+        drop_caps: vec!["net_admin".into()],
+        netns: Some(ns.0.clone()),
+        ..Default::default()
+    });
+    let status = m.client().status().unwrap();
+    let fw = common::layer(&status, "firewall");
+    assert!(fw.detail.contains("connect gate"), "{fw:?}");
+    let o = m
+        .client()
+        .run(sh(
+            r#"n=$(printf '\377'); cp "$(command -v bash)" "$HOME/$n"; "$HOME/$n" -c '
+            exec 3<>/dev/tcp/192.0.2.7/80 && echo connected'; echo done"#,
+        ))
+        .unwrap();
+    assert!(!printed(&o).contains("connected"), "{}", printed(&o));
+    let command = m.audit_kinds("command_start").last().unwrap()["command"].clone();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let lines = m.audit_kinds("connect_refused");
+        if let Some(l) = lines.into_iter().find(|l| l["address"] == "192.0.2.7:80") {
+            break l;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no connect_refused line for 192.0.2.7:80"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(line["command"], command, "{line}");
+    assert!(line["argv_sha256"].is_string(), "{line}");
+}
+
+/// A network namespace with only loopback, up; deleted when dropped.
+/// (Named as the internet's are, so that one left by a killed test is
+/// deleted by the next.)
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Netns {
+        let name = format!("wdn-m-{:x}-names", std::process::id());
+        let ip = |args: &[&str]| {
+            let ok = std::process::Command::new("ip")
+                .args(args)
+                .status()
+                .unwrap();
+            assert!(ok.success(), "ip {args:?}");
+        };
+        ip(&["netns", "add", &name]);
+        let ns = Netns(name);
+        ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .status();
+    }
 }
