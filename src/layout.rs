@@ -62,7 +62,9 @@ impl Paths {
     /// As `new`, with `routines_lent` read from this process's mounts.
     pub fn of_machine(runtime: &Account, shell: &Account, audit_dir: PathBuf) -> Paths {
         let mut paths = Paths::new(runtime, shell, audit_dir);
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        // As bytes: a mount's path that is not UTF-8 must not hide the rest.
+        let mounts = std::fs::read("/proc/self/mountinfo").unwrap_or_default();
+        let mounts = String::from_utf8_lossy(&mounts);
         paths.routines_lent = mount_points(&mounts).contains(&paths.routines);
         paths
     }

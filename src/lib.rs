@@ -25,6 +25,7 @@ pub mod network;
 pub mod oom;
 pub mod output;
 pub mod printable;
+pub mod proc_status;
 pub mod protocol;
 pub mod pty;
 pub mod reaper;

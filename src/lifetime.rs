@@ -9,10 +9,10 @@
 //! taken, they are listed in `status` and end with `stop_shell` or the
 //! machine.
 
+use crate::proc_status::{self, Status};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use std::collections::HashSet;
-use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -62,41 +62,29 @@ impl Tags {
     }
 }
 
-/// Pure: the supplementary groups a `/proc/PID/status` text lists.
-pub fn groups(status: &str) -> impl Iterator<Item = u32> + '_ {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|g| g.parse().ok())
-}
-
-/// Pure: whether a `/proc/PID/status` text lists `tag` among its groups.
-pub fn carries(status: &str, tag: u32) -> bool {
-    groups(status).any(|g| g == tag)
+/// Pure: whether a process whose status is `status`, under `owner` (its
+/// /proc entry's), is one of `uid`'s carrying `tag`. What cannot be read is
+/// taken the hostile way: an unknown uid is the entry's owner's, and a
+/// process of `uid` whose groups are unknown carries every tag.
+pub fn carries(status: &Status, owner: Option<u32>, uid: u32, tag: u32) -> bool {
+    let theirs = status.uid.map_or(owner == Some(uid), |u| u == uid);
+    theirs && status.groups.as_ref().is_none_or(|g| g.contains(&tag))
 }
 
 /// The processes of `uid` that carry `tag` now.
 pub fn carriers(uid: u32, tag: u32) -> Vec<Pid> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .parse::<i32>()
-                .ok()
-                .map(|pid| (pid, e.path()))
+    proc_status::pids()
+        .into_iter()
+        .filter(|pid| {
+            // The owner first (one stat), the status only for uid's.
+            let owner = proc_status::owner(*pid);
+            if owner != Some(uid) {
+                return false;
+            }
+            let status = proc_status::read(*pid).map(|b| proc_status::parse(&b));
+            carries(&status.unwrap_or_default(), owner, uid, tag)
         })
-        // The owner first (one stat), the groups only for shell's.
-        .filter(|(_, path)| std::fs::metadata(path).is_ok_and(|m| m.uid() == uid))
-        .filter(|(_, path)| {
-            std::fs::read_to_string(path.join("status")).is_ok_and(|s| carries(&s, tag))
-        })
-        .map(|(pid, _)| Pid::from_raw(pid))
+        .map(Pid::from_raw)
         .collect()
 }
 
@@ -129,19 +117,32 @@ mod tests {
 
     #[test]
     fn carries_table() {
+        let status = |uid: Option<u32>, groups: Option<Vec<u32>>| Status {
+            uid,
+            zombie: Some(false),
+            groups,
+        };
+        let tagged = Some(vec![2001, 60007]);
+        // (status, owner of its /proc entry, tag, carries)
         let cases = [
+            (status(Some(2001), tagged.clone()), Some(2001), 60007, true),
+            (status(Some(2001), tagged.clone()), Some(2001), 60000, false),
             (
-                "Name:\tsleep\nGroups:\t2001 60007 \nNgid:\t0\n",
+                status(Some(2001), Some(vec![600070])),
+                Some(2001),
                 60007,
-                true,
+                false,
             ),
-            ("Groups:\t2001 60007\n", 60000, false),
-            ("Groups:\t2001 600070\n", 60007, false),
-            ("Groups:\t\n", 60007, false),
-            ("Name:\tx\n", 60007, false),
+            (status(Some(2001), Some(vec![])), Some(2001), 60007, false),
+            (status(Some(2000), tagged.clone()), Some(2000), 60007, false),
+            // Unknown groups: a carrier; unknown uid: the owner's.
+            (status(Some(2001), None), Some(2001), 60007, true),
+            (status(None, None), Some(2001), 60007, true),
+            (status(None, None), Some(0), 60007, false),
+            (status(None, tagged.clone()), None, 60007, false),
         ];
-        for (status, tag, want) in cases {
-            assert_eq!(carries(status, tag), want, "{status:?} {tag}");
+        for (s, owner, tag, want) in cases {
+            assert_eq!(carries(&s, owner, 2001, tag), want, "{s:?} {owner:?} {tag}");
         }
     }
 

@@ -4,6 +4,7 @@
 //! them, hidepid or not); signalled by a child that becomes `shell` and
 //! sends `kill(-1)`, so only shell's processes can ever be hit.
 
+use crate::proc_status::{self, Status};
 use crate::protocol::ShellProcess;
 use crate::reaper::Reaper;
 use nix::sys::signal::Signal;
@@ -13,44 +14,32 @@ pub const LISTED: usize = 64;
 /// Rounds of `stop`: a process forked while a round ran is found next.
 const ROUNDS: usize = 20;
 
-/// Pure: the real uid on a /proc/PID/status text's `Uid:` line.
-pub fn uid_in_status(status: &str) -> Option<u32> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// Pure: whether a /proc/PID/status text is a zombie's (dead, waiting to
-/// be reaped: nothing left to stop or to use anything).
-pub fn is_zombie(status: &str) -> bool {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("State:"))
-        .is_some_and(|s| s.trim_start().starts_with('Z'))
-}
-
-/// The real uid of a live process (None for a zombie or one gone).
-fn uid_of(pid: i32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    match is_zombie(&status) {
-        true => None,
-        false => uid_in_status(&status),
-    }
+/// Pure: whether a process whose status is `status`, under `owner` (its
+/// /proc entry's), is a live one of `uid`'s. An unknown uid is the
+/// entry's owner's; only a known zombie is dead.
+pub fn is_live_of(status: &Status, owner: Option<u32>, uid: u32) -> bool {
+    status.zombie != Some(true) && status.uid.map_or(owner == Some(uid), |u| u == uid)
 }
 
 /// The pids of every live process whose real uid is `uid`.
 pub fn pids_of(uid: u32) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut pids: Vec<i32> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .filter(|pid| uid_of(*pid) == Some(uid))
+    let mut pids: Vec<i32> = proc_status::pids()
+        .into_iter()
+        .filter(|pid| {
+            let status = proc_status::read(*pid).map(|b| proc_status::parse(&b));
+            match status {
+                Ok(status) => {
+                    // The entry's owner is asked only when the uid is unknown.
+                    let owner = match status.uid {
+                        Some(_) => None,
+                        None => proc_status::owner(*pid),
+                    };
+                    is_live_of(&status, owner, uid)
+                }
+                // Unreadable but there: its entry's owner says whose.
+                Err(_) => proc_status::owner(*pid) == Some(uid),
+            }
+        })
         .collect();
     pids.sort_unstable();
     pids
@@ -65,7 +54,9 @@ pub fn census(uid: u32) -> (Vec<ShellProcess>, usize) {
         .into_iter()
         .take(LISTED)
         .map(|pid| {
-            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            // A name is any bytes: shown, not lost.
+            let name = std::fs::read(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let name = String::from_utf8_lossy(&name);
             ShellProcess {
                 pid,
                 name: crate::printable::escape_controls(name.trim_end()),
@@ -83,8 +74,10 @@ pub fn census(uid: u32) -> (Vec<ShellProcess>, usize) {
 /// left.
 pub fn stop(reaper: &Reaper, uid: u32, gid: u32, signal: Signal) -> (usize, usize) {
     let before = pids_of(uid).len();
-    for _ in 0..ROUNDS {
-        if pids_of(uid).is_empty() {
+    for round in 0..ROUNDS {
+        // The first round is always sent: what /proc did not show is
+        // still shell's, and kill(-1) finds it.
+        if round > 0 && pids_of(uid).is_empty() {
             break;
         }
         if !kill_all_as(reaper, uid, gid, signal) {
@@ -135,18 +128,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn uid_table() {
+    fn live_table() {
+        let status = |uid: Option<u32>, zombie: Option<bool>| Status {
+            uid,
+            zombie,
+            groups: None,
+        };
+        // (status, owner of its /proc entry, live and shell's)
         let cases = [
-            ("Name:\tsh\nUid:\t2001\t2001\t2001\t2001\n", Some(2001)),
-            ("Uid:\t0\t1000\t0\t0\n", Some(0)),
-            ("Name:\tsh\n", None),
-            ("Uid:\tx\n", None),
+            (status(Some(2001), Some(false)), Some(2001), true),
+            (status(Some(2001), Some(true)), Some(2001), false),
+            (status(Some(2000), Some(false)), Some(2000), false),
+            (status(Some(0), Some(false)), Some(2001), false),
+            (status(Some(2001), None), Some(2001), true),
+            (status(None, None), Some(2001), true),
+            (status(None, None), Some(0), false),
+            (status(None, None), None, false),
         ];
-        for (text, want) in cases {
-            assert_eq!(uid_in_status(text), want, "{text:?}");
+        for (s, owner, want) in cases {
+            assert_eq!(is_live_of(&s, owner, 2001), want, "{s:?} {owner:?}");
         }
-        assert!(is_zombie("Name:\tsh\nState:\tZ (zombie)\n"));
-        assert!(!is_zombie("Name:\tsh\nState:\tS (sleeping)\n"));
-        assert!(!is_zombie("Name:\tsh\n"));
     }
 }

@@ -157,6 +157,46 @@ pub fn groups_of(name: &str, primary: u32, groups: &[GroupEntry]) -> Vec<u32> {
     out
 }
 
+/// Pure: whether shell is kept out of the runtime's groups, and no group
+/// is a command's tag; else why not, in one line. shell in a group of the
+/// runtime's (its primary group, or one that lists it) would open what
+/// that group may reach (the API socket, the audit log); a named group in
+/// the tags' range would be every command's that gets that tag.
+pub fn apart(
+    runtime: &UserSpec,
+    shell: &UserSpec,
+    groups: &[GroupEntry],
+    tags: std::ops::Range<u32>,
+) -> Result<(), String> {
+    let name = |gid: u32| {
+        groups
+            .iter()
+            .find(|g| g.gid == gid)
+            .map_or_else(|| gid.to_string(), |g| format!("{} ({gid})", g.name))
+    };
+    if let Some(g) = groups.iter().find(|g| tags.contains(&g.gid)) {
+        return Err(format!(
+            "/etc/group names {} inside the command tags' range {}-{}: every command given that tag would be in it",
+            name(g.gid),
+            tags.start,
+            tags.end - 1
+        ));
+    }
+    let theirs = groups_of(&runtime.name, runtime.gid, groups);
+    let shared = groups_of(&shell.name, shell.gid, groups)
+        .into_iter()
+        .find(|gid| theirs.contains(gid));
+    match shared {
+        Some(gid) => Err(format!(
+            "{} is in group {}, which {} is in too: commands would reach what that group may (the API socket, the audit log)",
+            shell.name,
+            name(gid),
+            runtime.name
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Makes sure both users exist in `etc` (normally `/etc`), appending what is
 /// missing. Appends, never rewrites: a line already there is never lost, and
 /// the files may be bind mounts.
@@ -173,6 +213,15 @@ pub fn ensure(etc: &Path, specs: [&UserSpec; 2]) -> Result<[Account; 2], UsersEr
         .into_iter()
         .collect::<Result<Vec<Plan>, String>>()
         .map_err(UsersError::Conflict)?;
+    // The groups as they will be, checked before anything is written.
+    let mut after = groups;
+    after.extend(
+        plans
+            .iter()
+            .flat_map(|p| parse_group(p.group_line.as_deref().unwrap_or(""))),
+    );
+    let [runtime, shell] = specs;
+    apart(runtime, shell, &after, crate::lifetime::TAGS).map_err(UsersError::Conflict)?;
     for (spec, plan) in specs.iter().zip(plans) {
         if let Some(line) = &plan.group_line {
             append(&group_path, line)?;
@@ -321,6 +370,78 @@ mod tests {
                 (got, want) => panic!("{s:?}: got {got:?}, want {want:?}"),
             }
         }
+    }
+
+    #[test]
+    fn apart_table() {
+        let (r, s) = (spec("runtime", 2000, 2000), spec("shell", 2001, 2001));
+        let base = "root:x:0:\nruntime:x:2000:\nshell:x:2001:\n";
+        // (lines added to /etc/group, Ok or Err(substring))
+        let cases: [(&str, Result<(), &str>); 8] = [
+            ("", Ok(())),
+            ("users:x:100:\nnogroup:x:65534:\n", Ok(())),
+            ("other:x:3000:shell\n", Ok(())),
+            ("other:x:3000:runtime\n", Ok(())),
+            (
+                "run2:x:2000:shell\n",
+                Err("shell is in group runtime (2000), which runtime"),
+            ),
+            (
+                "both:x:3000:runtime,shell\n",
+                Err("shell is in group both (3000)"),
+            ),
+            (
+                "sh2:x:2001:runtime\n",
+                Err("shell is in group shell (2001)"),
+            ),
+            (
+                "tagged:x:60005:\n",
+                Err("names tagged (60005) inside the command tags' range 60000-63999"),
+            ),
+        ];
+        for (extra, want) in cases {
+            let groups = parse_group(&format!("{base}{extra}"));
+            let got = apart(&r, &s, &groups, 60_000..64_000);
+            match (got, want) {
+                (Ok(()), Ok(())) => {}
+                (Err(e), Err(w)) => {
+                    assert!(e.contains(w), "{extra:?}: {e}");
+                    assert!(!e.contains('\n'), "one line: {e}");
+                }
+                (got, want) => panic!("{extra:?}: got {got:?}, want {want:?}"),
+            }
+        }
+        // The tags' edges.
+        for (gid, refused) in [
+            (59_999, false),
+            (60_000, true),
+            (63_999, true),
+            (64_000, false),
+        ] {
+            let groups = parse_group(&format!("{base}g:x:{gid}:\n"));
+            assert_eq!(
+                apart(&r, &s, &groups, 60_000..64_000).is_err(),
+                refused,
+                "{gid}"
+            );
+        }
+    }
+
+    #[test]
+    fn ensure_refuses_shell_in_the_runtimes_group_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let etc = dir.path();
+        std::fs::write(etc.join("passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
+        let group = "root:x:0:\nruntime:x:2000:shell\n";
+        std::fs::write(etc.join("group"), group).unwrap();
+        let (r, s) = (spec("runtime", 2000, 2000), spec("shell", 2001, 2001));
+        let e = ensure(etc, [&r, &s]).unwrap_err().to_string();
+        assert!(e.contains("shell is in group runtime (2000)"), "{e}");
+        assert_eq!(std::fs::read_to_string(etc.join("group")).unwrap(), group);
+        assert_eq!(
+            std::fs::read_to_string(etc.join("passwd")).unwrap(),
+            "root:x:0:0::/root:/bin/sh\n"
+        );
     }
 
     #[test]

@@ -401,9 +401,11 @@ pub fn power_off(status: i32) -> ! {
 /// Unmounts every file system but the kernel's own, deepest first, and
 /// leaves the root read-only, so nothing is lost at power-off.
 fn unmount_all() {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+    // As bytes: one path that is not UTF-8 must not leave every mount.
+    let Ok(bytes) = std::fs::read("/proc/self/mountinfo") else {
         return;
     };
+    let text = String::from_utf8_lossy(&bytes);
     let targets: Vec<String> = text
         .lines()
         .filter_map(|l| l.split(' ').nth(4))

@@ -183,3 +183,39 @@ fn a_broken_config_is_refused_naming_the_file_and_field() {
         );
     }
 }
+
+/// A foreign image's /etc/group that puts shell in a group of the
+/// runtime's (which opens the API socket's 0660 and the audit log's group
+/// read), or that names a group in the command tags' range, is refused
+/// with one line, and nothing is appended.
+#[test]
+fn an_image_whose_groups_join_shell_to_the_runtime_is_refused() {
+    if !privileged("an_image_whose_groups_join_shell_to_the_runtime_is_refused") {
+        return;
+    }
+    let cases = [
+        (
+            format!("runtime:x:{RUNTIME_UID}:shell\n"),
+            format!("users: shell is in group runtime ({RUNTIME_UID}), which runtime is in too"),
+        ),
+        (
+            "agents:x:3000:runtime,shell\n".to_string(),
+            "users: shell is in group agents (3000), which runtime is in too".to_string(),
+        ),
+        (
+            "tagged:x:60005:\n".to_string(),
+            "users: /etc/group names tagged (60005) inside the command tags' range 60000-63999"
+                .to_string(),
+        ),
+    ];
+    for (extra, want) in cases {
+        let dir = Machine::folder("");
+        let group = dir.path().join("etc/group");
+        let text = std::fs::read_to_string(&group).unwrap() + &extra;
+        std::fs::write(&group, &text).unwrap();
+        let (line, dir) = refused(dir, Options::default());
+        assert!(line.contains(&want), "{line}");
+        let after = std::fs::read_to_string(dir.path().join("etc/group")).unwrap();
+        assert_eq!(after, text, "a refusal changes nothing");
+    }
+}

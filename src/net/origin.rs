@@ -33,7 +33,8 @@ pub fn uid_of(local: SocketAddr, remote: SocketAddr) -> Option<u32> {
 
 /// A process (or thread) known to hold the connection, with its tag.
 pub fn holder_of_thread(pid: i32, tags: std::ops::Range<u32>) -> Holder {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    // As bytes: a name that is not UTF-8 must not hide the command.
+    let status = crate::proc_status::read(pid).unwrap_or_default();
     Holder {
         pid,
         tag: tag_of(&status, tags),
@@ -130,9 +131,13 @@ fn ask_kernel(request: &[u8]) -> Option<(u32, u64)> {
     diag_answer(&buf[..n])
 }
 
-/// Pure: the first group of a `/proc/PID/status` text inside `tags`.
-pub fn tag_of(status: &str, tags: std::ops::Range<u32>) -> Option<u32> {
-    crate::lifetime::groups(status).find(|g| tags.contains(g))
+/// Pure: the first group of a `/proc/PID/status` file's bytes inside
+/// `tags`.
+pub fn tag_of(status: &[u8], tags: std::ops::Range<u32>) -> Option<u32> {
+    crate::proc_status::parse(status)
+        .groups?
+        .into_iter()
+        .find(|g| tags.contains(g))
 }
 
 /// The process of `uid` holding the socket `inode` (the first found): only
@@ -195,12 +200,13 @@ mod tests {
 
     #[test]
     fn tags_table() {
-        let cases = [
-            ("Groups:\t2001 60007 \n", Some(60007)),
-            ("Groups:\t2001\n", None),
-            ("Groups:\t64000 2001\n", None),
-            ("Name:\tx\n", None),
-            ("Groups:\t60000 60001\n", Some(60000)),
+        let cases: [(&[u8], _); 6] = [
+            (b"Groups:\t2001 60007 \n", Some(60007)),
+            (b"Groups:\t2001\n", None),
+            (b"Groups:\t64000 2001\n", None),
+            (b"Name:\tx\n", None),
+            (b"Groups:\t60000 60001\n", Some(60000)),
+            (b"Name:\t\xff\nGroups:\t2001 60007\n", Some(60007)),
         ];
         for (status, want) in cases {
             assert_eq!(tag_of(status, 60_000..64_000), want, "{status:?}");

@@ -192,7 +192,7 @@ impl Supervisor {
     }
 
     /// The command (id, argv digest) whose tag a /proc status carries.
-    fn command_of(&self, status: &str) -> Named {
+    fn command_of(&self, status: &[u8]) -> Named {
         let tags = crate::lifetime::TAGS;
         let tag = crate::net::origin::tag_of(status, tags)?;
         self.command_digest_of_tag(tag)

@@ -130,8 +130,8 @@ impl Ledger {
 pub struct Refusal {
     pub tid: u32,
     /// The caller's /proc status, read before it was answered (its groups
-    /// name its command).
-    pub status: Option<String>,
+    /// name its command), as bytes: a name need not be UTF-8.
+    pub status: Option<Vec<u8>>,
     pub address: Option<SocketAddr>,
     pub reason: String,
 }
@@ -218,7 +218,7 @@ fn handle(
         // Told while the caller waits: once answered, it and its command
         // may be gone before they are named.
         if !ledger.is_probe_knock(address) {
-            let status = std::fs::read_to_string(format!("/proc/{}/status", n.tid)).ok();
+            let status = crate::proc_status::read(n.tid as i32).ok();
             on_refusal(Refusal {
                 tid: n.tid,
                 status,
