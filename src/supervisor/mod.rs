@@ -227,7 +227,10 @@ impl Supervisor {
         limits: &Limits,
         tag: u32,
     ) -> Result<(Launch, Option<CommandCgroup>), String> {
-        let env = self.shell_env(&run.env);
+        let mut env = self.shell_env(&run.env);
+        if run.pty.is_some() {
+            terminal_env(&mut env, &run.env);
+        }
         let path = env
             .iter()
             .find(|(k, _)| k == "PATH")
@@ -691,4 +694,22 @@ fn user_state(account: &Account) -> UserState {
 
 fn c_path(path: &Path) -> Result<CString, LaunchError> {
     Ok(CString::new(path.as_os_str().as_bytes())?)
+}
+
+/// A terminal's environment: HOME is `/`, a folder no command can write,
+/// unless the request names one. shell's home is shared and lasts; a
+/// `.bashrc`, `.profile` or `.inputrc` a command left there would otherwise
+/// run in the owner's interactive shell and see what is typed. warden
+/// cannot give `--norc` to a program the owner names, so it moves HOME.
+/// PYTHONSAFEPATH keeps an interactive `python3` from importing (say, its
+/// `readline`) from the working folder, which commands write.
+fn terminal_env(env: &mut Vec<(String, String)>, asked: &[(String, String)]) {
+    for (name, value) in [("HOME", "/"), ("PYTHONSAFEPATH", "1")] {
+        if asked.iter().any(|(k, _)| k == name) {
+            continue;
+        }
+        env.retain(|(k, _)| k != name);
+        env.push((name.into(), value.into()));
+    }
+    env.sort();
 }
