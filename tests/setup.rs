@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{privileged, sh, text, Machine, HOST_KEY};
+use common::{privileged, sh, text, Machine, Options, HOST_KEY};
+use std::os::unix::fs::PermissionsExt;
 use warden::client::{Client, ClientError};
 use warden::protocol::{ErrorCode, RunRequest};
 
@@ -100,4 +101,59 @@ fn a_setup_never_runs_what_shell_planted_in_the_workspace() {
     assert!(workspace.join("setup-ran").is_file(), "{output}");
     // Its folder is gone once it ended.
     assert!(!m.home.join("data/.setup").exists());
+}
+
+/// The runtime's PATH names a folder of the workspace (as an image's ENV
+/// might); shell puts a `python3` there. The setup (and the main process,
+/// which starts the same way) runs without that folder on its PATH, and
+/// warden says so.
+#[test]
+fn the_runtime_never_takes_a_program_from_a_path_folder_shell_writes() {
+    if !privileged("the_runtime_never_takes_a_program_from_a_path_folder_shell_writes") {
+        return;
+    }
+    let dir = Machine::folder("");
+    let key = dir.path().join("key");
+    std::fs::write(&key, format!("{HOST_KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let host = dir.path().join("host/api.sock");
+    std::fs::create_dir(dir.path().join("host")).unwrap();
+    let shells = dir.path().join("home/runtime/workspace/bin");
+    let path = format!("{}:/usr/bin:/bin", shells.display());
+    let m = Machine::start_in(
+        dir,
+        Options {
+            config: serde_json::json!({"host_socket": host, "key_file": key}),
+            env: vec![("PATH".into(), path)],
+            ..Default::default()
+        },
+    );
+    m.wait_ready();
+    let plant = "printf '#!/bin/sh\\necho planted-ran\\n' > python3 && chmod 755 python3";
+    let o = m
+        .client()
+        .run(RunRequest {
+            argv: Some(sh(plant)),
+            folder: Some("bin".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(o.exit.status, 0, "{}", text(&o.stderr));
+    assert!(shells.join("python3").is_file());
+
+    let mut owner = Client::connect_keyed(&host, Some(HOST_KEY), None).unwrap();
+    let (status, output) = owner
+        .run_setup("python3 -c 'print(\"the-real-one\")'\necho \"$PATH\"\n")
+        .unwrap();
+    assert_eq!(status, 0, "{output}");
+    assert!(!output.contains("planted-ran"), "{output}");
+    assert!(
+        output.starts_with("the-real-one\n/usr/bin:/bin"),
+        "{output}"
+    );
+    assert!(
+        m.log().contains("bin left out (shell writes there)"),
+        "{}",
+        m.log()
+    );
 }

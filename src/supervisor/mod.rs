@@ -455,6 +455,9 @@ impl Supervisor {
             env.extend(self.network.env.iter().cloned());
             env.insert("NODE_USE_ENV_PROXY".into(), "1".into());
         }
+        if let Some(path) = env.get_mut("PATH") {
+            *path = self.runtime_path(path);
+        }
         env.insert("HOME".into(), self.runtime.home.display().to_string());
         env.insert("USER".into(), self.runtime.name.clone());
         env.insert("LOGNAME".into(), self.runtime.name.clone());
@@ -483,6 +486,23 @@ impl Supervisor {
             Workdir::At(c_path(&self.runtime.home)?),
             confine,
         )
+    }
+
+    /// `path` without the folders shell writes (`layout::shell_writes`):
+    /// the runtime would run, keys in hand, what shell put there. Each one
+    /// left out is said.
+    fn runtime_path(&self, path: &str) -> String {
+        let kept: Vec<&str> = path
+            .split(':')
+            .filter(|dir| {
+                let theirs = layout::shell_writes(&self.paths, Path::new(dir));
+                if theirs {
+                    crate::say!("the runtime's PATH: {dir} left out (shell writes there)");
+                }
+                !theirs
+            })
+            .collect();
+        kept.join(":")
     }
 
     /// Adds an ended command's spending to the machine's.
