@@ -28,6 +28,52 @@ pub struct Spec {
     pub owner: String,
 }
 
+/// The folder, under the runtime's data, where the owner's setup runs.
+pub const SETUP_FOLDER: &str = ".setup";
+
+/// The sh script that runs the owner's setup (read on stdin) in `$1`: a
+/// folder made fresh (0700, the runtime's alone, inside its 0700 data) and
+/// removed after, never the workspace, where shell makes folders: a setup's
+/// `python3 -m venv`, `npx` or `make` reads its working folder first, and
+/// would run what shell planted there as the runtime, keys in hand.
+/// PYTHONSAFEPATH keeps Python from putting that folder on its path at all.
+pub const SETUP_SCRIPT: &str = r#"d=$1
+rm -rf -- "$d" && mkdir -m 700 -- "$d" && cd -- "$d" || exit 125
+PYTHONSAFEPATH=1 sh -s
+s=$?
+cd / && rm -rf -- "$d"
+exit "$s""#;
+
+/// Whether `dir`, a folder on a PATH, is one shell writes (or may make):
+/// its home, or the workspace outside the routines. Judged by its words
+/// and, where it exists, by where its links lead. A relative one is the
+/// runtime's: it starts in its own home or setup folder.
+pub fn shell_writes(paths: &Paths, dir: &Path) -> bool {
+    if !dir.is_absolute() {
+        return false;
+    }
+    let theirs = |d: &Path| {
+        d.starts_with(&paths.shell_home)
+            || (d.starts_with(&paths.workspace) && !d.starts_with(&paths.routines))
+    };
+    theirs(&lexical(dir)) || std::fs::canonicalize(dir).is_ok_and(|real| theirs(&real))
+}
+
+/// Pure: an absolute path with `.` and `..` taken out, as its words say.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 /// The paths of the layout, derived from the two accounts.
 #[derive(Debug, Clone)]
 pub struct Paths {
@@ -483,6 +529,42 @@ fn describe(kind: Kind, mode: u32, uid: u32, gid: u32) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_path_folder_is_shells_in_its_home_and_the_workspace_but_the_routines() {
+        let account = |name: &str, uid| Account {
+            name: name.into(),
+            uid,
+            gid: uid,
+            groups: vec![uid],
+            home: format!("/nonexistent-test/{name}").into(),
+        };
+        let paths = Paths::new(
+            &account("runtime", 2000),
+            &account("shell", 2001),
+            "/nonexistent-test/runtime/data/audit".into(),
+        );
+        let cases = [
+            ("/usr/bin", false),
+            ("bin", false),
+            ("", false),
+            ("/nonexistent-test/runtime", false),
+            ("/nonexistent-test/runtime/.local/bin", false),
+            ("/nonexistent-test/runtime/workspace", true),
+            (
+                "/nonexistent-test/runtime/workspace/proj/node_modules/.bin",
+                true,
+            ),
+            ("/nonexistent-test/runtime/workspace/routines/bin", false),
+            ("/nonexistent-test/runtime/workspace/routines/../x", true),
+            ("/nonexistent-test/runtime/data/../workspace/bin", true),
+            ("/nonexistent-test/shell/bin", true),
+            ("/nonexistent-test/shell", true),
+        ];
+        for (dir, want) in cases {
+            assert_eq!(shell_writes(&paths, Path::new(dir)), want, "{dir}");
+        }
+    }
     use super::*;
 
     #[test]

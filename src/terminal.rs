@@ -7,7 +7,12 @@
 use nix::sys::termios::{self, SetArg, Termios};
 use std::os::fd::{AsFd, BorrowedFd};
 
-/// The size of the terminal on `fd`, None when it is not one.
+/// The size a terminal that says 0x0 is taken to have (`script` makes
+/// one so, before anyone sets its size).
+pub const UNSIZED: (u16, u16) = (24, 80);
+
+/// The size of the terminal on `fd` (`UNSIZED` where it says 0 rows or 0
+/// columns), None when it is not one.
 pub fn size(fd: BorrowedFd) -> Option<(u16, u16)> {
     let mut size: libc::winsize = libc::winsize {
         ws_row: 0,
@@ -23,7 +28,10 @@ pub fn size(fd: BorrowedFd) -> Option<(u16, u16)> {
             &mut size,
         )
     };
-    (rc == 0 && size.ws_row > 0 && size.ws_col > 0).then_some((size.ws_row, size.ws_col))
+    (rc == 0).then_some(match (size.ws_row, size.ws_col) {
+        (0, _) | (_, 0) => UNSIZED,
+        sized => sized,
+    })
 }
 
 /// The size of this process's terminal (stdin's, else stdout's).
@@ -52,5 +60,26 @@ impl Raw {
 impl Drop for Raw {
     fn drop(&mut self) {
         let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSANOW, &self.saved);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_terminal_of_0x0_is_taken_as_24x80_and_a_pipe_is_none() {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        assert_eq!(size(pty.slave.as_fd()), Some(UNSIZED));
+        let wide = libc::winsize {
+            ws_row: 30,
+            ws_col: 100,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        let pty = nix::pty::openpty(Some(&wide), None).unwrap();
+        assert_eq!(size(pty.slave.as_fd()), Some((30, 100)));
+        let (read, _write) = nix::unistd::pipe().unwrap();
+        assert_eq!(size(read.as_fd()), None);
     }
 }

@@ -26,7 +26,7 @@ fn fixture(tag: &str, keys: &[&str]) -> TestMachine {
     std::fs::write(dir.join(".env"), format!("API_TOKEN={CANARY}\nOTHER=no\n")).unwrap();
     std::fs::write(
         dir.join("setup.sh"),
-        "set -e\necho made-by-setup > setup-marker\n",
+        "set -e\necho made-by-setup > \"$HOME/workspace/setup-marker\"\n",
     )
     .unwrap();
     fx.define(serde_json::json!({
@@ -83,7 +83,7 @@ fn a_machine_is_made_keyed_kept_stopped_and_removed() {
     assert!(dotenv.contains(&format!("API_TOKEN={CANARY}")), "{dotenv}");
     assert!(!dotenv.contains("OTHER"), "{dotenv}");
 
-    // The setup script ran once, as runtime, in the workspace.
+    // The setup script ran once, as runtime, writing in the workspace.
     let out = podman(&[
         "exec",
         "-u",
@@ -290,6 +290,72 @@ fn a_missing_key_stops_up_before_anything_is_made() {
     );
     assert!(!stderr.contains(CANARY), "{stderr}");
     assert_eq!(leftovers(&fx.id), "");
+}
+
+/// shell plants a `venv` package in a folder of the workspace; the
+/// definition then gets a setup that runs `python3 -m venv` (the next `up`
+/// makes a new container on the same workspace volume and runs it). The
+/// setup runs in a fresh folder of the runtime's: shell's code never runs
+/// as the runtime, nor sees its key.
+#[test]
+fn a_containers_setup_never_runs_what_shell_planted_in_the_workspace() {
+    if !ready("a_containers_setup_never_runs_what_shell_planted_in_the_workspace") {
+        return;
+    }
+    let fx = fixture("plant", &["API_TOKEN"]);
+    fx.edit(|d| {
+        d.as_object_mut().unwrap().remove("setup");
+    });
+    let out = fx.up();
+    assert!(out.status.success(), "{}", show("up", &out));
+    let planted = "import os, pathlib; print('planted-ran'); \
+                   pathlib.Path('/home/runtime/data/planted-ran').write_text(open('/home/runtime/.env').read())";
+    let plant = format!("printf '%s\\n' \"{planted}\" > __main__.py && cp __main__.py __init__.py");
+    let out = warden(&[
+        "machine", "exec", &fx.id, "--folder", "venv", "--shell", &plant,
+    ]);
+    assert!(out.status.success(), "{}", show("plant", &out));
+
+    std::fs::write(
+        fx.dir.path().join("setup.sh"),
+        "python3 -m venv --without-pip made-venv\n\
+         python3 -c 'import venv; print(venv.__file__)' > \"$HOME/workspace/venv-from\"\n\
+         pwd >> \"$HOME/workspace/venv-from\"\n",
+    )
+    .unwrap();
+    fx.edit(|d| d["setup"] = "setup.sh".into());
+    let out = fx.up();
+    assert!(out.status.success(), "{}", show("up", &out));
+    assert!(
+        !text(&out.stdout).contains("planted-ran"),
+        "{}",
+        show("up", &out)
+    );
+    let as_root = |argv: &[&str]| {
+        let mut args = vec!["exec", "-u", "0"];
+        let container = fx.container();
+        args.push(&container);
+        args.extend(argv);
+        podman(&args)
+    };
+    let out = as_root(&[
+        "ls",
+        "/home/runtime/data/planted-ran",
+        "/home/runtime/data/.setup",
+    ]);
+    assert!(!out.status.success(), "{}", show("ls", &out));
+    assert!(
+        !text(&out.stdout).contains("planted"),
+        "{}",
+        show("ls", &out)
+    );
+    let out = as_root(&["cat", "/home/runtime/workspace/venv-from"]);
+    assert_eq!(
+        text(&out.stdout),
+        "/usr/lib/python3.11/venv/__init__.py\n/home/runtime/data/.setup\n",
+        "{}",
+        show("venv-from", &out)
+    );
 }
 
 #[test]

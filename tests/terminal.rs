@@ -126,3 +126,66 @@ fn a_person_at_a_terminal_types_resizes_interrupts_and_exits() {
     t.keys(&["exit 7", "Enter"]);
     t.wait_for("EXITED=7");
 }
+
+/// A command leaves a DEBUG trap in shell's `~/.bashrc` and `~/.profile`
+/// that logs every line to a file; the owner then types a line in `bash
+/// -i` and in a login `bash -il` on a terminal; a later command reads the
+/// log and bash's history: the typed lines are in neither (a terminal's
+/// HOME is a folder no command can write).
+#[test]
+fn a_bashrc_a_command_left_never_sees_what_the_owner_types() {
+    if !common::privileged("a_bashrc_a_command_left_never_sees_what_the_owner_types") {
+        return;
+    }
+    let m = common::Machine::boot(common::Options::default());
+    let plant = r#"trap="trap 'echo \"\$BASH_COMMAND\" >> /tmp/typed.log' DEBUG"
+printf '%s\n' "$trap" >> ~/.bashrc && printf '%s\n' "$trap" >> ~/.profile"#;
+    let o = m.client().run(run(common::sh(plant), None)).unwrap();
+    assert_eq!(o.exit.status, 0, "{}", text(&o.stderr));
+
+    // The owner at a terminal: a line typed, then exit.
+    for (i, flags) in ["-i", "-il"].into_iter().enumerate() {
+        let mut client = m.client();
+        let bash = vec!["bash".to_string(), flags.into()];
+        let size = warden::protocol::PtySize { rows: 24, cols: 80 };
+        client
+            .send(1, &warden::protocol::Request::Run(run(bash, Some(size))))
+            .unwrap();
+        let typed = format!("echo owner-typed-$((6*7))-secret-{i}\nexit 5\n");
+        client
+            .send_frame(warden::protocol::Kind::Stdin, 1, typed.as_bytes())
+            .unwrap();
+        let mut screen = Vec::new();
+        let status = loop {
+            match client.receive().unwrap() {
+                warden::client::Message::Output(_, 1, bytes) => screen.extend_from_slice(&bytes),
+                warden::client::Message::Event(1, warden::protocol::Event::Exit(r)) => {
+                    break r.status
+                }
+                _ => {}
+            }
+        };
+        let screen = text(&screen);
+        assert_eq!(status, 5, "{flags}: {screen}");
+        let said = format!("owner-typed-42-secret-{i}");
+        assert!(screen.contains(&said), "{flags}: {screen}");
+    }
+
+    let o = m
+        .client()
+        .run(run(
+            common::sh("cat /tmp/typed.log ~/.bash_history 2>/dev/null; true"),
+            None,
+        ))
+        .unwrap();
+    let seen = text(&o.stdout);
+    assert!(!seen.contains("owner-typed"), "{seen}");
+}
+
+fn run(argv: Vec<String>, pty: Option<warden::protocol::PtySize>) -> warden::protocol::RunRequest {
+    warden::protocol::RunRequest {
+        argv: Some(argv),
+        pty,
+        ..Default::default()
+    }
+}

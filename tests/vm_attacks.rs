@@ -52,7 +52,11 @@ fn the_attack_suite_fails_in_a_vm_with_every_field_in_use() {
         format!("API_TOKEN={ENV_CANARY}\n"),
     )
     .unwrap();
-    std::fs::write(m.dir.path().join("setup.sh"), "echo set-up > setup-ran\n").unwrap();
+    std::fs::write(
+        m.dir.path().join("setup.sh"),
+        "echo set-up > \"$HOME/workspace/setup-ran\"\n",
+    )
+    .unwrap();
     // The main process plants the canaries as the runtime, then serves.
     let plant = format!(
         "umask 022; echo {DATA_CANARY} > $HOME/data/memory.txt && \

@@ -57,7 +57,7 @@ fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
     std::fs::write(
         m.dir.path().join("setup.sh"),
         format!(
-            "set -e\numask 022\nmkdir -p from-setup && cd from-setup\nid -un > user.txt\n\
+            "set -e\numask 022\ncd \"$HOME/workspace\" && mkdir -p from-setup && cd from-setup\nid -un > user.txt\n\
              curl -sS --max-time 30 --cacert /lent/ca/{ca_name} https://allowed.test/from-setup > page.txt\n"
         ),
     )

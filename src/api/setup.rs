@@ -1,7 +1,8 @@
 //! The version 6 request `run_setup`: the owner has warden run the
 //! machine's setup script as the runtime, where the owner has no other way
 //! to act as the runtime (a VM: no engine to `exec` with). The script runs
-//! on sh's stdin, in the runtime's workspace, with what the main process
+//! on sh's stdin, in a fresh folder of the runtime's data (never the
+//! workspace: see `layout::SETUP_SCRIPT`), with what the main process
 //! gets (its environment, its keys, the proxy), and without shell's
 //! confinement: it is the owner's, like the main process. Its output comes
 //! back whole up to its last 64 KiB, with its status, in one answer.
@@ -61,9 +62,14 @@ impl Conn {
 /// of its output. Recorded in the audit log (digests, never the text).
 fn run(sup: &Supervisor, script: &str) -> Result<(i32, String), String> {
     let started = Instant::now();
-    let argv: Vec<String> = ["sh", "-c", "cd \"$HOME/workspace\" && exec sh -s"]
-        .map(String::from)
-        .to_vec();
+    let folder = sup.paths.data.join(crate::layout::SETUP_FOLDER);
+    let argv = vec![
+        "sh".to_string(),
+        "-c".into(),
+        crate::layout::SETUP_SCRIPT.into(),
+        "sh".into(),
+        folder.display().to_string(),
+    ];
     let launch = sup.main_launch(&argv).map_err(|e| e.to_string())?;
     let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
     let (stdin, feed) = nix::unistd::pipe2(cloexec).map_err(|e| e.to_string())?;

@@ -4,6 +4,7 @@
 //! the host socket in the machine's state folder, presenting the key;
 //! `podman exec` is used only to run the definition's setup script.
 
+use super::agent::RUNTIME_HOME;
 use super::agent_setup::{check_requires, engine_size, hand_keys, host_ports};
 use super::agent_setup::{published, said_size, SIZE_FORMAT};
 use super::backend::{Backend, Made, Prepared};
@@ -567,7 +568,8 @@ fn wait_ready(id: &str, key: &str) -> Result<(), LaunchError> {
     }
 }
 
-/// Runs the setup script once, as runtime, in the workspace.
+/// Runs the setup script once, as runtime, in a fresh folder of its data
+/// (see `layout::SETUP_SCRIPT`).
 fn run_setup(name: &str, script: &Path) -> Result<(), LaunchError> {
     let text = std::fs::read(script)
         .map_err(|e| LaunchError::new(format!("setup {}", script.display()), e.to_string()))?;
@@ -579,10 +581,13 @@ fn run_setup(name: &str, script: &Path) -> Result<(), LaunchError> {
             "-u",
             &RUNTIME_UID.to_string(),
             "-w",
-            "/home/runtime/workspace",
+            RUNTIME_HOME,
             name,
             "sh",
-            "-s",
+            "-c",
+            crate::layout::SETUP_SCRIPT,
+            "sh",
+            &format!("{RUNTIME_HOME}/data/{}", crate::layout::SETUP_FOLDER),
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

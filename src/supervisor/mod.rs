@@ -227,7 +227,10 @@ impl Supervisor {
         limits: &Limits,
         tag: u32,
     ) -> Result<(Launch, Option<CommandCgroup>), String> {
-        let env = self.shell_env(&run.env);
+        let mut env = self.shell_env(&run.env);
+        if run.pty.is_some() {
+            terminal_env(&mut env, &run.env);
+        }
         let path = env
             .iter()
             .find(|(k, _)| k == "PATH")
@@ -452,6 +455,9 @@ impl Supervisor {
             env.extend(self.network.env.iter().cloned());
             env.insert("NODE_USE_ENV_PROXY".into(), "1".into());
         }
+        if let Some(path) = env.get_mut("PATH") {
+            *path = self.runtime_path(path);
+        }
         env.insert("HOME".into(), self.runtime.home.display().to_string());
         env.insert("USER".into(), self.runtime.name.clone());
         env.insert("LOGNAME".into(), self.runtime.name.clone());
@@ -480,6 +486,23 @@ impl Supervisor {
             Workdir::At(c_path(&self.runtime.home)?),
             confine,
         )
+    }
+
+    /// `path` without the folders shell writes (`layout::shell_writes`):
+    /// the runtime would run, keys in hand, what shell put there. Each one
+    /// left out is said.
+    fn runtime_path(&self, path: &str) -> String {
+        let kept: Vec<&str> = path
+            .split(':')
+            .filter(|dir| {
+                let theirs = layout::shell_writes(&self.paths, Path::new(dir));
+                if theirs {
+                    crate::say!("the runtime's PATH: {dir} left out (shell writes there)");
+                }
+                !theirs
+            })
+            .collect();
+        kept.join(":")
     }
 
     /// Adds an ended command's spending to the machine's.
@@ -691,4 +714,22 @@ fn user_state(account: &Account) -> UserState {
 
 fn c_path(path: &Path) -> Result<CString, LaunchError> {
     Ok(CString::new(path.as_os_str().as_bytes())?)
+}
+
+/// A terminal's environment: HOME is `/`, a folder no command can write,
+/// unless the request names one. shell's home is shared and lasts; a
+/// `.bashrc`, `.profile` or `.inputrc` a command left there would otherwise
+/// run in the owner's interactive shell and see what is typed. warden
+/// cannot give `--norc` to a program the owner names, so it moves HOME.
+/// PYTHONSAFEPATH keeps an interactive `python3` from importing (say, its
+/// `readline`) from the working folder, which commands write.
+fn terminal_env(env: &mut Vec<(String, String)>, asked: &[(String, String)]) {
+    for (name, value) in [("HOME", "/"), ("PYTHONSAFEPATH", "1")] {
+        if asked.iter().any(|(k, _)| k == name) {
+            continue;
+        }
+        env.retain(|(k, _)| k != name);
+        env.push((name.into(), value.into()));
+    }
+    env.sort();
 }

@@ -130,7 +130,7 @@ pub fn kit(test: &str) -> Option<Kit> {
     None
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Options {
     /// Words added to the kernel command line.
     pub cmdline: Vec<String>,
@@ -146,12 +146,15 @@ pub struct Vm {
     /// When QEMU was started.
     pub launched: Instant,
     qemu_exit: Option<ExitStatus>,
+    /// What to launch it again from, once, should its kernel panic early.
+    again: Option<(Kit, Options)>,
 }
 
 impl Vm {
     /// Starts vhost-device-vsock, then QEMU; does not wait for warden.
     pub fn launch(kit: &Kit, opts: Options) -> Vm {
         assert!(guard_active(), "launch a VM only under the AF_VSOCK guard");
+        let again = Some((kit.clone(), opts.clone()));
         let dir = tempfile::Builder::new()
             .prefix("warden-vm-")
             .tempdir()
@@ -267,6 +270,7 @@ impl Vm {
             vhost,
             launched,
             qemu_exit: None,
+            again,
         }
     }
 
@@ -288,12 +292,22 @@ impl Vm {
     /// has said on the console that it is ready: vhost-device-vsock 0.3.0
     /// may leave later connections unanswered after one made before the
     /// guest listened (seen here, about one boot in twenty).
+    /// A guest kernel that panics before warden is ready (an emulated
+    /// one does now and then) is launched once more, as the launcher does.
     pub fn wait_ready(&mut self, limit: Duration) -> Duration {
-        let deadline = self.launched + limit;
         loop {
+            let deadline = self.launched + limit;
             let ready = self.serial().contains("warden: ready in ");
             if ready && self.connect_with(&self.key).is_ok() {
                 return self.launched.elapsed();
+            }
+            if let Some(reason) = warden::launcher::vm::early_panic(&self.serial()) {
+                if let Some((kit, opts)) = self.again.take() {
+                    eprintln!("the guest kernel panicked before warden was ready ({reason}): launched once more\n{}", self.console());
+                    *self = Vm::launch(&kit, opts);
+                    self.again = None;
+                    continue;
+                }
             }
             if let Some(status) = self.exited() {
                 panic!(

@@ -236,17 +236,54 @@ pub fn up(
         }
     }
     initrd(&kit, def, keys_text)?;
+    // Recorded only once the VM answers: one that never did is not kept.
+    let _ = std::fs::remove_file(&recorded);
+    let accel = accel::verdict(&accel::probe());
+    step(start, &accel.line());
+    // An emulated guest kernel now and then panics early in boot (seen:
+    // "Fatal exception in interrupt" under software emulation): started
+    // once more, and said, rather than failed.
+    let mut again = false;
+    loop {
+        boot(&kit, def, &rootfs, &accel, start)?;
+        let Err(e) = wait_ready(&def.id) else { break };
+        kill(&def.id);
+        let console = std::fs::read_to_string(dir(&def.id).join("serial.log"));
+        match early_panic(&console.unwrap_or_default()) {
+            Some(reason) if !again => {
+                step(start, &format!("the guest kernel panicked before warden answered ({reason}): starting it once more"));
+                again = true;
+            }
+            _ => return Err(e),
+        }
+    }
+    step(start, "warden answers over vsock");
+    for line in ports::published(&def.id) {
+        step(start, &format!("published: {line}"));
+    }
+    // An image without what the definition requires is not kept running.
+    if let Err(e) = super::agent_setup::check_requires(def, || connect(&def.id, None)) {
+        let _ = stop(&def.id);
+        return Err(e);
+    }
+    std::fs::write(&recorded, inputs).map_err(|e| LaunchError::io(&recorded, e))
+}
+
+/// Starts the VM's relay (where it needs one), its vsock backend and QEMU.
+fn boot(
+    kit: &Kit,
+    def: &Definition,
+    rootfs: &Path,
+    accel: &accel::Accel,
+    start: Instant,
+) -> Result<(), LaunchError> {
     if relay::needed(def) {
         let ports = super::agent_setup::host_ports(def)?;
         relay::start(def, &ports)?;
         step(start, "the VM's relay listening (egress, published ports)");
     }
-    // Recorded only once the VM answers: one that never did is not kept.
-    let _ = std::fs::remove_file(&recorded);
-    let accel = accel::verdict(&accel::probe());
-    step(start, &accel.line());
     let size = vm_size(&def.size);
-    launch(&kit, &def.id, &rootfs, size, &accel, &def.lend)?;
+    launch(kit, &def.id, rootfs, size, accel, &def.lend)?;
     let how = match accel {
         accel::Accel::Kvm => "KVM",
         accel::Accel::Tcg(_) => "software emulation",
@@ -260,20 +297,23 @@ pub fn up(
             def.lend.len()
         ),
     );
-    if let Err(e) = wait_ready(&def.id) {
-        kill(&def.id);
-        return Err(e);
+    Ok(())
+}
+
+/// Pure: the reason a guest kernel gave for a panic on its console before
+/// warden said it was ready, where starting again may cure it. Not when
+/// PID 1 ended ("Attempted to kill init"): warden itself failed, and would
+/// again.
+pub fn early_panic(console: &str) -> Option<String> {
+    if console.contains("warden: ready in ") {
+        return None;
     }
-    step(start, "warden answers over vsock");
-    for line in ports::published(&def.id) {
-        step(start, &format!("published: {line}"));
+    let line = console.lines().find(|l| l.contains("Kernel panic"))?;
+    if line.contains("Attempted to kill init") {
+        return None;
     }
-    // An image without what the definition requires is not kept running.
-    if let Err(e) = super::agent_setup::check_requires(def, || connect(&def.id, None)) {
-        let _ = stop(&def.id);
-        return Err(e);
-    }
-    std::fs::write(&recorded, inputs).map_err(|e| LaunchError::io(&recorded, e))
+    let from = line.find("Kernel panic").unwrap_or(0);
+    Some(line[from..].trim().to_string())
 }
 
 /// Runs the definition's `setup` as the runtime, through the VM's warden
@@ -365,6 +405,14 @@ fn wait_ready(id: &str) -> Result<(), LaunchError> {
             },
             false => "warden has not said it is ready on the console".into(),
         };
+        // A kernel that panicked may not have ended QEMU yet: no wait.
+        let console = std::fs::read_to_string(&serial).unwrap_or_default();
+        if let Some(reason) = early_panic(&console) {
+            return Err(LaunchError::sentence(format!(
+                "the guest kernel panicked before warden answered ({reason}); its console's last lines:\n{}",
+                console_tail(id, 15)
+            )));
+        }
         if !running(id) {
             stop_backend(id);
             // The console's lines follow: a sentence with no step.
@@ -635,6 +683,33 @@ mod tests {
                 }
                 (got, want) => panic!("{extra}: {got:?}, wanted {want:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_kernel_that_panics_before_warden_is_told_from_warden_ending() {
+        let early = "[    0.412345] RIP: 0010:sched_clock_cpu+0x9/0xb0\r\n\
+                     [    0.412900] Kernel panic - not syncing: Fatal exception in interrupt\r\n\
+                     [    0.413000] Rebooting in 1 seconds..\r\n";
+        let init_died = "warden: boot failed: no /etc/warden/key\n\
+                         [    2.100000] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100\n";
+        let after_ready = "warden: ready in 812 ms\n\
+                           [   40.000000] Kernel panic - not syncing: Fatal exception\n";
+        let cases = [
+            (
+                early,
+                Some("Kernel panic - not syncing: Fatal exception in interrupt"),
+            ),
+            (init_died, None),
+            (after_ready, None),
+            (
+                "[    0.1] Linux version 6.1\nwarden: mounting disks\n",
+                None,
+            ),
+            ("", None),
+        ];
+        for (console, want) in cases {
+            assert_eq!(early_panic(console).as_deref(), want, "{console}");
         }
     }
 }

@@ -31,6 +31,7 @@ pub(super) const DEFAULT_MEMORY_MB: u64 = 512;
 pub(super) const DEFAULT_CPUS: u32 = 1;
 
 /// What a VM is made from, and the programs that run it.
+#[derive(Clone)]
 pub struct Kit {
     pub dir: PathBuf,
     pub qemu: PathBuf,
