@@ -333,3 +333,131 @@ EOF"#;
         assert!(l.to_string().len() < 8 * 1024, "a long line: {l}");
     }
 }
+
+/// Lines naming `host` as refused: `egress` lines written whole, and
+/// `suppressed` counts of them that keep it among their examples.
+fn lines_naming(lines: &[Value], host: &str) -> usize {
+    lines
+        .iter()
+        .filter(|l| {
+            let whole = l["kind"] == "egress" && l["allowed"] == false && l["host"] == host;
+            let samples = l["samples"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            let counted =
+                l["kind"] == "suppressed" && samples.iter().any(|s| s == host || s["what"] == host);
+            whole || counted
+        })
+        .count()
+}
+
+/// One CONNECT through the proxy for `host`, its status line printed.
+fn connect_script(host: &str) -> String {
+    format!(
+        r#"python3 - <<'EOF'
+import socket
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n")
+print(s.recv(200).decode().splitlines()[0])
+EOF"#
+    )
+}
+
+/// shell floods the proxy with refusals (20 of one junk host, then 8
+/// distinct ones to fill a count's examples, three rounds a second) and
+/// tries its real target among them; meanwhile the runtime is refused a
+/// host, and another command tries another target. Each is named in a
+/// line: a flood of one command's hides no other's, the runtime's are
+/// written whole, and every distinct host is kept with its count.
+#[test]
+fn a_sample_fill_flood_hides_no_refused_host() {
+    if !privileged("a_sample_fill_flood_hides_no_refused_host") {
+        return;
+    }
+    let runtime = format!(
+        r#"for i in $(seq 600); do [ -e "$HOME/go" ] && break; sleep 0.1; done
+exec > "$HOME/said.txt" 2>&1
+{}
+mv "$HOME/said.txt" "$HOME/done.txt"
+sleep 1000"#,
+        connect_script("runtime-refused.example")
+    );
+    let m = Machine::boot(Options {
+        main: vec!["bash".into(), "-c".into(), runtime],
+        ..Default::default()
+    });
+    let flood = r#"python3 - <<'EOF'
+import os, socket, time
+def refuse(host):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (host, host)).encode())
+    s.recv(4096)
+    s.close()
+start = time.time()
+rounds = 0
+stop = os.path.expanduser("~/stop")
+while time.time() < start + 30 and not os.path.exists(stop):
+    for i in range(20):
+        refuse("junk.example")
+    for i in range(8):
+        refuse("fill-%d.example" % i)
+    rounds += 1
+    time.sleep(max(0, start + rounds / 3 - time.time()))
+refuse("exfil-same.example")
+print(rounds)
+EOF"#;
+    let flooding = {
+        let socket = m.socket.clone();
+        std::thread::spawn(move || Client::connect(&socket).unwrap().run(sh(flood)).unwrap())
+    };
+    // Once the burst is written and the flood fills the examples (the
+    // first refusals wait for the default host list), the runtime is
+    // refused a host, and another command tries its target.
+    for _ in 0..300 {
+        if m.audit_kinds("egress").len() >= 20 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    std::fs::write(m.home.join("go"), "").unwrap();
+    let o = m
+        .client()
+        .run(sh(&connect_script("exfil.example")))
+        .unwrap();
+    assert!(printed(&o).contains("403"), "{}", printed(&o));
+    let done = m.home.join("done.txt");
+    for _ in 0..200 {
+        if done.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let said = std::fs::read_to_string(&done).unwrap_or_default();
+    assert!(said.contains("403"), "the runtime: {said:?}");
+    std::fs::write(m.shell_home.join("stop"), "").unwrap();
+    let o = flooding.join().unwrap();
+    assert_eq!(o.exit.status, 0, "{}", printed(&o));
+    let rounds: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    let audit_dir = m.home.join("data/audit");
+    let _kept = m.stop();
+    let lines = lines_in(&audit_dir);
+    let named: Vec<(&str, usize)> = [
+        "exfil-same.example",
+        "exfil.example",
+        "runtime-refused.example",
+        "fill-7.example",
+    ]
+    .into_iter()
+    .map(|host| (host, lines_naming(&lines, host)))
+    .collect();
+    for l in lines.iter().filter(|l| l["kind"] == "suppressed") {
+        eprintln!("{l}");
+    }
+    eprintln!("{rounds} rounds of 28 refusals; lines naming each host: {named:?}");
+    for (host, n) in &named {
+        assert!(*n >= 1, "no line names {host}: {named:?}");
+    }
+    // The runtime's refusal is a line of its own, never a count.
+    assert!(lines.iter().any(|l| l["kind"] == "egress"
+        && l["host"] == "runtime-refused.example"
+        && l["origin"]["uid"] == common::RUNTIME_UID));
+}

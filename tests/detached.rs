@@ -220,3 +220,66 @@ fn detached_commands_take_stdin_signals_and_limits_and_keep_a_bounded_backlog() 
     assert!(audit.contains("\"command_signalled\""));
     std::thread::sleep(Duration::from_millis(10));
 }
+
+/// warden's resident memory in KiB, as the kernel counts it.
+fn resident_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// A command printing 1.1 MB one byte per write(2), taking turns between
+/// stdout and stderr (a kind boundary at every byte). Each byte waits (a
+/// bounded while) for the one before to be read, so that warden reads
+/// them one by one, as it does a slow drip.
+const DRIP: &str = r#"import os, fcntl, termios, array
+n = array.array("i", [0])
+for i in range(1100000):
+    fd = 1 + i % 2
+    for _ in range(200):
+        fcntl.ioctl(fd, termios.FIONREAD, n)
+        if n[0] == 0: break
+    os.write(fd, b"x")
+"#;
+
+#[test]
+fn a_detached_commands_drip_costs_warden_no_more_than_its_backlog() {
+    if !privileged("a_detached_commands_drip_costs_warden_no_more_than_its_backlog") {
+        return;
+    }
+    let m = Machine::boot(Options::default());
+    let pid = m.warden_pid();
+    let mut client = m.client();
+    assert_eq!(client.run(sh("true")).unwrap().exit.status, 0);
+    let before = resident_kib(pid);
+    let drip = RunRequest {
+        argv: Some(vec!["python3".into(), "-c".into(), DRIP.into()]),
+        ..Default::default()
+    };
+    let drip = detach(&mut client, 1, drip);
+    assert_eq!(wait(&mut client, 2, drip).status, 0);
+    let after = resident_kib(pid);
+    eprintln!("warden resident: {before} KiB before a 1.1 MB drip, {after} KiB after");
+    // A backlog of 1 MiB and its kinds, and some slack for the allocator.
+    assert!(
+        after < before + 8 * 1024,
+        "warden grew from {before} to {after} KiB"
+    );
+    // The last MiB is all there, by kind: the bytes took turns.
+    let (dropped, out, err, _) = attach(&mut client, 3, drip);
+    assert!(out.iter().chain(&err).all(|b| *b == b'x'));
+    assert_eq!(out.len() + err.len(), warden::detached::BACKLOG_BYTES);
+    assert_eq!(dropped as usize + out.len() + err.len(), 1_100_000);
+    // Each pipe is read on its own, so not exactly by halves.
+    let half = warden::detached::BACKLOG_BYTES / 2;
+    assert!(
+        out.len().abs_diff(half) < half / 10,
+        "{} {}",
+        out.len(),
+        err.len()
+    );
+}

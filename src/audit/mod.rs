@@ -163,8 +163,9 @@ impl Audit {
     /// line, so a flood cannot push the owner's evidence out of rotation.
     pub fn record_refusal(&self, kind: Event, source: &str, fields: Value) {
         self.write_counts(false);
-        // What a count keeps as examples: the host asked for, else why.
-        let sample = ["host", "reason", "message"]
+        // What a count keeps as examples: the host or address refused,
+        // else why.
+        let sample = ["host", "address", "reason", "message"]
             .iter()
             .find_map(|k| fields.get(*k).and_then(Value::as_str))
             .map(str::to_string);
@@ -196,9 +197,15 @@ impl Audit {
             .unwrap_or_else(|e| e.into_inner())
             .due(now, all);
         for s in due {
+            let samples: Vec<Value> = s
+                .samples
+                .kept
+                .iter()
+                .map(|(what, count)| serde_json::json!({"what": what, "count": count}))
+                .collect();
             let line = serde_json::json!({"of": s.kind, "source": s.source, "count": s.count,
                                           "window_ms": s.window.as_millis() as u64,
-                                          "samples": s.samples});
+                                          "samples": samples, "unsampled": s.samples.unsampled});
             if self.write(Event::Suppressed, line).is_none() {
                 self.throttle
                     .lock()
@@ -666,5 +673,56 @@ mod tests {
             assert_eq!(v["seq"], i as u64 + 1);
         }
         assert_eq!(text.lines().count(), 3);
+    }
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A count names what it counted: the host refused, else the address
+    /// (the connect gate's lines), else why.
+    #[test]
+    fn a_count_names_what_was_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let audit = Audit::open(dir.path(), None, None).unwrap();
+        let cases = [
+            (
+                json!({"host": "exfil.example", "reason": "not listed"}),
+                "exfil.example",
+            ),
+            (
+                json!({"pid": 7, "address": "192.0.2.1:8080", "reason": "not the proxy"}),
+                "192.0.2.1:8080",
+            ),
+            (json!({"uid": 2001, "reason": "wrong peer"}), "wrong peer"),
+        ];
+        for (fields, _) in &cases {
+            for _ in 0..REFUSAL_BURST {
+                audit.record_refusal(Event::ConnectRefused, "connect_gate command 3", json!({}));
+            }
+            audit.record_refusal(
+                Event::ConnectRefused,
+                "connect_gate command 3",
+                fields.clone(),
+            );
+            audit.write_all_counts();
+        }
+        let text = std::fs::read_to_string(audit.path()).unwrap();
+        let counts: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|l| l["kind"] == "suppressed")
+            .collect();
+        assert_eq!(counts.len(), cases.len());
+        for (count, (_, named)) in counts.iter().zip(&cases) {
+            assert_eq!(
+                count["samples"],
+                json!([{"what": named, "count": 1}]),
+                "{count}"
+            );
+            assert_eq!(count["source"], "connect_gate command 3");
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Commands that outlive their connection (`detach` on a run, protocol
 //! version 4). Such a command's output goes to a buffer of its own (the
-//! last `BACKLOG_BYTES`, the oldest let go and counted) and to every
+//! last `BACKLOG_BYTES` in one ring, the oldest let go and counted) and to every
 //! connection attached to it; any authorised client may `list` them,
 //! `attach` (the backlog, then live, then the exit), `signal_command` and
 //! `wait`. They end as every command does: by exiting, by their timeout
@@ -8,9 +8,11 @@
 //! `MAX_RUNNING` run at once; the last `MAX_ENDED` that ended are kept for
 //! `list`, `attach` and `wait`.
 
+pub mod backlog;
 pub mod registry;
 
-pub use registry::{trim, Detached, Registry, BACKLOG_BYTES, MAX_ENDED, MAX_RUNNING};
+pub use backlog::Backlog;
+pub use registry::{Detached, Registry, BACKLOG_BYTES, MAX_ENDED, MAX_RUNNING};
 
 use crate::command::{self, Running, Sink};
 use crate::output::Out;

@@ -3,7 +3,8 @@
 //! them all (`Registry`), which the supervisor keeps. Starting one is
 //! `detached::start`'s.
 
-use crate::output::Out;
+use super::backlog::Backlog;
+use crate::output::{Out, CHUNK};
 use crate::protocol::{DetachedCommand, Event, ExitReport, Kind};
 use nix::unistd::Pid;
 use std::collections::{HashMap, VecDeque};
@@ -40,36 +41,23 @@ pub struct Detached {
     ended: watch::Sender<Option<ExitReport>>,
 }
 
-#[derive(Default)]
 struct State {
-    backlog: VecDeque<(Kind, Vec<u8>)>,
-    backlog_bytes: usize,
+    backlog: Backlog,
     dropped: u64,
     /// Each attached connection's queue and the frame id it follows on.
     attached: Vec<(mpsc::Sender<Out>, u32)>,
     exit: Option<ExitReport>,
 }
 
-/// Pure: keeps exactly the last `limit` bytes of `backlog` (or all, when
-/// there are fewer), letting the oldest go; returns the bytes let go.
-pub fn trim(backlog: &mut VecDeque<(Kind, Vec<u8>)>, bytes: &mut usize, limit: usize) -> u64 {
-    let mut dropped = 0u64;
-    while *bytes > limit {
-        let Some((kind, chunk)) = backlog.pop_front() else {
-            break;
-        };
-        let over = *bytes - limit;
-        if chunk.len() > over {
-            // Its head goes, its tail stays.
-            backlog.push_front((kind, chunk[over..].to_vec()));
-            *bytes -= over;
-            dropped += over as u64;
-            break;
+impl Default for State {
+    fn default() -> State {
+        State {
+            backlog: Backlog::new(BACKLOG_BYTES),
+            dropped: 0,
+            attached: Vec::new(),
+            exit: None,
         }
-        *bytes -= chunk.len();
-        dropped += chunk.len() as u64;
     }
-    dropped
 }
 
 impl Detached {
@@ -113,15 +101,8 @@ impl Detached {
             }
         }
         state.attached = kept;
-        state.backlog_bytes += bytes.len();
-        state.backlog.push_back((kind, bytes));
-        let State {
-            backlog,
-            backlog_bytes,
-            ..
-        } = &mut *state;
-        let dropped = trim(backlog, backlog_bytes, BACKLOG_BYTES);
-        state.dropped += dropped;
+        // Copied into the ring: the chunk itself, however small, is let go.
+        state.dropped += state.backlog.push(kind, &bytes);
     }
 
     /// The command has ended: every attached connection gets its exit.
@@ -143,8 +124,8 @@ impl Detached {
             dropped_bytes: state.dropped,
         };
         let _ = tx.send(Out::Event(id, hello)).await;
-        for (kind, bytes) in &state.backlog {
-            let _ = tx.send(Out::Data(*kind, id, bytes.clone())).await;
+        for (kind, bytes) in state.backlog.chunks(CHUNK) {
+            let _ = tx.send(Out::Data(kind, id, bytes)).await;
         }
         match &state.exit {
             Some(report) => {
@@ -254,44 +235,6 @@ impl Registry {
             if let Some(old) = ended.pop_front() {
                 self.map().remove(&old);
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn backlog(chunks: &[&str]) -> (VecDeque<(Kind, Vec<u8>)>, usize) {
-        let b: VecDeque<_> = chunks
-            .iter()
-            .map(|c| (Kind::Stdout, c.as_bytes().to_vec()))
-            .collect();
-        let n = b.iter().map(|(_, c)| c.len()).sum();
-        (b, n)
-    }
-
-    #[test]
-    fn trim_table() {
-        // (chunks, limit) -> (what is kept, bytes let go)
-        let cases: [(&[&str], usize, &[&str], u64); 6] = [
-            (&["abc", "de"], 10, &["abc", "de"], 0),
-            (&["abc", "de"], 5, &["abc", "de"], 0),
-            (&["abc", "de"], 4, &["bc", "de"], 1),
-            (&["abc", "de"], 2, &["de"], 3),
-            (&["abc", "de"], 1, &["e"], 4),
-            (&["abcdef"], 2, &["ef"], 4),
-        ];
-        for (chunks, limit, kept, let_go) in cases {
-            let (mut b, mut n) = backlog(chunks);
-            let dropped = trim(&mut b, &mut n, limit);
-            let got: Vec<String> = b
-                .iter()
-                .map(|(_, c)| String::from_utf8_lossy(c).into_owned())
-                .collect();
-            assert_eq!(got, kept, "{chunks:?} {limit}");
-            assert_eq!(dropped, let_go, "{chunks:?} {limit}");
-            assert_eq!(n, got.iter().map(String::len).sum::<usize>());
         }
     }
 }

@@ -8,22 +8,34 @@ use crate::supervisor::Supervisor;
 use serde_json::json;
 use std::sync::Arc;
 
-/// Who opened a connection to the proxy: the process holding its client
-/// end, and the command whose lifetime tag that process carries (its id,
-/// and a digest of its argv, so no argument reaches the line whole).
+/// Who opened a connection to the proxy: the uid owning its client end,
+/// the process holding it, and the command whose lifetime tag that
+/// process carries (its id, and a digest of its argv, so no argument
+/// reaches the line whole).
 fn origin(sup: &Arc<Supervisor>) -> proxy::Origin {
     let weak = Arc::downgrade(sup);
     let tags = crate::lifetime::TAGS;
     Arc::new(move |client, proxy_end| {
+        let uid = crate::net::origin::uid_of(client, proxy_end);
         // A socket warden's connect gate connected says itself whose it is.
         let made_for = weak
             .upgrade()
             .and_then(|sup| sup.network.gate()?.caller_of(client));
         let holder = match made_for {
-            Some(tid) => crate::net::origin::holder_of_thread(tid as i32, tags.clone()),
-            None => crate::net::origin::holder(client, proxy_end, tags.clone())?,
+            Some(tid) => Some(crate::net::origin::holder_of_thread(
+                tid as i32,
+                tags.clone(),
+            )),
+            None => crate::net::origin::holder(client, proxy_end, tags.clone()),
+        };
+        // The uid alone, when no process holds the socket any more.
+        let Some(holder) = holder else {
+            return uid.map(|uid| json!({ "uid": uid }));
         };
         let mut found = json!({"pid": holder.pid});
+        if let Some(uid) = uid {
+            found["uid"] = uid.into();
+        }
         let command = holder
             .tag
             .and_then(|tag| weak.upgrade()?.command_digest_of_tag(tag));
@@ -65,10 +77,13 @@ pub(super) fn start(
     let record: proxy::Recorder = Arc::new(move |kind, fields| {
         if let Some(sup) = weak.upgrade() {
             // Anyone in the machine can ask the proxy for what it refuses,
-            // as often as they like: refusals are a burst and a count.
-            match fields.get("allowed") == Some(&json!(false)) {
-                true => sup.audit.record_refusal(kind, "proxy", fields),
-                false => sup.audit.record(kind, fields),
+            // as often as they like: refusals are a burst and a count, per
+            // asker (a flood of one command's hides no other's), and the
+            // runtime's always whole.
+            let source = crate::throttle::source_of("proxy", &fields, sup.runtime.uid);
+            match (fields.get("allowed") == Some(&json!(false)), source) {
+                (true, Some(source)) => sup.audit.record_refusal(kind, &source, fields),
+                _ => sup.audit.record(kind, fields),
             }
         }
     });

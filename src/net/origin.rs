@@ -27,8 +27,12 @@ pub fn holder(local: SocketAddr, remote: SocketAddr, tags: std::ops::Range<u32>)
 
 /// The uid owning the TCP socket whose local end is `local` and remote end
 /// `remote` (the creator's, as this process's user namespace counts it).
+/// None for a socket no process holds any more (no inode): the kernel says
+/// uid 0 for what a closed one leaves behind, which would name root.
 pub fn uid_of(local: SocketAddr, remote: SocketAddr) -> Option<u32> {
-    ask_kernel(&diag_request(local, remote)).map(|(uid, _)| uid)
+    ask_kernel(&diag_request(local, remote))
+        .filter(|(_, inode)| *inode != 0)
+        .map(|(uid, _)| uid)
 }
 
 /// A process (or thread) known to hold the connection, with its tag.

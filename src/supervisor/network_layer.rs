@@ -210,7 +210,12 @@ impl Supervisor {
             fields["command"] = command.into();
             fields["argv_sha256"] = digest.into();
         }
-        self.audit
-            .record_refusal(Event::ConnectRefused, "connect_gate", fields);
+        // Per command, and the runtime's always whole (see `source_of`).
+        match crate::throttle::source_of("connect_gate", &fields, self.runtime.uid) {
+            Some(source) => self
+                .audit
+                .record_refusal(Event::ConnectRefused, &source, fields),
+            None => self.audit.record(Event::ConnectRefused, fields),
+        }
     }
 }

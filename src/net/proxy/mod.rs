@@ -331,6 +331,9 @@ impl Proxy {
         if line.runtime {
             self.runtime_traffic.refused(line.traffic().0);
         }
+        // Who asked is settled while it waits for its answer, its socket
+        // surely there: a refusal's line is counted by who asked.
+        line.origin = settle(origin).await;
         let response = http::refusal_response(&r);
         let _ = tokio::time::timeout(
             Duration::from_secs(5),
@@ -338,7 +341,6 @@ impl Proxy {
         )
         .await;
         let _ = client.shutdown().await;
-        line.origin = settle(origin).await;
         (self.record)(Event::Egress, line.refused(&r, started));
     }
 }
