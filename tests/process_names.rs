@@ -53,33 +53,12 @@ fn wait_for(marker: u32, n: usize) -> usize {
     count()
 }
 
-/// A machine whose default hosts are worked out (that runs as shell), so
-/// that shell's processes are the test's alone.
-fn quiet_machine() -> Machine {
-    let m = Machine::boot(Options::default());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while m
-        .client()
-        .status()
-        .unwrap()
-        .proxy
-        .is_some_and(|p| p.hosts_from.contains("being worked out"))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the default hosts were never worked out"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    m
-}
-
 #[test]
 fn a_process_whose_name_is_not_utf8_ends_with_its_command() {
     if !privileged("a_process_whose_name_is_not_utf8_ends_with_its_command") {
         return;
     }
-    let m = quiet_machine();
+    let m = Machine::boot_quiet();
     let o = m.client().run(sh(&hider(3931))).unwrap();
     assert_eq!(printed(&o), "started\n");
     assert_eq!(
@@ -99,7 +78,7 @@ fn a_kept_process_whose_name_is_not_utf8_is_counted_and_stopped() {
     if !privileged("a_kept_process_whose_name_is_not_utf8_is_counted_and_stopped") {
         return;
     }
-    let m = quiet_machine();
+    let m = Machine::boot_quiet();
     let o = m
         .client()
         .run(RunRequest {
@@ -132,7 +111,7 @@ fn a_connection_from_a_process_whose_name_is_not_utf8_names_its_command() {
     if !privileged("a_connection_from_a_process_whose_name_is_not_utf8_names_its_command") {
         return;
     }
-    let m = quiet_machine();
+    let m = Machine::boot_quiet();
     let o = m
         .client()
         .run(sh(

@@ -266,6 +266,28 @@ impl Machine {
         m
     }
 
+    /// Boots with default options and waits until warden has worked out
+    /// its default hosts (which it does as shell, with the machine's
+    /// tools): from then on shell's processes are the test's alone.
+    pub fn boot_quiet() -> Machine {
+        let m = Machine::boot(Options::default());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while m
+            .client()
+            .status()
+            .unwrap()
+            .proxy
+            .is_some_and(|p| p.hosts_from.contains("being worked out"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the default hosts were never worked out"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        m
+    }
+
     /// A machine with a host socket and a key file (`HOST_KEY`, mode
     /// `key_mode`); the host socket's path. Started, not yet waited for.
     pub fn keyed(key_mode: u32) -> (Machine, PathBuf) {

@@ -8,22 +8,17 @@
 //! after its answer, and the client is told the same, so no second request
 //! can ride behind the first one unread.
 
+use crate::net::proxy::http::HOP_BY_HOP;
+
 /// The most a head may hold (start line and headers).
 pub const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 128;
 
-/// Headers of one hop only: never carried across warden.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
+/// Headers of one hop only, never carried across warden: the proxy's, and
+/// the body's framing, which warden sets itself.
+fn hop_by_hop(lower: &str) -> bool {
+    HOP_BY_HOP.contains(&lower) || lower == "transfer-encoding"
+}
 
 /// Why a head is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -169,7 +164,7 @@ pub fn request_upstream(head: &RequestHead, added: Option<(&str, &str)>) -> Vec<
     let mut out = format!("{} {} HTTP/1.1\r\n", head.method, head.target).into_bytes();
     let dropped = |name: &str| {
         let lower = name.to_ascii_lowercase();
-        HOP_BY_HOP.contains(&lower.as_str())
+        hop_by_hop(&lower)
             || added.is_some_and(|(header, _)| name.eq_ignore_ascii_case(header))
             || (added.is_some() && lower == "accept-encoding")
     };
@@ -251,7 +246,7 @@ pub fn require_identity(head: &ResponseHead) -> Result<(), HeadError> {
 pub fn response_downstream(head: &ResponseHead, mask: &mut dyn FnMut(&mut [u8])) -> Vec<u8> {
     let mut out = format!("HTTP/1.1 {} {}\r\n", head.status, head.reason).into_bytes();
     for (name, value) in &head.headers {
-        if HOP_BY_HOP.contains(&name.to_ascii_lowercase().as_str()) {
+        if hop_by_hop(&name.to_ascii_lowercase()) {
             continue;
         }
         let mut value = value.clone();

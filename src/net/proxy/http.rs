@@ -103,7 +103,7 @@ pub struct Plain {
 }
 
 /// Headers that concern only the hop to the proxy, never sent on.
-const HOP_BY_HOP: [&str; 8] = [
+pub(crate) const HOP_BY_HOP: [&str; 8] = [
     "connection",
     "proxy-connection",
     "keep-alive",

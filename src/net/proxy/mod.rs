@@ -13,7 +13,7 @@
 //! upstream (`upstream`) and moving bytes (`relay`).
 
 mod decide;
-mod http;
+pub(crate) mod http;
 mod line;
 mod refusal;
 mod relay;
