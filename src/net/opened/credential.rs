@@ -99,9 +99,14 @@ impl Credential {
         })
     }
 
+    /// Whether this credential is for `name` on `port` (whoever asks).
+    pub fn applies_to_host(&self, name: &str, port: u16) -> bool {
+        self.hosts.allowing(name, port).is_some()
+    }
+
     /// Whether a request of `holder` to `name` gets this credential.
     pub fn applies(&self, name: &str, port: u16, holder: Holder) -> bool {
-        self.holders.contains(&holder) && self.hosts.allowing(name, port).is_some()
+        self.holders.contains(&holder) && self.applies_to_host(name, port)
     }
 
     /// The header's value with the key's value in it.

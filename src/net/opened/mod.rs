@@ -12,6 +12,7 @@
 pub mod ca;
 pub mod credential;
 pub mod exchange;
+pub mod hosts;
 pub mod http1;
 pub mod request_rules;
 pub mod scrub;
