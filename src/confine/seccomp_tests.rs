@@ -78,6 +78,7 @@ fn the_gate_sends_connects_to_warden_and_nothing_else() {
     let x32_connect = libc::SYS_connect | X32_SYSCALL_BIT as i64;
     let cases: &[(&str, u32, i64, u32)] = &[
         ("connect", X86_64, libc::SYS_connect, notify),
+        ("listen", X86_64, libc::SYS_listen, notify),
         ("accept", X86_64, libc::SYS_accept, allow),
         ("sendto", X86_64, libc::SYS_sendto, allow),
         ("ptrace stays denied", X86_64, libc::SYS_ptrace, eperm),
@@ -93,6 +94,24 @@ fn the_gate_sends_connects_to_warden_and_nothing_else() {
         allow,
         "the gate alone kills nothing"
     );
+}
+
+#[test]
+fn every_listen_goes_to_warden_and_nothing_else() {
+    const X86_64: u32 = 0xc000_003e;
+    let mut programs = build(&[]).unwrap();
+    programs.push(listen_program().unwrap());
+    let notify = libc::SECCOMP_RET_USER_NOTIF;
+    let allow = libc::SECCOMP_RET_ALLOW;
+    let cases: &[(&str, i64, u32)] = &[
+        ("listen", libc::SYS_listen, notify),
+        ("connect", libc::SYS_connect, allow),
+        ("bind", libc::SYS_bind, allow),
+        ("accept4", libc::SYS_accept4, allow),
+    ];
+    for (name, nr, want) in cases {
+        assert_eq!(verdict(&programs, X86_64, *nr, [0; 6]), *want, "{name}");
+    }
 }
 
 #[test]
@@ -391,6 +410,20 @@ fn the_filters_decide_as_designed() {
             libc::SYS_ioctl,
             [0, libc::TIOCLINUX, 0, 0, 0, 0],
             eperm,
+        ),
+        (
+            "TIOCSETD",
+            X86_64,
+            libc::SYS_ioctl,
+            [0, libc::TIOCSETD, 0, 0, 0, 0],
+            eperm,
+        ),
+        (
+            "TIOCGETD",
+            X86_64,
+            libc::SYS_ioctl,
+            [0, libc::TIOCGETD, 0, 0, 0, 0],
+            allow,
         ),
         (
             "TCGETS",

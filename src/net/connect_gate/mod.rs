@@ -24,6 +24,7 @@
 //! anyway, and to be PID 1 of its PID namespace, as a machine's warden is.
 
 mod decide;
+mod listen;
 mod notify;
 
 pub use decide::{decide, Decision};
@@ -188,12 +189,17 @@ fn serve(listener: &Listener, settings: Settings, ledger: &Ledger, on_refusal: &
                 return;
             }
         };
-        let at_proxy = (settings.proxy_port, &mut threads);
-        match handle(listener, &notice, at_proxy, ledger, on_refusal) {
+        match handle(
+            listener,
+            &notice,
+            (settings, &mut threads),
+            ledger,
+            on_refusal,
+        ) {
             Outcome::ToProxy => ledger.to_proxy.fetch_add(1, Ordering::Relaxed),
             Outcome::PassedOn => ledger.passed_on.fetch_add(1, Ordering::Relaxed),
             Outcome::Refused => ledger.refused.fetch_add(1, Ordering::Relaxed),
-            Outcome::Gone => 0,
+            Outcome::Listened | Outcome::Gone => 0,
         };
     }
 }
@@ -202,6 +208,8 @@ enum Outcome {
     ToProxy,
     PassedOn,
     Refused,
+    /// A unix socket warden listened on for its caller.
+    Listened,
     /// The caller was gone before it could be answered.
     Gone,
 }
@@ -210,7 +218,7 @@ enum Outcome {
 fn handle(
     listener: &Listener,
     n: &Notice,
-    (proxy_port, threads): (u16, &mut Threads),
+    (settings, threads): (Settings, &mut Threads),
     ledger: &Ledger,
     on_refusal: &OnRefusal,
 ) -> Outcome {
@@ -231,6 +239,13 @@ fn handle(
             Err(_) => Outcome::Gone,
         }
     };
+    if i64::from(n.nr) == libc::SYS_listen {
+        let caller = (threads, settings.uid, settings.gid);
+        return listen::handle(listener, n, caller, |errno, reason| {
+            refuse(errno, None, reason)
+        });
+    }
+    let proxy_port = settings.proxy_port;
     if i64::from(n.nr) != libc::SYS_connect {
         let reason = format!("syscall {} is not gated", n.nr);
         return refuse(libc::ENOSYS, None, reason);
