@@ -594,6 +594,35 @@ fn the_connect_gate_acts_on_what_it_read() {
     assert!(whole <= 40, "{whole} connect_refused lines written whole");
 }
 
+/// Under the connect gate (no nftables: a rootless machine on the host's
+/// network stands so) a command's listen on a network socket is refused by
+/// warden too, also when another thread swaps a TCP socket under a unix
+/// socket's number; a unix socket still listens, with shell as its peer.
+#[test]
+fn no_command_listens_on_the_network_through_the_connect_gate() {
+    if !privileged("no_command_listens_on_the_network_through_the_connect_gate") {
+        return;
+    }
+    let net = boot_gated();
+    let (bin_dir, _) = common::attacks::build_attack_program();
+    let bin = common::attacks::hand_to_shell(&net.machine, bin_dir.path());
+    for attempt in [
+        "tcp-listen",
+        "tcp6-listen",
+        "listen-race /tmp/listen-race.sock 2000",
+    ] {
+        let (status, text) = net.text(&format!("{} {attempt}", bin.display()));
+        eprintln!("{attempt}: {}", text.trim());
+        assert_eq!(status, 0, "{attempt}: {text}");
+        assert!(text.starts_with("blocked: "), "{attempt}: {text}");
+    }
+    let (_, text) = net.text(&format!("{} tcp-listen", bin.display()));
+    assert!(text.contains("Permission denied"), "{text}");
+    let (status, text) = net.text(&format!("{} unix-listen /tmp/unix.sock", bin.display()));
+    assert_eq!(status, 0, "{text}");
+    assert!(text.contains("unix listen works"), "{text}");
+}
+
 fn direct_connections_fail(net: Net) -> Net {
     let v4 = net.internet.v4;
     let v6 = net.internet.v6;
