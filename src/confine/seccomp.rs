@@ -477,12 +477,14 @@ fn notify_program(calls: &[i64]) -> Result<BpfProgram, String> {
 /// (`runtime_hosts` where nftables cannot hold): the socket rules of
 /// commands (no UDP, raw, SCTP or MPTCP socket, no Fast Open), io_uring
 /// refused (its operations make sockets and send without these calls;
-/// ENOSYS makes libuv and others fall back), and every connect(2) a user
-/// notification. A foreign ABI is killed, as it would dodge the rules.
+/// ENOSYS makes libuv and others fall back), and every connect(2) and
+/// listen(2) a user notification. A foreign ABI is killed, as it would dodge the rules.
 pub fn runtime_gate_program() -> Result<BpfProgram, String> {
     let mut p = Program::default();
     kill_foreign_abis(&mut p);
     p.jeq(libc::SYS_connect as u32, "notify");
+    // Its listens too: on the host's network a port on every address.
+    p.jeq(libc::SYS_listen as u32, "notify");
     p.jeq(libc::SYS_io_uring_setup as u32, "enosys");
     network_calls(&mut p);
     p.ret(libc::SECCOMP_RET_ALLOW);

@@ -130,6 +130,8 @@ fn the_runtime_gate_keeps_its_network_to_the_proxy() {
     let flags2 = [0, 0, MSG_FASTOPEN as u64, 0, 0, 0];
     let cases: &[(&str, u32, i64, [u64; 6], u32)] = &[
         ("connect", X86_64, libc::SYS_connect, [0; 6], notify),
+        ("listen", X86_64, libc::SYS_listen, [0; 6], notify),
+        ("bind", X86_64, libc::SYS_bind, [0; 6], allow),
         (
             "tcp socket",
             X86_64,

@@ -113,6 +113,7 @@ impl Supervisor {
             proxy_port: self.network.policy.proxy_port,
             uid: self.shell.uid,
             gid: self.shell.gid,
+            listen_ports: Vec::new(),
         };
         // From here on commands carry the filter: without the gate's
         // thread, their connects fail (closed, not open).
@@ -153,6 +154,7 @@ impl Supervisor {
                 proxy_port: self.network.policy.proxy_port,
                 uid: self.shell.uid,
                 gid: self.shell.gid,
+                listen_ports: Vec::new(),
             };
             connect_gate::start(listener, settings, on_refusal)
         });
@@ -183,6 +185,7 @@ impl Supervisor {
             proxy_port: self.network.policy.proxy_port,
             uid: self.runtime.uid,
             gid: self.runtime.gid,
+            listen_ports: self.config.runtime_ports.clone(),
         };
         let on_refusal = self.gate_recorder(Some("runtime"))?;
         let ledger = connect_gate::start(Self::listener(listener), settings, on_refusal)?;

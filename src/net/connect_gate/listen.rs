@@ -6,8 +6,9 @@
 //!
 //! warden takes the caller's socket (pidfd_getfd), reads its family, and:
 //! - refuses listen on anything but a unix socket (EACCES, as Landlock
-//!   refuses a TCP bind);
-//! - listens on a unix socket itself, on the socket it took, and answers
+//!   refuses a TCP bind), but on a TCP socket bound to one of the
+//!   `listen_ports` (the runtime's published ports; none for commands);
+//! - listens on the socket itself, on the socket it took, and answers
 //!   with the kernel's result. Letting the call go on instead would let
 //!   another thread of the caller swap a TCP socket in under the checked
 //!   number before the kernel reads it; here what was checked is what
@@ -16,14 +17,14 @@
 //!   peer's (the peer pid it finds is warden's).
 
 use super::notify::{self, Notice, Threads};
-use super::{Listener, Outcome};
+use super::{Listener, Outcome, Settings};
 
 /// Decides one listen(2) and answers it; `refuse` records and answers a
 /// refusal.
 pub(super) fn handle(
     listener: &Listener,
     n: &Notice,
-    (threads, uid, gid): (&mut Threads, u32, u32),
+    (threads, settings): (&mut Threads, &Settings),
     refuse: impl Fn(i32, String) -> Outcome,
 ) -> Outcome {
     let (fd, backlog) = (n.args[0] as i32, n.args[1] as i32);
@@ -41,11 +42,16 @@ pub(super) fn handle(
         Err(e) => return answer(listener, n, Err(e.raw_os_error().unwrap_or(libc::ENOTSOCK))),
     };
     if family != libc::AF_UNIX {
-        return refuse(
-            libc::EACCES,
-            format!("listen on a socket of family {family}: commands may not serve the network"),
-        );
+        // Port 0 (unbound) is never listed: listen would pick one.
+        let port = notify::local_port(&sock).unwrap_or(0);
+        if port == 0 || !settings.listen_ports.contains(&port) {
+            return refuse(
+                libc::EACCES,
+                format!("listen on a socket of family {family}, port {port}: not a published port"),
+            );
+        }
     }
+    let (uid, gid) = (settings.uid, settings.gid);
     answer(listener, n, notify::listen_as(&sock, backlog, uid, gid))
 }
 

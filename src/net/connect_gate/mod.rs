@@ -19,6 +19,11 @@
 //! with whatever it set on it (options, blocking mode), so the proxy
 //! finds its owner as it finds any client's.
 //!
+//! Its filter sends listen(2) too, which it refuses on network sockets
+//! but the callers' published ports (see `listen`); where the gate does not
+//! stand in for the firewall, a thread of the same kind answers commands'
+//! listens alone.
+//!
 //! What it needs: CAP_SETUID and CAP_SETGID (its thread takes the
 //! commands' real ids, see `notify::take_callers_ids`), which warden needs
 //! anyway, and to be PID 1 of its PID namespace, as a machine's warden is.
@@ -49,11 +54,14 @@ const MAX_ADDRESS: usize = std::mem::size_of::<libc::sockaddr_storage>();
 
 /// Whom the gate serves: the proxy's port on loopback, and the user
 /// whose processes it reads (the commands').
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     pub proxy_port: u16,
     pub uid: u32,
     pub gid: u32,
+    /// The TCP ports its callers may listen on (the runtime's published
+    /// ones; none for commands).
+    pub listen_ports: Vec<u16>,
 }
 
 /// What the gate has done since it started, and for whom the sockets it
@@ -168,7 +176,7 @@ pub fn start(
             let failed = ready.is_err();
             let _ = ready_tx.send(ready);
             if !failed {
-                serve(&listener, settings, &mine, &on_refusal);
+                serve(&listener, &settings, &mine, &on_refusal);
             }
         })
         .map_err(|e| format!("cannot start the connect gate's thread: {e}"))?;
@@ -178,7 +186,7 @@ pub fn start(
     Ok(ledger)
 }
 
-fn serve(listener: &Listener, settings: Settings, ledger: &Ledger, on_refusal: &OnRefusal) {
+fn serve(listener: &Listener, settings: &Settings, ledger: &Ledger, on_refusal: &OnRefusal) {
     let mut threads = Threads::default();
     loop {
         let notice = match listener.recv() {
@@ -218,7 +226,7 @@ enum Outcome {
 fn handle(
     listener: &Listener,
     n: &Notice,
-    (settings, threads): (Settings, &mut Threads),
+    (settings, threads): (&Settings, &mut Threads),
     ledger: &Ledger,
     on_refusal: &OnRefusal,
 ) -> Outcome {
@@ -240,8 +248,7 @@ fn handle(
         }
     };
     if i64::from(n.nr) == libc::SYS_listen {
-        let caller = (threads, settings.uid, settings.gid);
-        return listen::handle(listener, n, caller, |errno, reason| {
+        return listen::handle(listener, n, (threads, settings), |errno, reason| {
             refuse(errno, None, reason)
         });
     }

@@ -273,6 +273,18 @@ pub fn family(sock: &OwnedFd) -> io::Result<i32> {
     }
 }
 
+/// The local port of IP socket `sock`; 0 while it is unbound.
+pub fn local_port(sock: &OwnedFd) -> io::Result<u16> {
+    use nix::sys::socket::{getsockname, SockaddrStorage};
+    let local: SockaddrStorage = getsockname(sock.as_raw_fd()).map_err(io::Error::from)?;
+    let port = match (local.as_sockaddr_in(), local.as_sockaddr_in6()) {
+        (Some(v4), _) => v4.port(),
+        (_, Some(v6)) => v6.port(),
+        _ => 0,
+    };
+    Ok(port)
+}
+
 /// listen(2) on `sock` with the calling thread's effective ids set to
 /// `uid` and `gid` for the call (the kernel records them as the socket's
 /// peer credentials), then root's again. Err is the errno to answer.
