@@ -802,7 +802,7 @@ fn a_command_listens_on_unix_sockets_and_never_on_the_network() {
     let o = s.attack(&["listen-race", "/tmp/warden-listen-race.sock", "2000"]);
     eprintln!("{}", printed(&o).trim());
     assert!(printed(&o).starts_with("blocked: "), "{}", printed(&o));
-    let refused = s.m.audit_kinds("connect_refused");
+    let refused = s.m.audit_kinds("listen_refused");
     assert!(
         refused
             .iter()

@@ -243,7 +243,10 @@ impl Supervisor {
             fields["command"] = command.into();
             fields["argv_sha256"] = digest.into();
         }
-        self.audit
-            .record_refusal(Event::ConnectRefused, "connect_gate", fields);
+        let kind = match refusal.listen {
+            true => Event::ListenRefused,
+            false => Event::ConnectRefused,
+        };
+        self.audit.record_refusal(kind, "connect_gate", fields);
     }
 }

@@ -143,6 +143,8 @@ pub struct Refusal {
     pub status: Option<String>,
     pub address: Option<SocketAddr>,
     pub reason: String,
+    /// A listen(2) refused, not a connect(2).
+    pub listen: bool,
 }
 
 pub type OnRefusal = Arc<dyn Fn(Refusal) + Send + Sync>;
@@ -240,6 +242,7 @@ fn handle(
                 status,
                 address,
                 reason,
+                listen: i64::from(n.nr) == libc::SYS_listen,
             });
         }
         match listener.answer(n.id, -1, errno) {
