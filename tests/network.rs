@@ -676,6 +676,12 @@ fn no_command_listens_on_the_network_through_the_connect_gate() {
     let (status, text) = net.text(&format!("{} unix-listen /tmp/unix.sock", bin.display()));
     assert_eq!(status, 0, "{text}");
     assert!(text.contains("unix listen works"), "{text}");
+    // The gate, having listened as shell, connects to the proxy as before.
+    let (status, text) = net.text(&format!(
+        "curl -sS --max-time 20 --cacert {} https://allowed.test/after",
+        net.ca().display()
+    ));
+    assert_eq!((status, text.trim()), (0, "hello allowed.test /after"));
 }
 
 fn direct_connections_fail(net: Net) -> Net {

@@ -119,17 +119,13 @@ impl Listener {
 /// machine sends them to PID 1: hence the gate asks for PID 1. A lower
 /// priority or longer slices slow only the commands' own connects.
 pub fn take_callers_ids(uid: u32, gid: u32) -> io::Result<()> {
-    // SAFETY: raw setgroups/setresgid/setresuid change only the calling
-    // thread's ids (unlike libc's wrappers, which change every thread's);
-    // -1 leaves the effective and saved ids as they are.
-    // No supplementary groups either: a unix socket the thread listens on
-    // for a command (`listen_as`) shows them to its clients.
+    drop_supplementary_groups();
+    // SAFETY: raw setresgid/setresuid change only the calling thread's
+    // ids (unlike libc's wrappers, which change every thread's); -1
+    // leaves the effective and saved ids as they are.
     let rc = unsafe {
-        match libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) {
-            0 => match libc::syscall(libc::SYS_setresgid, gid, -1i32, -1i32) {
-                0 => libc::syscall(libc::SYS_setresuid, uid, -1i32, -1i32),
-                rc => rc,
-            },
+        match libc::syscall(libc::SYS_setresgid, gid, -1i32, -1i32) {
+            0 => libc::syscall(libc::SYS_setresuid, uid, -1i32, -1i32),
             rc => rc,
         }
     };
@@ -137,6 +133,16 @@ pub fn take_callers_ids(uid: u32, gid: u32) -> io::Result<()> {
         0 => Ok(()),
         _ => Err(io::Error::last_os_error()),
     }
+}
+
+/// Empties the calling thread's supplementary groups: a unix socket it
+/// listens on for a caller (`listen_as`) shows them to its clients. Where
+/// the user namespace forbids setgroups the thread keeps warden's, and the
+/// gate works the same.
+fn drop_supplementary_groups() {
+    // SAFETY: a raw setgroups with no groups changes only the calling
+    // thread's credentials and reads no memory.
+    let _ = unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) };
 }
 
 /// `len` bytes at `addr` in the memory of thread `tid`.
