@@ -813,4 +813,14 @@ fn a_command_listens_on_unix_sockets_and_never_on_the_network() {
     let o = s.attack(&["unix-listen", "/tmp/warden-unix-listen.sock"]);
     assert_eq!(o.exit.status, 0, "{}", printed(&o));
     assert!(printed(&o).contains("unix listen works"), "{}", printed(&o));
+    // What builds and test suites run: a server of Node's (threads of its
+    // own) and tmux's, each on a unix socket.
+    let node = r#"const net = require("net"); const p = "/tmp/warden-node.sock"; try { require("fs").unlinkSync(p); } catch {} const srv = net.createServer(c => c.end("served")).listen(p, () => net.connect(p).on("data", d => { console.log("node: " + d); srv.close(); }));"#;
+    let o = s.run(sh(&format!("node -e '{node}'")));
+    assert!(printed(&o).contains("node: served"), "{}", printed(&o));
+    let o = s.run(sh(
+        "tmux -S /tmp/warden-tmux.sock new-session -d 'sleep 5' && tmux -S /tmp/warden-tmux.sock list-sessions && tmux -S /tmp/warden-tmux.sock kill-server",
+    ));
+    assert_eq!(o.exit.status, 0, "{}", printed(&o));
+    assert!(printed(&o).contains("windows"), "{}", printed(&o));
 }
