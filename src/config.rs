@@ -33,6 +33,10 @@ pub struct MachineConfig {
     /// host publishes: each is taken on vsock port 100000 + port and
     /// carried to 127.0.0.1:port. Never used outside a VM.
     pub vm_ports: Vec<u16>,
+    /// The runtime's server ports (the definition's `ports`): where
+    /// warden's connect gate holds the runtime (`runtime_hosts` where
+    /// nftables cannot), the only TCP ports it may listen on.
+    pub runtime_ports: Vec<u16>,
     /// When the main process starts again after it ended: "no" (the
     /// machine ends with it), "on-failure" or "always".
     pub main_restart: crate::main_restart::MainRestart,
@@ -141,6 +145,7 @@ impl Default for MachineConfig {
             vsock_port: Some(crate::vsock::DEFAULT_PORT),
             egress_vsock_port: None,
             vm_ports: Vec::new(),
+            runtime_ports: Vec::new(),
             main_restart: Default::default(),
             tcp_door: None,
             audit_dir: None,

@@ -133,11 +133,16 @@ impl Network {
     }
 
     /// Whether the connect gate should stand in for a firewall that did
-    /// not hold: unless the policy turned the firewall off, and only the
-    /// first time (at boot, before any command runs).
+    /// not hold: unless the policy turned the firewall off (asked the first
+    /// time only, see `first_proof`).
     pub fn wants_gate(&self, firewall: &LayerState) -> bool {
-        let first = !self.gate_tried.swap(true, Ordering::SeqCst);
-        first && !firewall.holds && self.policy.firewall != Requirement::Off
+        !firewall.holds && self.policy.firewall != Requirement::Off
+    }
+
+    /// True the first time only: the gate (or the listen guard) is set up
+    /// once, at boot, before any command runs.
+    pub fn first_proof(&self) -> bool {
+        !self.gate_tried.swap(true, Ordering::SeqCst)
     }
 
     pub fn set_gate(&self, gate: Gate) {

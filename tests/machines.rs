@@ -1070,6 +1070,27 @@ fn a_rootless_machine_on_the_hosts_network_is_held_by_the_connect_gate() {
     let mut buf = [0u8; 16];
     assert!(udp.recv(&mut buf).is_err(), "a datagram from shell arrived");
     assert!(tcp.accept().is_err(), "shell connected to a host port");
+
+    // listen(2) without bind(2) would bind a port on every address of the
+    // host's network, a server its processes reach: warden refuses it,
+    // and a unix socket still listens.
+    let listen =
+        "import socket; s = socket.socket(); s.listen(); print('listening on', s.getsockname())";
+    let out = m.exec(&["python3", "-c", listen]);
+    eprintln!("listen: {}", show("listen", &out));
+    assert!(!out.status.success(), "{}", show("listen", &out));
+    assert!(
+        text(&out.stderr).contains("[Errno 13] Permission denied"),
+        "{}",
+        show("listen", &out)
+    );
+    let unix = "import socket; s = socket.socket(socket.AF_UNIX); s.bind('/tmp/u.sock'); s.listen(); c = socket.socket(socket.AF_UNIX); c.connect('/tmp/u.sock'); print('unix listens')";
+    let out = m.exec(&["python3", "-c", unix]);
+    assert!(
+        text(&out.stdout).contains("unix listens"),
+        "{}",
+        show("unix listen", &out)
+    );
 }
 
 #[test]

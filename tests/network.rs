@@ -195,6 +195,61 @@ fn the_runtime_reaches_only_its_own_hosts_through_the_connect_gate() {
     );
 }
 
+/// Where warden's connect gate holds the runtime (no nftables: on the
+/// host's network, its listens would be servers there), the runtime listens
+/// on its published ports only (`runtime_ports`), and on unix sockets.
+#[test]
+fn the_runtime_listens_only_on_its_published_ports_through_the_connect_gate() {
+    if !privileged("the_runtime_listens_only_on_its_published_ports_through_the_connect_gate") {
+        return;
+    }
+    let script = r#"
+import os, socket
+home = os.environ["HOME"]
+said = []
+for port in (0, 3000, 3001):
+    s = socket.socket(socket.AF_INET6 if port == 3001 else socket.AF_INET)
+    try:
+        if port:
+            s.bind(("::" if port == 3001 else "0.0.0.0", port))
+        s.listen()
+        said.append(f"{port}: listening")
+    except OSError as e:
+        said.append(f"{port}: errno {e.errno}")
+u = socket.socket(socket.AF_UNIX)
+u.bind(home + "/u.sock")
+u.listen()
+said.append("unix: listening")
+open(home + "/out.txt", "w").write("\n".join(said) + "\n")
+os.rename(home + "/out.txt", home + "/done.txt")
+import time; time.sleep(1000)
+"#;
+    let net = boot(
+        |internet| {
+            let mut p = policy(internet);
+            p["runtime_hosts"] = json!(["allowed.test"]);
+            p
+        },
+        |o| {
+            o.main = vec!["python3".into(), "-c".into(), script.into()];
+            o.drop_caps = vec!["net_admin".into()];
+            o.config["runtime_ports"] = json!([3000]);
+        },
+    );
+    let done = net.machine.home.join("done.txt");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = std::fs::read_to_string(&done)
+        .unwrap_or_else(|_| panic!("no output; log: {}", net.machine.log()));
+    eprintln!("{out}");
+    assert!(out.contains("0: errno 13"), "{out}");
+    assert!(out.contains("3000: listening"), "{out}");
+    assert!(out.contains("3001: errno 13"), "{out}");
+    assert!(out.contains("unix: listening"), "{out}");
+}
+
 fn runtime_reaches_only_its_own_hosts(gated: bool) -> Net {
     let script = r#"
 ca=$HOME/ca.pem
@@ -596,6 +651,41 @@ fn the_connect_gate_acts_on_what_it_read() {
         whole <= 3 * 40,
         "{whole} connect_refused lines written whole"
     );
+}
+
+/// Under the connect gate (no nftables: a rootless machine on the host's
+/// network stands so) a command's listen on a network socket is refused by
+/// warden too, also when another thread swaps a TCP socket under a unix
+/// socket's number; a unix socket still listens, with shell as its peer.
+#[test]
+fn no_command_listens_on_the_network_through_the_connect_gate() {
+    if !privileged("no_command_listens_on_the_network_through_the_connect_gate") {
+        return;
+    }
+    let net = boot_gated();
+    let (bin_dir, _) = common::attacks::build_attack_program();
+    let bin = common::attacks::hand_to_shell(&net.machine, bin_dir.path());
+    for attempt in [
+        "tcp-listen",
+        "tcp6-listen",
+        "listen-race /tmp/listen-race.sock 2000",
+    ] {
+        let (status, text) = net.text(&format!("{} {attempt}", bin.display()));
+        eprintln!("{attempt}: {}", text.trim());
+        assert_eq!(status, 0, "{attempt}: {text}");
+        assert!(text.starts_with("blocked: "), "{attempt}: {text}");
+    }
+    let (_, text) = net.text(&format!("{} tcp-listen", bin.display()));
+    assert!(text.contains("Permission denied"), "{text}");
+    let (status, text) = net.text(&format!("{} unix-listen /tmp/unix.sock", bin.display()));
+    assert_eq!(status, 0, "{text}");
+    assert!(text.contains("unix listen works"), "{text}");
+    // The gate, having listened as shell, connects to the proxy as before.
+    let (status, text) = net.text(&format!(
+        "curl -sS --max-time 20 --cacert {} https://allowed.test/after",
+        net.ca().display()
+    ));
+    assert_eq!((status, text.trim()), (0, "hello allowed.test /after"));
 }
 
 fn direct_connections_fail(net: Net) -> Net {

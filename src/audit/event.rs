@@ -33,6 +33,7 @@ events! {
     DefaultHosts => "default_hosts",
     Egress => "egress",
     ConnectRefused => "connect_refused",
+    ListenRefused => "listen_refused",
     PolicyReload => "policy_reload",
     PolicyReloadFailed => "policy_reload_failed",
     MainStart => "main_start",

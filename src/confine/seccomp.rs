@@ -361,6 +361,9 @@ fn deny_program() -> Result<BpfProgram, String> {
     // Typing into another process's terminal; console control.
     p.jeq(libc::TIOCSTI as u32, "eperm");
     p.jeq(libc::TIOCLINUX as u32, "eperm");
+    // Changing the terminal's line discipline: where the kernel loads
+    // modules on demand, a way to load and reach rarely used drivers.
+    p.jeq(libc::TIOCSETD as u32, "eperm");
     p.ret(libc::SECCOMP_RET_ALLOW);
 
     // clone with a namespace flag: the same escape as unshare.
@@ -439,11 +442,32 @@ fn network_rules(p: &mut Program) {
 /// to warden as a user notification (see `net::connect_gate`). A foreign
 /// ABI is let through here: the main filter kills it, and without that
 /// filter Landlock still refuses its TCP connects.
+///
+/// Its listen(2) calls go to warden too (see `listen_program`): a thread
+/// has one listener at most, so the gate's carries both.
 pub fn gate_program() -> Result<BpfProgram, String> {
+    notify_program(&[libc::SYS_connect, libc::SYS_listen])
+}
+
+/// Where the gate does not stand in: every listen(2) of a command goes to
+/// warden as a user notification, which refuses it on a network socket
+/// (listen binds an unbound one to a port on every address, which
+/// Landlock's bind rule never sees) and listens on a unix socket itself
+/// (`net::connect_gate::listen`). The filter sees only a descriptor's
+/// number, not its family: hence warden.
+pub fn listen_program() -> Result<BpfProgram, String> {
+    notify_program(&[libc::SYS_listen])
+}
+
+/// A filter sending `calls` to warden and letting everything else go.
+fn notify_program(calls: &[i64]) -> Result<BpfProgram, String> {
     let mut p = Program::default();
     p.load(ARCH)
         .op(JEQ, AUDIT_ARCH_X86_64, To::Next, To::Label("allow"));
-    p.load(NR).jeq(libc::SYS_connect as u32, "notify");
+    p.load(NR);
+    for nr in calls {
+        p.jeq(*nr as u32, "notify");
+    }
     p.label("allow").ret(libc::SECCOMP_RET_ALLOW);
     p.label("notify").ret(libc::SECCOMP_RET_USER_NOTIF);
     p.assemble()
@@ -453,12 +477,14 @@ pub fn gate_program() -> Result<BpfProgram, String> {
 /// (`runtime_hosts` where nftables cannot hold): the socket rules of
 /// commands (no UDP, raw, SCTP or MPTCP socket, no Fast Open), io_uring
 /// refused (its operations make sockets and send without these calls;
-/// ENOSYS makes libuv and others fall back), and every connect(2) a user
-/// notification. A foreign ABI is killed, as it would dodge the rules.
+/// ENOSYS makes libuv and others fall back), and every connect(2) and
+/// listen(2) a user notification. A foreign ABI is killed, as it would dodge the rules.
 pub fn runtime_gate_program() -> Result<BpfProgram, String> {
     let mut p = Program::default();
     kill_foreign_abis(&mut p);
     p.jeq(libc::SYS_connect as u32, "notify");
+    // Its listens too: on the host's network a port on every address.
+    p.jeq(libc::SYS_listen as u32, "notify");
     p.jeq(libc::SYS_io_uring_setup as u32, "enosys");
     network_calls(&mut p);
     p.ret(libc::SECCOMP_RET_ALLOW);

@@ -78,6 +78,7 @@ fn the_gate_sends_connects_to_warden_and_nothing_else() {
     let x32_connect = libc::SYS_connect | X32_SYSCALL_BIT as i64;
     let cases: &[(&str, u32, i64, u32)] = &[
         ("connect", X86_64, libc::SYS_connect, notify),
+        ("listen", X86_64, libc::SYS_listen, notify),
         ("accept", X86_64, libc::SYS_accept, allow),
         ("sendto", X86_64, libc::SYS_sendto, allow),
         ("ptrace stays denied", X86_64, libc::SYS_ptrace, eperm),
@@ -96,6 +97,24 @@ fn the_gate_sends_connects_to_warden_and_nothing_else() {
 }
 
 #[test]
+fn every_listen_goes_to_warden_and_nothing_else() {
+    const X86_64: u32 = 0xc000_003e;
+    let mut programs = build(&[]).unwrap();
+    programs.push(listen_program().unwrap());
+    let notify = libc::SECCOMP_RET_USER_NOTIF;
+    let allow = libc::SECCOMP_RET_ALLOW;
+    let cases: &[(&str, i64, u32)] = &[
+        ("listen", libc::SYS_listen, notify),
+        ("connect", libc::SYS_connect, allow),
+        ("bind", libc::SYS_bind, allow),
+        ("accept4", libc::SYS_accept4, allow),
+    ];
+    for (name, nr, want) in cases {
+        assert_eq!(verdict(&programs, X86_64, *nr, [0; 6]), *want, "{name}");
+    }
+}
+
+#[test]
 fn the_runtime_gate_keeps_its_network_to_the_proxy() {
     const X86_64: u32 = 0xc000_003e;
     const I386: u32 = 0x4000_0003;
@@ -111,6 +130,8 @@ fn the_runtime_gate_keeps_its_network_to_the_proxy() {
     let flags2 = [0, 0, MSG_FASTOPEN as u64, 0, 0, 0];
     let cases: &[(&str, u32, i64, [u64; 6], u32)] = &[
         ("connect", X86_64, libc::SYS_connect, [0; 6], notify),
+        ("listen", X86_64, libc::SYS_listen, [0; 6], notify),
+        ("bind", X86_64, libc::SYS_bind, [0; 6], allow),
         (
             "tcp socket",
             X86_64,
@@ -391,6 +412,20 @@ fn the_filters_decide_as_designed() {
             libc::SYS_ioctl,
             [0, libc::TIOCLINUX, 0, 0, 0, 0],
             eperm,
+        ),
+        (
+            "TIOCSETD",
+            X86_64,
+            libc::SYS_ioctl,
+            [0, libc::TIOCSETD, 0, 0, 0, 0],
+            eperm,
+        ),
+        (
+            "TIOCGETD",
+            X86_64,
+            libc::SYS_ioctl,
+            [0, libc::TIOCGETD, 0, 0, 0, 0],
+            allow,
         ),
         (
             "TCGETS",

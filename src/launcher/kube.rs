@@ -274,6 +274,9 @@ fn config_map(meta: Value, def: &Definition) -> Value {
     if !def.keys.is_empty() {
         config["keys_from"] = json!(format!("{RUNTIME_KEYS_DIR}/runtime.env"));
     }
+    if let Some(ports) = super::state::runtime_ports(def) {
+        config["runtime_ports"] = ports;
+    }
     let network = network_policy(def).unwrap_or_else(|| json!({}));
     let mut data = Map::new();
     data.insert("machine.json".into(), json!(format!("{config:#}\n")));

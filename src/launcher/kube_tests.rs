@@ -404,3 +404,28 @@ fn rendered_documents_are_the_manifests() {
         .collect();
     assert_eq!(back, docs);
 }
+
+#[test]
+fn the_runtimes_ports_are_its_only_listens_where_its_gate_holds_it() {
+    let ports = json!([{"port": 3000, "host": 3100}]);
+    let cases = [
+        (json!({"network": "private", "ports": ports}), vec![], false),
+        (
+            json!({"network": "private", "ports": ports, "runtime_hosts": ["api.example.com"]}),
+            vec![3000u16],
+            true,
+        ),
+    ];
+    for (fields, want, written) in cases {
+        let d = def(fields.clone());
+        let docs = docs(&d, false);
+        let text = of(&docs, "ConfigMap")["data"]["machine.json"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        // Written only with runtime_hosts: an older warden refuses it.
+        assert_eq!(text.contains("runtime_ports"), written, "{fields}");
+        let config = MachineConfig::parse(&text).unwrap_or_else(|e| panic!("{fields}: {e}"));
+        assert_eq!(config.runtime_ports, want, "{fields}");
+    }
+}

@@ -118,6 +118,9 @@ pub(super) fn write_machine_files(
     if def.kind == super::definition::Kind::Vm && def.network != super::definition::Network::None {
         config["egress_vsock_port"] = crate::net::egress_link::RELAY_PORT.into();
     }
+    if let Some(ports) = runtime_ports(def) {
+        config["runtime_ports"] = ports;
+    }
     std::fs::write(state.join("etc/machine.json"), format!("{config:#}\n"))
         .map_err(|e| io("machine.json", e))?;
     write_network(def, &state.join("etc/policy/network.json")).map_err(|e| io("network", e))?;
@@ -271,4 +274,13 @@ pub(super) fn write_policy(path: &Path, value: Option<serde_json::Value>) -> std
             _ => Ok(()),
         },
     }
+}
+
+/// The ports the runtime may listen on where warden's connect gate holds
+/// it: its published ones. Written only with `runtime_hosts` (the gate's
+/// case): an image's own, older warden refuses fields it does not know.
+pub fn runtime_ports(def: &super::definition::Definition) -> Option<serde_json::Value> {
+    def.runtime_hosts.as_ref()?;
+    let ports: Vec<u16> = def.ports.iter().map(|p| p.port).collect();
+    Some(serde_json::json!(ports))
 }

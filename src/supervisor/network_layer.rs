@@ -30,7 +30,11 @@ impl Supervisor {
             return self.network.prove_gate(gate, knock);
         }
         let (firewall, why_not) = self.network.prove((landlock_tcp, seccomp_sockets), knock);
+        if !self.network.first_proof() {
+            return firewall;
+        }
         if !self.network.wants_gate(&firewall) {
+            self.guard_listens();
             return firewall;
         }
         let why_not = why_not.unwrap_or_default();
@@ -47,6 +51,7 @@ impl Supervisor {
             },
             Err(e) => {
                 crate::say!("the connect gate cannot stand in for the firewall: {e}");
+                self.guard_listens();
                 let mut firewall = firewall;
                 firewall.detail += &format!("; warden's connect gate cannot stand in: {e}");
                 firewall
@@ -108,6 +113,7 @@ impl Supervisor {
             proxy_port: self.network.policy.proxy_port,
             uid: self.shell.uid,
             gid: self.shell.gid,
+            listen_ports: Vec::new(),
         };
         // From here on commands carry the filter: without the gate's
         // thread, their connects fail (closed, not open).
@@ -129,6 +135,32 @@ impl Supervisor {
             runtime,
         });
         Ok(())
+    }
+
+    /// Where the gate does not stand in: commands' listen(2) calls go to a
+    /// gate thread of their own, which refuses them on network sockets
+    /// (see `net::connect_gate::listen`). Said, not fatal, if it cannot
+    /// start: then a command's listen fails (ENOSYS) or, with no filter,
+    /// is Landlock's and the firewall's to hold.
+    fn guard_listens(self: &Arc<Self>) {
+        if std::process::id() != 1 {
+            crate::say!("warden is not PID 1: commands' listen calls are not held");
+            return;
+        }
+        let guarded = crate::confine::seccomp::listen_program().and_then(|program| {
+            let on_refusal = self.gate_recorder(None)?;
+            let listener = Self::listener(self.spawner.install_gate(program)?);
+            let settings = connect_gate::Settings {
+                proxy_port: self.network.policy.proxy_port,
+                uid: self.shell.uid,
+                gid: self.shell.gid,
+                listen_ports: Vec::new(),
+            };
+            connect_gate::start(listener, settings, on_refusal)
+        });
+        if let Err(e) = guarded {
+            crate::say!("warden cannot hold commands' listen calls: {e}");
+        }
     }
 
     /// The gate's listener; said when each connect must pay a wake-up on
@@ -153,6 +185,7 @@ impl Supervisor {
             proxy_port: self.network.policy.proxy_port,
             uid: self.runtime.uid,
             gid: self.runtime.gid,
+            listen_ports: self.config.runtime_ports.clone(),
         };
         let on_refusal = self.gate_recorder(Some("runtime"))?;
         let ledger = connect_gate::start(Self::listener(listener), settings, on_refusal)?;
@@ -210,12 +243,14 @@ impl Supervisor {
             fields["command"] = command.into();
             fields["argv_sha256"] = digest.into();
         }
+        let kind = match refusal.listen {
+            true => Event::ListenRefused,
+            false => Event::ConnectRefused,
+        };
         // Per command, and the runtime's always whole (see `source_of`).
         match crate::throttle::source_of("connect_gate", &fields, self.runtime.uid) {
-            Some(source) => self
-                .audit
-                .record_refusal(Event::ConnectRefused, &source, fields),
-            None => self.audit.record(Event::ConnectRefused, fields),
+            Some(source) => self.audit.record_refusal(kind, &source, fields),
+            None => self.audit.record(kind, fields),
         }
     }
 }

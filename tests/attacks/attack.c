@@ -182,6 +182,80 @@ static int serve_abstract(const char *name) {
     }
 }
 
+/* listen(2) without bind(2): the kernel binds the socket to a port on
+ * every address first. Answers the port it got, if any. */
+static int tcp_listen(int family) {
+    int s = socket(family, SOCK_STREAM, 0);
+    if (s < 0) return -1;
+    if (listen(s, 8) < 0) return -1;
+    struct sockaddr_storage a;
+    socklen_t len = sizeof a;
+    getsockname(s, (struct sockaddr *)&a, &len);
+    return ntohs(((struct sockaddr_in *)&a)->sin_port);
+}
+
+/* A unix socket at PATH that listens, and a client of it that is served. */
+static int unix_listen(const char *path) {
+    int s = socket(AF_UNIX, SOCK_STREAM, 0), c = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+    unlink(path);
+    if (bind(s, (struct sockaddr *)&a, sizeof a) < 0) { perror("bind"); return 1; }
+    if (listen(s, 8) < 0) { perror("listen"); return 1; }
+    if (connect(c, (struct sockaddr *)&a, sizeof a) < 0) { perror("connect"); return 1; }
+    int served = accept(s, NULL, NULL);
+    struct ucred peer;
+    socklen_t len = sizeof peer;
+    if (served < 0 || write(served, "hi", 2) != 2) { perror("accept"); return 1; }
+    char got[2];
+    if (read(c, got, 2) != 2) { perror("read"); return 1; }
+    getsockopt(c, SOL_SOCKET, SO_PEERCRED, &peer, &len);
+    printf("unix listen works: the server's uid %u gid %u, mine %u %u\n", peer.uid, peer.gid, getuid(), getgid());
+    unlink(path);
+    return peer.uid == getuid() && peer.gid == getgid() ? 0 : 1;
+}
+
+/* listen on a bound unix socket's number while another thread puts a TCP
+ * socket under that number: the TCP socket must never listen. */
+static int listen_swap;
+static volatile long swaps;
+static void *swap_in_tcp(void *unused) {
+    (void)unused;
+    while (racing) {
+        dup2(race_unix, listen_swap);
+        dup2(race_tcp, listen_swap);
+        swaps++;
+    }
+    return NULL;
+}
+
+static int listen_race(const char *path, int tries) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+    unlink(path);
+    race_unix = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (bind(race_unix, (struct sockaddr *)&a, sizeof a) < 0) { perror("bind"); return 1; }
+    race_tcp = socket(AF_INET, SOCK_STREAM, 0);
+    listen_swap = dup(race_unix);
+    pthread_t t;
+    pthread_create(&t, NULL, swap_in_tcp, NULL);
+    while (swaps < 100) usleep(100);
+    int listened = 0, refused = 0, tcp = 0;
+    for (int i = 0; i < tries && !tcp; i++) {
+        if (listen(listen_swap, 8) == 0) listened++; else refused++;
+        int on = 0;
+        socklen_t len = sizeof on;
+        getsockopt(race_tcp, SOL_SOCKET, SO_ACCEPTCONN, &on, &len);
+        tcp = on;
+    }
+    racing = 0;
+    pthread_join(t, NULL);
+    unlink(path);
+    printf("%s: listen race %d tries: %d listened, %d refused, TCP socket listening: %d\n",
+           tcp ? "GOT THROUGH" : "blocked", tries, listened, refused, tcp);
+    return tcp;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     const char *a = argv[1];
@@ -312,6 +386,14 @@ int main(int argc, char **argv) {
         inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
         int sent = sendto(s, "x", 1, MSG_FASTOPEN, (struct sockaddr *)&sa, sizeof sa);
         return blocked_with("sendto(MSG_FASTOPEN) to loopback", sent < 0 ? -1 : 0, EPERM);
+    }
+    if (!strcmp(a, "tcp-listen")) return blocked_with("tcp listen without bind", tcp_listen(AF_INET), EACCES);
+    if (!strcmp(a, "tcp6-listen")) return blocked_with("tcp6 listen without bind", tcp_listen(AF_INET6), EACCES);
+    if (!strcmp(a, "unix-listen")) return unix_listen(arg);
+    if (!strcmp(a, "listen-race")) return listen_race(arg, argc > 3 ? atoi(argv[3]) : 2000);
+    if (!strcmp(a, "tiocsetd")) {
+        int n_tty = 0;
+        return blocked_with("ioctl(TIOCSETD)", ioctl(0, TIOCSETD, &n_tty), EPERM);
     }
     if (!strcmp(a, "tcp-bind")) {
         int s = socket(AF_INET, SOCK_STREAM, 0);

@@ -199,6 +199,13 @@ pub fn programs(t: &Targets) -> Vec<(&'static str, Vec<String>)> {
             vec!["tcp-fast-open", port],
         ),
         ("TCP bind", vec!["tcp-bind", "8080"]),
+        ("TCP listen without bind", vec!["tcp-listen"]),
+        ("TCP listen over IPv6 without bind", vec!["tcp6-listen"]),
+        (
+            "a TCP socket swapped under a unix socket's listen",
+            vec!["listen-race", "/tmp/warden-listen-race.sock", "2000"],
+        ),
+        ("TIOCSETD", vec!["tiocsetd"]),
         ("keep a capability", vec!["capabilities"]),
     ];
     if let Some(name) = &t.abstract_name {

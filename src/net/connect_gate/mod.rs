@@ -19,11 +19,17 @@
 //! with whatever it set on it (options, blocking mode), so the proxy
 //! finds its owner as it finds any client's.
 //!
+//! Its filter sends listen(2) too, which it refuses on network sockets
+//! but the callers' published ports (see `listen`); where the gate does not
+//! stand in for the firewall, a thread of the same kind answers commands'
+//! listens alone.
+//!
 //! What it needs: CAP_SETUID and CAP_SETGID (its thread takes the
 //! commands' real ids, see `notify::take_callers_ids`), which warden needs
 //! anyway, and to be PID 1 of its PID namespace, as a machine's warden is.
 
 mod decide;
+mod listen;
 mod notify;
 
 pub use decide::{decide, Decision};
@@ -48,11 +54,14 @@ const MAX_ADDRESS: usize = std::mem::size_of::<libc::sockaddr_storage>();
 
 /// Whom the gate serves: the proxy's port on loopback, and the user
 /// whose processes it reads (the commands').
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     pub proxy_port: u16,
     pub uid: u32,
     pub gid: u32,
+    /// The TCP ports its callers may listen on (the runtime's published
+    /// ones; none for commands).
+    pub listen_ports: Vec<u16>,
 }
 
 /// What the gate has done since it started, and for whom the sockets it
@@ -134,6 +143,8 @@ pub struct Refusal {
     pub status: Option<Vec<u8>>,
     pub address: Option<SocketAddr>,
     pub reason: String,
+    /// A listen(2) refused, not a connect(2).
+    pub listen: bool,
 }
 
 pub type OnRefusal = Arc<dyn Fn(Refusal) + Send + Sync>;
@@ -167,7 +178,7 @@ pub fn start(
             let failed = ready.is_err();
             let _ = ready_tx.send(ready);
             if !failed {
-                serve(&listener, settings, &mine, &on_refusal);
+                serve(&listener, &settings, &mine, &on_refusal);
             }
         })
         .map_err(|e| format!("cannot start the connect gate's thread: {e}"))?;
@@ -177,7 +188,7 @@ pub fn start(
     Ok(ledger)
 }
 
-fn serve(listener: &Listener, settings: Settings, ledger: &Ledger, on_refusal: &OnRefusal) {
+fn serve(listener: &Listener, settings: &Settings, ledger: &Ledger, on_refusal: &OnRefusal) {
     let mut threads = Threads::default();
     loop {
         let notice = match listener.recv() {
@@ -188,12 +199,17 @@ fn serve(listener: &Listener, settings: Settings, ledger: &Ledger, on_refusal: &
                 return;
             }
         };
-        let at_proxy = (settings.proxy_port, &mut threads);
-        match handle(listener, &notice, at_proxy, ledger, on_refusal) {
+        match handle(
+            listener,
+            &notice,
+            (settings, &mut threads),
+            ledger,
+            on_refusal,
+        ) {
             Outcome::ToProxy => ledger.to_proxy.fetch_add(1, Ordering::Relaxed),
             Outcome::PassedOn => ledger.passed_on.fetch_add(1, Ordering::Relaxed),
             Outcome::Refused => ledger.refused.fetch_add(1, Ordering::Relaxed),
-            Outcome::Gone => 0,
+            Outcome::Listened | Outcome::Gone => 0,
         };
     }
 }
@@ -202,6 +218,8 @@ enum Outcome {
     ToProxy,
     PassedOn,
     Refused,
+    /// A unix socket warden listened on for its caller.
+    Listened,
     /// The caller was gone before it could be answered.
     Gone,
 }
@@ -210,7 +228,7 @@ enum Outcome {
 fn handle(
     listener: &Listener,
     n: &Notice,
-    (proxy_port, threads): (u16, &mut Threads),
+    (settings, threads): (&Settings, &mut Threads),
     ledger: &Ledger,
     on_refusal: &OnRefusal,
 ) -> Outcome {
@@ -224,6 +242,7 @@ fn handle(
                 status,
                 address,
                 reason,
+                listen: i64::from(n.nr) == libc::SYS_listen,
             });
         }
         match listener.answer(n.id, -1, errno) {
@@ -231,6 +250,12 @@ fn handle(
             Err(_) => Outcome::Gone,
         }
     };
+    if i64::from(n.nr) == libc::SYS_listen {
+        return listen::handle(listener, n, (threads, settings), |errno, reason| {
+            refuse(errno, None, reason)
+        });
+    }
+    let proxy_port = settings.proxy_port;
     if i64::from(n.nr) != libc::SYS_connect {
         let reason = format!("syscall {} is not gated", n.nr);
         return refuse(libc::ENOSYS, None, reason);

@@ -119,6 +119,7 @@ impl Listener {
 /// machine sends them to PID 1: hence the gate asks for PID 1. A lower
 /// priority or longer slices slow only the commands' own connects.
 pub fn take_callers_ids(uid: u32, gid: u32) -> io::Result<()> {
+    drop_supplementary_groups();
     // SAFETY: raw setresgid/setresuid change only the calling thread's
     // ids (unlike libc's wrappers, which change every thread's); -1
     // leaves the effective and saved ids as they are.
@@ -132,6 +133,16 @@ pub fn take_callers_ids(uid: u32, gid: u32) -> io::Result<()> {
         0 => Ok(()),
         _ => Err(io::Error::last_os_error()),
     }
+}
+
+/// Empties the calling thread's supplementary groups: a unix socket it
+/// listens on for a caller (`listen_as`) shows them to its clients. Where
+/// the user namespace forbids setgroups the thread keeps warden's, and the
+/// gate works the same.
+fn drop_supplementary_groups() {
+    // SAFETY: a raw setgroups with no groups changes only the calling
+    // thread's credentials and reads no memory.
+    let _ = unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) };
 }
 
 /// `len` bytes at `addr` in the memory of thread `tid`.
@@ -244,6 +255,91 @@ pub fn connect_raw(sock: &OwnedFd, raw: &[u8]) -> io::Result<()> {
     match rc {
         0 => Ok(()),
         _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// The family of socket `sock` (SO_DOMAIN), as the kernel has it.
+pub fn family(sock: &OwnedFd) -> io::Result<i32> {
+    let mut family: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `family`, an int
+    // alive for the call, and the length it wrote into `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            (&mut family as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    match rc {
+        0 => Ok(family),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// The local port of IP socket `sock`; 0 while it is unbound.
+pub fn local_port(sock: &OwnedFd) -> io::Result<u16> {
+    use nix::sys::socket::{getsockname, SockaddrStorage};
+    let local: SockaddrStorage = getsockname(sock.as_raw_fd()).map_err(io::Error::from)?;
+    let port = match (local.as_sockaddr_in(), local.as_sockaddr_in6()) {
+        (Some(v4), _) => v4.port(),
+        (_, Some(v6)) => v6.port(),
+        _ => 0,
+    };
+    Ok(port)
+}
+
+/// listen(2) on `sock` with the calling thread's effective ids set to
+/// `uid` and `gid` for the call (the kernel records them as the socket's
+/// peer credentials), then root's again. Err is the errno to answer.
+/// The thread's real ids are the callers' and its saved ids root's (see
+/// `take_callers_ids`), so it may switch both ways.
+pub fn listen_as(sock: &OwnedFd, backlog: i32, uid: u32, gid: u32) -> Result<(), i32> {
+    let errno = || {
+        io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EPERM)
+    };
+    set_effective(uid, gid).map_err(|()| errno())?;
+    // SAFETY: listen takes a descriptor this thread owns and an int.
+    let rc = unsafe { libc::listen(sock.as_raw_fd(), backlog) };
+    let listened = match rc {
+        0 => Ok(()),
+        _ => Err(errno()),
+    };
+    // Back to root's: without it the gate could not take the next
+    // caller's socket. A thread that cannot is refused listens from now.
+    set_effective(0, 0).map_err(|()| libc::EPERM)?;
+    listened
+}
+
+/// Sets the calling thread's effective uid and gid (the gid first, while
+/// the thread may still).
+fn set_effective(uid: u32, gid: u32) -> Result<(), ()> {
+    let (uid, gid) = (uid as libc::c_long, gid as libc::c_long);
+    // SAFETY: raw setresuid/setresgid change only the calling thread's
+    // ids; -1 leaves the real and saved ids as they are. Going back to
+    // root sets the uid first, which gives the thread back its
+    // capabilities, then the gid.
+    let rc = unsafe {
+        let resgid = |g: libc::c_long| libc::syscall(libc::SYS_setresgid, -1i64, g, -1i64);
+        let resuid = |u: libc::c_long| libc::syscall(libc::SYS_setresuid, -1i64, u, -1i64);
+        match uid {
+            0 => match resuid(uid) {
+                0 => resgid(gid),
+                rc => rc,
+            },
+            _ => match resgid(gid) {
+                0 => resuid(uid),
+                rc => rc,
+            },
+        }
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(()),
     }
 }
 
