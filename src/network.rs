@@ -28,6 +28,9 @@ pub struct Network {
     /// warden's connect gate, where it stands in for the firewall.
     gate: OnceLock<Gate>,
     gate_tried: std::sync::atomic::AtomicBool,
+    /// Whether commands' listen(2) calls are held (by the gate or a guard
+    /// of their own), or why not: set once, at the first proof.
+    listens: OnceLock<Result<String, String>>,
 }
 
 /// The connect gate, once open: what it has done, and why the firewall
@@ -99,6 +102,7 @@ impl Network {
             listening: Vec::new(),
             gate: OnceLock::new(),
             gate_tried: Default::default(),
+            listens: OnceLock::new(),
         }
     }
 
@@ -143,6 +147,19 @@ impl Network {
     /// once, at boot, before any command runs.
     pub fn first_proof(&self) -> bool {
         !self.gate_tried.swap(true, Ordering::SeqCst)
+    }
+
+    /// Records how commands' listen calls are held (first call only).
+    pub fn set_listens(&self, held: Result<String, String>) {
+        let _ = self.listens.set(held);
+    }
+
+    /// How commands' listen calls are held; Err before the first proof.
+    pub fn listens(&self) -> Result<String, String> {
+        self.listens
+            .get()
+            .cloned()
+            .unwrap_or_else(|| Err("not set up yet".to_string()))
     }
 
     pub fn set_gate(&self, gate: Gate) {

@@ -778,6 +778,11 @@ fn a_command_listens_on_unix_sockets_and_never_on_the_network() {
         fw.holds && fw.detail.contains("table inet warden"),
         "{fw:?}"
     );
+    let listen = common::layer(&status, "listen");
+    assert!(
+        listen.holds && listen.detail.contains("goes to warden"),
+        "{listen:?}"
+    );
     for family in ["tcp-listen", "tcp6-listen"] {
         let o = s.attack(&[family]);
         let said = printed(&o);

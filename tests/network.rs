@@ -663,6 +663,12 @@ fn no_command_listens_on_the_network_through_the_connect_gate() {
         return;
     }
     let net = boot_gated();
+    let status = net.machine.client().status().unwrap();
+    let listen = common::layer(&status, "listen");
+    assert!(
+        listen.holds && listen.detail.contains("connect gate"),
+        "{listen:?}"
+    );
     let (bin_dir, _) = common::attacks::build_attack_program();
     let bin = common::attacks::hand_to_shell(&net.machine, bin_dir.path());
     for attempt in [

@@ -319,6 +319,7 @@ impl Supervisor {
             firewall,
             space("shell_space", &self.shell_space),
             space("link_protections", &self.link_protections),
+            space("listen", &self.network.listens()),
             oom_order(commands_first, &self.oom_order),
         ];
         let more = more

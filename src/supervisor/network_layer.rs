@@ -119,6 +119,9 @@ impl Supervisor {
         // thread, their connects fail (closed, not open).
         let ledger = connect_gate::start(listener, settings, on_refusal)
             .map_err(|e| format!("{e}; commands can make no TCP connection at all"))?;
+        self.network.set_listens(Ok(
+            "warden's connect gate takes every listen(2): refused on a network socket".into(),
+        ));
         crate::say!(
             "the firewall does not hold ({why_not_firewall}): warden's connect gate stands in"
         );
@@ -144,7 +147,9 @@ impl Supervisor {
     /// is Landlock's and the firewall's to hold.
     fn guard_listens(self: &Arc<Self>) {
         if std::process::id() != 1 {
-            crate::say!("warden is not PID 1: commands' listen calls are not held");
+            let why = "warden is not PID 1: commands' listen calls are not held";
+            crate::say!("{why}");
+            self.network.set_listens(Err(why.into()));
             return;
         }
         let guarded = crate::confine::seccomp::listen_program().and_then(|program| {
@@ -158,9 +163,14 @@ impl Supervisor {
             };
             connect_gate::start(listener, settings, on_refusal)
         });
-        if let Err(e) = guarded {
-            crate::say!("warden cannot hold commands' listen calls: {e}");
-        }
+        let held = match guarded {
+            Ok(_) => Ok("every listen(2) of a command goes to warden: refused on a network socket, done by warden on a unix one".into()),
+            Err(e) => {
+                crate::say!("warden cannot hold commands' listen calls: {e}");
+                Err(format!("warden cannot hold commands' listen calls: {e}"))
+            }
+        };
+        self.network.set_listens(held);
     }
 
     /// The gate's listener; said when each connect must pay a wake-up on
