@@ -627,8 +627,12 @@ fn machine(action: MachineAction) -> Result<i32, String> {
     // folder, never the engine.
     match action {
         MachineAction::Check => {
-            for fact in &m::host()?.facts {
+            let host = m::host()?;
+            for fact in &host.facts {
                 println!("{fact}");
+            }
+            if let Some(line) = m::private_network(host) {
+                println!("{line}");
             }
             println!("this host can run machines");
             Ok(0)

@@ -168,3 +168,52 @@ fn a_docker_machine_is_built_confined_keyed_stopped_and_removed() {
     );
     assert!(m.definition().exists());
 }
+
+#[test]
+fn a_private_machine_on_a_daemon_without_its_bridge_is_refused_before_anything_is_made() {
+    let test =
+        "a_private_machine_on_a_daemon_without_its_bridge_is_refused_before_anything_is_made";
+    if !docker_ready(test) {
+        return;
+    }
+    // The tests' daemon runs without its bridge (scripts/test): a machine
+    // asked for on "private" would get no network and publish nothing.
+    let bridge = docker(&["network", "inspect", "bridge"]).status.success();
+    let check = warden(&["machine", "check"]);
+    let said = text(&check.stdout);
+    if bridge {
+        assert!(
+            said.contains("network \"private\": the daemon's bridge"),
+            "{said}"
+        );
+        skipped(&format!(
+            "{test}: this Docker daemon has its bridge; the refusal is not reached"
+        ));
+        return;
+    }
+    assert!(
+        said.contains(
+            "network \"private\": refused here: this Docker daemon has no bridge network"
+        ),
+        "{}",
+        show("check", &check)
+    );
+    let id = machine_id("nobridge");
+    let state = warden::launcher::machine::state_dir(&id);
+    let m = TestMachine::in_folder(id, tempfile::tempdir().unwrap(), warden, state);
+    m.define(serde_json::json!({
+        "image": IMAGE, "network": "private", "ports": [{"port": 3000, "host": "auto", "from": 18600}],
+        "command": ["sleep", "infinity"],
+    }));
+    let out = m.up();
+    assert!(!out.status.success(), "{}", show("up", &out));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("network \"private\"")
+            && err.contains("--bridge=none")
+            && err.contains("start dockerd with its bridge"),
+        "{err}"
+    );
+    assert_eq!(leftovers(&m.id), "", "nothing was made");
+}

@@ -277,6 +277,9 @@ fn ids() -> Result<Vec<String>, LaunchError> {
         .collect())
 }
 
+/// Why a Docker daemon without its bridge cannot give a machine a network.
+pub const NO_BRIDGE: &str = "this Docker daemon has no bridge network (it was started with --bridge=none): the machine would have no network and publish none of its ports; start dockerd with its bridge (for example --bip 172.31.250.1/24), or use \"none\"";
+
 /// Refuses a definition this host cannot run as written, saying why.
 pub fn fits(def: &Definition, host: &Host) -> Result<(), LaunchError> {
     let engine = host.engine.program();
@@ -286,6 +289,7 @@ pub fn fits(def: &Definition, host: &Host) -> Result<(), LaunchError> {
         Network::Namespace(path) if host.engine == Engine::Docker => return Err(namespace(path, "Docker cannot join a namespace by path; use podman")),
         Network::Namespace(path) if rootless => return Err(namespace(path, "a rootless owner cannot join a namespace made by root; use \"none\" or \"private\"")),
         Network::Namespace(path) if !path.exists() => return Err(namespace(path, "no such namespace (make it with `ip netns add`)")),
+        Network::Private if host.engine == Engine::Docker && !engine::has_bridge() => return Err(LaunchError::new("network \"private\"", NO_BRIDGE)),
         Network::Private if rootless && host.engine == Engine::Podman => {
             if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/net/tun") {
                 return Err(LaunchError::new("network \"private\"", format!("rootless podman needs /dev/net/tun, which this user cannot open ({e}); use \"none\", or run as root")));

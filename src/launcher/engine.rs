@@ -33,6 +33,13 @@ pub(super) fn command() -> Result<Command, LaunchError> {
     Ok(command)
 }
 
+/// Whether the engine has a bridge network: a Docker daemon started with
+/// `--bridge=none` has only `host` and `none`, and a container asked for
+/// the bridge there gets no network and publishes no port.
+pub fn has_bridge() -> bool {
+    run("bridge network", &["network", "inspect", "bridge"]).is_ok()
+}
+
 /// Runs the engine; returns its stdout, or one line naming `step` and the
 /// first line of the engine's stderr (with a hint when it is a known one).
 pub(super) fn run(step: &str, args: &[&str]) -> Result<String, LaunchError> {

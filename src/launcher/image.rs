@@ -350,7 +350,7 @@ fn docker_build(
                 "no file name",
             )
         })?;
-    let bridge = engine::run("bridge network", &["network", "inspect", "bridge"]).is_ok();
+    let bridge = engine::has_bridge();
     let args = docker_build_args(host, tag, &name, bridge);
     let mut tar = Command::new("tar")
         .args(["-C"])

@@ -25,6 +25,21 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// For `check`: what a machine on the network "private" gets here, where
+/// that is in doubt (a Docker daemon may run without its bridge).
+pub fn private_network(host: &Host) -> Option<String> {
+    if host.engine != super::host::Engine::Docker {
+        return None;
+    }
+    Some(match engine::has_bridge() {
+        true => "network \"private\": the daemon's bridge".to_string(),
+        false => format!(
+            "network \"private\": refused here: {}",
+            super::container::NO_BRIDGE
+        ),
+    })
+}
+
 /// Makes (or reuses) and starts the machine `definition` describes. When
 /// a step fails, what this `up` made (container, volumes, image, state
 /// folder) is removed again, and the error names the step.
