@@ -1283,3 +1283,58 @@ fn a_running_machines_log_is_read_through_its_warden() {
     assert!(said.contains("chain intact"), "{said}");
     assert!(said.contains("verified before is still there"), "{said}");
 }
+
+#[test]
+fn a_runtime_uses_the_clients_the_image_carries() {
+    if !ready("a_runtime_uses_the_clients_the_image_carries") {
+        return;
+    }
+    // The two lines a Node runtime writes, run as the machine's main
+    // process from the runtime's home: no install, no copy.
+    let node = "import { shellRun, VERSION } from '@warden/client';\n\
+                import { writeFileSync } from 'node:fs';\n\
+                const r = await shellRun('id -un');\n\
+                writeFileSync('/home/runtime/data/node-client', `${VERSION} ${r.exitCode} ${String(r.stdout).trim()}\\n`);\n\
+                setInterval(() => {}, 1 << 30);\n";
+    let fx = TestMachine::new("clients");
+    // And the Python client, from the owner's setup (the runtime's too).
+    std::fs::write(
+        fx.dir.path().join("setup.sh"),
+        "python3 -c 'import warden_client; r = warden_client.Client.connect().run([\"id\", \"-un\"]); \
+         open(\"/home/runtime/data/python-client\", \"w\").write(\"%s %s %s\\n\" % (warden_client.__version__, r.status, r.stdout.decode().strip()))'\n",
+    )
+    .unwrap();
+    fx.define(serde_json::json!({
+        "image": IMAGE,
+        "setup": "setup.sh",
+        "command": ["node", "--input-type=module", "-e", node],
+    }));
+    let out = fx.up();
+    assert!(out.status.success(), "{}", show("up", &out));
+    let version = env!("CARGO_PKG_VERSION");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let read =
+        |name: &str| text(&sh_in(&fx, "runtime", &format!("cat /home/runtime/data/{name}")).stdout);
+    while read("node-client").is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        read("node-client"),
+        format!("{version} 0 shell\n"),
+        "{}",
+        text(&podman(&["logs", &fx.container()]).stderr)
+    );
+    assert_eq!(read("python-client"), format!("{version} 0 shell\n"));
+    // Resolvable from any folder, for shell's own Node and Python too.
+    let out = fx.exec(&[
+        "sh",
+        "-c",
+        "cd /tmp && node --input-type=module -e \"import { VERSION } from '@warden/client'; console.log(VERSION)\" && python3 -c 'import warden_client; print(warden_client.__version__)'",
+    ]);
+    assert_eq!(
+        text(&out.stdout),
+        format!("{version}\n{version}\n"),
+        "{}",
+        show("exec", &out)
+    );
+}
