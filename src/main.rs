@@ -310,6 +310,9 @@ enum MachineAction {
         /// Make it a micro-VM under QEMU (as `"kind": "vm"` does).
         #[arg(long)]
         vm: bool,
+        /// Run the setup script even when it ran with these inputs.
+        #[arg(long)]
+        setup: bool,
     },
     /// Print the Kubernetes manifests of a definition (a Pod, or with
     /// --sandbox an agent-sandbox Sandbox, with its Secrets, ConfigMap and
@@ -641,7 +644,8 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             definition,
             env_file,
             vm,
-        } => m::up(&definition, env_file.as_deref(), vm)
+            setup,
+        } => m::up(&definition, env_file.as_deref(), vm, setup)
             .map(|()| 0)
             .map_err(String::from),
         MachineAction::VmRelay { config } => {

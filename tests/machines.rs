@@ -1338,3 +1338,56 @@ fn a_runtime_uses_the_clients_the_image_carries() {
         show("exec", &out)
     );
 }
+
+#[test]
+fn setup_runs_again_only_when_it_changed_or_is_asked_for() {
+    if !ready("setup_runs_again_only_when_it_changed_or_is_asked_for") {
+        return;
+    }
+    let fx = TestMachine::new("setup-once");
+    let script = fx.dir.path().join("setup.sh");
+    std::fs::write(&script, "echo one >> \"$HOME/data/setup-runs\"\n").unwrap();
+    fx.define(serde_json::json!({
+        "image": IMAGE, "setup": "setup.sh", "command": ["sleep", "infinity"],
+    }));
+    let runs = || {
+        let out = sh_in(&fx, "runtime", "cat /home/runtime/data/setup-runs");
+        text(&out.stdout)
+    };
+    let definition = fx.definition();
+    let up = |what: &str, args: &[&str]| {
+        let mut argv = vec!["machine", "up", definition.to_str().unwrap()];
+        argv.extend(args);
+        let out = warden(&argv);
+        assert!(out.status.success(), "{}", show(what, &out));
+        text(&out.stdout)
+    };
+    let said = up("first up", &[]);
+    assert!(said.contains("setup.sh ran"), "{said}");
+    assert_eq!(runs(), "one\n");
+    let first = inspect(&fx.container(), "{{.Id}}");
+
+    // A change that makes the container again, over the same volumes.
+    fx.edit(|d| d["idle_stop_minutes"] = 30.into());
+    let said = up("remade", &[]);
+    assert_ne!(inspect(&fx.container(), "{{.Id}}"), first, "made again");
+    assert!(
+        said.contains("setup.sh: unchanged since it ran, not run again"),
+        "{said}"
+    );
+    assert_eq!(runs(), "one\n");
+
+    // The script changed: it runs.
+    std::fs::write(&script, "echo two >> \"$HOME/data/setup-runs\"\n").unwrap();
+    let said = up("script changed", &[]);
+    assert!(said.contains("setup.sh ran"), "{said}");
+    assert_eq!(runs(), "one\ntwo\n");
+
+    // Asked for: it runs, the machine otherwise unchanged.
+    let said = up("up --setup", &["--setup"]);
+    assert!(said.contains("setup.sh ran"), "{said}");
+    assert_eq!(runs(), "one\ntwo\ntwo\n");
+    // And the digest it keeps is root's, out of shell's reach.
+    let out = fx.exec(&["cat", "/home/runtime/data/.setup-ran"]);
+    assert!(!out.status.success(), "{}", show("shell reads", &out));
+}

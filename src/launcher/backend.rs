@@ -32,6 +32,11 @@ pub struct Prepared<'a> {
     pub digest: String,
     /// The runtime's `.env`: only the keys the definition names.
     pub keys_text: &'a str,
+    /// What the setup is made of (its script, and the definition's `env`
+    /// and key names it runs with); None without a setup.
+    pub setup_digest: Option<String>,
+    /// Run the setup whether or not it ran with these inputs (`up --setup`).
+    pub force_setup: bool,
     /// When `up` began, for its progress lines.
     pub start: Instant,
 }

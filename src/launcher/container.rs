@@ -130,15 +130,8 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         &format!("keys handed to the runtime: {}", def.keys.len()),
     );
     check_requires(def, || super::state::connect(&def.id, None))?;
-    if let Some(script) = &def.setup {
-        // Once per container: a failed setup runs again at the next `up`.
-        let done = p.state.join("setup.done");
-        let ran = !created && std::fs::read_to_string(&done).is_ok_and(|d| d == p.digest);
-        if !ran {
-            run_setup(&name, script)?;
-            std::fs::write(&done, &p.digest).map_err(|e| LaunchError::io(&done, e))?;
-            step(start, &format!("setup {} ran", script.display()));
-        }
+    if let (Some(script), Some(digest)) = (&def.setup, &p.setup_digest) {
+        setup_once(p, &name, script, digest, created)?;
     }
     // Asked only when there is something to list: an engine call costs.
     let published = match def.ports.is_empty() {
@@ -570,6 +563,54 @@ fn wait_ready(id: &str, key: &str) -> Result<(), LaunchError> {
         // A short step: warden boots in tens of milliseconds.
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Where a container's data volume keeps the digest of the setup that ran
+/// there (root's: the runtime may remove it, never forge another's).
+const SETUP_RAN: &str = "/home/runtime/data/.setup-ran";
+
+/// Runs the setup when what it is made of changed since it ran on this
+/// machine's data, or when asked (`up --setup`); a failed one runs again
+/// at the next `up`. The digest is kept in the data volume, where the
+/// setup's work is, so a container made again over the same volume does
+/// not run it again, and in the state folder, so an unchanged container
+/// costs no engine call to know it.
+fn setup_once(
+    p: &Prepared,
+    name: &str,
+    script: &Path,
+    digest: &str,
+    created: bool,
+) -> Result<(), LaunchError> {
+    let done = p.state.join("setup.done");
+    let recorded = match created {
+        false => std::fs::read_to_string(&done).ok(),
+        true => engine::run(
+            "read the setup's digest",
+            &["exec", "-u", "0", name, "cat", SETUP_RAN],
+        )
+        .ok(),
+    };
+    if !p.force_setup && recorded.as_deref().map(str::trim) == Some(digest) {
+        step(
+            p.start,
+            &format!(
+                "setup {}: unchanged since it ran, not run again (`up --setup` runs it)",
+                script.display()
+            ),
+        );
+        return Ok(());
+    }
+    run_setup(name, script)?;
+    let keep = format!("umask 077 && cat > {SETUP_RAN}");
+    engine::run_with_input(
+        "keep the setup's digest",
+        &["exec", "-i", "-u", "0", name, "sh", "-c", &keep],
+        Some(digest.as_bytes()),
+    )?;
+    std::fs::write(&done, digest).map_err(|e| LaunchError::io(&done, e))?;
+    step(p.start, &format!("setup {} ran", script.display()));
+    Ok(())
 }
 
 /// Runs the setup script once, as runtime, in a fresh folder of its data

@@ -43,7 +43,12 @@ pub fn private_network(host: &Host) -> Option<String> {
 /// Makes (or reuses) and starts the machine `definition` describes. When
 /// a step fails, what this `up` made (container, volumes, image, state
 /// folder) is removed again, and the error names the step.
-pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(), LaunchError> {
+pub fn up(
+    definition: &Path,
+    env_file: Option<&Path>,
+    as_vm: bool,
+    force_setup: bool,
+) -> Result<(), LaunchError> {
     let host = host()?;
     let start = Instant::now();
     let mut def = Definition::load(definition)?;
@@ -70,7 +75,12 @@ pub fn up(definition: &Path, env_file: Option<&Path>, as_vm: bool) -> Result<(),
     // The keys first: a missing one stops `up` before anything is made.
     let keys_text = keys_for(&def, definition, env_file)?;
     let mut made = Made::default();
-    let result = bring_up(&def, &text, &keys_text, host, start, &mut made);
+    let inputs = Inputs {
+        text: &text,
+        keys_text: &keys_text,
+        force_setup,
+    };
+    let result = bring_up(&def, &inputs, host, start, &mut made);
     match result {
         Ok(()) => {
             let kind = if def.kind == Kind::Vm { " (VM)" } else { "" };
@@ -126,14 +136,23 @@ fn undo(made: Made) -> Vec<String> {
 
 /// The steps every kind shares (state folder, image, inputs digest), each
 /// recording in `made` what it made; then the backend's own.
+/// What `up` was given beside the definition.
+struct Inputs<'a> {
+    /// The definition's text.
+    text: &'a str,
+    /// The runtime's `.env`.
+    keys_text: &'a str,
+    force_setup: bool,
+}
+
 fn bring_up(
     def: &Definition,
-    text: &str,
-    keys_text: &str,
+    inputs: &Inputs,
     host: &Host,
     start: Instant,
     made: &mut Made,
 ) -> Result<(), LaunchError> {
+    let text = inputs.text;
     let fresh_state = !state_dir(&def.id).exists();
     let state = prepare_state(def)?;
     if fresh_state {
@@ -165,7 +184,9 @@ fn bring_up(
         container,
         kept,
         digest,
-        keys_text,
+        keys_text: inputs.keys_text,
+        setup_digest: setup_digest(def)?,
+        force_setup: inputs.force_setup,
         start,
     };
     for_kind(def.kind).up(&prepared, made)
@@ -176,6 +197,31 @@ fn bring_up(
 fn unchanged(record: kept::Record, image: &str, text: &str) -> Option<(String, kept::Record)> {
     let image_id = kept::image_id(&record, image)?;
     (inputs_digest(text, &image_id) == record.inputs).then_some((image_id, record))
+}
+
+/// The digest of what the setup is made of: its script's bytes, and the
+/// definition's `env` and key names, which it runs with. A setup runs
+/// again only when this changes (or with `up --setup`), not whenever the
+/// machine is made again.
+fn setup_digest(def: &Definition) -> Result<Option<String>, LaunchError> {
+    let Some(script) = &def.setup else {
+        return Ok(None);
+    };
+    let bytes = std::fs::read(script)
+        .map_err(|e| LaunchError::new(format!("setup {}", script.display()), e.to_string()))?;
+    Ok(Some(setup_digest_of(&bytes, &def.env, &def.keys)))
+}
+
+/// Pure: the setup's digest from its parts.
+pub fn setup_digest_of(script: &[u8], env: &BTreeMap<String, String>, keys: &[String]) -> String {
+    let mut bytes = script.to_vec();
+    for (name, value) in env {
+        bytes.extend_from_slice(format!("\0env {name}={value}").as_bytes());
+    }
+    for key in keys {
+        bytes.extend_from_slice(format!("\0key {key}").as_bytes());
+    }
+    sha256_hex(&bytes)
 }
 
 /// Pure: the digest of a machine's inputs (the definition's text, its

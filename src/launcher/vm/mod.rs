@@ -320,11 +320,19 @@ pub fn early_panic(console: &str) -> Option<String> {
 /// (`run_setup`), once for these inputs: a failed one runs again at the
 /// next `up`, and its output is the error.
 fn setup(p: &Prepared) -> Result<(), LaunchError> {
-    let Some(script) = &p.def.setup else {
+    let (Some(script), Some(digest)) = (&p.def.setup, &p.setup_digest) else {
         return Ok(());
     };
+    // A VM's disks live in its state folder: the digest beside them.
     let done = p.state.join("setup.done");
-    if std::fs::read_to_string(&done).is_ok_and(|d| d == p.digest) {
+    if !p.force_setup && std::fs::read_to_string(&done).is_ok_and(|d| d == *digest) {
+        step(
+            p.start,
+            &format!(
+                "setup {}: unchanged since it ran, not run again (`up --setup` runs it)",
+                script.display()
+            ),
+        );
         return Ok(());
     }
     let named = || format!("setup {}", script.display());
@@ -340,7 +348,7 @@ fn setup(p: &Prepared) -> Result<(), LaunchError> {
             named()
         )));
     }
-    std::fs::write(&done, &p.digest).map_err(|e| LaunchError::io(&done, e))?;
+    std::fs::write(&done, digest).map_err(|e| LaunchError::io(&done, e))?;
     step(p.start, &format!("{} ran", named()));
     Ok(())
 }
