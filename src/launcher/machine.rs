@@ -214,13 +214,15 @@ fn setup_digest(def: &Definition) -> Result<Option<String>, LaunchError> {
 
 /// Pure: the setup's digest from its parts.
 pub fn setup_digest_of(script: &[u8], env: &BTreeMap<String, String>, keys: &[String]) -> String {
-    let mut bytes = script.to_vec();
-    for (name, value) in env {
-        bytes.extend_from_slice(format!("\0env {name}={value}").as_bytes());
-    }
-    for key in keys {
-        bytes.extend_from_slice(format!("\0key {key}").as_bytes());
-    }
+    // The script's length first, then the rest as JSON: no script can
+    // pass for another one and some env lines, nor a value for a name.
+    let mut bytes = format!("{}\0", script.len()).into_bytes();
+    bytes.extend_from_slice(script);
+    bytes.extend_from_slice(
+        serde_json::json!({"env": env, "keys": keys})
+            .to_string()
+            .as_bytes(),
+    );
     sha256_hex(&bytes)
 }
 
@@ -512,6 +514,35 @@ mod tests {
         assert_eq!(runtime_env(&keys, &env).unwrap(), "A=1\nB=x=y\n");
         let missing = vec!["Z".to_string()];
         assert_eq!(runtime_env(&missing, &env).unwrap_err(), vec!["Z"]);
+    }
+
+    #[test]
+    fn a_setups_digest_changes_with_what_it_runs_with_and_nothing_else() {
+        let env = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let keys =
+            |names: &[&str]| -> Vec<String> { names.iter().map(|k| k.to_string()).collect() };
+        let base = setup_digest_of(b"make\n", &env(&[("A", "1")]), &keys(&["K"]));
+        assert_eq!(
+            base,
+            setup_digest_of(b"make\n", &env(&[("A", "1")]), &keys(&["K"]))
+        );
+        let changed = [
+            setup_digest_of(b"make all\n", &env(&[("A", "1")]), &keys(&["K"])),
+            setup_digest_of(b"make\n", &env(&[("A", "2")]), &keys(&["K"])),
+            setup_digest_of(b"make\n", &env(&[]), &keys(&["K"])),
+            setup_digest_of(b"make\n", &env(&[("A", "1")]), &keys(&["K", "L"])),
+            // Neither the script nor a value can pass for what follows it.
+            setup_digest_of(b"make\n{\"env\":{\"A\":\"1\"}", &env(&[]), &keys(&["K"])),
+            setup_digest_of(b"make\n", &env(&[("A", "1\",\"keys\":[\"K")]), &keys(&[])),
+        ];
+        for digest in changed {
+            assert_ne!(digest, base);
+        }
     }
 
     #[test]
