@@ -216,7 +216,7 @@ fn an_unchanged_machine_is_started_by_its_recorded_id_and_never_a_stale_one() {
     assert!(stranger.status.success(), "{}", show("create", &stranger));
     let (out, _) = timed_up(&fx, "up after the container was replaced");
     assert!(
-        out.contains("inputs changed, old container removed"),
+        out.contains("made again: the container there is not the one warden made"),
         "{out}"
     );
     assert!(
@@ -235,10 +235,7 @@ fn an_unchanged_machine_is_started_by_its_recorded_id_and_never_a_stale_one() {
     let moved = podman(&["build", "-t", &tag, "-f", moved.to_str().unwrap()]);
     assert!(moved.status.success(), "{}", show("build", &moved));
     let (out, _) = timed_up(&fx, "up after the image moved");
-    assert!(
-        out.contains("inputs changed, old container removed"),
-        "{out}"
-    );
+    assert!(out.contains("made again: its image changed ("), "{out}");
     assert_eq!(inspect(&fx.container(), "{{.Image}}"), image_id(&tag));
 }
 
@@ -476,10 +473,7 @@ fn a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data() {
     let (third, third_s) = timed_up(&fx, "third up");
     eprintln!("up timings: third (rebuild) {third_s:.2} s");
     assert!(third.contains(&format!("image {tag}: built")), "{third}");
-    assert!(
-        third.contains("inputs changed, old container removed"),
-        "{third}"
-    );
+    assert!(third.contains("made again: its image changed ("), "{third}");
     assert!(third.contains(": created"), "{third}");
     let third_container = inspect(&fx.container(), "{{.Id}}");
     assert!(!third_container.is_empty());
@@ -1371,6 +1365,10 @@ fn setup_runs_again_only_when_it_changed_or_is_asked_for() {
     fx.edit(|d| d["idle_stop_minutes"] = 30.into());
     let said = up("remade", &[]);
     assert_ne!(inspect(&fx.container(), "{{.Id}}"), first, "made again");
+    assert!(
+        said.contains("made again: the definition's idle_stop_minutes changed"),
+        "{said}"
+    );
     assert!(
         said.contains("setup.sh: unchanged since it ran, not run again"),
         "{said}"

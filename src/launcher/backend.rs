@@ -30,6 +30,8 @@ pub struct Prepared<'a> {
     pub kept: Option<super::kept::Record>,
     /// Digests everything the machine is made of except the runtime's keys.
     pub digest: String,
+    /// The same inputs, kept apart, to say why a machine is made again.
+    pub made_from: super::made_from::MadeFrom,
     /// The runtime's `.env`: only the keys the definition names.
     pub keys_text: &'a str,
     /// What the setup is made of (its script, and the definition's `env`

@@ -16,6 +16,7 @@ use super::engine;
 use super::error::LaunchError;
 use super::host::{Engine, Host};
 use super::kept;
+use super::made_from;
 use super::state::{container, give, key, socket, state_dir, write_machine_files, PREFIX};
 use super::step;
 use crate::client::Client;
@@ -99,15 +100,14 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         }
         found => {
             if found.is_some() {
+                let why = made_from::why_again(made_from::load(&p.state).as_ref(), &p.made_from);
                 kept::forget(&p.state);
                 engine::remove_container("remove old container", &name)?;
-                step(
-                    start,
-                    &format!("{name}: inputs changed, old container removed"),
-                );
+                step(start, &format!("{name}: made again: {why}"));
             }
             write_machine_files(def, &p.state, p.host, None)?;
             create(def, &p.state, &p.image.name, &p.digest, made)?;
+            made_from::keep(&p.state, &p.made_from);
             made.container = Some(name.clone());
             step(start, &format!("{name}: created"));
             true

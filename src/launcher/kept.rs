@@ -43,15 +43,17 @@ pub fn load(state: &Path) -> Option<Record> {
 /// costs the next `up` its engine calls, so failing to write is said,
 /// never fatal.
 pub fn save(state: &Path, record: &Record) {
-    let path = state.join(FILE);
-    let written = serde_json::to_vec(record)
+    write_or_say(&state.join(FILE), record, "the next `up` asks the engine");
+}
+
+/// Writes `value` as JSON at `path`; a failure is said with what it costs
+/// (`otherwise`), never fatal.
+pub(super) fn write_or_say<T: serde::Serialize>(path: &Path, value: &T, otherwise: &str) {
+    let written = serde_json::to_vec(value)
         .map_err(std::io::Error::other)
-        .and_then(|bytes| std::fs::write(&path, bytes));
+        .and_then(|bytes| std::fs::write(path, bytes));
     if let Err(e) = written {
-        eprintln!(
-            "warden: {}: not written ({e}); the next `up` asks the engine",
-            path.display()
-        );
+        eprintln!("warden: {}: not written ({e}); {otherwise}", path.display());
     }
 }
 

@@ -174,6 +174,7 @@ fn bring_up(
         (None, _) => (engine::image_id(&image.name)?, None),
     };
     let digest = inputs_digest(text, &image_id);
+    let made_from = super::made_from::MadeFrom::now(text, &image_id);
     let kept = kept.map(|(_, record)| record);
     let prepared = Prepared {
         def,
@@ -183,6 +184,7 @@ fn bring_up(
         image_id,
         container,
         kept,
+        made_from,
         digest,
         keys_text: inputs.keys_text,
         setup_digest: setup_digest(def)?,

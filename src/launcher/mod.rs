@@ -24,6 +24,7 @@ pub mod image;
 pub mod kept;
 pub mod kube;
 pub mod machine;
+pub mod made_from;
 pub mod state;
 pub mod vm;
 
