@@ -436,6 +436,8 @@ fn a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data() {
         .unwrap()
     };
     write_dockerfile("one");
+    // The owner's own ignore file: logs are no input of the image.
+    std::fs::write(fx.dir.path().join(".dockerignore"), "*.log\n").unwrap();
     fx.edit(|d| {
         d.as_object_mut().unwrap().remove("image");
         d["dockerfile"] = "Dockerfile".into();
@@ -467,6 +469,19 @@ fn a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data() {
     assert_eq!(inspect(&fx.container(), "{{.Id}}"), first_container);
     assert_eq!(image_id(&tag), first_image);
     eprintln!("up timings: first (build) {first_s:.2} s, second (unchanged) {second_s:.2} s");
+
+    // `up > up.log` beside the Dockerfile, and a change of the definition
+    // there: the container is made again (saying why), the image is not.
+    std::fs::write(fx.dir.path().join("up.log"), "the owner's log of up\n").unwrap();
+    fx.edit(|d| d["idle_stop_minutes"] = 30.into());
+    let (logged, _) = timed_up(&fx, "up after a log and a definition change");
+    assert!(logged.contains("context unchanged"), "{logged}");
+    assert!(!logged.contains(": built"), "{logged}");
+    assert!(
+        logged.contains("made again: the definition's idle_stop_minutes changed"),
+        "{logged}"
+    );
+    assert_eq!(image_id(&tag), first_image);
 
     // The Dockerfile changed: rebuilt, recreated, the data volume kept.
     write_dockerfile("two");

@@ -5,6 +5,7 @@
 //! files (names, sizes, modes and times). The image a rebuild replaced is
 //! removed once no container uses it.
 
+use super::context_ignore::Ignore;
 use super::definition::{Definition, Source};
 use super::engine;
 use super::error::LaunchError;
@@ -34,6 +35,7 @@ pub struct Image {
 /// `store`: the engine's image list, as the last `up` recorded it.
 pub fn image(
     def: &Definition,
+    definition: &Path,
     state: &Path,
     store: Option<&Path>,
     start: Instant,
@@ -57,7 +59,7 @@ pub fn image(
         )
     })?;
     let folder = dockerfile.parent().unwrap_or(Path::new("/"));
-    let digest = inputs_digest(&text, folder, store)?;
+    let digest = inputs_digest(&text, folder, definition, store)?;
     let recorded = state.join("image.sha256");
     let before = image_id(store, &tag);
     let same = std::fs::read_to_string(&recorded).is_ok_and(|d| d.trim() == digest);
@@ -124,6 +126,7 @@ pub fn image_id(store: Option<&Path>, name: &str) -> Option<String> {
 fn inputs_digest(
     dockerfile: &[u8],
     context: &Path,
+    definition: &Path,
     store: Option<&Path>,
 ) -> Result<String, LaunchError> {
     let mut inputs = String::from_utf8_lossy(dockerfile).into_owned();
@@ -134,7 +137,7 @@ fn inputs_digest(
         inputs.push_str(&format!("\0FROM {from} {id}"));
     }
     inputs.push('\0');
-    inputs.push_str(&context_fingerprint(context)?);
+    inputs.push_str(&context_fingerprint(context, definition)?);
     Ok(sha256_hex(inputs.as_bytes()))
 }
 
@@ -239,9 +242,17 @@ fn substitute(word: &str, args: &[(String, String)]) -> String {
 /// Every file of the build context by name, size, mode and modification
 /// time (not by content: cheap on a large project, and any edit changes
 /// the time). `.env` files never reach an image and `.git` is not built
-/// from, so neither counts.
-fn context_fingerprint(context: &Path) -> Result<String, LaunchError> {
+/// from, so neither counts; nor does what the context's ignore file
+/// leaves out of a build (see `context_ignore`), nor `skip` (the machine's
+/// definition, whose changes make the container again, not the image).
+fn context_fingerprint(context: &Path, skip: &Path) -> Result<String, LaunchError> {
     use std::os::unix::fs::MetadataExt;
+    let skip_id = std::fs::metadata(skip).ok().map(|m| (m.dev(), m.ino()));
+    // None: no ignore file, or one read the safe way as leaving out nothing.
+    let ignore = [".containerignore", ".dockerignore"]
+        .iter()
+        .find_map(|name| std::fs::read_to_string(context.join(name)).ok())
+        .and_then(|text| Ignore::parse(&text));
     let mut entries: Vec<String> = Vec::new();
     let mut pending: Vec<PathBuf> = vec![context.to_path_buf()];
     while let Some(dir) = pending.pop() {
@@ -254,10 +265,20 @@ fn context_fingerprint(context: &Path) -> Result<String, LaunchError> {
                 continue;
             }
             let path = entry.path();
+            let relative = path.strip_prefix(context).unwrap_or(&path);
+            let left_out = ignore
+                .as_ref()
+                .is_some_and(|i| i.leaves_out(&relative.to_string_lossy()));
+            if left_out {
+                continue;
+            }
             let Ok(meta) = std::fs::symlink_metadata(&path) else {
                 continue;
             };
-            let relative = path.strip_prefix(context).unwrap_or(&path);
+            // The definition however it was named (relative, through links).
+            if Some((meta.dev(), meta.ino())) == skip_id {
+                continue;
+            }
             entries.push(format!(
                 "{}\0{}\0{:o}\0{}.{}",
                 relative.display(),
@@ -455,16 +476,39 @@ mod tests {
     fn the_context_fingerprint_follows_files_but_not_keys() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.txt"), "1").unwrap();
-        let first = context_fingerprint(dir.path()).unwrap();
-        assert_eq!(context_fingerprint(dir.path()).unwrap(), first);
+        let first = context_fingerprint(dir.path(), Path::new("/nonexistent")).unwrap();
+        assert_eq!(
+            context_fingerprint(dir.path(), Path::new("/nonexistent")).unwrap(),
+            first
+        );
         std::fs::write(dir.path().join(".env"), "KEY=x").unwrap();
-        assert_eq!(context_fingerprint(dir.path()).unwrap(), first);
+        assert_eq!(
+            context_fingerprint(dir.path(), Path::new("/nonexistent")).unwrap(),
+            first
+        );
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/b.txt"), "2").unwrap();
-        let second = context_fingerprint(dir.path()).unwrap();
+        let second = context_fingerprint(dir.path(), Path::new("/nonexistent")).unwrap();
         assert_ne!(second, first);
         std::fs::write(dir.path().join("sub/b.txt"), "22").unwrap();
-        assert_ne!(context_fingerprint(dir.path()).unwrap(), second);
+        let third = context_fingerprint(dir.path(), Path::new("/nonexistent")).unwrap();
+        assert_ne!(third, second);
+        // What the ignore file leaves out, and the definition, do not count.
+        std::fs::write(dir.path().join(".dockerignore"), "*.log\n").unwrap();
+        let ignoring = context_fingerprint(dir.path(), Path::new("/nonexistent")).unwrap();
+        std::fs::write(dir.path().join("up.log"), "progress").unwrap();
+        let definition = dir.path().join("agent.json");
+        std::fs::write(&definition, "{}").unwrap();
+        assert_eq!(
+            context_fingerprint(dir.path(), &definition).unwrap(),
+            ignoring
+        );
+        // An ignore file read otherwise by the engine leaves nothing out.
+        std::fs::write(dir.path().join(".dockerignore"), "*.log\n!keep.log\n").unwrap();
+        assert_ne!(
+            context_fingerprint(dir.path(), &definition).unwrap(),
+            ignoring
+        );
     }
 
     #[test]

@@ -76,6 +76,7 @@ pub fn up(
     let keys_text = keys_for(&def, definition, env_file)?;
     let mut made = Made::default();
     let inputs = Inputs {
+        definition,
         text: &text,
         keys_text: &keys_text,
         force_setup,
@@ -138,7 +139,8 @@ fn undo(made: Made) -> Vec<String> {
 /// recording in `made` what it made; then the backend's own.
 /// What `up` was given beside the definition.
 struct Inputs<'a> {
-    /// The definition's text.
+    /// The definition's file, and its text.
+    definition: &'a Path,
     text: &'a str,
     /// The runtime's `.env`.
     keys_text: &'a str,
@@ -161,7 +163,7 @@ fn bring_up(
     step(start, &format!("state folder {}", state.display()));
     let record = kept::load(&state);
     let store = record.as_ref().map(|r| r.store.as_path());
-    let image = super::image::image(def, &state, store, start, host)?;
+    let image = super::image::image(def, inputs.definition, &state, store, start, host)?;
     if image.made {
         made.image = Some(image.name.clone());
     }

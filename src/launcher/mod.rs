@@ -15,6 +15,7 @@ pub mod agent;
 pub mod agent_setup;
 pub mod backend;
 pub mod container;
+pub mod context_ignore;
 pub mod create;
 pub mod definition;
 pub mod engine;
