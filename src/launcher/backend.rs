@@ -43,6 +43,26 @@ pub struct Prepared<'a> {
     pub start: Instant,
 }
 
+impl Prepared<'_> {
+    /// Whether the setup that ran (its digest as `recorded`) is this one,
+    /// and not asked for again; said in `up`'s progress when so.
+    pub fn setup_ran(&self, script: &Path, recorded: Option<&str>) -> bool {
+        let ran = !self.force_setup
+            && recorded.map(str::trim).is_some()
+            && recorded.map(str::trim) == self.setup_digest.as_deref();
+        if ran {
+            super::step(
+                self.start,
+                &format!(
+                    "setup {}: unchanged since it ran, not run again (`up --setup` runs it)",
+                    script.display()
+                ),
+            );
+        }
+        ran
+    }
+}
+
 /// What one `up` made, in the order made: undone in reverse when a later
 /// step fails. What an earlier `up` made is never touched.
 #[derive(Default)]

@@ -591,14 +591,7 @@ fn setup_once(
         )
         .ok(),
     };
-    if !p.force_setup && recorded.as_deref().map(str::trim) == Some(digest) {
-        step(
-            p.start,
-            &format!(
-                "setup {}: unchanged since it ran, not run again (`up --setup` runs it)",
-                script.display()
-            ),
-        );
+    if p.setup_ran(script, recorded.as_deref()) {
         return Ok(());
     }
     run_setup(name, script)?;

@@ -325,14 +325,7 @@ fn setup(p: &Prepared) -> Result<(), LaunchError> {
     };
     // A VM's disks live in its state folder: the digest beside them.
     let done = p.state.join("setup.done");
-    if !p.force_setup && std::fs::read_to_string(&done).is_ok_and(|d| d == *digest) {
-        step(
-            p.start,
-            &format!(
-                "setup {}: unchanged since it ran, not run again (`up --setup` runs it)",
-                script.display()
-            ),
-        );
+    if p.setup_ran(script, std::fs::read_to_string(&done).ok().as_deref()) {
         return Ok(());
     }
     let named = || format!("setup {}", script.display());
