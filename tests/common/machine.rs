@@ -296,3 +296,43 @@ pub fn agent_folder(parent: &Path) -> PathBuf {
     .unwrap();
     routines
 }
+
+/// A secret of the owner's that must never reach shell.
+pub const CANARY: &str = "canary-xyz-123";
+
+/// A machine whose definition has its `.env`, a lent folder and a setup
+/// script.
+pub fn fixture(tag: &str, keys: &[&str]) -> TestMachine {
+    let fx = TestMachine::new(tag);
+    let dir = fx.dir.path();
+    let lent = dir.join("lent");
+    std::fs::create_dir(&lent).unwrap();
+    std::fs::write(lent.join("file.txt"), "lent-content\n").unwrap();
+    std::fs::write(dir.join(".env"), format!("API_TOKEN={CANARY}\nOTHER=no\n")).unwrap();
+    std::fs::write(
+        dir.join("setup.sh"),
+        "set -e\necho made-by-setup > \"$HOME/workspace/setup-marker\"\n",
+    )
+    .unwrap();
+    fx.define(serde_json::json!({
+        "image": IMAGE,
+        "keys": keys,
+        "lend": [{"host": lent, "at": "/lent/src", "mode": "read"}],
+        "setup": "setup.sh",
+        // A main process that runs until stopped, as an agent would.
+        "command": ["sleep", "infinity"],
+    }));
+    fx
+}
+
+/// `podman exec -u USER C sh -c SCRIPT`.
+pub fn sh_in(fx: &TestMachine, user: &str, script: &str) -> Output {
+    podman(&["exec", "-u", user, &fx.container(), "sh", "-c", script])
+}
+
+/// The engine's id of `image`.
+pub fn image_id(image: &str) -> String {
+    text(&podman(&["image", "inspect", "--format", "{{.Id}}", image]).stdout)
+        .trim()
+        .to_string()
+}
