@@ -11,7 +11,7 @@ use warden::net::opened::scrub::Scrubber;
 fuzz_target!(|data: &[u8]| {
     if let Ok(head) = http1::parse_request(data, "api.example.com") {
         assert!(head.target.starts_with('/'));
-        let sent = http1::request_upstream(&head, Some(("Authorization", "Bearer k")));
+        let sent = http1::request_upstream(&head, Some(("Authorization", "Bearer k")), true);
         assert!(sent.ends_with(b"Connection: close\r\n\r\n"));
     }
     for method in ["GET", "HEAD"] {

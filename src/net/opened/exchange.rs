@@ -117,12 +117,9 @@ where
         return Ok(());
     }
     let added = ex.credential.as_ref().map(|a| (a.header, a.value.as_str()));
-    let mut sent = http1::request_upstream(&request, added);
-    if added.is_none() && !ex.secrets.is_empty() {
-        // Nothing added, but the host holds secrets that could come back:
-        // the answer must still be readable to be checked.
-        sent = ask_identity(&sent);
-    }
+    // Secrets that could come back: the answer must be readable to be
+    // checked, whether or not this request carries one.
+    let sent = http1::request_upstream(&request, added, !ex.secrets.is_empty());
     outcome.credential = ex.credential.as_ref().map(|a| a.name.to_string());
     write(upstream, &sent, "the origin").await?;
     outcome.up += send_body(client, upstream, request.body, early, ex.idle).await?;
@@ -168,23 +165,6 @@ fn refusal(request: &http1::RequestHead, rules: Option<&[Rule]>) -> Option<Strin
             ))
         }
     }
-}
-
-/// The head with `Accept-Encoding: identity` in place of the client's.
-fn ask_identity(head: &[u8]) -> Vec<u8> {
-    let text = String::from_utf8_lossy(head);
-    let mut out = String::with_capacity(text.len() + 32);
-    for line in text.split_inclusive("\r\n") {
-        let name = line.split(':').next().unwrap_or("");
-        if name.eq_ignore_ascii_case("accept-encoding") {
-            continue;
-        }
-        if line == "Connection: close\r\n" {
-            out.push_str("Accept-Encoding: identity\r\n");
-        }
-        out.push_str(line);
-    }
-    out.into_bytes()
 }
 
 /// warden's own answer (a refusal), closing the exchange.

@@ -158,15 +158,20 @@ fn framing(headers: &[(String, Vec<u8>)], otherwise: Body) -> Result<Body, HeadE
 /// The head sent to the origin: the request line, the client's headers
 /// without hop-by-hop ones and without any header named `replace` (the
 /// credential's: whatever placeholder the client sent), `added` if any,
-/// then `Connection: close`. A request that carries a credential asks for
-/// an answer without compression, so that the answer can be checked.
-pub fn request_upstream(head: &RequestHead, added: Option<(&str, &str)>) -> Vec<u8> {
+/// then `Connection: close`. With `identity` (a host whose secrets could
+/// come back) it asks for an answer without compression, so that the
+/// answer can be checked.
+pub fn request_upstream(
+    head: &RequestHead,
+    added: Option<(&str, &str)>,
+    identity: bool,
+) -> Vec<u8> {
     let mut out = format!("{} {} HTTP/1.1\r\n", head.method, head.target).into_bytes();
     let dropped = |name: &str| {
         let lower = name.to_ascii_lowercase();
         hop_by_hop(&lower)
             || added.is_some_and(|(header, _)| name.eq_ignore_ascii_case(header))
-            || (added.is_some() && lower == "accept-encoding")
+            || (identity && lower == "accept-encoding")
     };
     for (name, value) in head.headers.iter().filter(|(n, _)| !dropped(n)) {
         push_header(&mut out, name, value);
@@ -176,6 +181,8 @@ pub fn request_upstream(head: &RequestHead, added: Option<(&str, &str)>) -> Vec<
     }
     if let Some((header, value)) = added {
         push_header(&mut out, header, value.as_bytes());
+    }
+    if identity {
         push_header(&mut out, "Accept-Encoding", b"identity");
     }
     out.extend_from_slice(b"Connection: close\r\n\r\n");
@@ -419,13 +426,14 @@ mod tests {
         let sent = String::from_utf8(request_upstream(
             &r,
             Some(("Authorization", "Bearer s3cret")),
+            true,
         ))
         .unwrap();
         assert_eq!(
             sent,
             "POST /r HTTP/1.1\r\nHost: api.example.com\r\nX-Other: 1\r\nTransfer-Encoding: chunked\r\nAuthorization: Bearer s3cret\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n"
         );
-        let plain = String::from_utf8(request_upstream(&r, None)).unwrap();
+        let plain = String::from_utf8(request_upstream(&r, None, false)).unwrap();
         assert!(plain.contains("authorization: Bearer placeholder\r\n"));
         assert!(plain.contains("Accept-Encoding: gzip\r\n"));
     }
