@@ -364,6 +364,18 @@ impl Client {
         )
     }
 
+    /// Hands warden the values of the credentials its proxy adds
+    /// (protocol version 7, the host's door only); returns their names.
+    pub fn hand_credentials(&mut self, text: &str) -> Result<Vec<String>, ClientError> {
+        self.ask(
+            &Request::HandCredentials { text: text.into() },
+            |event| match event {
+                Event::CredentialsHanded { names } => Some(names.clone()),
+                _ => None,
+            },
+        )
+    }
+
     /// Runs the machine's setup script as the runtime (protocol version 6,
     /// the host's door only); returns its exit status and the end of its
     /// output. Waits as long as the script runs.

@@ -76,6 +76,10 @@ pub struct MachineConfig {
     /// where it is (a cluster's Secret, mounted read-only): they become
     /// the runtime's `.env`. None: only the host hands them over.
     pub keys_from: Option<PathBuf>,
+    /// The values of the credentials the proxy adds, read at boot from
+    /// where they are (a cluster's Secret, mounted read-only) into
+    /// warden's memory; never copied. None: only the host hands them over.
+    pub credentials_from: Option<PathBuf>,
     /// Seconds with no request, no command and no hold after which warden
     /// stops the machine itself; None: never.
     pub idle_stop_s: Option<u64>,
@@ -161,6 +165,7 @@ impl Default for MachineConfig {
             lang: "C.UTF-8".into(),
             main_waits_for_keys: false,
             keys_from: None,
+            credentials_from: None,
             idle_stop_s: None,
             command_cgroups: false,
             vm_lends: Vec::new(),
@@ -302,6 +307,13 @@ impl MachineConfig {
         }
         if self.keys_from.as_ref().is_some_and(|k| !k.is_absolute()) {
             return Err(invalid("keys_from", "must be an absolute path"));
+        }
+        if self
+            .credentials_from
+            .as_ref()
+            .is_some_and(|k| !k.is_absolute())
+        {
+            return Err(invalid("credentials_from", "must be an absolute path"));
         }
         if self.audit_dir.as_ref().is_some_and(|d| !d.is_absolute()) {
             return Err(invalid("audit_dir", "must be an absolute path"));

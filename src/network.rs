@@ -25,6 +25,9 @@ pub struct Network {
     pub listening: Vec<String>,
     /// The variables that point a command's tools at the proxy, made once.
     pub env: Vec<(String, String)>,
+    /// The bundle that makes the machine's authority trusted (as tools
+    /// see it), or why it could not be published: set once, at boot.
+    pub trust: OnceLock<Result<std::path::PathBuf, String>>,
     /// warden's connect gate, where it stands in for the firewall.
     gate: OnceLock<Gate>,
     gate_tried: std::sync::atomic::AtomicBool,
@@ -100,6 +103,7 @@ impl Network {
             applied: Mutex::new(Err("not applied".into())),
             proxy: Mutex::new(None),
             listening: Vec::new(),
+            trust: OnceLock::new(),
             gate: OnceLock::new(),
             gate_tried: Default::default(),
             listens: OnceLock::new(),
@@ -270,6 +274,15 @@ impl Network {
         self.proxy.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The variables that point tools at the machine's bundle, once it
+    /// is published.
+    pub fn trust_env(&self) -> Vec<(String, String)> {
+        match self.trust.get() {
+            Some(Ok(bundle)) => crate::net::opened::trust::env(bundle),
+            _ => Vec::new(),
+        }
+    }
+
     /// The firewall layer, proven now: the table read back from the kernel
     /// and compared, and the probe's findings. `probe` runs the probe child as shell
     /// with the knocking ports it is given. With the layer, why the table
@@ -318,18 +331,33 @@ impl Network {
     pub fn state(&self) -> Option<ProxyState> {
         let proxy = self.proxy()?;
         let rules = proxy.rules();
-        Some(state_of(&proxy, rules.as_deref(), &self.listening))
+        Some(state_of(
+            &proxy,
+            rules.as_deref(),
+            &self.listening,
+            self.trust.get(),
+        ))
     }
 
     /// Reloads the network policy for the proxy (the API's `reload`).
     pub fn reload(&self) -> Result<ProxyState, String> {
         let proxy = self.proxy().ok_or("the proxy is not running")?;
         let rules = proxy.reload()?;
-        Ok(state_of(&proxy, rules.as_deref(), &self.listening))
+        Ok(state_of(
+            &proxy,
+            rules.as_deref(),
+            &self.listening,
+            self.trust.get(),
+        ))
     }
 }
 
-fn state_of(proxy: &Proxy, rules: Option<&Rules>, listening: &[String]) -> ProxyState {
+fn state_of(
+    proxy: &Proxy,
+    rules: Option<&Rules>,
+    listening: &[String],
+    trust: Option<&Result<std::path::PathBuf, String>>,
+) -> ProxyState {
     ProxyState {
         listening: listening.to_vec(),
         hosts_from: rules
@@ -345,6 +373,10 @@ fn state_of(proxy: &Proxy, rules: Option<&Rules>, listening: &[String]) -> Proxy
         runtime_traffic: rules
             .is_some_and(|r| r.runtime.is_some())
             .then(|| proxy.runtime_traffic.hosts()),
+        opened: proxy
+            .opener
+            .as_ref()
+            .map(|o| Box::new(o.state(rules, trust))),
     }
 }
 
@@ -565,6 +597,7 @@ pub fn standalone(
             record,
             origin: None,
             runtime: None,
+            opener: None,
         },
         listeners,
         proxy::Through::Direct,

@@ -13,8 +13,10 @@ use std::collections::BTreeMap;
 /// `stop_shell` request (`shell_stopped`), shell's processes in status,
 /// and the runtime's gate (`close_gate`, `open_gate`, `gate`); version 4
 /// terminals, detached commands, `hand_keys` and `hold`; version 5 the
-/// audit log read through the API (`read_audit`, `audit_end`).
-pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3, 4, 5, 6];
+/// audit log read through the API (`read_audit`, `audit_end`); version 6
+/// the setup (`run_setup`); version 7 the credentials the proxy adds
+/// (`hand_credentials`).
+pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3, 4, 5, 6, 7];
 pub const HEADER_LEN: usize = 9;
 /// No frame may carry more than this; a larger one closes the connection.
 pub const MAX_FRAME: u32 = 1 << 20;
@@ -130,6 +132,12 @@ pub enum Request {
     /// text), written as its `.env` and given to the main process, which
     /// may wait for them to start.
     HandKeys {
+        text: String,
+    },
+    /// Version 7, the host's door only: the values of the credentials the
+    /// proxy adds (a `.env` text), kept in warden's memory alone; the
+    /// whole set, replacing any earlier one.
+    HandCredentials {
         text: String,
     },
     /// Version 6, the host's door only: runs `script` (a shell script, on
@@ -289,6 +297,10 @@ pub enum Event {
     /// Version 4: the answer to `hand_keys`: the names of the keys now in
     /// the runtime's `.env` (never their values).
     KeysHanded {
+        names: Vec<String>,
+    },
+    /// Version 7: the answer to `hand_credentials`: the names held now.
+    CredentialsHanded {
         names: Vec<String>,
     },
     /// Version 6: the answer to `run_setup`: its exit status (128+n after
@@ -530,6 +542,34 @@ pub struct ProxyState {
     pub runtime_hosts: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_traffic: Option<Vec<HostTraffic>>,
+    /// The hosts the proxy opens (credentials, rules), and its authority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened: Option<Box<OpenedState>>,
+}
+
+/// What the proxy opens, and with what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpenedState {
+    /// The SHA-256 of the machine's authority's certificate.
+    pub ca_sha256: String,
+    /// The bundle that makes tools trust it, or why there is none.
+    pub trust: Result<String, String>,
+    pub hosts: Vec<String>,
+    pub credentials: Vec<CredentialState>,
+}
+
+/// One credential the proxy adds: never its value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredentialState {
+    pub host: String,
+    pub key: String,
+    pub header: String,
+    #[serde(rename = "for")]
+    pub holders: Vec<String>,
+    /// Whether the owner handed its value over.
+    pub handed: bool,
+    /// Requests that got it since boot.
+    pub requests: u64,
 }
 
 /// What the runtime moved through the proxy to one host.

@@ -111,6 +111,8 @@ type Loaded = (Option<(SystemTime, u64)>, Vec<String>);
 pub struct Redactor {
     env_file: PathBuf,
     from_environment: Vec<String>,
+    /// Secrets warden holds in memory alone (the proxy's credentials).
+    held: Mutex<Vec<String>>,
     state: Mutex<Loaded>,
 }
 
@@ -123,8 +125,16 @@ impl Redactor {
         Redactor {
             env_file,
             from_environment,
+            held: Mutex::new(Vec::new()),
             state: Mutex::new((None, Vec::new())),
         }
+    }
+
+    /// Hides these secrets too, from now on (replacing the last set).
+    pub fn hide_also(&self, secrets: Vec<String>) {
+        *self.held.lock().unwrap_or_else(|e| e.into_inner()) = secrets;
+        // Read again at the next line.
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).0 = None;
     }
 
     fn current(&self) -> Vec<String> {
@@ -136,6 +146,8 @@ impl Redactor {
             let text = std::fs::read_to_string(&self.env_file).unwrap_or_default();
             let mut secrets = env_values(&text);
             secrets.extend(self.from_environment.iter().cloned());
+            let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            secrets.extend(held.iter().filter(|s| s.len() >= MIN_SECRET).cloned());
             *state = (stamp, patterns(&secrets));
         }
         state.1.clone()

@@ -5,6 +5,7 @@
 //! bounded queue, so a slow client slows its commands instead of growing
 //! warden's memory), and one task per command.
 
+mod credentials;
 mod setup;
 mod version4;
 mod version5;
@@ -462,6 +463,7 @@ impl Conn {
             Request::CloseGate { reason } => Some(self.gate(Some(reason))),
             Request::OpenGate => Some(self.gate(None)),
             Request::HandKeys { text } => Some(self.hand_keys(&text)),
+            Request::HandCredentials { text } => Some(self.hand_credentials(&text)),
             Request::RunSetup { script } => self.run_setup(id, script),
             Request::Resize { target, rows, cols } => Some(self.resize(target, rows, cols)),
             Request::List => Some(match self.v4("list") {

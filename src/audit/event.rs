@@ -51,6 +51,8 @@ events! {
     GateOpened => "gate_opened",
     KeysHanded => "keys_handed",
     KeysFailed => "keys_failed",
+    CredentialsHanded => "credentials_handed",
+    CredentialEchoRemoved => "credential_echo_removed",
     Setup => "setup",
     Hold => "hold",
     IdleStop => "idle_stop",

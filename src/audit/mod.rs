@@ -129,6 +129,14 @@ impl Audit {
         &self.path
     }
 
+    /// Hides `secrets` too (the credentials the proxy adds), as the
+    /// runtime's keys are.
+    pub fn hide_also(&self, secrets: Vec<String>) {
+        if let Some(r) = &self.redactor {
+            r.hide_also(secrets);
+        }
+    }
+
     /// Why the log cannot be written now (a full disk), if it cannot.
     pub fn failing(&self) -> Option<String> {
         self.failing

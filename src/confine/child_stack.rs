@@ -227,6 +227,9 @@ impl ChildStack {
                 plan as *const ChildPlan as *mut libc::c_void,
             )
         };
+        // The child has exec'd or exited: what it set of the memory it
+        // shared (dumpable) is warden's again to set.
+        super::memory::keep_unreadable();
         match pid {
             -1 => Err(Errno::last()),
             pid => Ok(Pid::from_raw(pid)),

@@ -6,6 +6,7 @@ mod capabilities;
 pub mod cgroups;
 mod child_stack;
 pub mod landlock;
+pub mod memory;
 pub mod policy;
 pub mod probe;
 pub mod runtime_spawner;

@@ -106,6 +106,14 @@ pub struct NetworkPolicy {
     pub max_tunnels: usize,
     pub idle_timeout_ms: u64,
     pub connect_timeout_ms: u64,
+    /// Credentials the proxy adds for listed hosts (their keys' values are
+    /// handed to warden alone, never written here).
+    pub credentials: Vec<crate::net::opened::credential::CredentialText>,
+    /// Rules by method and path for listed hosts.
+    pub rules: Vec<crate::net::opened::hosts::HostRulesText>,
+    /// Certificates (PEM files) trusted upstream of an opened host beside
+    /// the image's own store.
+    pub upstream_ca: Vec<PathBuf>,
 }
 
 impl NetworkPolicy {
@@ -142,7 +150,16 @@ impl NetworkPolicy {
             crate::net::hosts::HostList::parse(hosts, &policy.ports)
                 .map_err(|e| invalid(format!("runtime_hosts: {e}")))?;
         }
+        policy.opened().map_err(|e| invalid(e.to_string()))?;
         Ok(policy)
+    }
+
+    /// The hosts warden opens, and what applies to each.
+    pub fn opened(
+        &self,
+    ) -> Result<crate::net::opened::hosts::OpenedHosts, crate::net::opened::hosts::OpenedError>
+    {
+        crate::net::opened::hosts::OpenedHosts::parse(&self.credentials, &self.rules)
     }
 }
 
@@ -314,6 +331,9 @@ fn unreachable_policy(e: PolicyError) -> Policy {
             max_tunnels: 64,
             idle_timeout_ms: 60_000,
             connect_timeout_ms: 10_000,
+            credentials: Vec::new(),
+            rules: Vec::new(),
+            upstream_ca: Vec::new(),
         },
         digest: String::new(),
     }

@@ -58,6 +58,9 @@ pub fn run(args: InitArgs) -> i32 {
     // Dispositions inherited from whoever started warden (an ignored
     // signal survives exec) are reset once, for every child to come.
     spawn::default_signal_dispositions();
+    // Its memory (the proxy's credentials, the machine authority's key)
+    // is no user's to read, and never dumped.
+    crate::confine::memory::keep_unreadable();
     // 2. In a VM, the machine itself: kernel file systems, drivers, the
     //    root disk, the host name (what a container runtime does for a
     //    container).

@@ -131,6 +131,22 @@ pub(super) fn host_ports(def: &Definition) -> Result<Vec<(u16, u16)>, LaunchErro
     Ok(chosen)
 }
 
+/// Hands warden the values of the credentials its proxy adds (protocol
+/// version 7), through its host door: they live in its memory alone, so
+/// they are handed at every start. Nothing to hand: nothing is asked.
+pub(super) fn hand_credentials(
+    text: &str,
+    connect: impl FnOnce() -> Result<crate::client::Client, LaunchError>,
+) -> Result<usize, LaunchError> {
+    if text.is_empty() {
+        return Ok(0);
+    }
+    connect()?
+        .hand_credentials(text)
+        .map(|names| names.len())
+        .map_err(|e| LaunchError::new("hand the credentials over", e.to_string()))
+}
+
 /// Hands the runtime its keys through warden's host socket (protocol
 /// version 4): never on a command line, never through the engine. warden
 /// writes them as the runtime's `.env` and starts the main process with

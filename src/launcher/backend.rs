@@ -34,6 +34,9 @@ pub struct Prepared<'a> {
     pub made_from: super::made_from::MadeFrom,
     /// The runtime's `.env`: only the keys the definition names.
     pub keys_text: &'a str,
+    /// The values of the credentials warden's proxy adds (a `.env` text),
+    /// handed to warden alone once it answers.
+    pub credentials_text: &'a str,
     /// What the setup is made of (its script, and the definition's `env`
     /// and key names it runs with); None without a setup.
     pub setup_digest: Option<String>,

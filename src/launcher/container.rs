@@ -5,7 +5,7 @@
 //! `podman exec` is used only to run the definition's setup script.
 
 use super::agent::RUNTIME_HOME;
-use super::agent_setup::{check_requires, engine_size, hand_keys, host_ports};
+use super::agent_setup::{check_requires, engine_size, hand_credentials, hand_keys, host_ports};
 use super::agent_setup::{published, said_size, SIZE_FORMAT};
 use super::backend::{Backend, Made, Prepared};
 use super::create::{
@@ -124,6 +124,12 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     }
     wait_ready(&def.id, &key(&def.id)?)?;
     step(start, "warden answers on the host socket");
+    // The credentials before the keys: the main process, which may wait
+    // for its keys, finds the proxy ready to add them.
+    let handed = hand_credentials(p.credentials_text, || super::state::connect(&def.id, None))?;
+    if handed > 0 {
+        step(start, &format!("credentials handed to warden: {handed}"));
+    }
     hand_keys(&def.id, p.keys_text)?;
     step(
         start,

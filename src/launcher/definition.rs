@@ -7,8 +7,11 @@
 //! problem, for example `demo.json: lend[1].at: /etc/x shadows a system
 //! path (/etc)`.
 
+mod opened;
+
 use super::agent::{self, KeepId, Port, Restart, Size};
 use crate::confine::policy::{Limits, Requirement};
+pub use opened::Opened;
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -46,7 +49,7 @@ pub const MAX_IDLE_MINUTES: f64 = 7.0 * 24.0 * 60.0;
 const RESERVED_NAMES: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
 
 /// The top-level fields, in the order they are checked.
-const FIELDS: [&str; 25] = [
+const FIELDS: [&str; 28] = [
     "id",
     "image",
     "dockerfile",
@@ -63,6 +66,9 @@ const FIELDS: [&str; 25] = [
     "firewall",
     "dns",
     "allow_addresses",
+    "credentials",
+    "rules",
+    "upstream_ca",
     "kind",
     "command",
     "restart",
@@ -127,6 +133,9 @@ pub struct Definition {
     /// Address blocks the proxy may connect to although they are private
     /// (network.json's `allow_addresses`), as written.
     pub allow_addresses: Vec<String>,
+    /// Hosts warden's proxy opens: credentials it adds (their values
+    /// handed to warden alone), rules by method and path.
+    pub opened: Opened,
     /// A container (the default) or a micro-VM.
     pub kind: Kind,
     /// The machine's main process, run as `runtime`; None runs the image's
@@ -460,6 +469,7 @@ impl Parser<'_> {
                 .parse::<crate::net::addr::Cidr>()
                 .map_err(|e| self.invalid(format!("allow_addresses[{i}]"), e.to_string()))?;
         }
+        let opened = self.opened(&mut object)?;
         let agent = self.agent(&mut object, &network, &lend, keep_id, kind)?;
         Ok(Definition {
             command: agent.command,
@@ -483,6 +493,7 @@ impl Parser<'_> {
             firewall,
             dns,
             allow_addresses,
+            opened,
             kind,
         })
     }

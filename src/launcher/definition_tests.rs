@@ -68,6 +68,7 @@ fn the_example_parses() {
             firewall: None,
             dns: vec![],
             allow_addresses: vec![],
+            opened: Default::default(),
             kind: Kind::Container,
         }
     );

@@ -54,6 +54,7 @@ pub fn baseline_caps() -> Vec<&'static str> {
 /// enter (mode 0700), whatever modes the cluster gives the files.
 pub const MACHINE_KEY_DIR: &str = "/root/warden/machine";
 pub const RUNTIME_KEYS_DIR: &str = "/root/warden/runtime";
+pub const CREDENTIALS_DIR: &str = "/root/warden/credentials";
 /// Where the ConfigMap is mounted: warden's own folder, in place of the
 /// image's (as the local launcher mounts its config and policy over it).
 pub const CONFIG_DIR: &str = "/etc/warden";
@@ -83,6 +84,8 @@ pub struct Inputs<'a> {
     pub owner: u32,
     /// The runtime's `.env`: only the keys the definition names.
     pub keys_text: &'a str,
+    /// The values of the credentials warden's proxy adds.
+    pub credentials_text: &'a str,
     pub machine_key: &'a str,
     pub sandbox: bool,
     pub runtime_class: Option<&'a str>,
@@ -99,12 +102,14 @@ pub fn kube(
     let def = Definition::load(definition)?;
     let text = std::fs::read_to_string(definition).map_err(|e| LaunchError::io(definition, e))?;
     let keys_text = keys_for(&def, definition, env_file)?;
+    let credentials_text = super::machine::credentials_for(&def, definition, env_file)?;
     let machine_key = fresh_key().map_err(|e| LaunchError::new("machine key", e.to_string()))?;
     let inputs = Inputs {
         def: &def,
         text: &text,
         owner: super::engine::owner(),
         keys_text: &keys_text,
+        credentials_text: &credentials_text,
         machine_key: &machine_key,
         sandbox,
         runtime_class,
@@ -138,6 +143,14 @@ pub fn manifests(inputs: &Inputs) -> Result<Vec<Value>, LaunchError> {
             1,
             secret(meta(keys_secret(&def.id)), "runtime.env", inputs.keys_text),
         );
+    }
+    if !def.opened.credentials.is_empty() {
+        let credentials = secret(
+            meta(credentials_secret(&def.id)),
+            "credentials.env",
+            inputs.credentials_text,
+        );
+        out.insert(1, credentials);
     }
     if def.network == Network::None {
         out.push(network_policy_none(meta(def.container(PREFIX)), &def.id));
@@ -184,6 +197,12 @@ pub fn key_secret(id: &str) -> String {
 /// The Secret of the runtime's keys: `warden-<id>-keys`.
 pub fn keys_secret(id: &str) -> String {
     format!("{PREFIX}-{id}-keys")
+}
+
+/// The Secret of the credentials warden's proxy adds:
+/// `warden-<id>-credentials`, read by warden at boot into its memory.
+pub fn credentials_secret(id: &str) -> String {
+    format!("{PREFIX}-{id}-credentials")
 }
 
 /// The image reference (a Dockerfile is refused before this is asked).
@@ -273,6 +292,9 @@ fn config_map(meta: Value, def: &Definition) -> Value {
     });
     if !def.keys.is_empty() {
         config["keys_from"] = json!(format!("{RUNTIME_KEYS_DIR}/runtime.env"));
+    }
+    if !def.opened.credentials.is_empty() {
+        config["credentials_from"] = json!(format!("{CREDENTIALS_DIR}/credentials.env"));
     }
     if let Some(ports) = super::state::runtime_ports(def) {
         config["runtime_ports"] = ports;
@@ -367,6 +389,9 @@ fn container(inputs: &Inputs) -> Value {
         mounts
             .push(json!({"name": "runtime-keys", "mountPath": RUNTIME_KEYS_DIR, "readOnly": true}));
     }
+    if !def.opened.credentials.is_empty() {
+        mounts.push(json!({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": true}));
+    }
     let mut container = json!({
         "name": "machine",
         "image": image(def),
@@ -421,6 +446,9 @@ fn volumes(inputs: &Inputs) -> Vec<Value> {
     ];
     if !def.keys.is_empty() {
         volumes.push(json!({"name": "runtime-keys", "secret": secret(keys_secret(&def.id))}));
+    }
+    if !def.opened.credentials.is_empty() {
+        volumes.push(json!({"name": "credentials", "secret": secret(credentials_secret(&def.id))}));
     }
     if !inputs.sandbox {
         for (name, claim) in [

@@ -23,6 +23,7 @@ fn inputs<'a>(def: &'a Definition, sandbox: bool, class: Option<&'a str>) -> Inp
         text: "{}",
         owner: 1000,
         keys_text: "API_TOKEN=t0ken\n",
+        credentials_text: "",
         machine_key: KEY,
         sandbox,
         runtime_class: class,

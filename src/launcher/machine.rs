@@ -74,11 +74,13 @@ pub fn up(
     let text = std::fs::read_to_string(definition).map_err(|e| LaunchError::io(definition, e))?;
     // The keys first: a missing one stops `up` before anything is made.
     let keys_text = keys_for(&def, definition, env_file)?;
+    let credentials_text = credentials_for(&def, definition, env_file)?;
     let mut made = Made::default();
     let inputs = Inputs {
         definition,
         text: &text,
         keys_text: &keys_text,
+        credentials_text: &credentials_text,
         force_setup,
     };
     let result = bring_up(&def, &inputs, host, start, &mut made);
@@ -144,6 +146,8 @@ struct Inputs<'a> {
     text: &'a str,
     /// The runtime's `.env`.
     keys_text: &'a str,
+    /// The values of the credentials warden's proxy adds.
+    credentials_text: &'a str,
     force_setup: bool,
 }
 
@@ -189,6 +193,7 @@ fn bring_up(
         made_from,
         digest,
         keys_text: inputs.keys_text,
+        credentials_text: inputs.credentials_text,
         setup_digest: setup_digest(def)?,
         force_setup: inputs.force_setup,
         start,
@@ -280,26 +285,39 @@ pub(super) fn keys_for(
     let env_file = env_file
         .map(Path::to_path_buf)
         .unwrap_or_else(|| definition.parent().unwrap_or(Path::new(".")).join(".env"));
-    read_keys(def, &env_file)
+    read_named("keys", &def.keys, &env_file)
 }
 
-/// The runtime's `.env`: the named keys, from the owner's `.env`.
-fn read_keys(def: &Definition, env_file: &Path) -> Result<String, LaunchError> {
+/// The values of the credentials warden's proxy adds (a `.env` text of
+/// the keys `credentials` names), from the same `.env` as the runtime's
+/// keys: handed to warden alone, never written in the machine.
+pub(super) fn credentials_for(
+    def: &Definition,
+    definition: &Path,
+    env_file: Option<&Path>,
+) -> Result<String, LaunchError> {
+    let env_file = env_file
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| definition.parent().unwrap_or(Path::new(".")).join(".env"));
+    read_named("credentials", &def.opened.keys(), &env_file)
+}
+
+/// A `.env` text of the `names` given, from the owner's `.env`; `field`
+/// names what asks for them in an error.
+fn read_named(field: &str, names: &[String], env_file: &Path) -> Result<String, LaunchError> {
     let owner_env = match std::fs::read_to_string(env_file) {
         Ok(text) => parse_env_file(&text),
-        Err(e) if def.keys.is_empty() && e.kind() == std::io::ErrorKind::NotFound => {
-            BTreeMap::new()
-        }
+        Err(e) if names.is_empty() && e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
         Err(e) => {
             return Err(LaunchError::new(
-                format!("keys {}", def.keys.join(", ")),
+                format!("{field} {}", names.join(", ")),
                 format!("cannot read {}: {e}", env_file.display()),
             ))
         }
     };
-    runtime_env(&def.keys, &owner_env).map_err(|missing| {
+    runtime_env(names, &owner_env).map_err(|missing| {
         LaunchError::new(
-            "keys",
+            field,
             format!("{} missing from {}", missing.join(", "), env_file.display()),
         )
     })

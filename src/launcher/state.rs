@@ -239,6 +239,7 @@ pub(super) fn network_policy(def: &Definition) -> Option<serde_json::Value> {
     if let Some(firewall) = def.firewall {
         policy.insert("firewall".into(), serde_json::json!(firewall));
     }
+    policy.extend(def.opened.policy());
     (!policy.is_empty()).then_some(policy.into())
 }
 

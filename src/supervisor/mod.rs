@@ -63,6 +63,8 @@ pub struct Supervisor {
     pub activity: crate::activity::Activity,
     /// The runtime's keys, once the host handed them over.
     pub keys: crate::keys::HandedKeys,
+    /// The values of the credentials the proxy adds, held by warden alone.
+    pub vault: Arc<crate::net::opened::vault::Vault>,
     /// Commands that outlive their connection.
     pub detached: crate::detached::registry::Registry,
     /// Each command's lifetime tag.
@@ -140,6 +142,7 @@ impl Supervisor {
             gate: Mutex::new((None, Instant::now())),
             activity: crate::activity::Activity::new(config_idle),
             keys: Default::default(),
+            vault: Default::default(),
             detached: Default::default(),
             tags: Default::default(),
             spent: Default::default(),
@@ -213,6 +216,7 @@ impl Supervisor {
             ("LANG".to_string(), self.config.lang.clone()),
         ]);
         env.extend(self.network.env.iter().cloned());
+        env.extend(self.network.trust_env());
         env.extend(extra.iter().cloned());
         env.into_iter().collect()
     }
@@ -448,6 +452,8 @@ impl Supervisor {
         // The runtime's keys, when the host handed them over: the
         // runtime's own, like its `.env` (but never its HOME or name).
         env.extend(self.keys.pairs());
+        // The machine's authority, for the hosts the proxy opens.
+        env.extend(self.network.trust_env());
         if self.network.policy.runtime_hosts.is_some() || self.config.egress_vsock_port.is_some() {
             // Its traffic goes through the proxy alone (its own list, or
             // a VM's only way out): its tools are pointed at it (Node 24

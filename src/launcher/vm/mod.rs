@@ -77,6 +77,12 @@ impl Backend for Vm {
         let inputs = sha256_hex(format!("{}\0{}", p.digest, p.keys_text).as_bytes());
         let image = (p.image.name.as_str(), p.image_id.as_str());
         up(p.def, image, &inputs, p.keys_text, p.start)?;
+        // In warden's memory alone: handed at every `up`, kept VM or not.
+        let handed =
+            super::agent_setup::hand_credentials(p.credentials_text, || connect(&p.def.id, None))?;
+        if handed > 0 {
+            step(p.start, &format!("credentials handed to warden: {handed}"));
+        }
         setup(p)
     }
 

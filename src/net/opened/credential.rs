@@ -4,10 +4,10 @@
 //! reaches warden alone, over the host's door.
 
 use crate::net::hosts::HostList;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Whose requests get a credential.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Holder {
     Shell,
@@ -15,7 +15,7 @@ pub enum Holder {
 }
 
 /// One entry of the definition's `credentials`, as written.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialText {
     pub host: String,
@@ -26,6 +26,16 @@ pub struct CredentialText {
     pub value: String,
     #[serde(default = "both", rename = "for")]
     pub holders: Vec<Holder>,
+}
+
+impl Holder {
+    /// Its word in the definition and in status.
+    pub fn word(self) -> &'static str {
+        match self {
+            Holder::Shell => "shell",
+            Holder::Runtime => "runtime",
+        }
+    }
 }
 
 fn authorization() -> String {

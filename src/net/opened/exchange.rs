@@ -47,6 +47,8 @@ pub struct Outcome {
     pub masked: u64,
     /// Why warden answered instead of the origin, if it did.
     pub refused: Option<String>,
+    /// The host's rules refused the request (it never reached the origin).
+    pub ruled_out: bool,
     pub up: u64,
     pub down: u64,
 }
@@ -111,8 +113,12 @@ where
     let request = http1::parse_request(&head_bytes, ex.host)?;
     outcome.method = request.method.clone();
     outcome.path = request.target.split('?').next().unwrap_or("").to_string();
-    if let Some(why) = refusal(&request, ex.rules) {
+    if let Some(why) = ex
+        .rules
+        .and_then(|rules| request_rules::refusal(rules, &request.method, &request.target))
+    {
         outcome.refused = Some(why.clone());
+        outcome.ruled_out = true;
         answer(client, 403, "Forbidden", &why, outcome).await;
         return Ok(());
     }
@@ -146,25 +152,24 @@ where
     Ok(())
 }
 
-/// The rules' verdict on a request: None lets it through.
-fn refusal(request: &http1::RequestHead, rules: Option<&[Rule]>) -> Option<String> {
-    let rules = rules?;
-    let segments = match request_rules::request_path(&request.target) {
-        Ok(segments) => segments,
-        Err(e) => return Some(e.to_string()),
-    };
-    match rules.iter().any(|r| r.allows(&request.method, &segments)) {
-        true => None,
-        false => {
-            let written: Vec<&str> = rules.iter().map(|r| r.written.as_str()).collect();
-            Some(format!(
-                "{} {} is not allowed by the host's rules ({})",
-                request.method,
-                request.target.split('?').next().unwrap_or(""),
-                written.join("; ")
-            ))
+/// When the origin cannot be reached: the client's request read (for the
+/// audit line), answered by warden with 502 and `why`, and the stream
+/// ended.
+pub async fn without_origin<C>(client: &mut C, host: &str, why: &str, idle: Duration) -> Outcome
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut outcome = Outcome::default();
+    if let Ok((head, _)) = read_head(client, idle, "the client").await {
+        if let Ok(request) = http1::parse_request(&head, host) {
+            outcome.method = request.method;
+            outcome.path = request.target.split('?').next().unwrap_or("").to_string();
         }
     }
+    answer(client, 502, "Bad Gateway", why, &mut outcome).await;
+    outcome.refused = Some(why.to_string());
+    let _ = client.shutdown().await;
+    outcome
 }
 
 /// warden's own answer (a refusal), closing the exchange.

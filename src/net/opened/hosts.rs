@@ -6,10 +6,10 @@
 use super::credential::{Credential, CredentialError, CredentialText, Holder};
 use super::request_rules::{Rule, RuleError, RuleText};
 use crate::net::hosts::HostList;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// One entry of `rules`, as written: a host and what it allows.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostRulesText {
     pub host: String,
@@ -96,12 +96,30 @@ impl OpenedHosts {
 
     /// What applies to a tunnel to `name` on `port` asked by `holder`;
     /// None: the host is not opened.
-    pub fn opening(&self, name: &str, port: u16, holder: Holder) -> Option<Opening<'_>> {
-        let rules = self
-            .rules
+    /// The rules for `name` on `port`, if it has any.
+    pub fn rules_for(&self, name: &str, port: u16) -> Option<&[Rule]> {
+        self.rules
             .iter()
             .find(|r| r.hosts.allowing(name, port).is_some())
-            .map(|r| r.allow.as_slice());
+            .map(|r| r.allow.as_slice())
+    }
+
+    /// The hosts opened, as written (credentials' and rules' alike).
+    pub fn hosts(&self) -> Vec<String> {
+        let mut hosts: Vec<String> = self.credentials.iter().map(|c| c.host.clone()).collect();
+        hosts.extend(self.rules.iter().flat_map(|r| r.hosts.entries()));
+        hosts.sort();
+        hosts.dedup();
+        hosts
+    }
+
+    /// The credentials, in the order written.
+    pub fn credentials(&self) -> &[Credential] {
+        &self.credentials
+    }
+
+    pub fn opening(&self, name: &str, port: u16, holder: Holder) -> Option<Opening<'_>> {
+        let rules = self.rules_for(name, port);
         let host_credentials: Vec<&Credential> = self
             .credentials
             .iter()

@@ -16,4 +16,7 @@ pub mod hosts;
 pub mod http1;
 pub mod request_rules;
 pub mod scrub;
+pub mod streams;
 pub mod tls;
+pub mod trust;
+pub mod vault;

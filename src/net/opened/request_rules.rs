@@ -11,15 +11,15 @@
 //! encoded slashes or backslashes, bytes outside printable ASCII) is
 //! refused before any rule is looked at.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// One allow rule, as the owner writes it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleText {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
 }
 
@@ -117,6 +117,24 @@ fn pattern(text: &str) -> Result<Vec<Segment>, RuleError> {
             s => Ok(Segment::Glob(s.to_string())),
         })
         .collect()
+}
+
+/// The rules' verdict on a request (`target` in origin form): None lets
+/// it through, else why not, naming the rules.
+pub fn refusal(rules: &[Rule], method: &str, target: &str) -> Option<String> {
+    let path = target.split('?').next().unwrap_or("");
+    let segments = match request_path(target) {
+        Ok(segments) => segments,
+        Err(e) => return Some(format!("{method} {path}: {e}")),
+    };
+    if rules.iter().any(|r| r.allows(method, &segments)) {
+        return None;
+    }
+    let written: Vec<&str> = rules.iter().map(|r| r.written.as_str()).collect();
+    Some(format!(
+        "{method} {path} is not allowed by the host's rules ({})",
+        written.join("; ")
+    ))
 }
 
 /// Why a request's path is refused before any rule is looked at.

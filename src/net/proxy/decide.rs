@@ -90,6 +90,8 @@ mod tests {
             runtime: None,
             allow: allow.iter().map(|c| c.parse().unwrap()).collect(),
             from: "network.json",
+            opened: Default::default(),
+            upstream_ca: Vec::new(),
         }
     }
 

@@ -100,6 +100,8 @@ pub struct Plain {
     /// client's headers without hop-by-hop ones, `Connection: close`.
     pub head: Vec<u8>,
     pub body_len: u64,
+    /// The origin-form target (path and query), for an opened host's rules.
+    pub path: String,
 }
 
 /// Headers that concern only the hop to the proxy, never sent on.
@@ -222,6 +224,7 @@ fn plain_request(
         plain: Some(Plain {
             head,
             body_len: fields.body_len,
+            path: origin.to_string(),
         }),
     })
 }

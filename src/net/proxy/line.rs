@@ -4,6 +4,7 @@
 
 use super::refusal::Refused;
 use super::relay::Moved;
+use crate::net::opened::exchange::Outcome;
 use crate::net::target::{Host, Target};
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr};
@@ -25,6 +26,9 @@ pub(super) struct Line {
     pub(super) origin: Option<Value>,
     /// Decided on the runtime's own list (the runtime asked).
     pub(super) runtime: bool,
+    /// An opened host's request: its path, the credential added, how
+    /// many forms of a secret were masked in its answer.
+    opened: Option<(String, Option<String>, u64)>,
 }
 
 impl Line {
@@ -42,6 +46,7 @@ impl Line {
             end: "",
             origin: None,
             runtime: false,
+            opened: None,
         }
     }
 
@@ -51,6 +56,21 @@ impl Line {
         self.down = moved.down;
         self.status = moved.status;
         self.end = moved.end;
+    }
+
+    /// What the one request through an opened host did: the line names
+    /// it (method, path, status) rather than its tunnel.
+    pub(super) fn carried_request(&mut self, outcome: &Outcome) {
+        self.method = outcome.method.clone();
+        self.up = outcome.up;
+        self.down = outcome.down;
+        self.status = outcome.status;
+        self.end = "eof";
+        self.opened = Some((
+            outcome.path.clone(),
+            outcome.credential.clone(),
+            outcome.masked,
+        ));
     }
 
     /// The host asked for (a name, or an address as written), and what
@@ -109,6 +129,16 @@ impl Line {
         }
         if let Some(origin) = &self.origin {
             line["origin"] = origin.clone();
+        }
+        if let Some((path, credential, masked)) = &self.opened {
+            line["opened"] = true.into();
+            line["path"] = path.clone().into();
+            if let Some(name) = credential {
+                line["credential"] = name.clone().into();
+            }
+            if *masked > 0 {
+                line["credential_echo_removed"] = (*masked).into();
+            }
         }
         line
     }

@@ -15,6 +15,7 @@
 mod decide;
 pub(crate) mod http;
 mod line;
+pub mod opened;
 mod refusal;
 mod relay;
 mod rules;
@@ -24,6 +25,7 @@ pub(crate) mod upstream;
 
 pub use decide::{decide, pick, Allowed};
 pub use http::{parse_request, Plain, Request};
+pub use opened::Opener;
 pub use refusal::{Kind, Refused};
 pub use rules::{Defaults, Rules, Settings};
 pub use runtime::{ClientUid, Runtime, Traffic};
@@ -33,7 +35,7 @@ pub use upstream::Through;
 use crate::audit::Event;
 use crate::confine::policy::NetworkPolicy;
 use crate::net::hosts::HostList;
-use crate::net::target::Target;
+use crate::net::opened::credential::Holder;
 use hickory_resolver::TokioResolver;
 use http::Head;
 use line::Line;
@@ -60,8 +62,12 @@ pub type Origin = Arc<dyn Fn(SocketAddr, SocketAddr) -> Option<Value> + Send + S
 pub struct Hooks {
     pub record: Recorder,
     pub origin: Option<Origin>,
-    /// Who the runtime is, for its own list (`runtime_hosts`).
+    /// Who the runtime is, for its own list (`runtime_hosts`) and the
+    /// credentials of opened hosts.
     pub runtime: Option<Runtime>,
+    /// What opens hosts with credentials or rules; None: such a host is
+    /// refused (this proxy cannot open TLS).
+    pub opener: Option<Arc<Opener>>,
 }
 
 pub struct Proxy {
@@ -72,6 +78,7 @@ pub struct Proxy {
     record: Recorder,
     origin: Option<Origin>,
     runtime: Option<Runtime>,
+    pub opener: Option<Arc<Opener>>,
     tunnels: Arc<Semaphore>,
     /// Connections carried and refused since start, for status.
     pub carried: AtomicU64,
@@ -86,6 +93,8 @@ struct Admitted {
     head: Head,
     request: Request,
     upstream: upstream::Upstream,
+    /// What a tunnel to an opened host will do.
+    opened: Option<opened::Plan>,
     permit: OwnedSemaphorePermit,
 }
 
@@ -102,6 +111,7 @@ impl Proxy {
             record,
             origin,
             runtime,
+            opener,
         } = hooks;
         let source = Source::new(&settings.policy_dir, policy, default_hosts, record.clone())?;
         Ok(Proxy {
@@ -115,6 +125,7 @@ impl Proxy {
             record,
             origin,
             runtime,
+            opener,
             carried: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             runtime_traffic: Traffic::default(),
@@ -188,9 +199,15 @@ impl Proxy {
             head,
             request,
             upstream,
+            opened,
             permit: _permit,
         } = admitted;
         let idle = self.settings.idle;
+        if let (Some(plan), Some(opener)) = (opened, &self.opener) {
+            let ended = opened::carry(opener, &plan, client, upstream, head.early(), idle).await;
+            line.origin = settle(origin).await;
+            return self.record_opened(line, ended, started);
+        }
         let moved = match &request.plain {
             None => relay::tunnel(client, upstream, head.early(), idle).await,
             Some(plain) => relay::forward(client, upstream, plain, head.early(), idle).await,
@@ -218,17 +235,7 @@ impl Proxy {
         };
         // Asked only here, once the runtime's list is known to matter:
         // the client is waiting for its answer, so its socket is there.
-        let uid = match ends {
-            Some((peer, local)) => {
-                let client_uid = runtime.client_uid.clone();
-                tokio::task::spawn_blocking(move || client_uid(peer, local))
-                    .await
-                    .ok()
-                    .flatten()
-            }
-            None => None,
-        };
-        match uid {
+        match self.client_uid(runtime, ends).await {
             Some(uid) if uid == runtime.uid => {
                 line.runtime = true;
                 Ok((list, "the runtime's host list"))
@@ -263,11 +270,12 @@ impl Proxy {
                 "too many connections through the proxy at once",
             )
         })?;
-        let upstream = self.open(&request.target, line, ends).await?;
+        let (upstream, opened) = self.open(&request, line, ends).await?;
         Ok(Some(Admitted {
             head,
             request,
             upstream,
+            opened,
             permit,
         }))
     }
@@ -283,10 +291,11 @@ impl Proxy {
     /// to the first that passes (or, in a VM, has its host's relay do it).
     async fn open(
         &self,
-        t: &Target,
+        request: &Request,
         line: &mut Line,
         ends: Ends,
-    ) -> Result<upstream::Upstream, Refused> {
+    ) -> Result<(upstream::Upstream, Option<opened::Plan>), Refused> {
+        let t = &request.target;
         let Some(rules) = self.source.wait().await else {
             return Err(Refused::new(
                 Kind::ListNotKnown,
@@ -296,6 +305,9 @@ impl Proxy {
         let (hosts, list) = self.list_for(&rules, ends, line).await?;
         let allowed = decide::decide_on(hosts, list, t)?;
         line.entry = Some(allowed.entry.to_string());
+        let plan = self
+            .opening(&rules, request, allowed.name, line, ends)
+            .await?;
         let timeout = self.settings.connect_timeout;
         let resolver = match &self.way {
             Way::Direct(resolver) => resolver,
@@ -303,7 +315,7 @@ impl Proxy {
                 let (upstream, to) =
                     upstream::through_host(*port, key, allowed.name, t.port, timeout).await?;
                 line.address = Some(to);
-                return Ok(upstream);
+                return Ok((upstream, plan));
             }
         };
         let found = upstream::resolve(resolver, allowed.name).await?;
@@ -311,10 +323,98 @@ impl Proxy {
         let addresses = pick(allowed.name, &found, t.port, &rules.allow)?;
         let (stream, to) = upstream::connect(&addresses, timeout).await?;
         line.address = Some(to);
-        Ok(upstream::Upstream {
+        let upstream = upstream::Upstream {
             stream,
             max_write: usize::MAX,
-        })
+        };
+        Ok((upstream, plan))
+    }
+
+    /// For a host warden opens: a plain request checked against its rules
+    /// (never given a credential), a CONNECT's plan made for who asks.
+    async fn opening(
+        &self,
+        rules: &Rules,
+        request: &Request,
+        name: &str,
+        line: &mut Line,
+        ends: Ends,
+    ) -> Result<Option<opened::Plan>, Refused> {
+        let port = request.target.port;
+        if let Some(plain) = &request.plain {
+            return match opened::plain_refusal(rules, name, port, &request.method, &plain.path) {
+                Some(refused) => Err(refused),
+                None => Ok(None),
+            };
+        }
+        if !opened::is_opened(rules, name, port) {
+            return Ok(None);
+        }
+        let holder = self.holder(rules, ends, line).await?;
+        opened::plan(rules, self.opener.as_deref(), name, port, holder).map(Some)
+    }
+
+    /// Who asks, for an opened host's credentials: the runtime or shell
+    /// (any other user of the machine counts as shell). Without a runtime
+    /// to tell apart (the standalone proxy), everyone is shell.
+    async fn holder(&self, rules: &Rules, ends: Ends, line: &Line) -> Result<Holder, Refused> {
+        if line.runtime {
+            return Ok(Holder::Runtime);
+        }
+        let Some(runtime) = &self.runtime else {
+            return Ok(Holder::Shell);
+        };
+        if rules.runtime.is_some() {
+            // Asked already for the runtime's list: not the runtime.
+            return Ok(Holder::Shell);
+        }
+        match self.client_uid(runtime, ends).await {
+            Some(uid) if uid == runtime.uid => Ok(Holder::Runtime),
+            Some(_) => Ok(Holder::Shell),
+            None => Err(Refused::new(
+                Kind::UnknownAsker,
+                "who asks could not be told, and the host's credential depends on it",
+            )),
+        }
+    }
+
+    /// The uid holding the client's end, asked of the kernel.
+    async fn client_uid(&self, runtime: &Runtime, ends: Ends) -> Option<u32> {
+        let (peer, local) = ends?;
+        let client_uid = runtime.client_uid.clone();
+        tokio::task::spawn_blocking(move || client_uid(peer, local))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// The line of a tunnel to an opened host: its request's method, path
+    /// and status, the credential added, what was masked.
+    fn record_opened(&self, mut line: Line, ended: opened::Ended, started: Instant) {
+        let outcome = match ended {
+            opened::Ended::Failed(refused) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                return (self.record)(Event::Egress, line.refused(&refused, started));
+            }
+            opened::Ended::Carried(outcome) => outcome,
+        };
+        line.carried_request(&outcome);
+        let host = line.traffic().0;
+        if outcome.masked > 0 {
+            (self.record)(
+                Event::CredentialEchoRemoved,
+                serde_json::json!({"host": host, "path": outcome.path, "count": outcome.masked,
+                                   "origin": line.origin}),
+            );
+        }
+        let value = match &outcome.refused {
+            Some(why) if outcome.ruled_out => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                line.refused(&Refused::new(Kind::RuleRefused, why.clone()), started)
+            }
+            _ => line.allowed(started),
+        };
+        (self.record)(Event::Egress, value);
     }
 
     /// Answers a refused client (best effort: it may be gone) and writes

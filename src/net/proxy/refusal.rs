@@ -37,10 +37,18 @@ pub enum Kind {
     ConnectFailed,
     /// The runtime has a list of its own, and who asks could not be told.
     UnknownAsker,
+    /// A request an opened host's rules do not allow.
+    RuleRefused,
+    /// An opened host's credential the owner did not hand over.
+    CredentialMissing,
+    /// An opened host where this proxy cannot open TLS.
+    CannotOpen,
+    /// An opened host's TLS failed (the client's or the origin's).
+    OpenedTls,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 19] = [
         Kind::BadRequest,
         Kind::BadTarget,
         Kind::HeadTooLarge,
@@ -56,6 +64,10 @@ impl Kind {
         Kind::NoAddress,
         Kind::ConnectFailed,
         Kind::UnknownAsker,
+        Kind::RuleRefused,
+        Kind::CredentialMissing,
+        Kind::CannotOpen,
+        Kind::OpenedTls,
     ];
 
     /// The kind a word names (a VM's host relay answers with the words).
@@ -81,6 +93,10 @@ impl Kind {
             Kind::NoAddress => "no_address",
             Kind::ConnectFailed => "connect_failed",
             Kind::UnknownAsker => "unknown_asker",
+            Kind::RuleRefused => "rule_refused",
+            Kind::CredentialMissing => "credential_missing",
+            Kind::CannotOpen => "cannot_open",
+            Kind::OpenedTls => "opened_tls",
         }
     }
 
@@ -88,12 +104,19 @@ impl Kind {
     pub fn status(self) -> u16 {
         match self {
             Kind::BadRequest | Kind::BadTarget => 400,
-            Kind::IpTarget | Kind::NotListed | Kind::RefusedAddress | Kind::UnknownAsker => 403,
+            Kind::IpTarget
+            | Kind::NotListed
+            | Kind::RefusedAddress
+            | Kind::UnknownAsker
+            | Kind::RuleRefused => 403,
             Kind::HeadTimeout => 408,
             Kind::LengthRequired => 411,
             Kind::HeadTooLarge => 431,
-            Kind::ResolveFailed | Kind::NoAddress | Kind::ConnectFailed => 502,
-            Kind::TooManyConnections | Kind::ListNotKnown => 503,
+            Kind::ResolveFailed | Kind::NoAddress | Kind::ConnectFailed | Kind::OpenedTls => 502,
+            Kind::TooManyConnections
+            | Kind::ListNotKnown
+            | Kind::CredentialMissing
+            | Kind::CannotOpen => 503,
             Kind::ResolveTimeout => 504,
         }
     }
@@ -143,6 +166,10 @@ mod tests {
             (Kind::ResolveTimeout, "resolve_timeout", 504),
             (Kind::NoAddress, "no_address", 502),
             (Kind::ConnectFailed, "connect_failed", 502),
+            (Kind::RuleRefused, "rule_refused", 403),
+            (Kind::CredentialMissing, "credential_missing", 503),
+            (Kind::CannotOpen, "cannot_open", 503),
+            (Kind::OpenedTls, "opened_tls", 502),
         ];
         for (kind, word, status) in cases {
             assert_eq!((kind.as_str(), kind.status()), (word, status), "{kind:?}");

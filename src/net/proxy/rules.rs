@@ -7,6 +7,7 @@ use crate::audit::Event;
 use crate::confine::policy::{NetworkPolicy, PolicyError};
 use crate::net::addr::Cidr;
 use crate::net::hosts::HostList;
+use crate::net::opened::hosts::OpenedHosts;
 use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,10 @@ pub struct Rules {
     pub allow: Vec<Cidr>,
     /// "network.json" or "default": where the host list came from.
     pub from: &'static str,
+    /// The hosts warden opens (credentials, rules by method and path).
+    pub opened: OpenedHosts,
+    /// Certificates trusted for opened hosts' origins beside the image's.
+    pub upstream_ca: Vec<PathBuf>,
 }
 
 impl Rules {
@@ -46,6 +51,8 @@ impl Rules {
             runtime,
             allow: policy.allow_addresses.clone(),
             from,
+            opened: policy.opened().map_err(|e| e.to_string())?,
+            upstream_ca: policy.upstream_ca.clone(),
         }))
     }
 }

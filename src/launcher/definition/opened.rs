@@ -1,0 +1,78 @@
+//! A definition's opened hosts: `credentials` (added by warden's proxy,
+//! their values from the owner's `.env`, never the machine's), `rules` by
+//! method and path, and `upstream_ca` (files inside the machine that its
+//! proxy trusts for those hosts' origins, beside the image's store).
+
+use super::{DefinitionError, Parser};
+use crate::net::opened::credential::CredentialText;
+use crate::net::opened::hosts::{HostRulesText, OpenedHosts};
+use serde_json::{Map, Value};
+use std::path::PathBuf;
+
+/// The opened hosts' fields, checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Opened {
+    pub credentials: Vec<CredentialText>,
+    pub rules: Vec<HostRulesText>,
+    pub upstream_ca: Vec<PathBuf>,
+}
+
+impl Opened {
+    /// The keys whose values the proxy adds (each once).
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.credentials.iter().map(|c| c.key.clone()).collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    /// Pure: network.json's fields for them (none when there are none).
+    pub fn policy(&self) -> Map<String, Value> {
+        let mut policy = Map::new();
+        if !self.credentials.is_empty() {
+            policy.insert("credentials".into(), serde_json::json!(self.credentials));
+        }
+        if !self.rules.is_empty() {
+            policy.insert("rules".into(), serde_json::json!(self.rules));
+        }
+        if !self.upstream_ca.is_empty() {
+            policy.insert("upstream_ca".into(), serde_json::json!(self.upstream_ca));
+        }
+        policy
+    }
+}
+
+impl Parser<'_> {
+    pub(super) fn opened(
+        &self,
+        object: &mut Map<String, Value>,
+    ) -> Result<Opened, DefinitionError> {
+        let credentials: Vec<CredentialText> = self
+            .take(object, "credentials", "credentials")?
+            .unwrap_or_default();
+        let rules: Vec<HostRulesText> = self.take(object, "rules", "rules")?.unwrap_or_default();
+        let upstream_ca: Vec<PathBuf> = self
+            .take(object, "upstream_ca", "upstream_ca")?
+            .unwrap_or_default();
+        OpenedHosts::parse(&credentials, &rules).map_err(|e| {
+            let text = e.to_string();
+            let (field, problem) = text.split_once(": ").unwrap_or(("credentials", &text));
+            self.invalid(field, problem)
+        })?;
+        if let Some((i, _)) = upstream_ca
+            .iter()
+            .enumerate()
+            .find(|(_, p)| !p.is_absolute())
+        {
+            return Err(self.invalid(
+                format!("upstream_ca[{i}]"),
+                "must be an absolute path inside the machine (lend the file)",
+            ));
+        }
+        Ok(Opened {
+            credentials,
+            rules,
+            upstream_ca,
+        })
+    }
+}

@@ -1,0 +1,135 @@
+//! The machine's authority made trusted by its tools: the system bundle
+//! (the image's own certificates, then the machine's) written to warden's
+//! own folder and mounted read-only over the image's bundle, so tools that
+//! read the system store trust it with no flag; and the variables that
+//! point the tools that keep a store of their own at the same file.
+//!
+//! The mount is warden's own (the machine's mount namespace): the image's
+//! file is never changed. Where no bundle exists, or nothing can be
+//! mounted, status says so.
+
+use super::tls::SYSTEM_BUNDLES;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// The variables, in the environments warden builds, that name the
+/// machine's bundle: OpenSSL and Python's ssl, Node, requests, pip, git,
+/// cargo and curl.
+pub const ENV_NAMES: [&str; 7] = [
+    "SSL_CERT_FILE",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+    "CURL_CA_BUNDLE",
+];
+
+/// The bundle's name in warden's own folder (the mount's source).
+const OWN_NAME: &str = "trust.pem";
+
+/// The line before the machine's authority in the bundle.
+const MARK: &str = "# warden: this machine's own authority, for the hosts its proxy opens\n";
+
+/// Pure: the image's certificates (without a machine's authority an
+/// earlier boot added), then the machine's authority.
+pub fn bundle(system: &str, ca_pem: &str) -> String {
+    let mut text = system.split(MARK).next().unwrap_or("").to_string();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(MARK);
+    text.push_str(ca_pem);
+    text
+}
+
+/// Publishes `ca_pem`: the combined bundle written in `own_dir` (root's,
+/// mode 0644) and mounted read-only over the first system bundle found.
+/// Returns the bundle's path as the machine's tools see it.
+pub fn publish(ca_pem: &str, own_dir: &Path) -> Result<PathBuf, String> {
+    let target = SYSTEM_BUNDLES
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "no system bundle to add the machine's authority to (looked for {})",
+                SYSTEM_BUNDLES.join(", ")
+            )
+        })?;
+    let system =
+        std::fs::read_to_string(target).map_err(|e| format!("{}: {e}", target.display()))?;
+    let own = own_dir.join(OWN_NAME);
+    std::fs::create_dir_all(own_dir).map_err(|e| format!("{}: {e}", own_dir.display()))?;
+    std::fs::write(&own, bundle(&system, ca_pem)).map_err(|e| format!("{}: {e}", own.display()))?;
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("{}: {e}", own.display()))?;
+    mount_over(&own, target)?;
+    Ok(target.to_path_buf())
+}
+
+/// Binds `source` over `target`, then makes the bind read-only.
+fn mount_over(source: &Path, target: &Path) -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
+    let fail = |e: nix::Error| {
+        format!(
+            "mounting the machine's bundle over {}: {e}",
+            target.display()
+        )
+    };
+    mount(
+        Some(source),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(fail)?;
+    mount(
+        None::<&str>,
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+        None::<&str>,
+    )
+    .map_err(fail)
+}
+
+/// The variables that point tools at `bundle`.
+pub fn env(bundle: &Path) -> Vec<(String, String)> {
+    let path = bundle.display().to_string();
+    ENV_NAMES
+        .iter()
+        .map(|name| (name.to_string(), path.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bundle_keeps_the_image_s_certificates_and_adds_the_machine_s() {
+        let ca = "-----BEGIN CERTIFICATE-----\nM\n-----END CERTIFICATE-----\n";
+        let cases = [
+            ("A\n", "A\n# warden"),
+            ("A", "A\n# warden"),
+            ("", "# warden"),
+            (
+                "A\n# warden: this machine's own authority, for the hosts its proxy opens\nOLD",
+                "A\n# warden",
+            ),
+        ];
+        for (system, starts) in cases {
+            let text = bundle(system, ca);
+            assert!(text.starts_with(starts), "{text:?}");
+            assert!(text.ends_with(ca));
+            assert!(!text.contains("OLD"), "an earlier authority is dropped");
+        }
+        let vars = env(Path::new("/etc/ssl/certs/ca-certificates.crt"));
+        assert_eq!(vars.len(), ENV_NAMES.len());
+        assert!(vars
+            .iter()
+            .all(|(_, v)| v == "/etc/ssl/certs/ca-certificates.crt"));
+    }
+}
