@@ -1,13 +1,15 @@
 //! The tests' own internet works on its own, before any test leans on it to
 //! prove what warden lets through: seen from the machine namespace as root,
 //! without warden, its DNS answers from its table, HTTP, HTTPS and a git
-//! clone work, its bare ports answer, and it leaves nothing behind. Also:
+//! clone work, /echo shows the headers that arrived (chunked or gzipped on
+//! demand), /redirect redirects, a smart-HTTP git repository takes a clone
+//! and a push, its bare ports answer, and it leaves nothing behind. Also:
 //! the Machine harness puts warden in the network namespace it is given (or
 //! a fresh one), with the binds and the bounding set it is given.
 
 mod common;
 
-use common::internet::{python, script, Internet, INTERNET_NAMES, REPO_FILE};
+use common::internet::{python, script, Internet, INTERNET_NAMES, REPO_FILE, SMART_REPO};
 use common::{printed, privileged, Machine, Options};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -176,6 +178,152 @@ fn git_clones_the_repository_over_https() {
         log.contains("https GET git.allowed.test /repo.git/info/refs"),
         "{log}"
     );
+}
+
+/// curl from the machine namespace to `https://<host><path>` (allowed.test
+/// and www.allowed.test pinned, the test CA trusted), with `args` before
+/// the URL: what it printed, head first when `args` ask for it.
+fn curl_https(net: &Internet, args: &[&str], host: &str, path: &str) -> Vec<u8> {
+    let mut cmd = net.in_machine("curl");
+    cmd.args(["-sS", "--max-time", "5", "--noproxy", "*", "--cacert"])
+        .arg(&net.ca);
+    for name in ["allowed.test", "www.allowed.test"] {
+        cmd.arg("--resolve").arg(format!("{name}:443:{}", net.v4));
+    }
+    let out = cmd
+        .args(args)
+        .arg(format!("https://{host}{path}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", printed(&out));
+    out.stdout
+}
+
+#[test]
+fn echo_shows_the_headers_received_in_its_body_its_head_and_its_log() {
+    if !privileged("echo_shows_the_headers_received_in_its_body_its_head_and_its_log") {
+        return;
+    }
+    let net = Internet::start();
+    let args = [
+        "-D",
+        "-",
+        "-H",
+        "X-Probe: one  two",
+        "-H",
+        "Authorization: Bearer s3cr/t+",
+    ];
+    let out = curl_https(&net, &args, "allowed.test", "/echo/a?b64=1&url=1");
+    let out = String::from_utf8(out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains("\r\nX-Echo-X-Probe: one  two\r\n"), "{head}");
+    assert!(head.contains("\r\nX-Echo-Host: allowed.test\r\n"), "{head}");
+    assert!(body.starts_with("Host: allowed.test\n"), "{body}");
+    assert!(body.contains("\nX-Probe: one  two\n"), "{body}");
+    assert!(
+        body.ends_with("\nb64=czNjci90Kw==\nurl=s3cr%2Ft%2B\n"),
+        "{body}"
+    );
+    let log = net.headers_log();
+    let (line, json) = log.split_at(log.find('{').unwrap());
+    assert_eq!(line, "https GET /echo/a?b64=1&url=1 ", "{log}");
+    let headers: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(headers["X-Probe"], "one  two", "{log}");
+    assert_eq!(headers["Authorization"], "Bearer s3cr/t+", "{log}");
+    assert!(net
+        .http_requests()
+        .contains("https GET allowed.test /echo/a?b64=1&url=1"));
+}
+
+#[test]
+fn echo_answers_chunked_or_gzipped_when_asked() {
+    if !privileged("echo_answers_chunked_or_gzipped_when_asked") {
+        return;
+    }
+    let net = Internet::start();
+    let raw = curl_https(
+        &net,
+        &["--raw", "-D", "-"],
+        "allowed.test",
+        "/echo?chunked=1",
+    );
+    let raw = String::from_utf8(raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains("\r\nTransfer-Encoding: chunked"), "{head}");
+    // Chunks of 5 bytes: "Host: allowed.test\n" is cut after "Host:".
+    assert!(body.starts_with("5\r\nHost:\r\n5\r\n allo\r\n"), "{body}");
+    assert!(body.ends_with("\r\n0\r\n\r\n"), "{body}");
+    // Gzipped though curl asked for no encoding.
+    let out = curl_https(&net, &["-D", "-"], "allowed.test", "/echo?gzip=1");
+    let at = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&out[..at]);
+    assert!(head.contains("\r\nContent-Encoding: gzip\r\n"), "{head}");
+    assert_eq!(&out[at + 4..at + 6], [0x1f, 0x8b], "{head}");
+    let plain = curl_https(&net, &["--compressed"], "allowed.test", "/echo?gzip=1");
+    let plain = String::from_utf8(plain).unwrap();
+    assert!(plain.starts_with("Host: allowed.test\n"), "{plain}");
+}
+
+#[test]
+fn redirect_answers_302_with_the_location_asked_for() {
+    if !privileged("redirect_answers_302_with_the_location_asked_for") {
+        return;
+    }
+    let net = Internet::start();
+    let to = "/redirect?to=https%3A%2F%2Fwww.allowed.test%2Fthere";
+    let head = curl_https(&net, &["-D", "-", "-o", "/dev/null"], "allowed.test", to);
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 302 "), "{head}");
+    assert!(
+        head.contains("\r\nLocation: https://www.allowed.test/there\r\n"),
+        "{head}"
+    );
+    let followed = curl_https(&net, &["-L"], "allowed.test", to);
+    assert_eq!(followed, b"hello www.allowed.test /there");
+}
+
+#[test]
+fn git_clones_and_pushes_over_smart_https() {
+    if !privileged("git_clones_and_pushes_over_smart_https") {
+        return;
+    }
+    let net = Internet::start();
+    let home = tempfile::tempdir().unwrap();
+    // A push bigger than http.postBuffer goes chunked: serve.py decodes it.
+    let script = format!(
+        "cd {home} && g='timeout 30 git -c http.sslCAInfo={ca} -c user.name=t -c user.email=t@t' && \
+         $g clone -q https://git.allowed.test{SMART_REPO} c && cd c && cat {file} && \
+         head -c 200000 /dev/urandom > big && $g add big && $g commit -q -m pushed && \
+         GIT_TRACE_CURL=1 GIT_TRACE_CURL_NO_DATA=1 $g -c http.postBuffer=65536 push -q origin main",
+        home = home.path().display(),
+        ca = net.ca.display(),
+        file = REPO_FILE.0,
+    );
+    // The host's GIT_SSL_CAINFO would override http.sslCAInfo.
+    let out = net
+        .in_machine_sh(&script)
+        .env_remove("GIT_SSL_CAINFO")
+        .env("HOME", home.path())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .unwrap();
+    let text = printed(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.starts_with(REPO_FILE.1), "{text}");
+    assert!(text.contains("Transfer-Encoding: chunked"), "{text}");
+    let pushed = std::process::Command::new("git")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .arg("--git-dir")
+        .arg(net.smart_repository())
+        .args(["log", "--format=%s", "main"])
+        .output()
+        .unwrap();
+    assert_eq!(printed(&pushed), "pushed\nfirst commit\n");
+    let log = net.http_requests();
+    let post = format!("https POST git.allowed.test {SMART_REPO}/git-receive-pack");
+    assert!(log.contains(&post), "{log}");
 }
 
 #[test]

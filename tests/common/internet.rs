@@ -1,8 +1,9 @@
 //! The tests' own small internet. Tests may send traffic only to loopback or
 //! to namespaces they made themselves, so a test that needs "the internet"
 //! builds one: two network namespaces joined by a veth pair, the "internet"
-//! (DNS, HTTP, HTTPS with a test CA, a git repository, a few bare TCP/UDP
-//! ports: tests/internet/serve.py) and the "machine" (empty but for its
+//! (DNS, HTTP, HTTPS with a test CA, git repositories over dumb and smart
+//! HTTP, a header echo, a redirect, a few bare TCP/UDP ports:
+//! tests/internet/serve.py) and the "machine" (empty but for its
 //! address and default routes, to run warden in with `Options::netns`).
 //! Root only: callers check `common::privileged` first.
 
@@ -34,6 +35,9 @@ const CERT_NAMES: [&str; 7] = [
 ];
 /// The one file in the commit of `/repo.git`, and its content.
 pub const REPO_FILE: (&str, &str) = ("README.md", "hello from repo.git\n");
+/// A bare repository served over smart HTTP (git http-backend), which a
+/// clone and a push may use; its one commit holds `REPO_FILE` too.
+pub const SMART_REPO: &str = "/smart/project.git";
 /// How long `start` may take before it gives up.
 const READY_LIMIT: Duration = Duration::from_secs(20);
 /// Environment that would send curl or git through some proxy of the host.
@@ -255,7 +259,8 @@ impl Internet {
     }
 
     /// A bare repository with one commit, served as static files: what a
-    /// dumb-HTTP clone needs (`update-server-info` writes info/refs).
+    /// dumb-HTTP clone needs (`update-server-info` writes info/refs). The
+    /// same commit in `SMART_REPO`, under the folder given as --git-root.
     fn make_repository(&self) {
         let (bare, work) = (self.path("www/repo.git"), self.path("work"));
         let (bare, work) = (bare.to_str().unwrap(), work.to_str().unwrap());
@@ -277,6 +282,16 @@ impl Internet {
         ]));
         run(&mut git(&["-C", work, "push", "-q", bare, "main"]));
         run(&mut git(&["--git-dir", bare, "update-server-info"]));
+        let smart = self.smart_repository();
+        let smart = smart.to_str().unwrap();
+        run(&mut git(&["init", "-q", "--bare", "-b", "main", smart]));
+        run(&mut git(&["-C", work, "push", "-q", smart, "main"]));
+    }
+
+    /// Where `SMART_REPO` lives on the internet's side, to look into it.
+    pub fn smart_repository(&self) -> PathBuf {
+        let name = SMART_REPO.strip_prefix("/smart/").unwrap();
+        self.path("git").join(name)
     }
 
     fn start_server(&mut self) {
@@ -295,6 +310,8 @@ impl Internet {
             .arg(self.path("www"))
             .arg("--zone")
             .arg(self.path("zone.json"))
+            .arg("--git-root")
+            .arg(self.path("git"))
             .args(["--parent", &std::process::id().to_string()])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -324,7 +341,7 @@ impl Internet {
         while Instant::now() < deadline {
             match self.probe() {
                 Ok(()) => {
-                    for log in ["dns.log", "http.log", "connections.log"] {
+                    for log in ["dns.log", "http.log", "connections.log", "headers.log"] {
                         std::fs::write(self.path(log), "").unwrap();
                     }
                     return;
@@ -442,6 +459,13 @@ impl Internet {
     /// `<http|https> <method> <Host> <path> from <client address>`.
     pub fn http_requests(&self) -> String {
         self.read("http.log")
+    }
+
+    /// The headers of every request to /echo... since `start`, one a line:
+    /// `<http|https> <method> <path> <JSON object: name as received ->
+    /// value>` (a repeated name's values joined with ", ").
+    pub fn headers_log(&self) -> String {
+        self.read("headers.log")
     }
 
     /// Every connection to TCP 22 or 8080 and datagram to UDP 9999 since

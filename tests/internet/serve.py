@@ -7,7 +7,13 @@ needs nothing but python3.
 Services, on both the IPv4 and the IPv6 address given:
   DNS  UDP+TCP 53  A/AAAA answers from a JSON zone; other names NXDOMAIN
   HTTP TCP 80      GET -> "hello <Host> <path>"; /bytes/<n> -> n bytes;
-                   /repo.git/... -> static files (a dumb-HTTP git repository)
+                   /repo.git/... -> static files (a dumb-HTTP git repository);
+                   /echo... -> the request's headers, in the body and as
+                   X-Echo-<Name> headers (?chunked=1, ?gzip=1, ?b64=1,
+                   ?url=1: see send_echo), also logged to headers.log;
+                   /redirect?to=<url> -> 302 to <url>;
+                   /smart/... -> git http-backend on --git-root (smart HTTP,
+                   clone and push)
   HTTPS TCP 443    the same handler, behind TLS
   TCP 22, 8080     write one line and close
   UDP 9999         echo
@@ -16,6 +22,8 @@ test can prove whether something reached the internet or not.
 """
 
 import argparse
+import base64
+import gzip
 import http.server
 import json
 import os
@@ -24,9 +32,11 @@ import socket
 import socketserver
 import ssl
 import struct
+import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 LOCK = threading.Lock()
 ARGS = None
@@ -128,6 +138,53 @@ class DnsTcp(socketserver.BaseRequestHandler):
 # ---------------------------------------------------------------- HTTP(S)
 
 CHUNK = 64 * 1024
+# Bounds on what a request may send: its body (de-chunked), a line of its
+# chunked framing, the trailer lines after the last chunk.
+MAX_BODY = 64 * 1024 * 1024
+MAX_LINE = 1024
+MAX_TRAILERS = 100
+# The chunk size of /echo?chunked=1: small, so a secret in the body is cut.
+ECHO_CHUNK = 5
+# What git http-backend's environment takes from ours.
+GIT_ENV = ("PATH", "LANG", "LC_ALL")
+
+
+def header_map(items):
+    """The headers as a dict, names as received; a repeated name's values
+    joined with ", " (so a test sees both)."""
+    out = {}
+    for name, value in items:
+        out[name] = f"{out[name]}, {value}" if name in out else value
+    return out
+
+
+def flag(query, name):
+    return "1" in query.get(name, ())
+
+
+def chunked(body, size):
+    """`body` in Transfer-Encoding: chunked framing, `size` bytes a chunk."""
+    pieces = (body[i : i + size] for i in range(0, len(body), size))
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+def parse_cgi(out):
+    """(status, [(name, value)], body) of a CGI script's output, or None."""
+    ends = [(out.find(sep), sep) for sep in (b"\r\n\r\n", b"\n\n") if sep in out]
+    if not ends:
+        return None
+    at, sep = min(ends)
+    status, headers = 200, []
+    for line in out[:at].decode("latin-1").split("\n"):
+        name, colon, value = line.rstrip("\r").partition(":")
+        if not colon:
+            return None
+        name, value = name.strip(), value.strip()
+        if name.lower() == "status":
+            status = int(value.split()[0])
+        elif name.lower() not in ("content-length", "transfer-encoding", "connection"):
+            headers.append((name, value))
+    return status, headers, out[at + len(sep) :]
 
 
 class Web(http.server.BaseHTTPRequestHandler):
@@ -148,15 +205,152 @@ class Web(http.server.BaseHTTPRequestHandler):
     def handle_any(self):
         host = self.headers.get("Host", "")
         log("http.log", f"{self.scheme} {self.command} {host} {self.path} from {self.client_address[0]}")
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
-        path = self.path.split("?", 1)[0]
+        body = self.read_body()
+        if body is None:
+            return self.send_error(400, "bad or too big a body")
+        path, _, query = self.path.partition("?")
         if path.startswith("/bytes/"):
             return self.send_bytes(path[len("/bytes/") :])
         if path == "/repo.git" or path.startswith("/repo.git/"):
             return self.send_static(path)
+        if path.startswith("/echo"):
+            return self.send_echo(urllib.parse.parse_qs(query))
+        if path == "/redirect":
+            return self.send_redirect(urllib.parse.parse_qs(query))
+        if path == "/smart" or path.startswith("/smart/"):
+            return self.send_git(path[len("/smart") :], query, body)
         self.send_body(f"hello {host} {self.path}".encode())
+
+    def read_body(self):
+        """The request's body, de-chunked; None if malformed or too big.
+        Every read is bounded in size, and in time by CLIENT_TIMEOUT."""
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            return self.read_chunked()
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            return None
+        if not 0 <= length <= MAX_BODY:
+            return None
+        body = self.rfile.read(length)
+        return body if len(body) == length else None
+
+    def read_chunked(self):
+        parts, total = [], 0
+        while True:
+            line = self.rfile.readline(MAX_LINE)
+            try:
+                n = int(line.split(b";", 1)[0], 16)
+            except ValueError:
+                return None
+            if n < 0 or total + n > MAX_BODY:
+                return None
+            if n == 0:
+                break
+            chunk = self.rfile.read(n + 2)
+            if len(chunk) != n + 2 or chunk[n:] != b"\r\n":
+                return None
+            parts.append(chunk[:n])
+            total += n
+        for _ in range(MAX_TRAILERS):
+            if self.rfile.readline(MAX_LINE) in (b"\r\n", b"\n", b""):
+                return b"".join(parts)
+        return None
+
+    def send_echo(self, query):
+        """200, the body every request header as a "Name: value" line, each
+        also sent back as "X-Echo-Name: value". ?b64=1 and ?url=1 append
+        "b64=<base64>" and "url=<percent-encoded>" lines of the Authorization
+        value after "Bearer "; ?gzip=1 gzips the body whatever the client
+        accepts; ?chunked=1 sends it chunked, ECHO_CHUNK bytes a chunk."""
+        headers = self.headers.items()
+        log("headers.log", f"{self.scheme} {self.command} {self.path} {json.dumps(header_map(headers))}")
+        # Headers are read as latin-1: encoding back gives the bytes received.
+        secret = self.headers.get("Authorization", "").removeprefix("Bearer ").encode("latin-1")
+        text = "".join(f"{name}: {value}\n" for name, value in headers)
+        if flag(query, "b64"):
+            text += f"b64={base64.b64encode(secret).decode()}\n"
+        if flag(query, "url"):
+            text += f"url={urllib.parse.quote(secret, safe='')}\n"
+        body = text.encode("latin-1")
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        for name, value in headers:
+            self.send_header(f"X-Echo-{name}", value)
+        if flag(query, "gzip"):
+            body = gzip.compress(body)
+            self.send_header("Content-Encoding", "gzip")
+        if flag(query, "chunked"):
+            self.send_header("Transfer-Encoding", "chunked")
+            body = chunked(body, ECHO_CHUNK)
+        else:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_redirect(self, query):
+        to = query.get("to", [""])[0]
+        if not to or "\r" in to or "\n" in to:
+            return self.send_error(400, "no or bad to=")
+        self.send_response(302)
+        self.send_header("Location", to)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def cgi_env(self, path_info, query, body):
+        """git http-backend's environment, as a CGI server would set it."""
+        env = {k: os.environ[k] for k in GIT_ENV if k in os.environ}
+        env.update(
+            GIT_PROJECT_ROOT=ARGS.git_root,
+            GIT_HTTP_EXPORT_ALL="1",
+            GIT_CONFIG_NOSYSTEM="1",
+            GIT_CONFIG_GLOBAL="/dev/null",
+            GATEWAY_INTERFACE="CGI/1.1",
+            SERVER_PROTOCOL=self.request_version,
+            SERVER_NAME="internet.test",
+            SERVER_PORT=str(self.server.server_port),
+            REQUEST_METHOD=self.command,
+            PATH_INFO=path_info,
+            QUERY_STRING=query,
+            CONTENT_TYPE=self.headers.get("Content-Type", ""),
+            CONTENT_LENGTH=str(len(body)),
+            # Set, so http-backend allows receive-pack (a push).
+            REMOTE_USER="tester",
+            REMOTE_ADDR=self.client_address[0],
+        )
+        # HTTP_CONTENT_ENCODING among them: http-backend inflates a gzip body.
+        for name, value in header_map(self.headers.items()).items():
+            key = "HTTP_" + name.upper().replace("-", "_")
+            if key not in ("HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH", "HTTP_TRANSFER_ENCODING"):
+                env[key] = value
+        if "Git-Protocol" in self.headers:
+            env["GIT_PROTOCOL"] = self.headers["Git-Protocol"]
+        return env
+
+    def send_git(self, path_info, query, body):
+        """Smart-HTTP git: the request run through git http-backend (CGI)."""
+        try:
+            done = subprocess.run(
+                ["git", "http-backend"],
+                input=body,
+                stdout=subprocess.PIPE,
+                env=self.cgi_env(path_info, query, body),
+                timeout=CLIENT_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            return self.send_error(504, "git http-backend timed out")
+        answer = parse_cgi(done.stdout)
+        if answer is None:
+            return self.send_error(502, f"git http-backend: exit {done.returncode}, no CGI answer")
+        status, headers, payload = answer
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
 
     def send_bytes(self, count):
         try:
@@ -269,8 +463,8 @@ def serve_all():
 def main():
     global ARGS, ZONE
     p = argparse.ArgumentParser()
-    for flag in ("--v4", "--v6", "--dir", "--cert", "--key", "--www", "--zone"):
-        p.add_argument(flag, required=True)
+    for name in ("--v4", "--v6", "--dir", "--cert", "--key", "--www", "--zone", "--git-root"):
+        p.add_argument(name, required=True)
     p.add_argument("--parent", type=int, required=True)
     ARGS = p.parse_args()
     with open(ARGS.zone) as f:
