@@ -185,6 +185,57 @@ pub fn prepare_confinement(
     (Confinement::new(policy, proc_hidden, cgroups), network)
 }
 
+/// 8. The machine's authority for the hosts the proxy opens, made now and
+///    published over the system bundle before any command's mount
+///    namespace is made (a later mount would not reach commands); and the
+///    credentials' values a cluster's Secret holds (`credentials_from`).
+pub fn open_hosts(network: &mut Network, config: &MachineConfig, audit: &Audit) {
+    let name = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "machine".into());
+    let opener = match proxy::Opener::new(&name) {
+        Ok(opener) => Arc::new(opener),
+        Err(e) => {
+            crate::say!("opened hosts: {e}");
+            network.opener = Err(e.clone());
+            network.trust = Err(e);
+            return;
+        }
+    };
+    if let Some(from) = &config.credentials_from {
+        read_credentials(&opener.vault, from, audit);
+    }
+    let own_dir = config.socket.parent().unwrap_or(Path::new("/run/warden"));
+    network.trust = crate::net::opened::trust::publish(opener.ca.pem(), own_dir);
+    if let Err(e) = &network.trust {
+        crate::say!("the machine's authority is not trusted by its tools: {e}");
+    }
+    network.opener = Ok(opener);
+}
+
+/// The credentials' values from a mounted Secret, into warden's memory.
+/// A file that cannot be read leaves none: each request that needs one is
+/// refused, saying so.
+fn read_credentials(vault: &crate::net::opened::vault::Vault, from: &Path, audit: &Audit) {
+    let read = std::fs::read_to_string(from).map_err(|e| e.to_string());
+    match read.and_then(|text| vault.hand(&text)) {
+        Ok(names) => {
+            audit.hide_also(vault.all_text());
+            audit.record(
+                Event::CredentialsHanded,
+                json!({"names": names, "from": from}),
+            );
+        }
+        Err(e) => {
+            crate::say!("credentials_from {}: {e}", from.display());
+            audit.record(
+                Event::KeysFailed,
+                json!({"credentials_from": from, "error": e}),
+            );
+        }
+    }
+}
+
 /// 8. Loopback, and the egress proxy's listening sockets (none: the
 ///    firewall probe finds the proxy unreachable and says so).
 pub fn bind_proxy(network: &mut Network) -> Vec<std::net::TcpListener> {

@@ -25,9 +25,12 @@ pub struct Network {
     pub listening: Vec<String>,
     /// The variables that point a command's tools at the proxy, made once.
     pub env: Vec<(String, String)>,
+    /// What opens hosts (the machine's authority, the credentials'
+    /// values), or why there is none: made at boot, before any command.
+    pub opener: Result<Arc<crate::net::proxy::Opener>, String>,
     /// The bundle that makes the machine's authority trusted (as tools
-    /// see it), or why it could not be published: set once, at boot.
-    pub trust: OnceLock<Result<std::path::PathBuf, String>>,
+    /// see it), or why it could not be published: set at boot.
+    pub trust: Result<std::path::PathBuf, String>,
     /// warden's connect gate, where it stands in for the firewall.
     gate: OnceLock<Gate>,
     gate_tried: std::sync::atomic::AtomicBool,
@@ -103,7 +106,8 @@ impl Network {
             applied: Mutex::new(Err("not applied".into())),
             proxy: Mutex::new(None),
             listening: Vec::new(),
-            trust: OnceLock::new(),
+            opener: Err("not made yet".into()),
+            trust: Err("not published yet".into()),
             gate: OnceLock::new(),
             gate_tried: Default::default(),
             listens: OnceLock::new(),
@@ -277,9 +281,9 @@ impl Network {
     /// The variables that point tools at the machine's bundle, once it
     /// is published.
     pub fn trust_env(&self) -> Vec<(String, String)> {
-        match self.trust.get() {
-            Some(Ok(bundle)) => crate::net::opened::trust::env(bundle),
-            _ => Vec::new(),
+        match &self.trust {
+            Ok(bundle) => crate::net::opened::trust::env(bundle),
+            Err(_) => Vec::new(),
         }
     }
 
@@ -335,7 +339,7 @@ impl Network {
             &proxy,
             rules.as_deref(),
             &self.listening,
-            self.trust.get(),
+            &self.trust,
         ))
     }
 
@@ -347,7 +351,7 @@ impl Network {
             &proxy,
             rules.as_deref(),
             &self.listening,
-            self.trust.get(),
+            &self.trust,
         ))
     }
 }
@@ -356,7 +360,7 @@ fn state_of(
     proxy: &Proxy,
     rules: Option<&Rules>,
     listening: &[String],
-    trust: Option<&Result<std::path::PathBuf, String>>,
+    trust: &Result<std::path::PathBuf, String>,
 ) -> ProxyState {
     ProxyState {
         listening: listening.to_vec(),

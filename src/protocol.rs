@@ -556,6 +556,9 @@ pub struct OpenedState {
     pub trust: Result<String, String>,
     pub hosts: Vec<String>,
     pub credentials: Vec<CredentialState>,
+    /// Whether warden's memory (the values, the authority's key) could be
+    /// dumped or read through /proc: false, as warden keeps it.
+    pub memory_dumpable: bool,
 }
 
 /// One credential the proxy adds: never its value.

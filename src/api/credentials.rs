@@ -24,11 +24,20 @@ impl Conn {
                 "hand_credentials comes through the host's door only: credentials are the owner's",
             );
         }
-        let names = match self.sup.vault.hand(text) {
+        let vault = match &self.sup.network.opener {
+            Ok(opener) => &opener.vault,
+            Err(why) => {
+                return error(
+                    ErrorCode::Internal,
+                    format!("hand_credentials: this machine opens no host: {why}"),
+                )
+            }
+        };
+        let names = match vault.hand(text) {
             Ok(names) => names,
             Err(e) => return error(ErrorCode::BadRequest, format!("hand_credentials: {e}")),
         };
-        self.sup.audit.hide_also(self.sup.vault.all_text());
+        self.sup.audit.hide_also(vault.all_text());
         self.sup
             .audit
             .record(audit::Event::CredentialsHanded, json!({"names": names}));

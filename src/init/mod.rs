@@ -10,7 +10,7 @@ use crate::audit::Event;
 pub use crate::boot::InitArgs;
 use crate::boot::{
     announce, bind_proxy, leave_the_books_in_order, load_config, make_layout, make_users,
-    mount_volumes, open_audit, prepare_confinement, supervisor, BootError,
+    mount_volumes, open_audit, open_hosts, prepare_confinement, supervisor, BootError,
 };
 use crate::confine::spawn::{self, SpawnError, Stdio};
 use crate::main_restart;
@@ -139,6 +139,8 @@ fn phases(
     clock.mark("confinement");
     let proxy_listeners = bind_proxy(&mut network); // 8
     clock.mark("proxy_bound");
+    open_hosts(&mut network, &config, &audit);
+    clock.mark("opened_hosts");
     let sup = supervisor(config, accounts, audit, confinement, network, pid1);
     clock.mark("supervisor");
     let runtime = tokio::runtime::Builder::new_multi_thread() // 9

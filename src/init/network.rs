@@ -94,7 +94,7 @@ pub(super) fn start(
             uid: sup.runtime.uid,
             client_uid: Arc::new(crate::net::origin::uid_of),
         }),
-        opener: opener(sup),
+        opener: sup.network.opener.as_ref().ok().cloned(),
     };
     let policy = &sup.network.policy;
     let dir = &sup.config.policy_dir;
@@ -127,59 +127,6 @@ pub(super) fn start(
                "proxy_error": proxy_error, "hosts_from": if policy.hosts.is_some() { "network.json" } else { "default" }}),
     );
     defaults
-}
-
-/// The machine's authority for the hosts the proxy opens, made now and
-/// published where the machine's tools look (or why not, for status).
-fn opener(sup: &Arc<Supervisor>) -> Option<Arc<proxy::Opener>> {
-    let name = nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "machine".into());
-    let opener = match proxy::Opener::new(&name, sup.vault.clone()) {
-        Ok(opener) => Arc::new(opener),
-        Err(e) => {
-            let _ = sup.network.trust.set(Err(e.clone()));
-            crate::say!("opened hosts: {e}");
-            return None;
-        }
-    };
-    if let Some(from) = &sup.config.credentials_from {
-        read_credentials(sup, from);
-    }
-    let own_dir = sup
-        .config
-        .socket
-        .parent()
-        .unwrap_or(std::path::Path::new("/run/warden"));
-    let published = crate::net::opened::trust::publish(opener.ca.pem(), own_dir);
-    if let Err(e) = &published {
-        crate::say!("the machine's authority is not trusted by its tools: {e}");
-    }
-    let _ = sup.network.trust.set(published);
-    Some(opener)
-}
-
-/// The credentials' values from a mounted Secret, into warden's memory.
-/// A file that cannot be read leaves none (each request that needs one is
-/// refused, saying so).
-fn read_credentials(sup: &Supervisor, from: &std::path::Path) {
-    let read = std::fs::read_to_string(from).map_err(|e| e.to_string());
-    match read.and_then(|text| sup.vault.hand(&text)) {
-        Ok(names) => {
-            sup.audit.hide_also(sup.vault.all_text());
-            sup.audit.record(
-                Event::CredentialsHanded,
-                json!({"names": names, "from": from}),
-            );
-        }
-        Err(e) => {
-            crate::say!("credentials_from {}: {e}", from.display());
-            sup.audit.record(
-                Event::KeysFailed,
-                json!({"credentials_from": from, "error": e}),
-            );
-        }
-    }
 }
 
 /// Works out the default host list, once the machine is ready: asking the

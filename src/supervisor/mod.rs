@@ -63,8 +63,6 @@ pub struct Supervisor {
     pub activity: crate::activity::Activity,
     /// The runtime's keys, once the host handed them over.
     pub keys: crate::keys::HandedKeys,
-    /// The values of the credentials the proxy adds, held by warden alone.
-    pub vault: Arc<crate::net::opened::vault::Vault>,
     /// Commands that outlive their connection.
     pub detached: crate::detached::registry::Registry,
     /// Each command's lifetime tag.
@@ -142,7 +140,6 @@ impl Supervisor {
             gate: Mutex::new((None, Instant::now())),
             activity: crate::activity::Activity::new(config_idle),
             keys: Default::default(),
-            vault: Default::default(),
             detached: Default::default(),
             tags: Default::default(),
             spent: Default::default(),

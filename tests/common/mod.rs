@@ -7,6 +7,7 @@
 pub mod attacks;
 pub mod internet;
 pub mod machine;
+pub mod net;
 pub mod vm;
 
 use serde_json::{json, Value};

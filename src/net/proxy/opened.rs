@@ -33,11 +33,11 @@ pub struct Opener {
 }
 
 impl Opener {
-    /// A new authority for the machine `name`.
-    pub fn new(name: &str, vault: Arc<Vault>) -> Result<Opener, String> {
+    /// A new authority for the machine `name`, and no credential yet.
+    pub fn new(name: &str) -> Result<Opener, String> {
         Ok(Opener {
             ca: MachineCa::new(name).map_err(|e| e.to_string())?,
-            vault,
+            vault: Arc::new(Vault::default()),
             upstreams: Mutex::new(None),
         })
     }
@@ -56,11 +56,7 @@ impl Opener {
 
     /// For status: the authority, where tools find it, the opened hosts,
     /// and per credential how many requests got it (never a value).
-    pub fn state(
-        &self,
-        rules: Option<&Rules>,
-        trust: Option<&Result<PathBuf, String>>,
-    ) -> OpenedState {
+    pub fn state(&self, rules: Option<&Rules>, trust: &Result<PathBuf, String>) -> OpenedState {
         let counts = self.vault.counts();
         let held = self.vault.names();
         let credentials = rules
@@ -81,13 +77,13 @@ impl Opener {
             .collect();
         OpenedState {
             ca_sha256: self.ca.fingerprint(),
-            trust: match trust {
-                Some(Ok(bundle)) => Ok(bundle.display().to_string()),
-                Some(Err(e)) => Err(e.clone()),
-                None => Err("not published yet".into()),
-            },
+            trust: trust
+                .as_ref()
+                .map(|bundle| bundle.display().to_string())
+                .map_err(String::clone),
             hosts: rules.map(|r| r.opened.hosts()).unwrap_or_default(),
             credentials,
+            memory_dumpable: crate::confine::memory::dumpable(),
         }
     }
 }
