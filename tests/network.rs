@@ -256,7 +256,9 @@ fn package_managers_reach_their_registries_through_the_connect_gate() {
     let ca = net.ca().display().to_string();
     let tools = [
         (
-            format!("python3 -m pip download --no-deps --disable-pip-version-check --cert {ca} --index-url https://allowed.test/simple/ -d $(mktemp -d) warden-pkg"),
+            // pip's --cert loses to REQUESTS_CA_BUNDLE, which warden sets
+            // (a requests behaviour): the variable names the test CA.
+            format!("REQUESTS_CA_BUNDLE={ca} python3 -m pip download --no-deps --disable-pip-version-check --index-url https://allowed.test/simple/ -d $(mktemp -d) warden-pkg"),
             "https GET allowed.test /simple/warden-pkg/",
         ),
         (

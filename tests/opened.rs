@@ -47,7 +47,8 @@ fn credential(host: &str, holders: &[&str]) -> Value {
     json!({"credentials": [{"host": host, "key": "TEST_TOKEN", "for": holders}]})
 }
 
-/// The headers the origin received for requests to `path`, in order.
+/// The headers the origin received for requests to `path` (whatever
+/// their query), in order.
 fn received(net: &Net, path: &str) -> Vec<Value> {
     net.internet
         .headers_log()
@@ -55,6 +56,7 @@ fn received(net: &Net, path: &str) -> Vec<Value> {
         .filter_map(|l| {
             let mut parts = l.splitn(4, ' ');
             let (_, _, p, headers) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+            let p = p.split('?').next().unwrap_or(p);
             (p == path)
                 .then(|| serde_json::from_str(headers).ok())
                 .flatten()
@@ -157,7 +159,7 @@ fn every_form_of_the_secret_is_masked_however_the_answer_comes() {
     // An origin that compresses although asked not to: not carried,
     // since what it holds cannot be checked.
     let (_, text) = net.text("curl -sS --max-time 20 -i 'https://allowed.test/echo?gzip=1'");
-    assert!(text.starts_with("HTTP/1.1 502"), "{text}");
+    assert!(text.contains("\nHTTP/1.1 502"), "{text}");
     assert!(text.contains("compressed (gzip)"), "{text}");
 }
 
@@ -189,11 +191,7 @@ fn the_machine_s_clients_reach_an_opened_host_without_a_flag() {
             "python3 -c \"import urllib.request as u; print(u.urlopen('https://allowed.test/echo/python').read().decode())\"",
             "/echo/python",
         ),
-        (
-            "node",
-            "node -e \"fetch('https://allowed.test/echo/node').then(r => r.text()).then(console.log, e => { console.error(e); process.exit(1) })\"",
-            "/echo/node",
-        ),
+        ("node", NODE, "/echo/node"),
         (
             "git",
             "cd $(mktemp -d) && git ls-remote https://allowed.test/echo/git 2>&1; true",
@@ -216,12 +214,32 @@ fn the_machine_s_clients_reach_an_opened_host_without_a_flag() {
         assert!(
             seen.iter()
                 .any(|h| authorization(h).is_some_and(|a| a.contains(SECRET))),
-            "{name}: the origin saw {seen:?}\n{text}\nrequests: {}",
-            net.internet.http_requests()
+            "{name}: the origin saw {seen:?}\n{text}\nrequests: {}\nheaders: {}",
+            net.internet.http_requests(),
+            net.internet.headers_log()
         );
         assert!(!text.contains(SECRET), "{name}: {text}");
     }
 }
+
+/// Node's fetch goes through a proxy by the environment from Node 24
+/// (with NODE_USE_ENV_PROXY, which warden sets); before, through an agent
+/// of the program's. Either way the trust is the machine's bundle, by
+/// NODE_EXTRA_CA_CERTS: no CA is named here.
+const NODE: &str = r#"node -e "
+const [major] = process.versions.node.split('.').map(Number);
+const url = 'https://allowed.test/echo/node';
+const done = (t) => console.log(t), fail = (e) => { console.error(e); process.exit(1); };
+if (major >= 24) { fetch(url).then(r => r.text()).then(done, fail); } else {
+  const http = require('http'), https = require('https'), tls = require('tls');
+  http.request({ host: '127.0.0.1', port: 3128, method: 'CONNECT', path: 'allowed.test:443', headers: { host: 'allowed.test:443' } })
+    .on('connect', (res, socket) => {
+      https.get(url, { createConnection: () => tls.connect({ socket, servername: 'allowed.test' }) }, (r) => {
+        let body = ''; r.on('data', (c) => body += c); r.on('end', () => done(body));
+      }).on('error', fail);
+    }).on('error', fail).end();
+}
+""#;
 
 #[test]
 fn a_credential_for_the_runtime_is_not_shell_s() {
@@ -243,7 +261,11 @@ fn a_redirect_to_another_host_carries_no_credential() {
     if !privileged("a_redirect_to_another_host_carries_no_credential") {
         return;
     }
-    let net = boot_opened(credential("allowed.test", &["shell"]));
+    // www.allowed.test is opened too (its rules let all through), so that
+    // the machine's bundle is what curl trusts there as well.
+    let mut opened = credential("allowed.test", &["shell"]);
+    opened["rules"] = json!([{"host": "www.allowed.test", "allow": [{}]}]);
+    let net = boot_opened(opened);
     let (status, text) = net.text(
         "curl -sS -L --max-time 20 'https://allowed.test/redirect?to=https://www.allowed.test/echo/after'",
     );
@@ -435,13 +457,4 @@ fn credentials_come_through_the_host_s_door_only() {
     );
     let handed = net.machine.audit_kinds("credentials_handed");
     assert_eq!(handed[0]["names"], json!(["TEST_TOKEN"]), "{handed:?}");
-}
-
-#[test]
-fn zz_debug() {
-    let net = boot_opened(credential("allowed.test", &["shell"]));
-    let (_, text) = net.text("env | grep -i -e ssl -e ca_ -e cert; tail -5 /etc/ssl/certs/ca-certificates.crt; grep -c BEGIN /etc/ssl/certs/ca-certificates.crt; curl -v https://allowed.test/echo 2>&1 | head -30");
-    println!("{text}\nLOG:\n{}", net.machine.log());
-    let st = serde_json::to_value(net.machine.client().status().unwrap()).unwrap();
-    println!("{}", st["proxy"]);
 }
