@@ -86,9 +86,15 @@ fn the_environment_is_built_from_nothing() {
     let mut req = argv(&["env"]);
     req.env.insert("EXTRA".into(), "given".into());
     let env = text(&run(&m, req).stdout);
-    // The proxy's variables, exactly as warden sets them, and nothing else.
+    // The proxy's variables and those naming the machine's bundle (which
+    // trusts its own authority), exactly as warden sets them, and nothing
+    // else.
+    let bundle = warden::net::opened::trust::env(std::path::Path::new(
+        "/etc/ssl/certs/ca-certificates.crt",
+    ));
     let proxy: Vec<String> = warden::network::proxy_env(3128)
         .iter()
+        .chain(&bundle)
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     for line in &proxy {
