@@ -89,9 +89,8 @@ fn the_environment_is_built_from_nothing() {
     // The proxy's variables and those naming the machine's bundle (which
     // trusts its own authority), exactly as warden sets them, and nothing
     // else.
-    let bundle = warden::net::opened::trust::env(std::path::Path::new(
-        "/etc/ssl/certs/ca-certificates.crt",
-    ));
+    let bundle =
+        warden::net::opened::trust::env(std::path::Path::new("/etc/ssl/certs/ca-certificates.crt"));
     let proxy: Vec<String> = warden::network::proxy_env(3128)
         .iter()
         .chain(&bundle)

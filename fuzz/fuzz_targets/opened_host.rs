@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(answer) = http1::parse_response(data, method) {
             let _ = http1::require_identity(&answer);
             let mut keep = |_: &mut [u8]| {};
-            let _ = http1::response_downstream(&answer, &mut keep);
+            let _ = http1::response_downstream(&answer, false, &mut keep);
         }
     }
     chunked_cut_anywhere(data);

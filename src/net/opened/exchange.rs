@@ -11,6 +11,10 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 const BUFFER: usize = 64 * 1024;
+/// How long an answer's last bytes may be held back to catch a secret
+/// cut across two reads: once the origin is this quiet, they go on (a
+/// stream of events or WebSocket frames is not held for its next piece).
+const HOLD: Duration = Duration::from_millis(50);
 
 /// What warden knows of the host and the asker for this exchange.
 pub struct Exchange<'a> {
@@ -83,7 +87,9 @@ where
     if let Err(stop) = exchange(client, upstream, ex, &mut outcome).await {
         if outcome.status.is_none() {
             let (status, reason) = match &stop {
-                Stop::Head(HeadError::Encoded(_)) => (502, "Bad Gateway"),
+                Stop::Head(HeadError::Encoded(_) | HeadError::CompressedFrames(_)) => {
+                    (502, "Bad Gateway")
+                }
                 Stop::Io {
                     side: "the origin", ..
                 }
@@ -131,22 +137,24 @@ where
     outcome.up += send_body(client, upstream, request.body, early, ex.idle).await?;
     let (head_bytes, early) = read_head(upstream, ex.idle, "the origin").await?;
     let response = http1::parse_response(&head_bytes, &request.method)?;
+    let upgraded = http1::upgraded(&response, &request);
     if !ex.secrets.is_empty() {
         http1::require_identity(&response)?;
+        if upgraded {
+            http1::require_plain_frames(&response)?;
+        }
     }
     let mut scrubber = Scrubber::new(ex.secrets.iter().map(Vec::as_slice));
-    let head = http1::response_downstream(&response, &mut |value| scrubber.whole(value));
+    let head = http1::response_downstream(&response, upgraded, &mut |value| scrubber.whole(value));
     outcome.status = Some(response.status);
     write(client, &head, "the client").await?;
-    let moved = answer_body(
-        upstream,
-        client,
-        response.body,
-        early,
-        &mut scrubber,
-        ex.idle,
-    )
-    .await;
+    let moved = match upgraded {
+        true => frames(client, upstream, early, &mut scrubber, ex.idle, outcome).await,
+        false => {
+            let body = response.body;
+            answer_body(upstream, client, body, early, &mut scrubber, ex.idle).await
+        }
+    };
     outcome.masked = scrubber.masked;
     outcome.down += moved?;
     Ok(())
@@ -321,7 +329,7 @@ where
         if left == 0 || chunked.done {
             break;
         }
-        let n = read(upstream, &mut buf, idle, "the origin").await?;
+        let n = read_or_release(upstream, client, &mut buf, scrubber, idle, &mut moved).await?;
         if n == 0 {
             match body {
                 Body::Close => break,
@@ -333,6 +341,94 @@ where
     let rest = scrubber.finish();
     write(client, &rest, "the client").await?;
     Ok(moved + rest.len() as u64)
+}
+
+/// Reads the origin's next piece; if it stays quiet for `HOLD`, what the
+/// scrubber held back goes to the client first (counted in `moved`).
+async fn read_or_release<U, C>(
+    upstream: &mut U,
+    client: &mut C,
+    buf: &mut [u8],
+    scrubber: &mut Scrubber,
+    idle: Duration,
+    moved: &mut u64,
+) -> Result<usize, Stop>
+where
+    U: AsyncRead + Unpin,
+    C: AsyncWrite + Unpin,
+{
+    if let Ok(read) = tokio::time::timeout(HOLD, upstream.read(buf)).await {
+        return read.map_err(|error| Stop::Io {
+            side: "the origin",
+            error,
+        });
+    }
+    let held = scrubber.finish();
+    write(client, &held, "the client").await?;
+    *moved += held.len() as u64;
+    read(upstream, buf, idle, "the origin").await
+}
+
+/// An accepted WebSocket upgrade: frames both ways until either side
+/// ends, the origin's masked like any answer (the client's go on as sent:
+/// the credential was added to the upgrade's request, never to a frame).
+async fn frames<C, U>(
+    client: &mut C,
+    upstream: &mut U,
+    early: Vec<u8>,
+    scrubber: &mut Scrubber,
+    idle: Duration,
+    outcome: &mut Outcome,
+) -> Result<u64, Stop>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut up_read, mut up_write) = tokio::io::split(upstream);
+    let up = async {
+        let mut buf = vec![0u8; BUFFER];
+        let mut sent = 0u64;
+        loop {
+            let n = read(&mut client_read, &mut buf, idle, "the client").await?;
+            if n == 0 {
+                let _ = up_write.shutdown().await;
+                return Ok::<u64, Stop>(sent);
+            }
+            write(&mut up_write, &buf[..n], "the origin").await?;
+            sent += n as u64;
+        }
+    };
+    let down = async {
+        let first = scrubber.push(&early);
+        write(&mut client_write, &first, "the client").await?;
+        let mut moved = first.len() as u64;
+        let mut buf = vec![0u8; BUFFER];
+        loop {
+            let n = read_or_release(
+                &mut up_read,
+                &mut client_write,
+                &mut buf,
+                scrubber,
+                idle,
+                &mut moved,
+            )
+            .await?;
+            if n == 0 {
+                break;
+            }
+            let out = scrubber.push(&buf[..n]);
+            write(&mut client_write, &out, "the client").await?;
+            moved += out.len() as u64;
+        }
+        let rest = scrubber.finish();
+        write(&mut client_write, &rest, "the client").await?;
+        let _ = client_write.shutdown().await;
+        Ok::<u64, Stop>(moved + rest.len() as u64)
+    };
+    let (sent, moved) = tokio::join!(up, down);
+    outcome.up += sent.unwrap_or(0);
+    moved
 }
 
 #[cfg(test)]
@@ -436,6 +532,90 @@ mod tests {
         assert_eq!(outcome.path, "/user");
         assert_eq!(outcome.credential.as_deref(), Some("API_TOKEN"));
         assert_eq!(outcome.masked, 2);
+    }
+
+    #[tokio::test]
+    async fn a_websocket_upgrade_carries_frames_with_the_secret_masked() {
+        let secrets = vec![SECRET.as_bytes().to_vec()];
+        let upgraded: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\u{81}\u{14}{SECRET}"
+            )
+            .into_boxed_str(),
+        );
+        let ask = "GET /ws HTTP/1.1\r\nHost: api.example.com\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: a2V5\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n";
+        let mut ex = exchange(None, &secrets, true);
+        ex.idle = Duration::from_millis(500);
+        let (got, origin_got, outcome) = run(ask, upgraded, ex).await;
+        assert!(
+            origin_got.contains("Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n"),
+            "{origin_got}"
+        );
+        assert!(
+            origin_got.contains(&format!("Authorization: Bearer {SECRET}")),
+            "{origin_got}"
+        );
+        assert!(
+            !origin_got.contains("Sec-WebSocket-Extensions"),
+            "compression was offered: {origin_got}"
+        );
+        assert!(
+            got.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
+            "{got}"
+        );
+        assert!(
+            got.contains("Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n"),
+            "{got}"
+        );
+        assert!(!got.contains(SECRET), "{got}");
+        assert!(got.ends_with(&"*".repeat(SECRET.len())), "{got}");
+        assert_eq!(outcome.status, Some(101));
+        assert_eq!(outcome.masked, 1);
+        // An origin that compresses its frames anyway: not carried.
+        let compressed = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n";
+        let (got, _, _) = run(ask, compressed, exchange(None, &secrets, true)).await;
+        assert!(got.starts_with("HTTP/1.1 502"), "{got}");
+    }
+
+    /// A streamed answer (events, one by one) reaches the client as it
+    /// comes: what is held back to catch a cut secret goes on once the
+    /// origin is quiet, not with its next piece.
+    #[tokio::test]
+    async fn a_streamed_answer_is_not_held_for_its_next_piece() {
+        let secrets = vec![SECRET.as_bytes().to_vec()];
+        let (mut client, mut warden_client) = duplex(1 << 16);
+        let (mut warden_up, mut origin) = duplex(1 << 16);
+        client
+            .write_all(b"GET /events HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+            .await
+            .unwrap();
+        let warden = tokio::spawn(async move {
+            let ex = exchange(None, &secrets, true);
+            carry(&mut warden_client, &mut warden_up, &ex).await
+        });
+        let mut buf = [0u8; 4096];
+        let _ = origin.read(&mut buf).await.unwrap();
+        origin
+            .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8\r\ndata: 1\n\r\n")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while !got.ends_with(b"data: 1\n") && tokio::time::Instant::now() < deadline {
+            if let Ok(Ok(n)) =
+                tokio::time::timeout(Duration::from_millis(100), client.read(&mut buf)).await
+            {
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        assert!(
+            got.ends_with(b"data: 1\n"),
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+        origin.write_all(b"0\r\n\r\n").await.unwrap();
+        let outcome = warden.await.unwrap();
+        assert_eq!(outcome.status, Some(200));
     }
 
     #[tokio::test]

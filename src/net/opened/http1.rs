@@ -35,8 +35,10 @@ pub enum HeadError {
     Host { found: String, expected: String },
     #[error("the body's framing is ambiguous (Content-Length twice, or with Transfer-Encoding, or an encoding other than chunked)")]
     Framing,
-    #[error("upgrades (WebSocket) are not carried through an opened host")]
+    #[error("only a WebSocket upgrade, by GET without a body, is carried through an opened host")]
     Upgrade,
+    #[error("the origin compressed its WebSocket frames ({0}) although asked not to: warden cannot check them for the credential")]
+    CompressedFrames(String),
     #[error("the answer is compressed ({0}): warden cannot check it for the credential")]
     Encoded(String),
 }
@@ -59,6 +61,8 @@ pub struct RequestHead {
     /// Every header, name as sent, value as bytes.
     pub headers: Vec<(String, Vec<u8>)>,
     pub body: Body,
+    /// A WebSocket upgrade is asked for.
+    pub websocket: bool,
 }
 
 /// Where a head ends in `bytes`, if it is whole.
@@ -88,14 +92,25 @@ pub fn parse_request(bytes: &[u8], host: &str) -> Result<RequestHead, HeadError>
         .map(|h| (h.name.to_string(), h.value.to_vec()))
         .collect();
     check_host(&headers, host)?;
-    if has(&headers, "upgrade") {
-        return Err(HeadError::Upgrade);
-    }
+    let method = request.method.unwrap_or_default().to_string();
+    let body = framing(&headers, Body::None)?;
+    let websocket = match values(&headers, "upgrade").collect::<Vec<_>>().as_slice() {
+        [] => false,
+        [value]
+            if value.eq_ignore_ascii_case(b"websocket")
+                && method == "GET"
+                && body == Body::None =>
+        {
+            true
+        }
+        _ => return Err(HeadError::Upgrade),
+    };
     Ok(RequestHead {
-        method: request.method.unwrap_or_default().to_string(),
+        method,
         target: target.to_string(),
-        body: framing(&headers, Body::None)?,
+        body,
         headers,
+        websocket,
     })
 }
 
@@ -133,10 +148,6 @@ fn values<'a>(
         .map(|(_, v)| v.as_slice())
 }
 
-fn has(headers: &[(String, Vec<u8>)], name: &str) -> bool {
-    values(headers, name).next().is_some()
-}
-
 /// How a message's body ends, from its headers; `otherwise` when they say
 /// nothing (no body for a request, until close for an answer).
 fn framing(headers: &[(String, Vec<u8>)], otherwise: Body) -> Result<Body, HeadError> {
@@ -158,9 +169,10 @@ fn framing(headers: &[(String, Vec<u8>)], otherwise: Body) -> Result<Body, HeadE
 /// The head sent to the origin: the request line, the client's headers
 /// without hop-by-hop ones and without any header named `replace` (the
 /// credential's: whatever placeholder the client sent), `added` if any,
-/// then `Connection: close`. With `identity` (a host whose secrets could
-/// come back) it asks for an answer without compression, so that the
-/// answer can be checked.
+/// then `Connection: close` (or, for a WebSocket upgrade, the upgrade's
+/// own two headers). With `identity` (a host whose secrets could come
+/// back) it asks for an answer without compression, so that the answer
+/// can be checked: no compressed body, no compressed WebSocket frames.
 pub fn request_upstream(
     head: &RequestHead,
     added: Option<(&str, &str)>,
@@ -171,7 +183,7 @@ pub fn request_upstream(
         let lower = name.to_ascii_lowercase();
         hop_by_hop(&lower)
             || added.is_some_and(|(header, _)| name.eq_ignore_ascii_case(header))
-            || (identity && lower == "accept-encoding")
+            || (identity && (lower == "accept-encoding" || lower == "sec-websocket-extensions"))
     };
     for (name, value) in head.headers.iter().filter(|(n, _)| !dropped(n)) {
         push_header(&mut out, name, value);
@@ -185,8 +197,35 @@ pub fn request_upstream(
     if identity {
         push_header(&mut out, "Accept-Encoding", b"identity");
     }
-    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out.extend_from_slice(ending(head.websocket));
     out
+}
+
+/// The last headers of a head warden sends on: the end of the
+/// connection after this one exchange, or a WebSocket upgrade.
+fn ending(websocket: bool) -> &'static [u8] {
+    match websocket {
+        true => b"Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        false => b"Connection: close\r\n\r\n",
+    }
+}
+
+/// Whether an answer accepts the WebSocket upgrade asked for.
+pub fn upgraded(head: &ResponseHead, request: &RequestHead) -> bool {
+    request.websocket
+        && head.status == 101
+        && values(&head.headers, "upgrade").any(|v| v.eq_ignore_ascii_case(b"websocket"))
+}
+
+/// Refuses an upgraded answer whose frames are compressed (an extension
+/// the origin took though it was not offered).
+pub fn require_plain_frames(head: &ResponseHead) -> Result<(), HeadError> {
+    match values(&head.headers, "sec-websocket-extensions").next() {
+        Some(v) => Err(HeadError::CompressedFrames(
+            String::from_utf8_lossy(v).into_owned(),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn push_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
@@ -250,7 +289,11 @@ pub fn require_identity(head: &ResponseHead) -> Result<(), HeadError> {
 /// passed through `mask`), without hop-by-hop ones and without
 /// `Content-Length` when the body is sent until close (a chunked answer is
 /// sent decoded), then `Connection: close`.
-pub fn response_downstream(head: &ResponseHead, mask: &mut dyn FnMut(&mut [u8])) -> Vec<u8> {
+pub fn response_downstream(
+    head: &ResponseHead,
+    websocket: bool,
+    mask: &mut dyn FnMut(&mut [u8]),
+) -> Vec<u8> {
     let mut out = format!("HTTP/1.1 {} {}\r\n", head.status, head.reason).into_bytes();
     for (name, value) in &head.headers {
         if hop_by_hop(&name.to_ascii_lowercase()) {
@@ -260,7 +303,7 @@ pub fn response_downstream(head: &ResponseHead, mask: &mut dyn FnMut(&mut [u8]))
         mask(&mut value);
         push_header(&mut out, name, &value);
     }
-    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out.extend_from_slice(ending(websocket));
     out
 }
 
@@ -404,7 +447,8 @@ mod tests {
             ("POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", HeadError::Framing),
             ("POST / HTTP/1.1\r\nHost: api.example.com\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", HeadError::Framing),
             ("POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: +1\r\n\r\n", HeadError::Framing),
-            ("GET / HTTP/1.1\r\nHost: api.example.com\r\nUpgrade: websocket\r\n\r\n", HeadError::Upgrade),
+            ("GET / HTTP/1.1\r\nHost: api.example.com\r\nUpgrade: h2c\r\n\r\n", HeadError::Upgrade),
+            ("POST / HTTP/1.1\r\nHost: api.example.com\r\nUpgrade: websocket\r\nContent-Length: 1\r\n\r\n", HeadError::Upgrade),
         ];
         for (text, want) in cases {
             assert_eq!(ok(text).unwrap_err(), want, "{text:?}");
@@ -497,7 +541,7 @@ mod tests {
                 v[at..at + 6].fill(b'*');
             }
         };
-        let out = String::from_utf8(response_downstream(&r, &mut mask)).unwrap();
+        let out = String::from_utf8(response_downstream(&r, false, &mut mask)).unwrap();
         assert_eq!(
             out,
             "HTTP/1.1 302 Found\r\nLocation: https://x/?t=******\r\nConnection: close\r\n\r\n"
