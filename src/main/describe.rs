@@ -112,5 +112,37 @@ pub fn describe_proxy(p: &warden::protocol::ProxyState) -> String {
     if !p.allow_addresses.is_empty() {
         out += &format!("proxy may also reach: {}\n", p.allow_addresses.join(" "));
     }
+    if let Some(opened) = p.opened.as_deref().filter(|o| !o.hosts.is_empty()) {
+        out += &describe_opened(opened);
+    }
+    out
+}
+
+/// The hosts the proxy opens: its authority, where tools trust it, and
+/// each credential's use (never a value).
+fn describe_opened(o: &warden::protocol::OpenedState) -> String {
+    let trust = match &o.trust {
+        Ok(bundle) => format!("trusted through {bundle}"),
+        Err(why) => format!("NOT trusted by the machine's tools: {why}"),
+    };
+    let mut out = format!(
+        "opened hosts: {}; the machine's authority {} ({trust})\n",
+        o.hosts.join(" "),
+        o.ca_sha256
+    );
+    for c in &o.credentials {
+        let handed = match c.handed {
+            true => "",
+            false => ", NOT handed over",
+        };
+        out += &format!(
+            "credential {} for {} ({}, for {}): {} requests{handed}\n",
+            c.key,
+            c.host,
+            c.header,
+            c.holders.join(" and "),
+            c.requests
+        );
+    }
     out
 }
