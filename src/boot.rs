@@ -193,7 +193,11 @@ pub fn open_hosts(network: &mut Network, config: &MachineConfig, audit: &Audit) 
     let name = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "machine".into());
-    let opener = match proxy::Opener::new(&name) {
+    let prices = crate::spend::prices::load(&config.policy_dir);
+    if let (Err(e), false) = (&prices, network.policy.providers.is_empty()) {
+        crate::say!("model providers: {e}; their requests are refused");
+    }
+    let opener = match proxy::Opener::new(&name, &network.policy.spend, prices) {
         Ok(opener) => Arc::new(opener),
         Err(e) => {
             crate::say!("opened hosts: {e}");
@@ -336,6 +340,7 @@ pub fn leave_the_books_in_order(sup: &Supervisor, status: i32) -> i32 {
         let _ = std::fs::remove_file(host);
     }
     sup.network.remove();
+    crate::api::end_runs(sup);
     sup.audit.write_all_counts();
     sup.audit.record(Event::Shutdown, json!({"status": status}));
     sup.audit.sync();

@@ -376,6 +376,41 @@ impl Client {
         )
     }
 
+    /// Opens a run with its budget (protocol version 8; None: the
+    /// machine's default); returns the budget in micro-dollars.
+    pub fn begin_run(&mut self, run: &str, budget_usd: Option<f64>) -> Result<u64, ClientError> {
+        let request = Request::BeginRun {
+            run: run.into(),
+            budget_usd,
+        };
+        self.ask(&request, |event| match event {
+            Event::RunBegun {
+                budget_micro_usd, ..
+            } => Some(*budget_micro_usd),
+            _ => None,
+        })
+    }
+
+    /// Ends a run; returns what it spent (micro-dollars) and how it ended.
+    pub fn end_run(&mut self, run: &str) -> Result<(u64, String), ClientError> {
+        self.ask(&Request::EndRun { run: run.into() }, |event| match event {
+            Event::RunEnded {
+                spent_micro_usd,
+                how,
+                ..
+            } => Some((*spent_micro_usd, how.clone())),
+            _ => None,
+        })
+    }
+
+    /// A run's card (protocol version 8).
+    pub fn card(&mut self, run: &str) -> Result<serde_json::Value, ClientError> {
+        self.ask(&Request::Card { run: run.into() }, |event| match event {
+            Event::Card { card } => Some(card.clone()),
+            _ => None,
+        })
+    }
+
     /// Runs the machine's setup script as the runtime (protocol version 6,
     /// the host's door only); returns its exit status and the end of its
     /// output. Waits as long as the script runs.

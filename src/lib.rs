@@ -33,6 +33,7 @@ pub mod redact;
 pub mod request;
 pub mod shell_procs;
 pub mod shell_space;
+pub mod spend;
 pub mod supervisor;
 pub mod terminal;
 pub mod throttle;

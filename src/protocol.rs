@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 /// terminals, detached commands, `hand_keys` and `hold`; version 5 the
 /// audit log read through the API (`read_audit`, `audit_end`); version 6
 /// the setup (`run_setup`); version 7 the credentials the proxy adds
-/// (`hand_credentials`).
-pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3, 4, 5, 6, 7];
+/// (`hand_credentials`); version 8 runs and their budgets (`begin_run`,
+/// `end_run`, `card`).
+pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 8];
 pub const HEADER_LEN: usize = 9;
 /// No frame may carry more than this; a larger one closes the connection.
 pub const MAX_FRAME: u32 = 1 << 20;
@@ -139,6 +140,21 @@ pub enum Request {
     /// whole set, replacing any earlier one.
     HandCredentials {
         text: String,
+    },
+    /// Version 8: opens a run, whose provider requests count against
+    /// `budget_usd` (the machine's `spend.per_run_usd` when left out).
+    BeginRun {
+        run: String,
+        #[serde(default)]
+        budget_usd: Option<f64>,
+    },
+    /// Version 8: ends an open run.
+    EndRun {
+        run: String,
+    },
+    /// Version 8: a run's card, built from the audit log.
+    Card {
+        run: String,
     },
     /// Version 6, the host's door only: runs `script` (a shell script, on
     /// sh's stdin) as the runtime, in its workspace, with the main
@@ -302,6 +318,22 @@ pub enum Event {
     /// Version 7: the answer to `hand_credentials`: the names held now.
     CredentialsHanded {
         names: Vec<String>,
+    },
+    /// Version 8: the answer to `begin_run`.
+    RunBegun {
+        run: String,
+        budget_micro_usd: u64,
+    },
+    /// Version 8: the answer to `end_run`: what the run spent, and how it
+    /// ended (`ended`, or `budget` when it had reached its budget).
+    RunEnded {
+        run: String,
+        spent_micro_usd: u64,
+        how: String,
+    },
+    /// Version 8: the answer to `card`.
+    Card {
+        card: serde_json::Value,
     },
     /// Version 6: the answer to `run_setup`: its exit status (128+n after
     /// a death by signal n) and the last 64 KiB of its output (stdout and

@@ -6,6 +6,9 @@
 //! warden's memory), and one task per command.
 
 mod credentials;
+mod runs;
+
+pub use runs::end_all as end_runs;
 mod setup;
 mod version4;
 mod version5;
@@ -464,6 +467,9 @@ impl Conn {
             Request::OpenGate => Some(self.gate(None)),
             Request::HandKeys { text } => Some(self.hand_keys(&text)),
             Request::HandCredentials { text } => Some(self.hand_credentials(&text)),
+            Request::BeginRun { run, budget_usd } => Some(self.begin_run(&run, budget_usd)),
+            Request::EndRun { run } => Some(self.end_run(&run)),
+            Request::Card { run } => Some(self.card(&run)),
             Request::RunSetup { script } => self.run_setup(id, script),
             Request::Resize { target, rows, cols } => Some(self.resize(target, rows, cols)),
             Request::List => Some(match self.v4("list") {

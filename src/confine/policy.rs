@@ -114,6 +114,11 @@ pub struct NetworkPolicy {
     /// Certificates (PEM files) trusted upstream of an opened host beside
     /// the image's own store.
     pub upstream_ca: Vec<PathBuf>,
+    /// Model providers: their hosts opened, their keys added for the
+    /// runtime, their requests metered.
+    pub providers: Vec<crate::spend::Provider>,
+    /// The budgets requests to providers count against.
+    pub spend: crate::spend::Spend,
 }
 
 impl NetworkPolicy {
@@ -151,6 +156,7 @@ impl NetworkPolicy {
                 .map_err(|e| invalid(format!("runtime_hosts: {e}")))?;
         }
         policy.opened().map_err(|e| invalid(e.to_string()))?;
+        crate::spend::check(&policy.providers, &policy.spend).map_err(invalid)?;
         Ok(policy)
     }
 
@@ -159,7 +165,13 @@ impl NetworkPolicy {
         &self,
     ) -> Result<crate::net::opened::hosts::OpenedHosts, crate::net::opened::hosts::OpenedError>
     {
-        crate::net::opened::hosts::OpenedHosts::parse(&self.credentials, &self.rules)
+        let mut credentials = self.credentials.clone();
+        credentials.extend(
+            self.providers
+                .iter()
+                .map(crate::spend::Provider::credential),
+        );
+        crate::net::opened::hosts::OpenedHosts::parse(&credentials, &self.rules)
     }
 }
 
@@ -334,6 +346,8 @@ fn unreachable_policy(e: PolicyError) -> Policy {
             credentials: Vec::new(),
             rules: Vec::new(),
             upstream_ca: Vec::new(),
+            providers: Vec::new(),
+            spend: Default::default(),
         },
         digest: String::new(),
     }

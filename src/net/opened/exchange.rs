@@ -7,6 +7,8 @@
 use super::http1::{self, Body, Chunked, HeadError};
 use super::request_rules::{self, Rule};
 use super::scrub::Scrubber;
+use crate::spend::meter::Meter;
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -15,6 +17,9 @@ const BUFFER: usize = 64 * 1024;
 /// cut across two reads: once the origin is this quiet, they go on (a
 /// stream of events or WebSocket frames is not held for its next piece).
 const HOLD: Duration = Duration::from_millis(50);
+/// The most of a metered request's body warden reads before it leaves
+/// (its model is read from it).
+const MAX_METERED_BODY: u64 = 32 << 20;
 
 /// What warden knows of the host and the asker for this exchange.
 pub struct Exchange<'a> {
@@ -30,6 +35,8 @@ pub struct Exchange<'a> {
     pub secrets: &'a [Vec<u8>],
     /// How long either side may stay silent.
     pub idle: Duration,
+    /// A model provider's request: metered (priced, budgeted, counted).
+    pub meter: Option<&'a Mutex<Meter>>,
 }
 
 pub struct Added<'a> {
@@ -39,7 +46,7 @@ pub struct Added<'a> {
 }
 
 /// What happened, for the audit line.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct Outcome {
     pub method: String,
     /// The path without its query (which may carry tokens of its own).
@@ -53,6 +60,12 @@ pub struct Outcome {
     pub refused: Option<String>,
     /// The host's rules refused the request (it never reached the origin).
     pub ruled_out: bool,
+    /// A provider's request: the provider, its API, what it used and cost.
+    pub metered: Option<(
+        String,
+        crate::spend::usage::Api,
+        crate::spend::meter::Charged,
+    )>,
     pub up: u64,
     pub down: u64,
 }
@@ -75,6 +88,8 @@ enum Stop {
     },
     #[error("{0} closed before the message's end")]
     Cut(&'static str),
+    #[error("a metered request's body is over {MAX_METERED_BODY} bytes")]
+    TooLarge,
 }
 
 /// Carries one request and its answer, then ends both streams.
@@ -116,7 +131,7 @@ where
     U: AsyncRead + AsyncWrite + Unpin,
 {
     let (head_bytes, early) = read_head(client, ex.idle, "the client").await?;
-    let request = http1::parse_request(&head_bytes, ex.host)?;
+    let mut request = http1::parse_request(&head_bytes, ex.host)?;
     outcome.method = request.method.clone();
     outcome.path = request.target.split('?').next().unwrap_or("").to_string();
     if let Some(why) = ex
@@ -128,15 +143,43 @@ where
         answer(client, 403, "Forbidden", &why, outcome).await;
         return Ok(());
     }
+    let (metered, early) = match ex.meter {
+        Some(meter) => {
+            let body = gather(client, request.body, early, ex.idle).await?;
+            let run = http1::take_header(&mut request, "warden-run");
+            let verdict = lock(meter).request(run.as_deref(), &body);
+            if let Err(refused) = verdict {
+                let reason = match refused.status {
+                    402 => "Payment Required",
+                    _ => "Bad Request",
+                };
+                let json = "application/json";
+                answer_with(client, refused.status, reason, json, &refused.body, outcome).await;
+                outcome.refused = Some(refused.message);
+                return Ok(());
+            }
+            http1::set_length(&mut request, body.len() as u64);
+            (Some(body), Vec::new())
+        }
+        None => (None, early),
+    };
     let added = ex.credential.as_ref().map(|a| (a.header, a.value.as_str()));
     // Secrets that could come back: the answer must be readable to be
     // checked, whether or not this request carries one.
     let sent = http1::request_upstream(&request, added, !ex.secrets.is_empty());
     outcome.credential = ex.credential.as_ref().map(|a| a.name.to_string());
     write(upstream, &sent, "the origin").await?;
-    outcome.up += send_body(client, upstream, request.body, early, ex.idle).await?;
+    outcome.up += match metered {
+        Some(body) => write(upstream, &body, "the origin")
+            .await
+            .map(|()| body.len() as u64)?,
+        None => send_body(client, upstream, request.body, early, ex.idle).await?,
+    };
     let (head_bytes, early) = read_head(upstream, ex.idle, "the origin").await?;
     let response = http1::parse_response(&head_bytes, &request.method)?;
+    if let Some(meter) = ex.meter {
+        lock(meter).answer_head(http1::header(&response.headers, "content-type"));
+    }
     let upgraded = http1::upgraded(&response, &request);
     if !ex.secrets.is_empty() {
         http1::require_identity(&response)?;
@@ -152,7 +195,8 @@ where
         true => frames(client, upstream, early, &mut scrubber, ex.idle, outcome).await,
         false => {
             let body = response.body;
-            answer_body(upstream, client, body, early, &mut scrubber, ex.idle).await
+            let sides = (upstream, client);
+            answer_body(sides, body, early, &mut scrubber, ex.idle, ex.meter).await
         }
     };
     outcome.masked = scrubber.masked;
@@ -189,8 +233,20 @@ async fn answer<C: AsyncWrite + Unpin>(
     outcome: &mut Outcome,
 ) {
     let body = format!("warden: {why}\n");
+    answer_with(client, status, reason, "text/plain", &body, outcome).await;
+}
+
+/// warden's own answer, of any type.
+async fn answer_with<C: AsyncWrite + Unpin>(
+    client: &mut C,
+    status: u16,
+    reason: &str,
+    content_type: &str,
+    body: &str,
+    outcome: &mut Outcome,
+) {
     let head = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let _ = client.write_all(head.as_bytes()).await;
@@ -292,15 +348,58 @@ where
     }
 }
 
-/// The answer's body, masked, sent to the client as it comes; a chunked
-/// one decoded (the client reads it until the close).
-async fn answer_body<U, C>(
-    upstream: &mut U,
+fn lock(meter: &Mutex<Meter>) -> std::sync::MutexGuard<'_, Meter> {
+    meter.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A metered request's whole body (a chunked one decoded), read before
+/// anything of it leaves.
+async fn gather<C: AsyncRead + Unpin>(
     client: &mut C,
+    body: Body,
+    early: Vec<u8>,
+    idle: Duration,
+) -> Result<Vec<u8>, Stop> {
+    let mut chunked = Chunked::default();
+    let length = match body {
+        Body::None | Body::Close => return Ok(Vec::new()),
+        Body::Length(n) if n > MAX_METERED_BODY => return Err(Stop::TooLarge),
+        Body::Length(n) => n,
+        Body::Chunked => u64::MAX,
+    };
+    let mut out = Vec::new();
+    let mut piece = early;
+    let mut buf = vec![0u8; BUFFER];
+    loop {
+        match body {
+            Body::Chunked => out.extend(chunked.feed(&piece)?.0),
+            _ => out
+                .extend_from_slice(&piece[..piece.len().min((length - out.len() as u64) as usize)]),
+        }
+        if out.len() as u64 > MAX_METERED_BODY {
+            return Err(Stop::TooLarge);
+        }
+        if out.len() as u64 == length || chunked.done {
+            return Ok(out);
+        }
+        let n = read(client, &mut buf, idle, "the client").await?;
+        if n == 0 {
+            return Err(Stop::Cut("the client"));
+        }
+        piece = buf[..n].to_vec();
+    }
+}
+
+/// The answer's body, masked, sent to the client as it comes; a chunked
+/// one decoded (the client reads it until the close). A metered stream
+/// that crosses its budget ends at that event.
+async fn answer_body<U, C>(
+    (upstream, client): (&mut U, &mut C),
     body: Body,
     early: Vec<u8>,
     scrubber: &mut Scrubber,
     idle: Duration,
+    meter: Option<&Mutex<Meter>>,
 ) -> Result<u64, Stop>
 where
     U: AsyncRead + Unpin,
@@ -316,17 +415,21 @@ where
     let mut piece = early;
     let mut buf = vec![0u8; BUFFER];
     loop {
-        let payload = match body {
+        let mut payload = match body {
             Body::Chunked => chunked.feed(&piece)?.0,
             _ => piece[..piece.len().min(left as usize)].to_vec(),
         };
         if body != Body::Chunked {
             left -= payload.len() as u64;
         }
+        let cut = meter.and_then(|m| lock(m).answer_piece(&payload));
+        if let Some(end) = cut {
+            payload.truncate(end);
+        }
         let out = scrubber.push(&payload);
         write(client, &out, "the client").await?;
         moved += out.len() as u64;
-        if left == 0 || chunked.done {
+        if left == 0 || chunked.done || cut.is_some() {
             break;
         }
         let n = read_or_release(upstream, client, &mut buf, scrubber, idle, &mut moved).await?;
@@ -498,6 +601,7 @@ mod tests {
             }),
             secrets,
             idle: Duration::from_secs(5),
+            meter: None,
         }
     }
 

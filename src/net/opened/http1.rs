@@ -210,6 +210,30 @@ fn ending(websocket: bool) -> &'static [u8] {
     }
 }
 
+/// The first value of the header `name`, if any.
+pub fn header<'a>(headers: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a [u8]> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_slice())
+}
+
+/// Removes every header `name` from a request; returns the first value.
+pub fn take_header(head: &mut RequestHead, name: &str) -> Option<String> {
+    let found = header(&head.headers, name).map(|v| String::from_utf8_lossy(v).into_owned());
+    head.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    found
+}
+
+/// A request's body, read whole, sent on with its length.
+pub fn set_length(head: &mut RequestHead, length: u64) {
+    head.headers
+        .retain(|(n, _)| !n.eq_ignore_ascii_case("content-length"));
+    head.headers
+        .push(("Content-Length".into(), length.to_string().into_bytes()));
+    head.body = Body::Length(length);
+}
+
 /// Whether an answer accepts the WebSocket upgrade asked for.
 pub fn upgraded(head: &ResponseHead, request: &RequestHead) -> bool {
     request.websocket

@@ -195,6 +195,7 @@ mod tests {
                     }),
                     secrets: &secrets,
                     idle: Duration::from_secs(5),
+                    meter: None,
                 };
                 exchange::carry(&mut client, &mut up, &ex).await;
             }

@@ -92,6 +92,7 @@ mod tests {
             from: "network.json",
             opened: Default::default(),
             upstream_ca: Vec::new(),
+            providers: Vec::new(),
         }
     }
 

@@ -400,6 +400,12 @@ impl Proxy {
         };
         line.carried_request(&outcome);
         let host = line.traffic().0;
+        if let Some((provider, api, charged)) = &outcome.metered {
+            let fields = crate::spend::audit_line(provider, *api, charged, outcome.status);
+            let mut fields = fields;
+            fields["origin"] = line.origin.clone().unwrap_or_default();
+            (self.record)(Event::ProviderRequest, fields);
+        }
         if outcome.masked > 0 {
             (self.record)(
                 Event::CredentialEchoRemoved,

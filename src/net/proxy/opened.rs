@@ -17,6 +17,10 @@ use crate::net::opened::streams::{Capped, Prefixed};
 use crate::net::opened::tls::{self, Upstreams};
 use crate::net::opened::vault::Vault;
 use crate::protocol::{CredentialState, OpenedState};
+use crate::spend::ledger::{micro_usd, Ledger};
+use crate::spend::meter::Meter;
+use crate::spend::prices::Prices;
+use crate::spend::Spend;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,15 +34,30 @@ pub struct Opener {
     pub ca: MachineCa,
     pub vault: Arc<Vault>,
     upstreams: Mutex<Option<(Vec<PathBuf>, Arc<Upstreams>)>>,
+    /// The runs and budgets provider requests count against.
+    pub ledger: Arc<Ledger>,
+    /// The models' prices (prices.json), or why there are none.
+    pub prices: Result<Arc<Prices>, String>,
 }
 
 impl Opener {
-    /// A new authority for the machine `name`, and no credential yet.
-    pub fn new(name: &str) -> Result<Opener, String> {
+    /// A new authority for the machine `name`, no credential yet, the
+    /// budgets of `spend` and the prices of `prices`.
+    pub fn new(
+        name: &str,
+        spend: &Spend,
+        prices: Result<Prices, String>,
+    ) -> Result<Opener, String> {
+        let micro = |usd| micro_usd(usd).map_err(|e| e.to_string());
         Ok(Opener {
             ca: MachineCa::new(name).map_err(|e| e.to_string())?,
             vault: Arc::new(Vault::default()),
             upstreams: Mutex::new(None),
+            ledger: Arc::new(Ledger::new(
+                micro(spend.per_run_usd)?,
+                micro(spend.per_day_usd)?,
+            )),
+            prices: prices.map(Arc::new),
         })
     }
 
@@ -100,6 +119,8 @@ pub(super) struct Plan {
     credential: Option<(String, String, String)>,
     secrets: Vec<Vec<u8>>,
     upstreams: Arc<Upstreams>,
+    /// A model provider's host: each request metered.
+    meter: Option<Mutex<Meter>>,
 }
 
 /// Whether `name:port` is a host warden opens.
@@ -154,7 +175,28 @@ pub(super) fn plan(
         credential,
         secrets,
         upstreams,
+        meter: meter(rules, opener, name)?,
     })
+}
+
+/// The meter of a request to `name`, when it is a provider's host.
+fn meter(rules: &Rules, opener: &Opener, name: &str) -> Result<Option<Mutex<Meter>>, Refused> {
+    let Some(provider) = rules.providers.iter().find(|p| p.host == name) else {
+        return Ok(None);
+    };
+    let prices = opener.prices.as_ref().map_err(|why| {
+        Refused::new(
+            Kind::CannotOpen,
+            format!("{name} is a model provider's host, and no price can be read: {why}"),
+        )
+    })?;
+    let meter = Meter::new(
+        &provider.name,
+        provider.api,
+        opener.ledger.clone(),
+        prices.clone(),
+    );
+    Ok(Some(Mutex::new(meter)))
 }
 
 /// A plain-HTTP request to a host with rules: refused unless one allows
@@ -176,7 +218,7 @@ pub(super) fn plain_refusal(
 /// How an opened tunnel ended: the request's outcome, or why no request
 /// could be read (a TLS failure), with the refusal kind it is audited as.
 pub(super) enum Ended {
-    Carried(Outcome),
+    Carried(Box<Outcome>),
     Failed(Refused),
 }
 
@@ -203,6 +245,21 @@ pub(super) async fn carry(
         Ok(Err(e)) => return tls_failed(e.to_string()),
         Err(_) => return tls_failed("the client's TLS handshake timed out".into()),
     };
+    to_origin(opener, plan, &mut client, upstream, idle).await
+}
+
+/// One request from `client` (its TLS ended by warden, or a provider's
+/// plain loopback endpoint) carried over warden's own TLS to the origin.
+pub(super) async fn to_origin<C>(
+    opener: &Opener,
+    plan: &Plan,
+    client: &mut C,
+    upstream: Upstream,
+    idle: Duration,
+) -> Ended
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let capped = Capped {
         inner: upstream.stream,
         max: upstream.max_write,
@@ -212,15 +269,15 @@ pub(super) async fn carry(
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
             let why = e.to_string();
-            return Ended::Carried(
-                exchange::without_origin(&mut client, &plan.host, &why, idle).await,
-            );
+            return Ended::Carried(Box::new(
+                exchange::without_origin(client, &plan.host, &why, idle).await,
+            ));
         }
         Err(_) => {
             let why = format!("the origin's TLS ({}) timed out", plan.host);
-            return Ended::Carried(
-                exchange::without_origin(&mut client, &plan.host, &why, idle).await,
-            );
+            return Ended::Carried(Box::new(
+                exchange::without_origin(client, &plan.host, &why, idle).await,
+            ));
         }
     };
     let credential = plan.credential.as_ref().map(|(name, header, value)| Added {
@@ -234,10 +291,19 @@ pub(super) async fn carry(
         credential,
         secrets: &plan.secrets,
         idle,
+        meter: plan.meter.as_ref(),
     };
-    let outcome = exchange::carry(&mut client, &mut origin, &ex).await;
+    let mut outcome = exchange::carry(client, &mut origin, &ex).await;
     if let Some(name) = &outcome.credential {
         opener.vault.added(name);
     }
-    Ended::Carried(outcome)
+    if let Some(meter) = &plan.meter {
+        let mut meter = meter.lock().unwrap_or_else(|e| e.into_inner());
+        outcome.metered = Some((
+            meter.provider.clone(),
+            meter.api,
+            meter.finish(outcome.status),
+        ));
+    }
+    Ended::Carried(Box::new(outcome))
 }

@@ -27,6 +27,8 @@ pub struct Rules {
     pub opened: OpenedHosts,
     /// Certificates trusted for opened hosts' origins beside the image's.
     pub upstream_ca: Vec<PathBuf>,
+    /// Model providers, whose hosts' requests are metered.
+    pub providers: Vec<crate::spend::Provider>,
 }
 
 impl Rules {
@@ -53,6 +55,7 @@ impl Rules {
             from,
             opened: policy.opened().map_err(|e| e.to_string())?,
             upstream_ca: policy.upstream_ca.clone(),
+            providers: policy.providers.clone(),
         }))
     }
 }
