@@ -13,9 +13,6 @@ use crate::net::opened::credential::{CredentialText, Holder};
 use serde::{Deserialize, Serialize};
 use usage::Api;
 
-/// The first loopback port of the providers' own endpoints.
-pub const FIRST_LOCAL_PORT: u16 = 3130;
-
 /// A model provider, as the definition and network.json name it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -25,10 +22,6 @@ pub struct Provider {
     pub api: Api,
     /// The key's name: its value is handed to warden, never to the runtime.
     pub key: String,
-    /// warden's plain-HTTP endpoint for it on loopback (the runtime's
-    /// alone); default 3130 and up, in the order written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub local_port: Option<u16>,
 }
 
 impl Provider {
@@ -47,23 +40,15 @@ impl Provider {
         }
     }
 
-    /// The variable that points the provider's SDK at warden's endpoint,
-    /// and its value.
+    /// The variable that points the provider's SDK at its endpoint on the
+    /// proxy's `port` (the runtime's alone), and its value.
     pub fn base_url(&self, port: u16) -> (&'static str, String) {
+        let endpoint = format!("http://127.0.0.1:{port}/providers/{}", self.name);
         match self.api {
-            Api::AnthropicMessages => ("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}")),
-            Api::OpenAi => ("OPENAI_BASE_URL", format!("http://127.0.0.1:{port}/v1")),
+            Api::AnthropicMessages => ("ANTHROPIC_BASE_URL", endpoint),
+            Api::OpenAi => ("OPENAI_BASE_URL", format!("{endpoint}/v1")),
         }
     }
-}
-
-/// The local ports of `providers`, in order.
-pub fn local_ports(providers: &[Provider]) -> Vec<u16> {
-    providers
-        .iter()
-        .enumerate()
-        .map(|(i, p)| p.local_port.unwrap_or(FIRST_LOCAL_PORT + i as u16))
-        .collect()
 }
 
 /// The budgets, in dollars.
@@ -115,21 +100,21 @@ pub fn audit_line(
 }
 
 /// Pure: why `providers` and `spend` cannot be taken, if they cannot
-/// (names and local ports given twice, budgets out of range).
+/// (a name that cannot be a path segment, or given twice; a budget out of
+/// range).
 pub fn check(providers: &[Provider], spend: &Spend) -> Result<(), String> {
     for (i, p) in providers.iter().enumerate() {
+        let segment = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-';
+        if p.name.is_empty() || !p.name.bytes().all(segment) {
+            return Err(format!(
+                "providers[{i}]: the name {:?} is not [a-z0-9-]+",
+                p.name
+            ));
+        }
         if let Some(j) = providers[..i].iter().position(|q| q.name == p.name) {
             return Err(format!(
                 "providers[{i}]: the name {:?} is also providers[{j}]'s",
                 p.name
-            ));
-        }
-    }
-    let ports = local_ports(providers);
-    for (i, port) in ports.iter().enumerate() {
-        if *port == 0 || ports[..i].contains(port) {
-            return Err(format!(
-                "providers[{i}]: local_port {port} is 0 or given twice"
             ));
         }
     }
@@ -158,13 +143,36 @@ mod tests {
             ("x-api-key", "{key}")
         );
         assert_eq!(c.holders, vec![Holder::Runtime]);
-        assert_eq!(p.base_url(3130).1, "http://127.0.0.1:3130");
+        assert_eq!(
+            p.base_url(3128).1,
+            "http://127.0.0.1:3128/providers/anthropic"
+        );
         let o: Provider = serde_json::from_str(
-            r#"{"name": "openai", "host": "api.openai.com", "api": "openai", "key": "K", "local_port": 4000}"#,
+            r#"{"name": "openai", "host": "api.openai.com", "api": "openai", "key": "K"}"#,
         )
         .unwrap();
         assert_eq!(o.credential().value, "Bearer {key}");
-        assert_eq!(local_ports(&[p, o]), vec![3130, 4000]);
+        assert_eq!(
+            o.base_url(3128),
+            (
+                "OPENAI_BASE_URL",
+                "http://127.0.0.1:3128/providers/openai/v1".into()
+            )
+        );
+        assert!(check(&[p.clone(), p.clone()], &Spend::default())
+            .unwrap_err()
+            .contains("also providers[0]"));
+        let mut bad = p.clone();
+        bad.name = "A/B".into();
+        assert!(check(&[bad], &Spend::default()).is_err());
+        assert!(check(
+            &[p],
+            &Spend {
+                per_run_usd: -1.0,
+                per_day_usd: 1.0
+            }
+        )
+        .is_err());
         assert!(serde_json::from_str::<Provider>(
             r#"{"name": "x", "host": "h", "api": "other", "key": "K"}"#
         )

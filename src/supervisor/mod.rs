@@ -451,6 +451,12 @@ impl Supervisor {
         env.extend(self.keys.pairs());
         // The machine's authority, for the hosts the proxy opens.
         env.extend(self.network.trust_env());
+        // Its model providers' SDKs, pointed at their metered endpoints.
+        let port = self.network.policy.proxy_port;
+        for provider in &self.network.policy.providers {
+            let (name, url) = provider.base_url(port);
+            env.insert(name.into(), url);
+        }
         if self.network.policy.runtime_hosts.is_some() || self.config.egress_vsock_port.is_some() {
             // Its traffic goes through the proxy alone (its own list, or
             // a VM's only way out): its tools are pointed at it (Node 24

@@ -37,6 +37,10 @@ pub struct Exchange<'a> {
     pub idle: Duration,
     /// A model provider's request: metered (priced, budgeted, counted).
     pub meter: Option<&'a Mutex<Meter>>,
+    /// The client is the runtime on a provider's endpoint on the proxy's
+    /// port, this its path prefix: its Host names warden and becomes the
+    /// provider's, and the prefix is cut from its target.
+    pub local: Option<&'a str>,
 }
 
 pub struct Added<'a> {
@@ -131,7 +135,10 @@ where
     U: AsyncRead + AsyncWrite + Unpin,
 {
     let (head_bytes, early) = read_head(client, ex.idle, "the client").await?;
-    let mut request = http1::parse_request(&head_bytes, ex.host)?;
+    let mut request = match ex.local {
+        Some(prefix) => http1::parse_local_request(&head_bytes, ex.host, prefix)?,
+        None => http1::parse_request(&head_bytes, ex.host)?,
+    };
     outcome.method = request.method.clone();
     outcome.path = request.target.split('?').next().unwrap_or("").to_string();
     if let Some(why) = ex
@@ -602,6 +609,7 @@ mod tests {
             secrets,
             idle: Duration::from_secs(5),
             meter: None,
+            local: None,
         }
     }
 

@@ -72,6 +72,32 @@ pub fn head_end(bytes: &[u8]) -> Option<usize> {
 
 /// Parses a whole request head for the tunnel opened to `host`.
 pub fn parse_request(bytes: &[u8], host: &str) -> Result<RequestHead, HeadError> {
+    parse(bytes, Some(host))
+}
+
+/// A request to a provider's endpoint on the proxy's port: its Host
+/// (warden's address) becomes `host`, the provider's, as the origin must
+/// see it, and `prefix` (the endpoint's path) is cut from its target.
+pub fn parse_local_request(
+    bytes: &[u8],
+    host: &str,
+    prefix: &str,
+) -> Result<RequestHead, HeadError> {
+    let mut head = parse(bytes, None)?;
+    let rest = head.target.strip_prefix(prefix).ok_or(HeadError::Target)?;
+    head.target = match rest.starts_with('/') {
+        true => rest.to_string(),
+        false => format!("/{rest}"),
+    };
+    head.headers
+        .retain(|(n, _)| !n.eq_ignore_ascii_case("host"));
+    head.headers
+        .insert(0, ("Host".into(), host.as_bytes().to_vec()));
+    Ok(head)
+}
+
+/// A request head; its Host checked against `host` when given.
+fn parse(bytes: &[u8], host: Option<&str>) -> Result<RequestHead, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(bytes) {
@@ -91,7 +117,9 @@ pub fn parse_request(bytes: &[u8], host: &str) -> Result<RequestHead, HeadError>
         .iter()
         .map(|h| (h.name.to_string(), h.value.to_vec()))
         .collect();
-    check_host(&headers, host)?;
+    if let Some(host) = host {
+        check_host(&headers, host)?;
+    }
     let method = request.method.unwrap_or_default().to_string();
     let body = framing(&headers, Body::None)?;
     let websocket = match values(&headers, "upgrade").collect::<Vec<_>>().as_slice() {

@@ -196,6 +196,7 @@ mod tests {
                     secrets: &secrets,
                     idle: Duration::from_secs(5),
                     meter: None,
+                    local: None,
                 };
                 exchange::carry(&mut client, &mut up, &ex).await;
             }

@@ -15,6 +15,7 @@
 mod decide;
 pub(crate) mod http;
 mod line;
+mod local;
 pub mod opened;
 mod refusal;
 mod relay;
@@ -95,6 +96,8 @@ struct Admitted {
     upstream: upstream::Upstream,
     /// What a tunnel to an opened host will do.
     opened: Option<opened::Plan>,
+    /// A provider's endpoint (the runtime's plain HTTP): its path prefix.
+    local: Option<String>,
     permit: OwnedSemaphorePermit,
 }
 
@@ -200,9 +203,19 @@ impl Proxy {
             request,
             upstream,
             opened,
+            local,
             permit: _permit,
         } = admitted;
         let idle = self.settings.idle;
+        if let (Some(plan), Some(opener), Some(prefix)) = (&opened, &self.opener, &local) {
+            // The head read already is the exchange's to read again.
+            let again = [head.bytes.as_slice(), head.early()].concat();
+            let mut client = crate::net::opened::streams::Prefixed::new(again, client);
+            let local = Some(prefix.as_str());
+            let ended = opened::to_origin(opener, plan, &mut client, upstream, idle, local).await;
+            line.origin = settle(origin).await;
+            return self.record_opened(line, ended, started);
+        }
         if let (Some(plan), Some(opener)) = (opened, &self.opener) {
             let ended = opened::carry(opener, &plan, client, upstream, head.early(), idle).await;
             line.origin = settle(origin).await;
@@ -261,7 +274,16 @@ impl Proxy {
             return Ok(None);
         };
         *origin = self.look_up(ends);
-        let request = parse_request(&head.bytes)?;
+        let (request, local) = match local::provider_name(&head.bytes) {
+            Some(name) => {
+                let rules = self.source.wait().await.ok_or_else(|| {
+                    Refused::new(Kind::ListNotKnown, "the default host list is not known yet")
+                })?;
+                let request = self.local_request(&rules, name, ends).await?;
+                (request, Some(local::prefix(name)))
+            }
+            None => (parse_request(&head.bytes)?, None),
+        };
         line.method = request.method.clone();
         line.target = Some(request.target.clone());
         let permit = self.tunnels.clone().try_acquire_owned().map_err(|_| {
@@ -276,6 +298,7 @@ impl Proxy {
             request,
             upstream,
             opened,
+            local,
             permit,
         }))
     }
@@ -461,10 +484,10 @@ enum Way {
 /// A connection's origin, being looked up.
 type Lookup = tokio::task::JoinHandle<Option<Value>>;
 /// A connection's two ends: the client's, then the proxy's.
-type Ends = Option<(SocketAddr, SocketAddr)>;
+pub(super) type Ends = Option<(SocketAddr, SocketAddr)>;
 
 /// The origin, once its lookup is done (None when there was none).
-async fn settle(origin: Option<Lookup>) -> Option<Value> {
+pub(super) async fn settle(origin: Option<Lookup>) -> Option<Value> {
     match origin {
         Some(lookup) => lookup.await.ok().flatten(),
         None => None,

@@ -245,17 +245,19 @@ pub(super) async fn carry(
         Ok(Err(e)) => return tls_failed(e.to_string()),
         Err(_) => return tls_failed("the client's TLS handshake timed out".into()),
     };
-    to_origin(opener, plan, &mut client, upstream, idle).await
+    to_origin(opener, plan, &mut client, upstream, idle, None).await
 }
 
-/// One request from `client` (its TLS ended by warden, or a provider's
-/// plain loopback endpoint) carried over warden's own TLS to the origin.
+/// One request from `client` (its TLS ended by warden, or the runtime on
+/// a provider's endpoint, `local` its path prefix) carried over warden's
+/// own TLS to the origin.
 pub(super) async fn to_origin<C>(
     opener: &Opener,
     plan: &Plan,
     client: &mut C,
     upstream: Upstream,
     idle: Duration,
+    local: Option<&str>,
 ) -> Ended
 where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -292,6 +294,7 @@ where
         secrets: &plan.secrets,
         idle,
         meter: plan.meter.as_ref(),
+        local,
     };
     let mut outcome = exchange::carry(client, &mut origin, &ex).await;
     if let Some(name) = &outcome.credential {
