@@ -49,7 +49,7 @@ pub const MAX_IDLE_MINUTES: f64 = 7.0 * 24.0 * 60.0;
 const RESERVED_NAMES: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
 
 /// The top-level fields, in the order they are checked.
-const FIELDS: [&str; 28] = [
+const FIELDS: [&str; 30] = [
     "id",
     "image",
     "dockerfile",
@@ -69,6 +69,8 @@ const FIELDS: [&str; 28] = [
     "credentials",
     "rules",
     "upstream_ca",
+    "providers",
+    "spend",
     "kind",
     "command",
     "restart",

@@ -144,7 +144,7 @@ pub fn manifests(inputs: &Inputs) -> Result<Vec<Value>, LaunchError> {
             secret(meta(keys_secret(&def.id)), "runtime.env", inputs.keys_text),
         );
     }
-    if !def.opened.credentials.is_empty() {
+    if !def.opened.keys().is_empty() {
         let credentials = secret(
             meta(credentials_secret(&def.id)),
             "credentials.env",
@@ -293,7 +293,7 @@ fn config_map(meta: Value, def: &Definition) -> Value {
     if !def.keys.is_empty() {
         config["keys_from"] = json!(format!("{RUNTIME_KEYS_DIR}/runtime.env"));
     }
-    if !def.opened.credentials.is_empty() {
+    if !def.opened.keys().is_empty() {
         config["credentials_from"] = json!(format!("{CREDENTIALS_DIR}/credentials.env"));
     }
     if let Some(ports) = super::state::runtime_ports(def) {
@@ -389,7 +389,7 @@ fn container(inputs: &Inputs) -> Value {
         mounts
             .push(json!({"name": "runtime-keys", "mountPath": RUNTIME_KEYS_DIR, "readOnly": true}));
     }
-    if !def.opened.credentials.is_empty() {
+    if !def.opened.keys().is_empty() {
         mounts.push(json!({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": true}));
     }
     let mut container = json!({
@@ -447,7 +447,7 @@ fn volumes(inputs: &Inputs) -> Vec<Value> {
     if !def.keys.is_empty() {
         volumes.push(json!({"name": "runtime-keys", "secret": secret(keys_secret(&def.id))}));
     }
-    if !def.opened.credentials.is_empty() {
+    if !def.opened.keys().is_empty() {
         volumes.push(json!({"name": "credentials", "secret": secret(credentials_secret(&def.id))}));
     }
     if !inputs.sandbox {

@@ -224,11 +224,37 @@ pub(super) fn write_network(def: &Definition, path: &Path) -> std::io::Result<()
 /// hold (no hosts, no address blocks, no firewall requirement given).
 pub(super) fn network_policy(def: &Definition) -> Option<serde_json::Value> {
     let mut policy = serde_json::Map::new();
+    // A provider's host is on the list the runtime is decided by (its own,
+    // or the host list), where a list is given: it reaches it metered.
+    let providers: Vec<String> = def
+        .opened
+        .providers
+        .iter()
+        .map(|p| p.host.clone())
+        .collect();
+    let with_providers = |hosts: &Vec<String>| {
+        let mut hosts = hosts.clone();
+        hosts.extend(
+            providers
+                .iter()
+                .filter(|p| !hosts.contains(p))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        hosts
+    };
     if let Some(hosts) = &def.hosts {
+        let hosts = match def.runtime_hosts {
+            None => with_providers(hosts),
+            Some(_) => hosts.clone(),
+        };
         policy.insert("hosts".into(), serde_json::json!(hosts));
     }
     if let Some(hosts) = &def.runtime_hosts {
-        policy.insert("runtime_hosts".into(), serde_json::json!(hosts));
+        policy.insert(
+            "runtime_hosts".into(),
+            serde_json::json!(with_providers(hosts)),
+        );
     }
     if !def.allow_addresses.is_empty() {
         policy.insert(

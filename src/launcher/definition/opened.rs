@@ -1,26 +1,32 @@
 //! A definition's opened hosts: `credentials` (added by warden's proxy,
 //! their values from the owner's `.env`, never the machine's), `rules` by
-//! method and path, and `upstream_ca` (files inside the machine that its
-//! proxy trusts for those hosts' origins, beside the image's store).
+//! method and path, `upstream_ca` (files inside the machine that its
+//! proxy trusts for those hosts' origins, beside the image's store), and
+//! the model `providers` whose requests it meters against `spend`.
 
 use super::{DefinitionError, Parser};
 use crate::net::opened::credential::CredentialText;
 use crate::net::opened::hosts::{HostRulesText, OpenedHosts};
+use crate::spend::{Provider, Spend};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 
 /// The opened hosts' fields, checked.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Opened {
     pub credentials: Vec<CredentialText>,
     pub rules: Vec<HostRulesText>,
     pub upstream_ca: Vec<PathBuf>,
+    pub providers: Vec<Provider>,
+    pub spend: Option<Spend>,
 }
 
 impl Opened {
     /// The keys whose values the proxy adds (each once).
     pub fn keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self.credentials.iter().map(|c| c.key.clone()).collect();
+        let credentials = self.credentials.iter().map(|c| c.key.clone());
+        let providers = self.providers.iter().map(|p| p.key.clone());
+        let mut keys: Vec<String> = credentials.chain(providers).collect();
         keys.sort();
         keys.dedup();
         keys
@@ -38,6 +44,12 @@ impl Opened {
         if !self.upstream_ca.is_empty() {
             policy.insert("upstream_ca".into(), serde_json::json!(self.upstream_ca));
         }
+        if !self.providers.is_empty() {
+            policy.insert("providers".into(), serde_json::json!(self.providers));
+        }
+        if let Some(spend) = &self.spend {
+            policy.insert("spend".into(), serde_json::json!(spend));
+        }
         policy
     }
 }
@@ -54,7 +66,17 @@ impl Parser<'_> {
         let upstream_ca: Vec<PathBuf> = self
             .take(object, "upstream_ca", "upstream_ca")?
             .unwrap_or_default();
-        OpenedHosts::parse(&credentials, &rules).map_err(|e| {
+        let providers: Vec<Provider> = self
+            .take(object, "providers", "providers")?
+            .unwrap_or_default();
+        let spend: Option<Spend> = self.take(object, "spend", "spend")?;
+        crate::spend::check(&providers, &spend.unwrap_or_default()).map_err(|e| {
+            let (field, problem) = e.split_once(": ").unwrap_or(("providers", &e));
+            self.invalid(field, problem)
+        })?;
+        let mut all = credentials.clone();
+        all.extend(providers.iter().map(Provider::credential));
+        OpenedHosts::parse(&all, &rules).map_err(|e| {
             let text = e.to_string();
             let (field, problem) = text.split_once(": ").unwrap_or(("credentials", &text));
             self.invalid(field, problem)
@@ -73,6 +95,8 @@ impl Parser<'_> {
             credentials,
             rules,
             upstream_ca,
+            providers,
+            spend,
         })
     }
 }
