@@ -86,6 +86,8 @@ impl Meter {
             .ledger
             .account(run)
             .map_err(|e| self.refuse(400, "run", e.to_string()))?;
+        // Named in its line whatever follows: a refusal is the run's too.
+        self.account = Some(account.clone());
         let price = self.prices.lookup(&asked.model).cloned().ok_or_else(|| {
             let why = format!(
                 "the model {:?} has no price in warden's table (prices.json): a model without a public price is not used",
@@ -101,7 +103,6 @@ impl Meter {
             };
             self.refuse(status, "budget", message)
         })?;
-        self.account = Some(account);
         self.price = Some(price);
         self.input_estimate = (body.len() as u64).div_ceil(4);
         Ok(())
@@ -139,19 +140,11 @@ impl Meter {
             self.json.extend_from_slice(&piece[..piece.len().min(room)]);
             return None;
         };
-        let ends = stream.feed(piece);
-        let price = self.price.as_ref()?;
-        for end in ends {
-            // Checked at each event's end, with the stream as read so far
-            // (the events after `end` in this piece are not read yet: the
-            // estimate may lag by one piece, never by a whole answer).
-            let (tokens, _) = stream.used(self.input_estimate);
-            if price.cost(&tokens) >= self.left {
-                self.cut = true;
-                return Some(end);
-            }
-        }
-        None
+        let (price, left, input) = (self.price.as_ref()?, self.left, self.input_estimate);
+        // Checked at each event's end, with the stream as read up to it.
+        let cut = stream.feed_until(piece, |read, _| price.cost(&read.used(input).0) >= left);
+        self.cut |= cut.is_some();
+        cut
     }
 
     /// The request ended (`status` from the origin): what it used, charged

@@ -162,6 +162,21 @@ impl EventStream {
     /// event that ended in it (where a stream may be cut).
     pub fn feed(&mut self, piece: &[u8]) -> Vec<usize> {
         let mut ends = Vec::new();
+        self.feed_until(piece, |_, end| {
+            ends.push(end);
+            false
+        });
+        ends
+    }
+
+    /// Reads `piece` event by event, asking `stop` after each (with the
+    /// offset just after it in `piece`); stops there when it says so, the
+    /// rest of the piece unread, and returns that offset.
+    pub fn feed_until(
+        &mut self,
+        piece: &[u8],
+        mut stop: impl FnMut(&EventStream, usize) -> bool,
+    ) -> Option<usize> {
         let before = self.pending.len();
         self.pending.extend_from_slice(piece);
         let mut start = 0;
@@ -169,16 +184,19 @@ impl EventStream {
         while let Some((end, next)) = event_end(&self.pending, at.max(start)) {
             let event = self.pending[start..end].to_vec();
             self.read_event(&event);
-            ends.push(next - before);
             start = next;
             at = next;
+            if stop(self, next - before) {
+                self.pending.clear();
+                return Some(next - before);
+            }
         }
         self.pending.drain(..start);
         if self.pending.len() > MAX_EVENT {
             // No event ends: whatever this is, nothing of it is read.
             self.pending.clear();
         }
-        ends
+        None
     }
 
     fn read_event(&mut self, event: &[u8]) {

@@ -17,11 +17,13 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 /// Names that resolve to the internet's own addresses (v4 and v6).
-pub const INTERNET_NAMES: [&str; 4] = [
+pub const INTERNET_NAMES: [&str; 6] = [
     "allowed.test",
     "www.allowed.test",
     "denied.test",
     "git.allowed.test",
+    "anthropic.allowed.test",
+    "openai.allowed.test",
 ];
 /// Names on the server's certificate.
 const CERT_NAMES: [&str; 7] = [
@@ -341,7 +343,13 @@ impl Internet {
         while Instant::now() < deadline {
             match self.probe() {
                 Ok(()) => {
-                    for log in ["dns.log", "http.log", "connections.log", "headers.log"] {
+                    for log in [
+                        "dns.log",
+                        "http.log",
+                        "connections.log",
+                        "headers.log",
+                        "provider.log",
+                    ] {
                         std::fs::write(self.path(log), "").unwrap();
                     }
                     return;
@@ -466,6 +474,16 @@ impl Internet {
     /// value>` (a repeated name's values joined with ", ").
     pub fn headers_log(&self) -> String {
         self.read("headers.log")
+    }
+
+    /// Every request the internet's model providers answered since
+    /// `start`: one JSON object a line (`path`, `model`, `key`, `stream`),
+    /// and `cut_by_client` where a stream's reader went away.
+    pub fn provider_log(&self) -> Vec<serde_json::Value> {
+        self.read("provider.log")
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     /// Every connection to TCP 22 or 8080 and datagram to UDP 9999 since

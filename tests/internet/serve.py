@@ -12,6 +12,9 @@ Services, on both the IPv4 and the IPv6 address given:
                    X-Echo-<Name> headers (?chunked=1, ?gzip=1, ?b64=1,
                    ?url=1: see send_echo), also logged to headers.log;
                    /redirect?to=<url> -> 302 to <url>;
+                   POST /v1/messages, /v1/chat/completions, /v1/responses ->
+                   a model provider (see send_provider), logged to
+                   provider.log;
                    /smart/... -> git http-backend on --git-root (smart HTTP,
                    clone and push)
   HTTPS TCP 443    the same handler, behind TLS
@@ -219,7 +222,42 @@ class Web(http.server.BaseHTTPRequestHandler):
             return self.send_redirect(urllib.parse.parse_qs(query))
         if path == "/smart" or path.startswith("/smart/"):
             return self.send_git(path[len("/smart") :], query, body)
+        if path in PROVIDER_PATHS and self.command == "POST":
+            return self.send_provider(path, body)
         self.send_body(f"hello {host} {self.path}".encode())
+
+    def send_provider(self, path, body):
+        """A model provider that answers with known usage: input 1000
+        tokens (Anthropic: 300 of them written to its cache, 200 read from
+        it; OpenAI: 200 read from its cache), output `max_tokens` (default
+        500) tokens, streamed as events of 40 bytes of text (10 tokens'
+        worth) each when asked, 5 ms apart. Logs the model and the key
+        headers it received to provider.log."""
+        try:
+            asked = json.loads(body or b"{}")
+        except ValueError:
+            return self.send_error(400, "not JSON")
+        key = self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
+        log("provider.log", json.dumps({"path": path, "model": asked.get("model"), "key": key,
+                                         "stream": bool(asked.get("stream"))}))
+        output = int(asked.get("max_tokens") or 500)
+        deltas = ["x" * 40 for _ in range(output // 10)]
+        if not asked.get("stream"):
+            answer = PROVIDER_JSON[path](output)
+            return self.send_body(json.dumps(answer).encode(), "application/json")
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for event in PROVIDER_STREAM[path](deltas, output, asked):
+                data = event.encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+                time.sleep(0.005)
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            log("provider.log", json.dumps({"path": path, "cut_by_client": True}))
 
     def read_body(self):
         """The request's body, de-chunked; None if malformed or too big.
@@ -410,6 +448,56 @@ class TlsServer(WebServer):
 
 class Secure(Web):
     scheme = "https"
+
+
+def sse(event, data):
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+def anthropic_stream(deltas, output, asked):
+    yield sse("message_start", {"type": "message_start", "message": {"usage": {
+        "input_tokens": 500, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 200,
+        "output_tokens": 1}}})
+    for text in deltas:
+        yield sse("content_block_delta", {"type": "content_block_delta",
+                                          "delta": {"type": "text_delta", "text": text}})
+    yield sse("message_delta", {"type": "message_delta", "usage": {"output_tokens": output}})
+    yield sse("message_stop", {"type": "message_stop"})
+
+
+def chat_stream(deltas, output, asked):
+    for text in deltas:
+        yield "data: " + json.dumps({"choices": [{"delta": {"content": text}}]}) + "\n\n"
+    if (asked.get("stream_options") or {}).get("include_usage"):
+        yield "data: " + json.dumps({"choices": [], "usage": {
+            "prompt_tokens": 1000, "completion_tokens": output,
+            "prompt_tokens_details": {"cached_tokens": 200}}}) + "\n\n"
+    yield "data: [DONE]\n\n"
+
+
+def responses_stream(deltas, output, asked):
+    for text in deltas:
+        yield sse("response.output_text.delta", {"type": "response.output_text.delta", "delta": text})
+    yield sse("response.completed", {"type": "response.completed", "response": {"usage": {
+        "input_tokens": 1000, "output_tokens": output, "input_tokens_details": {"cached_tokens": 200}}}})
+
+
+PROVIDER_JSON = {
+    "/v1/messages": lambda output: {"type": "message", "content": [{"type": "text", "text": "hi"}],
+                                    "usage": {"input_tokens": 500, "cache_creation_input_tokens": 300,
+                                              "cache_read_input_tokens": 200, "output_tokens": output}},
+    "/v1/chat/completions": lambda output: {"choices": [{"message": {"content": "hi"}}],
+                                            "usage": {"prompt_tokens": 1000, "completion_tokens": output,
+                                                      "prompt_tokens_details": {"cached_tokens": 200}}},
+    "/v1/responses": lambda output: {"output": [], "usage": {"input_tokens": 1000, "output_tokens": output,
+                                                             "input_tokens_details": {"cached_tokens": 200}}},
+}
+PROVIDER_STREAM = {
+    "/v1/messages": anthropic_stream,
+    "/v1/chat/completions": chat_stream,
+    "/v1/responses": responses_stream,
+}
+PROVIDER_PATHS = set(PROVIDER_JSON)
 
 
 # ---------------------------------------------------------------- TCP, UDP
