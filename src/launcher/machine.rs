@@ -282,24 +282,27 @@ pub(super) fn keys_for(
     definition: &Path,
     env_file: Option<&Path>,
 ) -> Result<String, LaunchError> {
-    let env_file = env_file
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| definition.parent().unwrap_or(Path::new(".")).join(".env"));
-    read_named("keys", &def.keys, &env_file)
+    read_named("keys", &def.keys, &owner_env_file(definition, env_file))
 }
 
 /// The values of the credentials warden's proxy adds (a `.env` text of
-/// the keys `credentials` names), from the same `.env` as the runtime's
-/// keys: handed to warden alone, never written in the machine.
+/// the keys `credentials` and `providers` name), from the same `.env` as
+/// the runtime's keys: handed to warden alone, never written in the
+/// machine.
 pub(super) fn credentials_for(
     def: &Definition,
     definition: &Path,
     env_file: Option<&Path>,
 ) -> Result<String, LaunchError> {
-    let env_file = env_file
+    let file = owner_env_file(definition, env_file);
+    read_named("credentials", &def.opened.keys(), &file)
+}
+
+/// The owner's `.env`: `env_file`, or the one next to the definition.
+fn owner_env_file(definition: &Path, env_file: Option<&Path>) -> std::path::PathBuf {
+    env_file
         .map(Path::to_path_buf)
-        .unwrap_or_else(|| definition.parent().unwrap_or(Path::new(".")).join(".env"));
-    read_named("credentials", &def.opened.keys(), &env_file)
+        .unwrap_or_else(|| definition.parent().unwrap_or(Path::new(".")).join(".env"))
 }
 
 /// A `.env` text of the `names` given, from the owner's `.env`; `field`
