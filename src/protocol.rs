@@ -591,6 +591,26 @@ pub struct OpenedState {
     /// Whether warden's memory (the values, the authority's key) could be
     /// dumped or read through /proc: false, as warden keeps it.
     pub memory_dumpable: bool,
+    /// With providers (version 8): the open runs and the day's spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend: Option<SpendState>,
+}
+
+/// What provider requests have spent, by warden's ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpendState {
+    pub runs: Vec<RunState>,
+    pub day_spent_micro_usd: u64,
+    pub day_budget_micro_usd: u64,
+}
+
+/// An open run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunState {
+    pub run: String,
+    pub budget_micro_usd: u64,
+    pub spent_micro_usd: u64,
+    pub requests: u64,
 }
 
 /// One credential the proxy adds: never its value.

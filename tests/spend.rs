@@ -229,6 +229,10 @@ fn a_run_is_cut_at_its_budget_then_refused_and_the_next_starts_fresh() {
     assert_eq!(lines[2]["estimated"], true, "{lines:?}");
     let spent: u64 = lines.iter().map(|l| l["micro_usd"].as_u64().unwrap()).sum();
     assert!((10_000..10_200).contains(&spent), "{spent}: {lines:?}");
+    let status = serde_json::to_value(client.status().unwrap()).unwrap();
+    let runs = &status["proxy"]["opened"]["spend"]["runs"];
+    assert_eq!(runs[0]["run"], "r1", "{status}");
+    assert_eq!(runs[0]["spent_micro_usd"], spent, "{status}");
     // Spent: the next request is refused before it leaves, as the
     // provider would refuse it.
     let before = net.internet.provider_log().len();

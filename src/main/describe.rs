@@ -130,6 +130,23 @@ fn describe_opened(o: &warden::protocol::OpenedState) -> String {
         o.hosts.join(" "),
         o.ca_sha256
     );
+    if let Some(spend) = &o.spend {
+        let usd = |micro: u64| format!("${:.6}", micro as f64 / 1e6);
+        out += &format!(
+            "spend today outside runs: {} of {}\n",
+            usd(spend.day_spent_micro_usd),
+            usd(spend.day_budget_micro_usd)
+        );
+        for r in &spend.runs {
+            out += &format!(
+                "run {}: {} of {} in {} requests\n",
+                r.run,
+                usd(r.spent_micro_usd),
+                usd(r.budget_micro_usd),
+                r.requests
+            );
+        }
+    }
     for c in &o.credentials {
         let handed = match c.handed {
             true => "",

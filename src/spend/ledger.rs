@@ -261,6 +261,16 @@ impl Ledger {
         self.state().runs.get(run).cloned()
     }
 
+    /// The open runs, by name.
+    pub fn open_runs(&self) -> Vec<(String, Run)> {
+        let s = self.state();
+        s.runs
+            .iter()
+            .filter(|(_, r)| r.ended.is_none())
+            .map(|(n, r)| (n.clone(), r.clone()))
+            .collect()
+    }
+
     /// What the machine spent today outside runs.
     pub fn day_spent(&self) -> u64 {
         let mut s = self.state();

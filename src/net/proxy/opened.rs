@@ -16,7 +16,7 @@ use crate::net::opened::request_rules::{self, Rule};
 use crate::net::opened::streams::{Capped, Prefixed};
 use crate::net::opened::tls::{self, Upstreams};
 use crate::net::opened::vault::Vault;
-use crate::protocol::{CredentialState, OpenedState};
+use crate::protocol::{CredentialState, OpenedState, RunState, SpendState};
 use crate::spend::ledger::{micro_usd, Ledger};
 use crate::spend::meter::Meter;
 use crate::spend::prices::Prices;
@@ -103,6 +103,27 @@ impl Opener {
             hosts: rules.map(|r| r.opened.hosts()).unwrap_or_default(),
             credentials,
             memory_dumpable: crate::confine::memory::dumpable(),
+            spend: rules
+                .is_some_and(|r| !r.providers.is_empty())
+                .then(|| self.spend()),
+        }
+    }
+
+    fn spend(&self) -> SpendState {
+        let runs = self
+            .ledger
+            .open_runs()
+            .into_iter()
+            .map(|(run, r)| RunState {
+                run,
+                budget_micro_usd: r.budget,
+                spent_micro_usd: r.spent,
+                requests: r.requests,
+            });
+        SpendState {
+            runs: runs.collect(),
+            day_spent_micro_usd: self.ledger.day_spent(),
+            day_budget_micro_usd: self.ledger.per_day,
         }
     }
 }
