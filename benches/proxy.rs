@@ -11,6 +11,7 @@
 //! `cargo bench --bench proxy [-- throughput|ttfb|parallel|shaped]` (see
 //! docs/benchmarks.md).
 
+mod link;
 #[path = "proxy/shaped.rs"]
 mod shaped;
 mod timing;

@@ -72,6 +72,16 @@ enum Command {
         /// Write decisions to an audit log in this folder, not stdout.
         #[arg(long)]
         audit_dir: Option<PathBuf>,
+        /// Open the hosts network.json gives credentials or rules, as a
+        /// machine's warden does, with an authority made for this run:
+        /// its certificate (PEM) is written to this file, for clients to
+        /// trust. Without it such hosts are refused (`cannot_open`).
+        #[arg(long)]
+        opened_ca: Option<PathBuf>,
+        /// The credentials' values for opened hosts, a `.env` text (as a
+        /// machine's `credentials_from`).
+        #[arg(long, requires = "opened_ca")]
+        credentials: Option<PathBuf>,
     },
     /// One TCP connection to HOST:PORT through the egress proxy, on stdin
     /// and stdout (ssh's ProxyCommand: git over ssh to a listed host:22).
@@ -503,7 +513,14 @@ fn main() {
             listen,
             policy_dir,
             audit_dir,
-        } => warden::network::standalone(&listen, &policy_dir, audit_dir.as_deref()),
+            opened_ca,
+            credentials,
+        } => warden::network::standalone(
+            &listen,
+            &policy_dir,
+            audit_dir.as_deref(),
+            opened_ca.as_deref().map(|ca| (ca, credentials.as_deref())),
+        ),
         Command::Audit {
             action:
                 AuditAction::Verify {

@@ -549,10 +549,13 @@ pub fn proxy_env(port: u16) -> Vec<(String, String)> {
 
 /// `warden proxy`: the egress proxy alone, in the foreground, with the
 /// policy folder's network.json (its firewall fields do not apply here).
+/// `opened`: where to write the authority's certificate, and the file of
+/// credentials' values, to open hosts as a machine's warden does.
 pub fn standalone(
     listen: &[std::net::SocketAddr],
     policy_dir: &std::path::Path,
     audit_dir: Option<&std::path::Path>,
+    opened: Option<(&std::path::Path, Option<&std::path::Path>)>,
 ) -> i32 {
     let fail = |e: String| {
         crate::say!("proxy: {e}");
@@ -568,6 +571,11 @@ pub fn standalone(
     let record = match standalone_recorder(audit_dir) {
         Ok(record) => record,
         Err(e) => return fail(e),
+    };
+    let opener = match opened.map(|(ca, values)| standalone_opener(ca, values)) {
+        None => None,
+        Some(Ok(opener)) => Some(opener),
+        Some(Err(e)) => return fail(e),
     };
     let defaults: proxy::Defaults = Default::default();
     if policy.hosts.is_none() {
@@ -601,7 +609,7 @@ pub fn standalone(
             record,
             origin: None,
             runtime: None,
-            opener: None,
+            opener,
         },
         listeners,
         proxy::Through::Direct,
@@ -612,6 +620,25 @@ pub fn standalone(
     crate::say!("proxy listening on {}", shown.join(" "));
     let _ = runtime.block_on(serving);
     0
+}
+
+/// `warden proxy --opened-ca CA [--credentials FILE]`: an authority for
+/// this run, its certificate written to `ca`, the credentials' values read
+/// from `values` (kept in memory only, as a machine's warden keeps them).
+fn standalone_opener(
+    ca: &std::path::Path,
+    values: Option<&std::path::Path>,
+) -> Result<Arc<proxy::Opener>, String> {
+    let opener = proxy::Opener::new("proxy")?;
+    if let Some(file) = values {
+        let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        opener
+            .vault
+            .hand(&text)
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+    }
+    std::fs::write(ca, opener.ca.pem()).map_err(|e| format!("{}: {e}", ca.display()))?;
+    Ok(Arc::new(opener))
 }
 
 /// Where the standalone proxy's audit lines go: an audit log in `dir`,
