@@ -572,7 +572,8 @@ pub fn standalone(
         Ok(record) => record,
         Err(e) => return fail(e),
     };
-    let opener = match opened.map(|(ca, values)| standalone_opener(ca, values)) {
+    let opened = opened.map(|(ca, values)| standalone_opener(ca, values, policy_dir, policy.spend));
+    let opener = match opened {
         None => None,
         Some(Ok(opener)) => Some(opener),
         Some(Err(e)) => return fail(e),
@@ -628,8 +629,11 @@ pub fn standalone(
 fn standalone_opener(
     ca: &std::path::Path,
     values: Option<&std::path::Path>,
+    policy_dir: &std::path::Path,
+    spend: crate::spend::Spend,
 ) -> Result<Arc<proxy::Opener>, String> {
-    let opener = proxy::Opener::new("proxy")?;
+    let prices = crate::spend::prices::load(policy_dir);
+    let opener = proxy::Opener::new("proxy", &spend, prices)?;
     if let Some(file) = values {
         let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
         opener
