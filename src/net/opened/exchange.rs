@@ -467,6 +467,9 @@ where
     U: AsyncRead + Unpin,
     C: AsyncWrite + Unpin,
 {
+    if !scrubber.holding() {
+        return read(upstream, buf, idle, "the origin").await;
+    }
     if let Ok(read) = tokio::time::timeout(HOLD, upstream.read(buf)).await {
         return read.map_err(|error| Stop::Io {
             side: "the origin",

@@ -9,6 +9,7 @@
 //! piece until it knows they begin no match.
 
 use base64::Engine;
+use memchr::memmem::Finder;
 
 /// The byte a masked secret's bytes become.
 pub const MASK: u8 = b'*';
@@ -17,7 +18,9 @@ pub const MASK: u8 = b'*';
 /// pieces of one stream.
 #[derive(Debug, Clone)]
 pub struct Scrubber {
-    needles: Vec<Vec<u8>>,
+    /// One searcher per form, made once.
+    finders: Vec<Finder<'static>>,
+    longest: usize,
     held: Vec<u8>,
     /// How many matches were masked so far.
     pub masked: u64,
@@ -35,22 +38,27 @@ impl Scrubber {
         needles.sort();
         needles.dedup();
         Scrubber {
-            needles,
+            longest: needles.iter().map(Vec::len).max().unwrap_or(0),
+            finders: needles
+                .iter()
+                .map(|n| Finder::new(n).into_owned())
+                .collect(),
             held: Vec::new(),
             masked: 0,
         }
     }
 
-    fn longest(&self) -> usize {
-        self.needles.iter().map(Vec::len).max().unwrap_or(0)
+    /// Whether bytes are held back, waiting for what follows them.
+    pub fn holding(&self) -> bool {
+        !self.held.is_empty()
     }
 
     /// The next piece of the stream: returns what may go on now (the rest
     /// is held back until the next piece or `finish`).
     pub fn push(&mut self, piece: &[u8]) -> Vec<u8> {
         self.held.extend_from_slice(piece);
-        self.masked += mask_all(&self.needles, &mut self.held);
-        let keep = self.longest().saturating_sub(1).min(self.held.len());
+        self.masked += mask_all(&self.finders, &mut self.held);
+        let keep = self.longest.saturating_sub(1).min(self.held.len());
         let cut = self.held.len() - keep;
         let rest = self.held.split_off(cut);
         std::mem::replace(&mut self.held, rest)
@@ -58,14 +66,14 @@ impl Scrubber {
 
     /// The end of the stream: what was held back.
     pub fn finish(&mut self) -> Vec<u8> {
-        self.masked += mask_all(&self.needles, &mut self.held);
+        self.masked += mask_all(&self.finders, &mut self.held);
         std::mem::take(&mut self.held)
     }
 
     /// Masks a whole text at once (a header's value), counting matches.
     pub fn whole(&mut self, text: &mut [u8]) {
         let mut owned = text.to_vec();
-        self.masked += mask_all(&self.needles, &mut owned);
+        self.masked += mask_all(&self.finders, &mut owned);
         text.copy_from_slice(&owned);
     }
 }
@@ -122,11 +130,12 @@ fn url_encoded(secret: &[u8]) -> Vec<u8> {
 }
 
 /// Masks every match of every needle in `text`; returns how many.
-fn mask_all(needles: &[Vec<u8>], text: &mut [u8]) -> u64 {
+fn mask_all(finders: &[Finder<'static>], text: &mut [u8]) -> u64 {
     let mut count = 0;
-    for needle in needles {
+    for finder in finders {
+        let needle = finder.needle();
         let mut from = 0;
-        while let Some(at) = find(&text[from..], needle) {
+        while let Some(at) = finder.find(&text[from..]) {
             let start = from + at;
             text[start..start + needle.len()].fill(MASK);
             count += 1;
@@ -136,14 +145,14 @@ fn mask_all(needles: &[Vec<u8>], text: &mut [u8]) -> u64 {
     count
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    memchr::memmem::find(haystack, needle)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+
+    fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+        memchr::memmem::find(haystack, needle)
+    }
 
     const SECRET: &[u8] = b"ghp_S3cr3t/Token+Value=42";
 
