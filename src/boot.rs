@@ -213,8 +213,17 @@ pub fn open_hosts(network: &mut Network, config: &MachineConfig, audit: &Audit) 
     network.trust = crate::net::opened::trust::publish(opener.ca.pem(), own_dir);
     // Said where it matters now (status says it always).
     let opens = !network.policy.credentials.is_empty() || !network.policy.rules.is_empty();
-    if let (Err(e), true) = (&network.trust, opens) {
-        crate::say!("the machine's authority is not trusted by its tools: {e}");
+    match (&network.trust, opens) {
+        (Err(e), true) => crate::say!("the machine's authority is not trusted by its tools: {e}"),
+        (Ok(published), true) => {
+            if let Some(why) = &published.beside_because {
+                crate::say!(
+                    "the machine's bundle is {} ({why}): tools that read the system bundle alone do not trust it",
+                    published.bundle.display()
+                );
+            }
+        }
+        _ => {}
     }
     network.opener = Ok(opener);
 }

@@ -30,7 +30,7 @@ pub struct Network {
     pub opener: Result<Arc<crate::net::proxy::Opener>, String>,
     /// The bundle that makes the machine's authority trusted (as tools
     /// see it), or why it could not be published: set at boot.
-    pub trust: Result<std::path::PathBuf, String>,
+    pub trust: Result<crate::net::opened::trust::Published, String>,
     /// warden's connect gate, where it stands in for the firewall.
     gate: OnceLock<Gate>,
     gate_tried: std::sync::atomic::AtomicBool,
@@ -282,7 +282,7 @@ impl Network {
     /// is published.
     pub fn trust_env(&self) -> Vec<(String, String)> {
         match &self.trust {
-            Ok(bundle) => crate::net::opened::trust::env(bundle),
+            Ok(published) => crate::net::opened::trust::env(&published.bundle),
             Err(_) => Vec::new(),
         }
     }
@@ -360,7 +360,7 @@ fn state_of(
     proxy: &Proxy,
     rules: Option<&Rules>,
     listening: &[String],
-    trust: &Result<std::path::PathBuf, String>,
+    trust: &Result<crate::net::opened::trust::Published, String>,
 ) -> ProxyState {
     ProxyState {
         listening: listening.to_vec(),

@@ -586,6 +586,10 @@ pub struct OpenedState {
     pub ca_sha256: String,
     /// The bundle that makes tools trust it, or why there is none.
     pub trust: Result<String, String>,
+    /// Why that bundle is beside the system bundle rather than mounted
+    /// over it (then only tools that read the variables trust it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_beside: Option<String>,
     pub hosts: Vec<String>,
     pub credentials: Vec<CredentialState>,
     /// Whether warden's memory (the values, the authority's key) could be

@@ -122,7 +122,12 @@ pub fn describe_proxy(p: &warden::protocol::ProxyState) -> String {
 /// each credential's use (never a value).
 fn describe_opened(o: &warden::protocol::OpenedState) -> String {
     let trust = match &o.trust {
-        Ok(bundle) => format!("trusted through {bundle}"),
+        Ok(bundle) => match &o.trust_beside {
+            None => format!("trusted through {bundle}"),
+            Some(why) => format!(
+                "trusted through {bundle}, by the tools that read SSL_CERT_FILE and the like only ({why})"
+            ),
+        },
         Err(why) => format!("NOT trusted by the machine's tools: {why}"),
     };
     let mut out = format!(

@@ -43,10 +43,25 @@ pub fn bundle(system: &str, ca_pem: &str) -> String {
     text
 }
 
+/// Where the bundle is written when it cannot be mounted over the system
+/// bundle (no CAP_SYS_ADMIN: a pod under the baseline policy): a file of
+/// the image's own `/etc`, which every user reads, named by the variables.
+pub const BESIDE: &str = "/etc/ssl/warden-machine-bundle.pem";
+
+/// How the bundle is published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// The file the variables name.
+    pub bundle: PathBuf,
+    /// Why it is not over the system bundle, when it is beside it.
+    pub beside_because: Option<String>,
+}
+
 /// Publishes `ca_pem`: the combined bundle written in `own_dir` (root's,
-/// mode 0644) and mounted read-only over the first system bundle found.
-/// Returns the bundle's path as the machine's tools see it.
-pub fn publish(ca_pem: &str, own_dir: &Path) -> Result<PathBuf, String> {
+/// mode 0644) and mounted read-only over the first system bundle found;
+/// where nothing can be mounted, written beside it (`BESIDE`), which only
+/// the tools that read the variables then trust.
+pub fn publish(ca_pem: &str, own_dir: &Path) -> Result<Published, String> {
     let target = SYSTEM_BUNDLES
         .iter()
         .map(Path::new)
@@ -64,8 +79,29 @@ pub fn publish(ca_pem: &str, own_dir: &Path) -> Result<PathBuf, String> {
     std::fs::write(&own, bundle(&system, ca_pem)).map_err(|e| format!("{}: {e}", own.display()))?;
     std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o644))
         .map_err(|e| format!("{}: {e}", own.display()))?;
-    mount_over(&own, target)?;
-    Ok(target.to_path_buf())
+    match mount_over(&own, target) {
+        Ok(()) => Ok(Published {
+            bundle: target.to_path_buf(),
+            beside_because: None,
+        }),
+        Err(why) => {
+            write_beside(&own, Path::new(BESIDE))?;
+            Ok(Published {
+                bundle: PathBuf::from(BESIDE),
+                beside_because: Some(why),
+            })
+        }
+    }
+}
+
+/// The bundle copied to `to` (root's, 0644), replacing what is there.
+fn write_beside(own: &Path, to: &Path) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("{}: {e}", to.display());
+    let text = std::fs::read(own).map_err(|e| format!("{}: {e}", own.display()))?;
+    let temporary = to.with_extension("pem.new");
+    std::fs::write(&temporary, text).map_err(fail)?;
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o644)).map_err(fail)?;
+    std::fs::rename(&temporary, to).map_err(fail)
 }
 
 /// Binds `source` over `target`, then makes the bind read-only.

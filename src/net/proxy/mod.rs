@@ -373,7 +373,12 @@ impl Proxy {
         if !opened::is_opened(rules, name, port) {
             return Ok(None);
         }
-        let holder = self.holder(rules, ends, line).await?;
+        // Who asks is asked of the kernel only where the answer changes
+        // what is added.
+        let holder = match opened::same_for_both(rules, name, port) {
+            true => Holder::Shell,
+            false => self.holder(rules, ends, line).await?,
+        };
         opened::plan(rules, self.opener.as_deref(), name, port, holder).map(Some)
     }
 

@@ -15,6 +15,7 @@ use crate::net::opened::exchange::{self, Added, Exchange, Outcome};
 use crate::net::opened::request_rules::{self, Rule};
 use crate::net::opened::streams::{Capped, Prefixed};
 use crate::net::opened::tls::{self, Upstreams};
+use crate::net::opened::trust::Published;
 use crate::net::opened::vault::Vault;
 use crate::protocol::{CredentialState, OpenedState, RunState, SpendState};
 use crate::spend::ledger::{micro_usd, Ledger};
@@ -75,7 +76,7 @@ impl Opener {
 
     /// For status: the authority, where tools find it, the opened hosts,
     /// and per credential how many requests got it (never a value).
-    pub fn state(&self, rules: Option<&Rules>, trust: &Result<PathBuf, String>) -> OpenedState {
+    pub fn state(&self, rules: Option<&Rules>, trust: &Result<Published, String>) -> OpenedState {
         let counts = self.vault.counts();
         let held = self.vault.names();
         let credentials = rules
@@ -98,8 +99,9 @@ impl Opener {
             ca_sha256: self.ca.fingerprint(),
             trust: trust
                 .as_ref()
-                .map(|bundle| bundle.display().to_string())
+                .map(|p| p.bundle.display().to_string())
                 .map_err(String::clone),
+            trust_beside: trust.as_ref().ok().and_then(|p| p.beside_because.clone()),
             hosts: rules.map(|r| r.opened.hosts()).unwrap_or_default(),
             credentials,
             memory_dumpable: crate::confine::memory::dumpable(),
@@ -147,6 +149,18 @@ pub(super) struct Plan {
 /// Whether `name:port` is a host warden opens.
 pub(super) fn is_opened(rules: &Rules, name: &str, port: u16) -> bool {
     rules.opened.opening(name, port, Holder::Shell).is_some()
+}
+
+/// Whether shell and the runtime are owed the same credential (or none)
+/// at `name:port`: then who asks need not be told.
+pub(super) fn same_for_both(rules: &Rules, name: &str, port: u16) -> bool {
+    let owed = |holder| {
+        rules
+            .opened
+            .opening(name, port, holder)
+            .and_then(|o| o.credential.map(|c| (c.key.clone(), c.header.clone())))
+    };
+    owed(Holder::Shell) == owed(Holder::Runtime)
 }
 
 /// The plan for `holder`'s CONNECT to the opened host `name:port`, or why
