@@ -6,8 +6,10 @@
 
 pub mod attacks;
 pub mod internet;
+pub mod kube;
 pub mod machine;
 pub mod net;
+pub mod rootless;
 pub mod vm;
 
 use serde_json::{json, Value};
