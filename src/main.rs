@@ -2,6 +2,8 @@
 
 #[path = "main/audit_cli.rs"]
 mod audit_cli;
+#[path = "main/card_cli.rs"]
+mod card_cli;
 #[path = "main/describe.rs"]
 mod describe;
 #[path = "main/sessions.rs"]
@@ -395,6 +397,9 @@ enum MachineAction {
         #[arg(long)]
         anchor: Option<PathBuf>,
     },
+    /// A run's card: its spend against its budget (per model), its
+    /// commands, the hosts it reached and was refused, from the audit log.
+    Card(card_cli::CardArgs),
 }
 
 /// Which machine: one of this host's, by id, or a warden reached at
@@ -747,6 +752,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             .map(|()| 0)
             .map_err(String::from),
         MachineAction::Prune => m::prune().map(|()| 0).map_err(String::from),
+        MachineAction::Card(args) => card_cli::run(args),
         MachineAction::Audit {
             target,
             allow_gap,

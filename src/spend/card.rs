@@ -66,9 +66,11 @@ pub fn build(lines: &[Value], run: &str) -> Result<Value, String> {
         "spent_usd": spent as f64 / 1e6,
         "models": models(&requests),
         "requests": requests.iter().map(|r| json!({
-            "time": r["time"], "model": r["model"], "status": r["status"],
-            "micro_usd": r["micro_usd"], "cut": r["cut"], "refused": r["refused"],
-            "output_tokens": r["output_tokens"],
+            "time": r["time"], "provider": r["provider"], "model": r["model"],
+            "status": r["status"], "micro_usd": r["micro_usd"], "cut": r["cut"],
+            "refused": r["refused"], "estimated": r["estimated"],
+            "input_tokens": r["input_tokens"], "output_tokens": r["output_tokens"],
+            "duration_ms": r["duration_ms"],
         })).collect::<Vec<_>>(),
         "commands": commands(window),
         "hosts": hosts(window),
@@ -107,7 +109,9 @@ fn models(requests: &[&Value]) -> Vec<Value> {
         .collect()
 }
 
-/// The commands started while the run was open, with how each ended.
+/// The commands started while the run was open, with how each ended
+/// (`status` the shell's convention, 128+n after signal n; all null while
+/// one runs).
 fn commands(window: &[Value]) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     let mut at: BTreeMap<u64, usize> = BTreeMap::new();
@@ -120,13 +124,14 @@ fn commands(window: &[Value]) -> Vec<Value> {
                 at.insert(id, out.len());
                 out.push(
                     json!({"command": id, "time": line["time"], "argv": line["argv"],
-                                "exit": null, "signal": null, "duration_ms": null, "limit": null}),
+                           "status": null, "exit": null, "signal": null, "duration_ms": null,
+                           "limit": null}),
                 );
             }
             "command_end" => {
                 if let Some(&i) = at.get(&id) {
                     let entry = &mut out[i];
-                    for field in ["code", "signal", "duration_ms", "limit"] {
+                    for field in ["status", "code", "signal", "duration_ms", "limit"] {
                         let name = if field == "code" { "exit" } else { field };
                         entry[name] = line[field].clone();
                     }

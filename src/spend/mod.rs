@@ -4,6 +4,7 @@
 //! against, and the metering of each request.
 
 pub mod card;
+pub mod card_render;
 pub mod ledger;
 pub mod meter;
 pub mod prices;
