@@ -1,10 +1,10 @@
-// Types of @warden/client: a client of warden's API (protocol versions 1 to 4).
+// Types of @warden/client: a client of warden's API (protocol versions 1 to 8).
 
 /// <reference types="node" />
 import type { Buffer } from 'node:buffer';
 
 export declare const VERSION: string;
-/** The protocol versions offered in every hello: [1, 2, 3, 4]. */
+/** The protocol versions offered in every hello: [1, 2, 3, 4, 5, 6, 7, 8]. */
 export declare const PROTOCOL_VERSIONS: readonly number[];
 export declare const HEADER_LEN: 9;
 /** No frame carries more than this (1 MiB), either way. */
@@ -378,6 +378,66 @@ export interface ProxyState {
   carried: number;
   refused: number;
 }
+/** Version 8: the answer to endRun. */
+export interface RunEnded {
+  type: 'run_ended';
+  run: string;
+  spent_micro_usd: number;
+  /** 'ended'; 'budget' when the run reached its budget before it ended. */
+  how: string;
+}
+
+/** Version 8: a run's card (docs/run-card.md in warden's repository). */
+export interface RunCard {
+  run: string;
+  /** RFC 3339 times of its run_begin and run_end lines (ended: null while open). */
+  began: string;
+  ended: string | null;
+  /** 'ended', 'budget', 'machine_stopped', or 'open'. */
+  how: string;
+  budget_micro_usd: number;
+  spent_micro_usd: number;
+  budget_usd: number;
+  spent_usd: number;
+  models: Array<{
+    model: string;
+    requests: number;
+    input_tokens: number;
+    output_tokens: number;
+    cache_write_tokens: number;
+    cache_read_tokens: number;
+    micro_usd: number;
+  }>;
+  requests: Array<{
+    time: string;
+    provider: string | null;
+    model: string | null;
+    status: number | null;
+    micro_usd: number | null;
+    cut: boolean | null;
+    refused: string | null;
+    estimated: boolean | null;
+    input_tokens: number | null;
+    output_tokens: number | null;
+    duration_ms: number | null;
+  }>;
+  /** The commands started while the run was open (null fields: still running). */
+  commands: Array<{
+    command: number;
+    time: string;
+    argv: string[];
+    status: number | null;
+    exit: number | null;
+    signal: string | null;
+    duration_ms: number | null;
+    limit: string | null;
+  }>;
+  hosts: {
+    reached: Array<{ host: string; connections: number }>;
+    refused: Array<{ host: string; refusal: string; count: number }>;
+  };
+}
+
 /** Version 4: when the machine was last used, what holds it, and when it stops. */
 export interface ActivityState {
   /** Since the last request or command's end. */
@@ -472,6 +532,12 @@ export declare class Client {
   hold(untilMs: number): Promise<number>;
   /** Version 4, the host's door only: hands the runtime its keys (a .env text); resolves to their names. On the machine's own socket: RefusedError, the connection stays open. */
   handKeys(text: string): Promise<string[]>;
+  /** Version 8: opens a run whose provider requests count against budgetUsd (default: the machine's spend.per_run_usd); resolves to the budget in micro-dollars. */
+  beginRun(run: string, budgetUsd?: number): Promise<number>;
+  /** Version 8: ends a run; what it spent (micro-dollars) and how it ended. */
+  endRun(run: string): Promise<RunEnded>;
+  /** Version 8: the run's card, built by warden from its audit log. */
+  card(run: string): Promise<RunCard>;
   /** Version 2: stops the machine. */
   shutdown(): Promise<{ type: 'shutting_down' }>;
   /** Closes the connection; warden kills the commands still running on it (not detached ones). */

@@ -1,4 +1,4 @@
-// A client of warden's API (protocol versions 1 to 4): frames over a unix
+// A client of warden's API (protocol versions 1 to 8): frames over a unix
 // socket, many commands at once on one connection, output streamed with
 // back-pressure. No dependencies; Node 18 or later. docs/protocol.md in
 // warden's repository is the reference for everything said on the wire.
@@ -8,7 +8,7 @@ import { Buffer } from 'node:buffer';
 
 export const VERSION = '0.1.0';
 /** The protocol versions this client speaks, offered in every hello. */
-export const PROTOCOL_VERSIONS = Object.freeze([1, 2, 3, 4]);
+export const PROTOCOL_VERSIONS = Object.freeze([1, 2, 3, 4, 5, 6, 7, 8]);
 export const HEADER_LEN = 9;
 /** No frame carries more than this, either way. */
 export const MAX_FRAME = 1 << 20;
@@ -1211,6 +1211,47 @@ export class Client {
     return event.names;
   }
 
+  /**
+   * Opens a run (version 8): the machine's requests to its model providers
+   * count against its budget, in dollars (left out: the machine's
+   * spend.per_run_usd), until endRun(run). Resolves to the budget in
+   * integer micro-dollars; a name already open is a BadRequestError.
+   */
+  async beginRun(run, budgetUsd) {
+    checkRun(run);
+    const request = { type: 'begin_run', run };
+    if (budgetUsd !== undefined && budgetUsd !== null) {
+      if (typeof budgetUsd !== 'number' || !Number.isFinite(budgetUsd) || budgetUsd < 0) {
+        throw new TypeError('budgetUsd is dollars: a finite number, 0 or more');
+      }
+      request.budget_usd = budgetUsd;
+    }
+    const event = await this._request(request, 'run_begun');
+    return event.budget_micro_usd;
+  }
+
+  /**
+   * Ends a run (version 8); resolves to {type:'run_ended', run,
+   * spent_micro_usd, how} (how: 'ended', or 'budget' when it reached its
+   * budget first).
+   */
+  endRun(run) {
+    checkRun(run);
+    return this._request({ type: 'end_run', run }, 'run_ended');
+  }
+
+  /**
+   * A run's card (version 8), built by warden from its audit log: {run,
+   * began, ended (null while open), how, budget_micro_usd,
+   * spent_micro_usd, models, requests, commands, hosts}. An unknown run is
+   * a BadRequestError.
+   */
+  async card(run) {
+    checkRun(run);
+    const event = await this._request({ type: 'card', run }, 'card');
+    return event.card;
+  }
+
   /** Stops the machine (version 2); resolves to {type:'shutting_down'}, or when warden closes the connection first. */
   async shutdown() {
     try {
@@ -1248,6 +1289,13 @@ export class Client {
         }
       });
     });
+  }
+}
+
+/** A run's name as warden takes it: 1 to 128 characters. */
+function checkRun(run) {
+  if (typeof run !== 'string' || run.length === 0 || [...run].length > 128) {
+    throw new TypeError("a run's name is a string of 1 to 128 characters");
   }
 }
 

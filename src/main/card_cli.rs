@@ -99,4 +99,30 @@ mod tests {
         assert_eq!(last_run(&lines).as_deref(), Some("b"));
         assert_eq!(last_run(&lines[3..]), None);
     }
+
+    #[test]
+    fn the_command_line_takes_a_machine_a_run_and_one_form() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["warden", "machine", "card"];
+            all.extend(args);
+            crate::parse_from(all.into_iter().map(Into::into).collect())
+        };
+        let card = |args: &[&str]| match parse(args).map(|cli| cli.command) {
+            Ok(crate::Command::Machine {
+                action: crate::MachineAction::Card(a),
+            }) => Some((a.id, a.run, a.json, a.html)),
+            _ => None,
+        };
+        assert_eq!(card(&["demo"]), Some(("demo".into(), None, false, false)));
+        assert_eq!(
+            card(&["demo", "job-41", "--html"]),
+            Some(("demo".into(), Some("job-41".into()), false, true))
+        );
+        assert_eq!(
+            card(&["demo", "--json"]),
+            Some(("demo".into(), None, true, false))
+        );
+        assert!(parse(&["demo", "--json", "--html"]).is_err());
+        assert!(parse(&[]).is_err());
+    }
 }

@@ -81,7 +81,7 @@ test('the default socket is $WARDEN_SOCKET', async () => {
   }
 });
 
-test('the hello offers [1,2,3,4], names the client, and carries the key only when given', async () => {
+test('the hello offers [1,...,8], names the client, and carries the key only when given', async () => {
   const hellos = [];
   const warden = await scriptedWarden(async (peer) => {
     hellos.push((await peer.hello(2)).json);
@@ -92,7 +92,7 @@ test('the hello offers [1,2,3,4], names the client, and carries the key only whe
     assert.equal(a.version, 2);
     await a.close();
     await b.close();
-    assert.deepEqual(hellos[0], { type: 'hello', versions: [1, 2, 3, 4], client: 'warden-node 0.1.0' });
+    assert.deepEqual(hellos[0], { type: 'hello', versions: [1, 2, 3, 4, 5, 6, 7, 8], client: 'warden-node 0.1.0' });
     assert.equal(hellos[1].key, 'k'.repeat(64));
   } finally {
     await warden.close();
@@ -118,7 +118,7 @@ test('no hello answer in time is a ConnectionError "timeout"; a closed connectio
 
 test('a version warden was not offered is refused by the client', async () => {
   const warden = await scriptedWarden(async (peer) => {
-    await peer.hello(7);
+    await peer.hello(9);
   });
   try {
     await assert.rejects(connect({ socket: warden.path }), (e) => e instanceof ConnectionError && e.code === 'protocol');
@@ -228,6 +228,53 @@ test('hold and handKeys (version 4): requests on id 0, resolving to the hold in 
     await assert.rejects(client.hold(-1), TypeError);
     await assert.rejects(client.hold(1.5), TypeError);
     await assert.rejects(client.handKeys(undefined), TypeError);
+    assert.equal(client.closed, false);
+    await client.close();
+  } finally {
+    await warden.close();
+  }
+});
+
+test('beginRun, endRun and card (version 8): requests on id 0, resolving to the budget, the ending and the card', async () => {
+  const requests = [];
+  const card = { run: 'job-41', began: '2026-12-04T10:00:00.000000Z', ended: null, how: 'open', budget_micro_usd: 500000, spent_micro_usd: 0, models: [], requests: [], commands: [], hosts: { reached: [], refused: [] } };
+  const warden = await scriptedWarden(async (peer) => {
+    await peer.hello(8);
+    for (let i = 0; i < 5; i++) requests.push((await peer.next()).json);
+    peer.send('control', 0, { type: 'run_begun', run: 'job-41', budget_micro_usd: 500000 });
+    peer.send('control', 0, { type: 'run_begun', run: 'job-42', budget_micro_usd: 1000000 });
+    peer.send('control', 0, { type: 'card', card });
+    peer.send('control', 0, { type: 'run_ended', run: 'job-41', spent_micro_usd: 123456, how: 'budget' });
+    peer.send('control', 0, { type: 'error', code: 'bad_request', message: 'card: no run "nope" in the audit log' });
+    await peer.next();
+  });
+  try {
+    const client = await connect({ socket: warden.path });
+    assert.equal(client.version, 8);
+    const [begun, defaulted, got, ended, unknown] = await Promise.allSettled([
+      client.beginRun('job-41', 0.5),
+      client.beginRun('job-42'),
+      client.card('job-41'),
+      client.endRun('job-41'),
+      client.card('nope'),
+    ]);
+    assert.deepEqual(requests, [
+      { type: 'begin_run', run: 'job-41', budget_usd: 0.5 },
+      { type: 'begin_run', run: 'job-42' },
+      { type: 'card', run: 'job-41' },
+      { type: 'end_run', run: 'job-41' },
+      { type: 'card', run: 'nope' },
+    ]);
+    assert.equal(begun.value, 500000);
+    assert.equal(defaulted.value, 1000000);
+    assert.deepEqual(got.value, card);
+    assert.deepEqual(ended.value, { type: 'run_ended', run: 'job-41', spent_micro_usd: 123456, how: 'budget' });
+    assert.ok(unknown.reason instanceof BadRequestError && /no run/.test(unknown.reason.message));
+    assert.throws(() => client.endRun(''), TypeError);
+    assert.throws(() => client.endRun('x'.repeat(129)), TypeError);
+    await assert.rejects(client.beginRun('x', Number.NaN), TypeError);
+    await assert.rejects(client.beginRun('x', '1'), TypeError);
+    await assert.rejects(client.card(7), TypeError);
     assert.equal(client.closed, false);
     await client.close();
   } finally {

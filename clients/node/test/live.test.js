@@ -63,8 +63,8 @@ if (!pre.run && pre.skip) {
       }
     });
 
-    test('the hello agrees on version 4', () => {
-      assert.equal(client.version, 4);
+    test('the hello agrees on version 8', () => {
+      assert.equal(client.version, 8);
       assert.match(client.server, /^warden \d+\.\d+\.\d+/);
     });
 
@@ -262,12 +262,12 @@ if (!pre.run && pre.skip) {
       parallel.forEach((p, i) => assert.equal(p.stdout, `${i}\n`));
     });
 
-    test('status: pid 1, protocol 6 (the newest warden speaks), users, layers, the running command, activity', async () => {
+    test('status: pid 1, protocol 8 (the newest warden speaks), users, layers, the running command, activity', async () => {
       const command = client.spawn({ argv: ['sleep', '10'], folder: 'st' });
       await command.started;
       const status = await client.status();
       assert.equal(status.type, 'status');
-      assert.equal(status.protocol, 6); // the newest warden speaks; this client asks for 4
+      assert.equal(status.protocol, 8); // the newest warden speaks, as this client does
       assert.equal(status.pid1, true);
       assert.ok(Number.isInteger(status.activity.idle_ms) && status.activity.idle_ms >= 0);
       assert.equal(status.activity.idle_stop_s, undefined, 'no idle stop in this config');
@@ -375,6 +375,43 @@ if (!pre.run && pre.skip) {
       assert.equal(await client.hold(Date.now() + 60_000) > 0, true);
       assert.equal(await client.hold(0), 0);
       assert.equal((await client.status()).activity.held_until_ms, undefined);
+    });
+
+    test('beginRun, endRun and card (version 8): a run with no provider traffic lists the commands it ran, at zero spend', async () => {
+      assert.equal(await client.beginRun('node-run', 0.25), 250_000);
+      await assert.rejects(client.beginRun('node-run'), (e) => e instanceof BadRequestError && !e.fatal, 'a run open already');
+      const open = await client.card('node-run');
+      assert.equal(open.how, 'open');
+      assert.equal(open.ended, null);
+      const failed = await client.run({ shell: 'echo no >&2; exit 3' });
+      assert.equal(failed.code, 3);
+      const slow = await client.run({ argv: ['sleep', '30'], timeout: 300 });
+      assert.equal(slow.limit, 'timeout');
+      const ended = await client.endRun('node-run');
+      assert.deepEqual(ended, { type: 'run_ended', run: 'node-run', spent_micro_usd: 0, how: 'ended' });
+      const card = await client.card('node-run');
+      assert.equal(card.run, 'node-run');
+      assert.equal(card.how, 'ended');
+      assert.equal(typeof card.began, 'string');
+      assert.equal(typeof card.ended, 'string');
+      assert.equal(card.budget_micro_usd, 250_000);
+      assert.equal(card.spent_micro_usd, 0);
+      assert.deepEqual(card.models, []);
+      assert.deepEqual(card.requests, []);
+      assert.equal(card.commands.length, 2, JSON.stringify(card.commands));
+      assert.deepEqual(card.commands[0].argv.slice(-1), ['echo no >&2; exit 3']);
+      assert.equal(card.commands[0].exit, 3);
+      assert.equal(card.commands[0].limit, null);
+      assert.deepEqual(card.commands[1].argv, ['sleep', '30']);
+      assert.equal(card.commands[1].limit, 'timeout');
+      assert.ok(card.commands[1].duration_ms >= 300);
+      const begun = auditLines(w).find((l) => l.kind === 'run_begin' && l.run === 'node-run');
+      assert.equal(begun.budget_micro_usd, 250_000);
+      await assert.rejects(client.endRun('node-run'), BadRequestError, 'ended already');
+      await assert.rejects(client.card('never-begun'), BadRequestError);
+      await assert.rejects(client.beginRun(''), TypeError);
+      await assert.rejects(client.beginRun('x', -1), TypeError);
+      assert.equal((await client.run({ argv: ['true'] })).status, 0, 'the connection goes on');
     });
 
     test('handKeys on the machine\'s own socket: a RefusedError, and the connection goes on', async () => {
@@ -676,7 +713,7 @@ if (!pre.run && pre.skip) {
 
     test('the machine\'s key lets the client in, and it runs a command', async () => {
       const client = await connect({ socket: w.hostSocket, key: w.key });
-      assert.equal(client.version, 4);
+      assert.equal(client.version, 8);
       const r = await client.run({ argv: ['id', '-un'] });
       assert.equal(r.stdout.toString(), 'shell\n');
       const viaShellRun = await shellRun('echo from the host', { socket: w.hostSocket, key: w.key });

@@ -377,7 +377,7 @@ def test_the_default_socket_and_key_come_from_the_environment(peer: Any, monkeyp
 
     def script(conn: socket.socket) -> None:
         _, hello = read_json(conn)
-        assert hello == {"type": "hello", "versions": [1, 2, 3, 4],
+        assert hello == {"type": "hello", "versions": [1, 2, 3, 4, 5, 6, 7, 8],
                          "client": f"warden-python {warden_client.__version__}", "key": "k" * 40}
         conn.sendall(HELLO)
 
@@ -779,4 +779,77 @@ def test_async_detached_commands_frames_and_answers(peer: Any) -> None:
             assert await c.signal_command(7, "KILL") is None
 
     p = peer(_detached_script)
+    asyncio.run(main())
+
+
+HELLO_8 = control(0, {"type": "hello", "version": 8, "server": "warden test"})
+CARD = {"run": "job-41", "began": "2026-12-04T10:00:00.000000Z", "ended": None, "how": "open",
+        "budget_micro_usd": 500000, "spent_micro_usd": 0, "models": [], "requests": [],
+        "commands": [], "hosts": {"reached": [], "refused": []}}
+
+
+def _version_8_script(conn: socket.socket) -> None:
+    """begin_run, card and end_run as warden answers them, and a card of a
+    run warden does not know (a bad_request that is not fatal)."""
+    read_json(conn)
+    conn.sendall(HELLO_8)
+    assert read_json(conn) == (0, {"type": "begin_run", "run": "job-41", "budget_usd": 0.5})
+    conn.sendall(control(0, {"type": "run_begun", "run": "job-41", "budget_micro_usd": 500000}))
+    assert read_json(conn) == (0, {"type": "begin_run", "run": "job-42"})
+    conn.sendall(control(0, {"type": "run_begun", "run": "job-42", "budget_micro_usd": 1000000}))
+    assert read_json(conn) == (0, {"type": "card", "run": "job-41"})
+    conn.sendall(control(0, {"type": "card", "card": CARD}))
+    assert read_json(conn) == (0, {"type": "end_run", "run": "job-41"})
+    conn.sendall(control(0, {"type": "run_ended", "run": "job-41", "spent_micro_usd": 123456,
+                             "how": "budget"}))
+    assert read_json(conn) == (0, {"type": "card", "run": "nope"})
+    conn.sendall(control(0, {"type": "error", "code": "bad_request",
+                             "message": 'card: no run "nope" in the audit log'}))
+    try:
+        read_frame(conn)
+    except EOFError:
+        pass
+
+
+def test_runs_and_their_card_frames_and_answers(peer: Any) -> None:
+    p = peer(_version_8_script)
+    with Client.connect(p.path, timeout=10) as c:
+        assert c.version == 8
+        assert c.begin_run("job-41", 0.5) == 500000
+        assert c.begin_run("job-42") == 1000000
+        assert c.card("job-41") == CARD
+        ended = c.end_run("job-41")
+        assert (ended.run, ended.spent_micro_usd, ended.how) == ("job-41", 123456, "budget")
+        assert ended.spent_usd == 0.123456
+        with pytest.raises(WardenError) as caught:
+            c.card("nope")
+        assert caught.value.code == "bad_request" and not caught.value.fatal
+        for bad_name in ["", "x" * 129, "a\nb"]:
+            with pytest.raises(ValueError):
+                c.end_run(bad_name)
+        with pytest.raises(TypeError):
+            c.card(7)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            c.begin_run("x", float("nan"))
+        with pytest.raises(TypeError):
+            c.begin_run("x", True)
+        assert c._link.failure is None
+
+
+def test_async_runs_and_their_card_frames_and_answers(peer: Any) -> None:
+    async def main() -> None:
+        async with await AsyncClient.connect(p.path, timeout=10) as c:
+            assert c.version == 8
+            assert await c.begin_run("job-41", 0.5) == 500000
+            assert await c.begin_run("job-42") == 1000000
+            assert await c.card("job-41") == CARD
+            ended = await c.end_run("job-41")
+            assert (ended.spent_micro_usd, ended.how) == (123456, "budget")
+            with pytest.raises(WardenError) as caught:
+                await c.card("nope")
+            assert caught.value.code == "bad_request"
+            with pytest.raises(ValueError):
+                await c.begin_run("", 1.0)
+
+    p = peer(_version_8_script)
     asyncio.run(main())

@@ -41,8 +41,8 @@ def client(warden: Warden) -> Any:
         yield c
 
 
-def test_hello_agrees_on_version_4(client: Client, warden: Warden) -> None:
-    assert client.version == 4
+def test_hello_agrees_on_version_8(client: Client, warden: Warden) -> None:
+    assert client.version == 8
     assert client.server.startswith("warden ")
     with Client.connect(warden.socket, versions=[1], timeout=PATIENCE) as old:
         assert old.version == 1
@@ -228,7 +228,7 @@ def test_refused_requests_are_typed_errors_and_not_fatal(client: Client) -> None
 def test_status_lists_users_layers_and_running_commands(client: Client) -> None:
     with client.spawn(["sleep", "30"]) as sleeper:
         status = client.status()
-        assert status["type"] == "status" and status["protocol"] == 6 and status["pid1"] is True
+        assert status["type"] == "status" and status["protocol"] == 8 and status["pid1"] is True
         assert isinstance(status["activity"]["idle_ms"], int)
         assert "idle_stop_s" not in status["activity"], "no idle stop in this config"
         users = {u["name"]: u for u in status["users"]}
@@ -303,7 +303,7 @@ def test_closing_the_connection_kills_its_commands(warden: Warden, client: Clien
 def test_asyncio_client(warden: Warden) -> None:
     async def main() -> None:
         async with await AsyncClient.connect(warden.socket, timeout=PATIENCE) as c:
-            assert c.version == 4
+            assert c.version == 8
             r = await c.run(["id", "-un"])
             assert r.stdout == b"shell\n"
             echoed = await c.run(["cat"], stdin=os.urandom(2 * 1024 * 1024 + 1))
@@ -319,7 +319,7 @@ def test_asyncio_client(warden: Warden) -> None:
             assert await sleeper.kill("TERM") == "SIGTERM"
             assert (await sleeper.wait()).status == 143
             status = await c.status()
-            assert status["protocol"] == 6 and "activity" in status
+            assert status["protocol"] == 8 and "activity" in status
             until = int(time.time() * 1000) + 600_000
             assert await c.hold(until) == until
             assert (await c.status())["activity"]["held_until_ms"] == until
@@ -345,7 +345,7 @@ def test_the_host_socket_lets_in_only_the_key(keyed_warden: Warden) -> None:
     before = len(refusals())
     key_file = keyed_warden.root / "key"
     with Client.connect(host, key_file=key_file, timeout=PATIENCE) as c:
-        assert c.status()["protocol"] == 6
+        assert c.status()["protocol"] == 8
     for key, reason in ((HOST_KEY[:-1] + "X", "wrong key"), (None, "no key")):
         t0 = time.monotonic()
         with pytest.raises(WardenError) as caught:
@@ -453,7 +453,7 @@ def test_hand_keys_on_the_machine_socket_is_refused_and_not_fatal(client: Client
 def test_hand_keys_through_the_host_socket(keyed_warden: Warden) -> None:
     text = "PY_TOKEN=canary-py-hand\n# a comment\n\nexport PY_OTHER=x=y\n"
     with Client.connect(keyed_warden.host_socket, HOST_KEY, timeout=PATIENCE) as c:
-        assert c.version == 4
+        assert c.version == 8
         assert c.hand_keys(text) == ["PY_TOKEN", "PY_OTHER"]
         env = keyed_warden.home / ".env"
         assert env.read_text() == text
@@ -710,5 +710,46 @@ def test_detached_through_asyncio(warden: Warden) -> None:
             with pytest.raises(WardenError) as caught:
                 await c.attach(999_999)
             assert caught.value.code == "unknown_id"
+
+    asyncio.run(main())
+
+
+def test_a_run_s_card_lists_its_commands_at_zero_spend(client: Client, warden: Warden) -> None:
+    """begin_run, end_run and card (version 8) with no provider traffic:
+    the card still holds the commands the run ran, and how each ended."""
+    assert client.begin_run("py-run", 0.25) == 250_000
+    with pytest.raises(WardenError) as caught:
+        client.begin_run("py-run")
+    assert caught.value.code == "bad_request" and not caught.value.fatal
+    assert client.card("py-run")["how"] == "open"
+    assert client.run(["sh", "-c", "exit 3"]).status == 3
+    assert client.run(["sleep", "30"], timeout=0.3).limit == "timeout"
+    ended = client.end_run("py-run")
+    assert (ended.run, ended.spent_micro_usd, ended.how) == ("py-run", 0, "ended")
+    card = client.card("py-run")
+    assert (card["run"], card["how"], card["spent_micro_usd"], card["budget_micro_usd"]) == (
+        "py-run", "ended", 0, 250_000)
+    assert isinstance(card["began"], str) and isinstance(card["ended"], str)
+    assert card["models"] == [] and card["requests"] == []
+    commands = card["commands"]
+    assert [c["argv"] for c in commands] == [["sh", "-c", "exit 3"], ["sleep", "30"]], commands
+    assert (commands[0]["exit"], commands[0]["limit"]) == (3, None)
+    assert commands[1]["limit"] == "timeout" and commands[1]["duration_ms"] >= 300
+    begun = [line for line in warden.audit_lines() if line.get("kind") == "run_begin"]
+    assert begun[-1]["run"] == "py-run" and begun[-1]["budget_micro_usd"] == 250_000
+    with pytest.raises(WardenError) as caught:
+        client.card("never-begun")
+    assert caught.value.code == "bad_request"
+
+
+def test_async_begin_run_end_run_and_card(warden: Warden) -> None:
+    async def main() -> None:
+        async with await AsyncClient.connect(warden.socket, timeout=PATIENCE) as c:
+            assert await c.begin_run("py-async-run") > 0
+            assert (await c.run(["true"])).status == 0
+            assert (await c.end_run("py-async-run")).how == "ended"
+            card = await c.card("py-async-run")
+            assert [cmd["argv"] for cmd in card["commands"]] == [["true"]]
+            assert card["commands"][0]["exit"] == 0
 
     asyncio.run(main())

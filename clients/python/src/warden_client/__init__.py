@@ -18,6 +18,7 @@ from .common import (
     Detached,
     DetachedCommand,
     Result,
+    RunEnded,
     ShellStopped,
     TerminalSize,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "Process",
     "ProtocolError",
     "Result",
+    "RunEnded",
     "ShellStopped",
     "Stream",
     "TerminalSize",

@@ -38,6 +38,7 @@ from .common import (
     Hello,
     Pty,
     Result,
+    RunEnded,
     ShellStopped,
     Started,
     TerminalSize,
@@ -47,9 +48,13 @@ from .common import (
     detach_request,
     detached_commands,
     error_of,
+    begin_run_request,
+    card_of,
     hold_until,
     read_key,
     result_of,
+    run_ended,
+    run_name,
     run_request,
     signal_name,
     terminal_size,
@@ -464,6 +469,22 @@ class AsyncClient:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ProtocolError(f"keys_handed without names: {event!r:.200}")
         return names
+
+    async def begin_run(self, run: str, budget_usd: float | None = None) -> int:
+        """See :meth:`Client.begin_run`."""
+        event = await self._request(begin_run_request(run, budget_usd), "run_begun")
+        budget = event.get("budget_micro_usd")
+        if isinstance(budget, bool) or not isinstance(budget, int):
+            raise ProtocolError(f"run_begun without budget_micro_usd: {event!r:.200}")
+        return budget
+
+    async def end_run(self, run: str) -> RunEnded:
+        """See :meth:`Client.end_run`."""
+        return run_ended(await self._request({"type": "end_run", "run": run_name(run)}, "run_ended"))
+
+    async def card(self, run: str) -> dict[str, Any]:
+        """See :meth:`Client.card`."""
+        return card_of(await self._request({"type": "card", "run": run_name(run)}, "card"))
 
     async def shutdown(self) -> None:
         try:

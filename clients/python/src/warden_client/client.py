@@ -36,6 +36,7 @@ from .common import (
     Hello,
     Pty,
     Result,
+    RunEnded,
     ShellStopped,
     Started,
     TerminalSize,
@@ -45,9 +46,13 @@ from .common import (
     detach_request,
     detached_commands,
     error_of,
+    begin_run_request,
+    card_of,
     hold_until,
     read_key,
     result_of,
+    run_ended,
+    run_name,
     run_request,
     signal_name,
     terminal_size,
@@ -716,6 +721,33 @@ class Client:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ProtocolError(f"keys_handed without names: {event!r:.200}")
         return names
+
+    # -- runs and their budgets (protocol version 8) --------------------------
+
+    def begin_run(self, run: str, budget_usd: float | None = None) -> int:
+        """Opens a run (protocol version 8): the machine's requests to its
+        model providers count against its budget in dollars (``None``: the
+        machine's ``spend.per_run_usd``) until :meth:`end_run`. Returns the
+        budget in integer micro-dollars. A name already open, or a machine
+        that meters no provider: ``bad_request`` or ``internal``."""
+        event = self._request(begin_run_request(run, budget_usd), "run_begun")
+        budget = event.get("budget_micro_usd")
+        if isinstance(budget, bool) or not isinstance(budget, int):
+            raise ProtocolError(f"run_begun without budget_micro_usd: {event!r:.200}")
+        return budget
+
+    def end_run(self, run: str) -> RunEnded:
+        """Ends a run (protocol version 8): what it spent and how it ended."""
+        return run_ended(self._request({"type": "end_run", "run": run_name(run)}, "run_ended"))
+
+    def card(self, run: str) -> dict[str, Any]:
+        """A run's card (protocol version 8), built by warden from its audit
+        log: ``began``, ``ended`` (None while open), ``how``,
+        ``budget_micro_usd``, ``spent_micro_usd``, ``models``, ``requests``,
+        ``commands`` (started while it was open: ``argv``, ``exit``,
+        ``signal``, ``duration_ms``, ``limit``) and ``hosts``. An unknown
+        run: ``bad_request``."""
+        return card_of(self._request({"type": "card", "run": run_name(run)}, "card"))
 
     def shutdown(self) -> None:
         """Stops the machine, as SIGTERM would (protocol version 2)."""

@@ -21,6 +21,7 @@ __all__ = [
     "Hello",
     "Pty",
     "Result",
+    "RunEnded",
     "ShellStopped",
     "Started",
     "TerminalSize",
@@ -29,9 +30,13 @@ __all__ = [
     "detach_request",
     "detached_commands",
     "error_of",
+    "begin_run_request",
+    "card_of",
     "hold_until",
     "read_key",
     "result_of",
+    "run_ended",
+    "run_name",
     "run_request",
     "signal_name",
     "terminal_size",
@@ -39,7 +44,7 @@ __all__ = [
 
 VERSION = "0.1.0"
 #: The protocol versions this client speaks.
-SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2, 3, 4)
+SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
 #: Requests whose ``refused`` answer refuses that request alone: warden
 #: keeps the connection (``hand_keys`` anywhere but the host's door).
 REFUSED_IN_PLACE: frozenset[str] = frozenset({"hand_keys"})
@@ -185,6 +190,57 @@ def hold_until(until_ms: int) -> int:
     if until_ms < 0:
         raise ValueError(f"until_ms {until_ms}: Unix milliseconds, not negative")
     return until_ms
+
+
+def run_name(run: str) -> str:
+    """A run's name as warden takes it: 1 to 128 printable characters."""
+    if not isinstance(run, str):
+        raise TypeError(f"a run's name is a str, not {type(run).__name__}")
+    if not 1 <= len(run) <= 128 or not run.isprintable():
+        raise ValueError(f"run {run!r:.160}: 1 to 128 printable characters")
+    return run
+
+
+def begin_run_request(run: str, budget_usd: float | None) -> dict[str, Any]:
+    """The ``begin_run`` request (protocol version 8); no budget: the
+    machine's ``spend.per_run_usd``."""
+    request: dict[str, Any] = {"type": "begin_run", "run": run_name(run)}
+    if budget_usd is not None:
+        if isinstance(budget_usd, bool) or not isinstance(budget_usd, (int, float)):
+            raise TypeError(f"budget_usd is dollars (a number), not {budget_usd!r}")
+        if not math.isfinite(budget_usd) or budget_usd < 0:
+            raise ValueError(f"budget_usd {budget_usd!r}: dollars, finite, not negative")
+        request["budget_usd"] = budget_usd
+    return request
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnded:
+    """The answer to ``end_run``: what the run spent, in integer
+    micro-dollars, and how it ended (``ended``; ``budget`` when it reached
+    its budget first)."""
+
+    run: str
+    spent_micro_usd: int
+    how: str
+
+    @property
+    def spent_usd(self) -> float:
+        return self.spent_micro_usd / 1_000_000
+
+
+def run_ended(event: Mapping[str, Any]) -> RunEnded:
+    spent, how = event.get("spent_micro_usd"), event.get("how")
+    if isinstance(spent, bool) or not isinstance(spent, int) or not isinstance(how, str):
+        raise ProtocolError(f"run_ended without spent_micro_usd and how: {event!r:.200}")
+    return RunEnded(str(event.get("run", "")), spent, how)
+
+
+def card_of(event: Mapping[str, Any]) -> dict[str, Any]:
+    card = event.get("card")
+    if not isinstance(card, dict):
+        raise ProtocolError(f"card without a card: {event!r:.200}")
+    return card
 
 
 @dataclass(slots=True)
