@@ -544,7 +544,7 @@ fn timeline(card: &Value) -> String {
     );
     let mut y = top;
     let lane_bg = |svg: &mut String, y: f64, label: &str, full: &str, i: usize| {
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             let _ = write!(
                 svg,
                 r##"<rect x="0" y="{y:.1}" width="{W}" height="{LANE}" fill="#f8f9fb"/>"##
