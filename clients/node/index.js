@@ -1292,10 +1292,11 @@ export class Client {
   }
 }
 
-/** A run's name as warden takes it: 1 to 128 characters. */
+/** A run's name as warden takes it: 1 to 128 bytes (UTF-8), no control character. */
 function checkRun(run) {
-  if (typeof run !== 'string' || run.length === 0 || [...run].length > 128) {
-    throw new TypeError("a run's name is a string of 1 to 128 characters");
+  // eslint-disable-next-line no-control-regex
+  if (typeof run !== 'string' || run.length === 0 || Buffer.byteLength(run) > 128 || /[\u0000-\u001f\u007f-\u009f]/.test(run)) {
+    throw new TypeError("a run's name is a string of 1 to 128 bytes, no control character");
   }
 }
 

@@ -272,6 +272,8 @@ test('beginRun, endRun and card (version 8): requests on id 0, resolving to the 
     assert.ok(unknown.reason instanceof BadRequestError && /no run/.test(unknown.reason.message));
     assert.throws(() => client.endRun(''), TypeError);
     assert.throws(() => client.endRun('x'.repeat(129)), TypeError);
+    assert.throws(() => client.endRun('a\nb'), TypeError);
+    assert.throws(() => client.endRun('é'.repeat(65)), TypeError);
     await assert.rejects(client.beginRun('x', Number.NaN), TypeError);
     await assert.rejects(client.beginRun('x', '1'), TypeError);
     await assert.rejects(client.card(7), TypeError);

@@ -824,7 +824,7 @@ def test_runs_and_their_card_frames_and_answers(peer: Any) -> None:
         with pytest.raises(WardenError) as caught:
             c.card("nope")
         assert caught.value.code == "bad_request" and not caught.value.fatal
-        for bad_name in ["", "x" * 129, "a\nb"]:
+        for bad_name in ["", "x" * 129, "a\nb", "é" * 65]:
             with pytest.raises(ValueError):
                 c.end_run(bad_name)
         with pytest.raises(TypeError):

@@ -193,11 +193,13 @@ def hold_until(until_ms: int) -> int:
 
 
 def run_name(run: str) -> str:
-    """A run's name as warden takes it: 1 to 128 printable characters."""
+    """A run's name as warden takes it: 1 to 128 bytes (UTF-8), no
+    control character."""
     if not isinstance(run, str):
         raise TypeError(f"a run's name is a str, not {type(run).__name__}")
-    if not 1 <= len(run) <= 128 or not run.isprintable():
-        raise ValueError(f"run {run!r:.160}: 1 to 128 printable characters")
+    control = any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in run)
+    if not 1 <= len(run.encode("utf-8", "surrogatepass")) <= 128 or control:
+        raise ValueError(f"run {run!r:.160}: 1 to 128 bytes, no control character")
     return run
 
 
