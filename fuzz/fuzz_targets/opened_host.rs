@@ -12,7 +12,11 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(head) = http1::parse_request(data, "api.example.com") {
         assert!(head.target.starts_with('/'));
         let sent = http1::request_upstream(&head, Some(("Authorization", "Bearer k")), true);
-        assert!(sent.ends_with(b"Connection: close\r\n\r\n"));
+        let ending: &[u8] = match head.websocket {
+            true => b"Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+            false => b"Connection: close\r\n\r\n",
+        };
+        assert!(sent.ends_with(ending));
     }
     for method in ["GET", "HEAD"] {
         if let Ok(answer) = http1::parse_response(data, method) {
