@@ -13,10 +13,15 @@
 //! `opened.*`) and mitmdump (streaming, with an addon that adds the same
 //! credential and masks it in what comes back). Root only.
 //!
-//! `cargo bench --bench opened [-- throughput|ttfb|shaped]` (see
+//! And the metered path (a model provider's host) against the opened one
+//! without metering, the same streamed answer through both (`metered`).
+//!
+//! `cargo bench --bench opened [-- throughput|ttfb|shaped|metered]` (see
 //! docs/benchmarks.md).
 
 mod link;
+#[path = "opened/metered.rs"]
+mod metered;
 mod timing;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -28,7 +33,7 @@ use timing::{interleaved_with, us, Stats};
 
 /// The argument that runs the bench inside its namespaces.
 const INSIDE: &str = "opened-inside";
-const PARTS: [&str; 3] = ["throughput", "ttfb", "shaped"];
+const PARTS: [&str; 4] = ["throughput", "ttfb", "shaped", "metered"];
 /// On loopback: each contender downloads LOOP_BYTES, LOOP_ROUNDS times.
 const LOOP_BYTES: u64 = 1 << 30;
 const LOOP_ROUNDS: usize = 3;
@@ -101,7 +106,8 @@ fn which(tool: &str) -> Option<PathBuf> {
 // The origin: HTTPS with a test authority of the bench's own. `GET
 // /bytes/N` answers N bytes with a Content-Length (`?chunked`: chunked);
 // the body begins with the Authorization the request came with (an echo:
-// the proxies must mask it), then text that looks like base64.
+// the proxies must mask it), then text that looks like base64. `POST
+// /v1/messages` answers a stream of events (`metered`).
 
 struct Authority {
     ca_pem: String,
@@ -119,7 +125,11 @@ fn authority() -> Authority {
     let key = KeyPair::generate().unwrap();
     let ca = params.self_signed(&key).unwrap();
     let issuer = Issuer::new(params, key);
-    let names: Vec<String> = NAMES.iter().map(|n| n.to_string()).collect();
+    let names: Vec<String> = NAMES
+        .iter()
+        .chain(&metered::NAMES)
+        .map(|n| n.to_string())
+        .collect();
     let mut leaf = CertificateParams::new(names).unwrap();
     leaf.distinguished_name
         .push(DnType::CommonName, "origin.bench");
@@ -205,7 +215,12 @@ where
             n => head.extend_from_slice(&buf[..n]),
         }
     }
+    let end = head.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let rest = head.split_off(end);
     let head = String::from_utf8_lossy(&head).into_owned();
+    if head.starts_with("POST /v1/messages ") {
+        return metered::messages(&mut s, &head, rest).await;
+    }
     let target = head.split_whitespace().nth(1).unwrap_or("");
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let Some(n) = path
@@ -342,19 +357,17 @@ fn warden(dir: &Path, origin_ca: &Path, ca: &Path) -> (Proc, u16) {
         .filter(|n| n.starts_with("opened."))
         .map(|n| serde_json::json!({"host": format!("{n}:{PORT}"), "key": KEY, "for": ["shell"]}))
         .collect();
-    std::fs::write(
-        policy.join("network.json"),
-        serde_json::json!({
-            "hosts": hosts,
-            "allow_addresses": ["127.0.0.1/32", link::LINK],
-            "upstream_ca": [origin_ca],
-            "credentials": credentials,
-        })
-        .to_string(),
-    )
-    .unwrap();
+    let mut network = serde_json::json!({
+        "hosts": hosts,
+        "allow_addresses": ["127.0.0.1/32", link::LINK],
+        "upstream_ca": [origin_ca],
+        "credentials": credentials,
+    });
+    metered::policy(&mut network, &policy, PORT);
+    std::fs::write(policy.join("network.json"), network.to_string()).unwrap();
     let values = dir.join("credentials.env");
-    std::fs::write(&values, format!("{KEY}={SECRET}\n")).unwrap();
+    let text = format!("{KEY}={SECRET}\n{}={}\n", metered::KEY, metered::SECRET);
+    std::fs::write(&values, text).unwrap();
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let mut p = Proc::spawn(
@@ -731,12 +744,20 @@ fn inside(parts: &[&str]) {
     let here = TcpListener::bind(("127.0.0.1", PORT)).unwrap();
     let tls = authority.server.clone();
     std::thread::spawn(move || run_origin(here, tls));
-    let mut names = vec![("127.0.0.1", NAMES[0]), ("127.0.0.1", NAMES[1])];
-    let linked = run("shaped").then(|| {
+    let mut names = vec![
+        ("127.0.0.1", NAMES[0]),
+        ("127.0.0.1", NAMES[1]),
+        ("127.0.0.1", metered::NAMES[0]),
+    ];
+    let linked = (run("shaped") || run("metered")).then(|| {
         let tls = authority.server.clone();
         let (_, tid) = link::origin_apart(PORT, move |l| run_origin(l, tls));
-        names.extend([(link::ORIGIN, NAMES[2]), (link::ORIGIN, NAMES[3])]);
-        tid
+        names.extend([
+            (link::ORIGIN, NAMES[2]),
+            (link::ORIGIN, NAMES[3]),
+            (link::ORIGIN, metered::NAMES[1]),
+        ]);
+        link::shape(RATE.0, RATE.1, tid);
     });
     link::name_hosts(&names);
 
@@ -832,8 +853,26 @@ fn inside(parts: &[&str]) {
         ttfb(&cs, &bundle, &roles);
         warden.check();
     }
-    if let Some(tid) = linked {
-        link::shape(RATE.0, RATE.1, tid);
+    if run("metered") {
+        let audit = dir.join("warden-audit");
+        let opened = [NAMES[1], NAMES[3]];
+        let mut m = metered::Bench::new(warden_port, warden.child.id(), audit, &warden_ca, opened);
+        println!(
+            "\nmetered: {} (a provider, anthropic-messages, its model priced in prices.json) \
+             against {} (a credential added and masked), the same origin; client: the bench \
+             (rustls, a fresh connection and full handshake each request)",
+            metered::NAMES[0],
+            NAMES[1]
+        );
+        m.check(false);
+        m.ttfb();
+        m.throughput(false, metered::ROUNDS);
+        m.check(true);
+        m.throughput(true, metered::LINK_ROUNDS);
+        m.audited();
+        warden.check();
+    }
+    if linked.is_some() && run("shaped") {
         for c in &cs {
             c.check(&bundle, true, dir);
         }

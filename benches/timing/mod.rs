@@ -15,7 +15,7 @@ pub struct Stats {
 }
 
 impl Stats {
-    fn of(mut times: Vec<Duration>) -> Stats {
+    pub fn of(mut times: Vec<Duration>) -> Stats {
         times.sort();
         let runs = times.len();
         Stats {

@@ -182,8 +182,12 @@ impl EventStream {
         let mut start = 0;
         let mut at = before.saturating_sub(3);
         while let Some((end, next)) = event_end(&self.pending, at.max(start)) {
-            let event = self.pending[start..end].to_vec();
-            self.read_event(&event);
+            let (text, reported) = read_event(self.api, &self.pending[start..end]);
+            self.events += 1;
+            self.text_bytes += text;
+            if let Some(tokens) = reported {
+                self.usage = Some(merge(self.usage, tokens));
+            }
             start = next;
             at = next;
             if stop(self, next - before) {
@@ -197,23 +201,6 @@ impl EventStream {
             self.pending.clear();
         }
         None
-    }
-
-    fn read_event(&mut self, event: &[u8]) {
-        let text = String::from_utf8_lossy(event);
-        let data: Vec<&str> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            .collect();
-        self.events += 1;
-        let Ok(value) = serde_json::from_str::<Value>(&data.join("\n")) else {
-            return;
-        };
-        self.text_bytes += streamed_text(self.api, &value);
-        if let Some(tokens) = reported(self.api, &value) {
-            self.usage = Some(merge(self.usage, tokens));
-        }
     }
 
     /// What the stream used: its reported usage, with output at least the
@@ -236,6 +223,46 @@ impl EventStream {
     }
 }
 
+/// Pure: one event's streamed text (bytes) and the usage it reports, read
+/// from its `data:` lines (joined by newlines) as JSON. Read where it lies
+/// in the stream: a single data line (every provider's events) is parsed
+/// in place, and text that is not UTF-8 is read as `from_utf8_lossy` would
+/// make it.
+fn read_event(api: Api, event: &[u8]) -> (usize, Option<Tokens>) {
+    let mut data: Vec<&[u8]> = Vec::new();
+    let mut rest = event;
+    while !rest.is_empty() {
+        let (line, next) = match memchr::memchr(b'\n', rest) {
+            Some(at) => (&rest[..at], &rest[at + 1..]),
+            None => (rest, &rest[rest.len()..]),
+        };
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(d) = line.strip_prefix(b"data:") {
+            data.push(d.strip_prefix(b" ").unwrap_or(d));
+        }
+        rest = next;
+    }
+    let joined;
+    let json: &[u8] = match data.as_slice() {
+        [one] => one,
+        _ => {
+            joined = data.join(&b'\n');
+            &joined
+        }
+    };
+    let value = match serde_json::from_slice::<Value>(json) {
+        Ok(value) => value,
+        Err(_) if std::str::from_utf8(json).is_err() => {
+            match serde_json::from_str::<Value>(&String::from_utf8_lossy(json)) {
+                Ok(value) => value,
+                Err(_) => return (0, None),
+            }
+        }
+        Err(_) => return (0, None),
+    };
+    (streamed_text(api, &value), reported(api, &value))
+}
+
 /// A later report over an earlier one, kind by kind: a count reported
 /// again replaces the earlier (running totals), one left out (0) keeps it.
 fn merge(earlier: Option<Tokens>, later: Tokens) -> Tokens {
@@ -254,6 +281,8 @@ fn merge(earlier: Option<Tokens>, later: Tokens) -> Tokens {
 fn event_end(bytes: &[u8], from: usize) -> Option<(usize, usize)> {
     let mut i = from;
     while i + 1 < bytes.len() {
+        // Only a line's end begins one: the bytes between are skipped.
+        i += memchr::memchr2(b'\n', b'\r', &bytes[i..bytes.len() - 1])?;
         match (bytes[i], bytes[i + 1]) {
             (b'\n', b'\n') | (b'\r', b'\r') => return Some((i, i + 2)),
             (b'\r', b'\n') if bytes.get(i + 2..i + 4) == Some(b"\r\n") => {
@@ -404,6 +433,22 @@ mod tests {
                 ..Default::default()
             })
         );
+    }
+
+    #[test]
+    fn events_split_over_data_lines_or_not_utf8_are_read_whole() {
+        // Two data lines are one JSON text; bytes that are not UTF-8 count
+        // as what from_utf8_lossy makes of them (U+FFFD, three bytes).
+        let mut s = EventStream::new(Api::AnthropicMessages);
+        let mut stream =
+            b"event: content_block_delta\r\ndata: {\"delta\":\r\ndata: {\"text\":\"abc\"}}\r\n\r\n"
+                .to_vec();
+        stream.extend_from_slice(b"data: {\"delta\":{\"text\":\"x\xffy\"}}\n\n");
+        stream.extend_from_slice(b"data: not json\n\ndata: {\"usage\":{\"output_tokens\":9}}\n\n");
+        let ends = s.feed(&stream);
+        assert_eq!(ends.len(), 4);
+        assert_eq!((s.events, s.text_bytes), (4, 3 + 5));
+        assert_eq!(s.usage.map(|u| u.output), Some(9));
     }
 
     #[test]
