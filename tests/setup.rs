@@ -7,7 +7,7 @@ mod common;
 use common::{privileged, sh, text, Machine, Options, HOST_KEY};
 use std::os::unix::fs::PermissionsExt;
 use warden::client::{Client, ClientError};
-use warden::protocol::{ErrorCode, RunRequest};
+use warden::protocol::{ErrorCode, RunRequest, SUPPORTED_VERSIONS};
 
 #[test]
 fn the_owner_runs_setup_as_the_runtime_and_the_machine_may_not() {
@@ -20,7 +20,7 @@ fn the_owner_runs_setup_as_the_runtime_and_the_machine_may_not() {
     // The owner: run as the runtime, in a folder of its data, status and
     // output back (stderr too), a script longer than a pipe read whole.
     let mut owner = Client::connect_keyed(&host, Some(HOST_KEY), None).unwrap();
-    assert_eq!(owner.version, 6);
+    assert_eq!(owner.version, *SUPPORTED_VERSIONS.last().unwrap());
     let padding = format!("# {}\n", "x".repeat(200)).repeat(1000);
     let script =
         format!("{padding}id -un\npwd\necho to-stderr >&2\nprintf made > \"$HOME/workspace/made-by-setup\"\nexit 3\n");

@@ -22,6 +22,7 @@ import pytest
 from conftest import unavailable
 
 from warden_client import Machine, MachineError, Reach, state_root
+from warden_client.common import SUPPORTED_VERSIONS
 from warden_client import frames as fr
 
 # -- where the launcher keeps machines ------------------------------------------
@@ -288,7 +289,7 @@ def test_a_real_machine_started_reached_stopped_and_kept(warden_binary: Path) ->
         written = m.exec(shell="echo kept > note && cat note", folder="py")
         assert written.stdout == b"kept\n", written
         with m.client(timeout=60) as c:
-            assert c.status()["protocol"] == 6
+            assert c.status()["protocol"] == max(SUPPORTED_VERSIONS)
         # A second adapter finds it running: starts nothing, stops nothing.
         other = Machine(definition, warden=warden_binary)
         assert other.start() == reach and not other.started
