@@ -11,7 +11,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const MAX_HOLD_MS: u64 = 7 * 24 * 3600 * 1000;
 
 pub struct Activity {
-    idle_stop: Option<Duration>,
+    /// The idle stop in milliseconds, 0 for none; a reload may change it.
+    idle_stop_ms: AtomicU64,
+    /// Whether a task watches for the idle stop (see `init`): one at most.
+    pub watching: AtomicBool,
     last: Mutex<Instant>,
     /// Unix time in milliseconds; 0 when nothing holds the machine.
     held_until_ms: AtomicU64,
@@ -41,7 +44,8 @@ pub fn due(
 impl Activity {
     pub fn new(idle_stop_s: Option<u64>) -> Activity {
         Activity {
-            idle_stop: idle_stop_s.map(Duration::from_secs),
+            idle_stop_ms: AtomicU64::new(idle_stop_s.map_or(0, |s| s.saturating_mul(1000))),
+            watching: AtomicBool::new(false),
             last: Mutex::new(Instant::now()),
             held_until_ms: AtomicU64::new(0),
             stopped_idle: AtomicBool::new(false),
@@ -63,7 +67,16 @@ impl Activity {
     }
 
     pub fn idle_stop(&self) -> Option<Duration> {
-        self.idle_stop
+        match self.idle_stop_ms.load(Ordering::SeqCst) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
+    /// The idle stop from now on (None: never); the idle time so far counts.
+    pub fn set_idle_stop(&self, idle_stop_s: Option<u64>) {
+        let ms = idle_stop_s.map_or(0, |s| s.saturating_mul(1000));
+        self.idle_stop_ms.store(ms, Ordering::SeqCst);
     }
 
     /// Holds the machine awake until `until_ms` (Unix ms; 0 lets go);
@@ -92,7 +105,7 @@ impl Activity {
     /// Whether the machine stops now for being idle, with `running`
     /// commands; once true, it is recorded as the reason of the stop.
     pub fn stop_now(&self, running: usize) -> bool {
-        let Some(limit) = self.idle_stop else {
+        let Some(limit) = self.idle_stop() else {
             return false;
         };
         let held = self.held_until_ms.load(Ordering::SeqCst);

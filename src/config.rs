@@ -95,6 +95,10 @@ pub struct MachineConfig {
     /// sets the definition's `env` here (a container's engine sets them in
     /// warden's own environment, which the main process inherits).
     pub main_env: std::collections::BTreeMap<String, String>,
+    /// The file this was read from (None: the defaults, no file), read
+    /// again at a reload for the settings that may change.
+    #[serde(skip)]
+    pub file: Option<PathBuf>,
 }
 
 /// One folder lent to a VM: the 9p share `tag`, mounted at `at`.
@@ -170,6 +174,7 @@ impl Default for MachineConfig {
             command_cgroups: false,
             vm_lends: Vec::new(),
             main_env: Default::default(),
+            file: None,
         }
     }
 }
@@ -222,7 +227,10 @@ impl MachineConfig {
             },
             other => other,
         })?;
-        Ok(config)
+        Ok(MachineConfig {
+            file: Some(path.into()),
+            ..config
+        })
     }
 
     /// Pure parser and validator of the config's text.

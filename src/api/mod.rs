@@ -452,13 +452,7 @@ impl Conn {
                 }
                 Some(Event::Status(Box::new(status)))
             }
-            Request::Reload => Some(match self.sup.network.reload() {
-                Ok(state) => Event::Reloaded(state),
-                Err(e) => error(
-                    ErrorCode::BadRequest,
-                    format!("reload: {e}; the last good network policy holds"),
-                ),
-            }),
+            Request::Reload => Some(self.reload()),
             Request::Signal { target, signal } => Some(self.signal(target, &signal)),
             Request::Audit { kind, fields } => Some(self.runtime_event(&kind, fields)),
             Request::Run(run) => self.start(id, run),
@@ -553,6 +547,28 @@ impl Conn {
     }
 
     /// Closes (with a reason) or opens the runtime's gate (version 3).
+    /// `reload`: the network policy, the commands' limits and the idle
+    /// stop read again; a file that cannot be read or is invalid changes
+    /// nothing, and the answer says which and that the last good ones hold.
+    fn reload(&self) -> Event {
+        let refused = |e: String| {
+            let held =
+                "the last good network policy holds, and the limits and idle stop as they were";
+            error(ErrorCode::BadRequest, format!("reload: {e}; {held}"))
+        };
+        let settings = match self.sup.read_settings() {
+            Ok(settings) => settings,
+            Err(e) => return refused(e),
+        };
+        match self.sup.network.reload() {
+            Ok(state) => {
+                self.sup.apply_settings(settings);
+                Event::Reloaded(state)
+            }
+            Err(e) => refused(e),
+        }
+    }
+
     fn gate(&self, reason: Option<String>) -> Event {
         if self.version.load(Ordering::SeqCst) < 3 {
             return error(

@@ -36,6 +36,7 @@ events! {
     ListenRefused => "listen_refused",
     PolicyReload => "policy_reload",
     PolicyReloadFailed => "policy_reload_failed",
+    SettingsReload => "settings_reload",
     MainStart => "main_start",
     MainFailed => "main_failed",
     MainExit => "main_exit",

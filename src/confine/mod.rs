@@ -24,10 +24,14 @@ use spawn::Confine;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 pub struct Confinement {
+    /// The policy as read at boot; its limits are `limits()` from then on.
     pub policy: Policy,
+    /// The limits every command gets now: the policy's, or what a reload
+    /// of limits.json read since (see `supervisor::reload`).
+    limits: RwLock<Limits>,
     seccomp: Result<Arc<Vec<BpfProgram>>, String>,
     rules: StaticRules,
     pub coverage: Coverage,
@@ -62,6 +66,7 @@ impl Confinement {
         let rules = StaticRules::unopened(&policy.landlock);
         let coverage = landlock::coverage(landlock::kernel_abi(), &policy.landlock);
         Confinement {
+            limits: RwLock::new(policy.limits),
             seccomp,
             rules,
             coverage,
@@ -72,6 +77,17 @@ impl Confinement {
             layers: Mutex::new(Vec::new()),
             gated: AtomicBool::new(false),
         }
+    }
+
+    /// The limits a command gets now (the upper bounds a request may only
+    /// tighten).
+    pub fn limits(&self) -> Limits {
+        *self.limits.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Commands started from now on get `limits`; running ones keep theirs.
+    pub fn set_limits(&self, limits: Limits) {
+        *self.limits.write().unwrap_or_else(|e| e.into_inner()) = limits;
     }
 
     /// Commands forked from now on connect over TCP only through the
@@ -190,7 +206,7 @@ impl Confinement {
         };
         Ok(Confine {
             landlock,
-            rlimits: rlimits(&self.policy.limits),
+            rlimits: rlimits(&self.limits()),
             last_cap: self.last_cap,
             bounding_set_empty: false,
             probe: false,
@@ -360,7 +376,7 @@ impl Confinement {
                 probe.has(Probe::SECCOMP) && self.seccomp.is_ok(),
                 seccomp_detail,
             ),
-            state("rlimits", true, true, describe_limits(&self.policy.limits)),
+            state("rlimits", true, true, describe_limits(&self.limits())),
             state("proc_hidden", false, self.proc_hidden.is_ok(), proc_detail),
             self.cgroups_state(probe),
             self.lifetime_state(probe),
@@ -374,7 +390,7 @@ impl Confinement {
             Err(e) => return state("cgroups", false, false, format!("{e}; commands get no cgroup of their own: lifetime tags end what they leave behind, rlimits bound each process (memory by address space, which memfd and shared memory escape), the machine's own limits bound them all")),
             Ok(c) => c,
         };
-        let l = &self.policy.limits;
+        let l = &self.limits();
         let show = |v: Option<u64>| v.map_or("max".to_string(), |v| v.to_string());
         let cpu = match cgroups.has_cpu() {
             true => match l.cpu_percent {

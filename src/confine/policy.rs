@@ -275,6 +275,12 @@ impl Policy {
     }
 }
 
+/// limits.json alone, read again (a reload): the built-in one when the
+/// folder has none, as at boot.
+pub fn load_limits(dir: &Path) -> Result<Limits, PolicyError> {
+    parse_file(&read_or_built_in(dir, BUILT_IN[2])?, BUILT_IN[2].1)
+}
+
 /// The file's text, or the built-in one when it does not exist.
 fn read_or_built_in(
     dir: &Path,

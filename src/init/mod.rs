@@ -186,7 +186,10 @@ fn phases(
     }
     network::work_out_default_hosts(&sup, defaults);
     let (main, waits) = main_process(&sup); // 12
-    watch_idleness(&sup, &runtime);
+    {
+        let _in_runtime = runtime.enter();
+        crate::supervisor::settings::watch_idleness(&sup);
+    }
     // The boot is over: its code need not stay resident (see footprint).
     if let Err(e) = footprint::unmap_code() {
         crate::say!("the boot's code stays mapped: {e}");
@@ -699,33 +702,6 @@ fn give_back_freed_memory() {
     }
     // Where this cannot be done, the boot said why once.
     let _ = footprint::unmap_code();
-}
-
-/// With an idle stop set: looks every second whether the machine has been
-/// idle long enough (no request, no command, no hold), and stops it.
-fn watch_idleness(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime) {
-    let Some(limit) = sup.activity.idle_stop() else {
-        return;
-    };
-    let watched = Arc::downgrade(sup);
-    let step = Duration::from_secs(1)
-        .min(limit / 4)
-        .max(Duration::from_millis(100));
-    runtime.spawn(async move {
-        loop {
-            tokio::time::sleep(step).await;
-            let Some(sup) = watched.upgrade() else { return };
-            if sup.activity.stop_now(sup.running_count()) {
-                let idle_ms = sup.activity.idle().as_millis() as u64;
-                sup.audit.record(
-                    Event::IdleStop,
-                    json!({"idle_ms": idle_ms, "idle_stop_s": limit.as_secs()}),
-                );
-                sup.request_stop();
-                return;
-            }
-        }
-    });
 }
 
 /// TERM/INT/PWR: pass it on to the main process, stop every command, and

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod network_layer;
+pub mod settings;
 
 pub struct Supervisor {
     pub config: MachineConfig,
@@ -296,7 +297,7 @@ impl Supervisor {
 
     /// The policy's limits, tightened by what the request asks.
     pub fn limits_for(&self, run: &ValidRun) -> Limits {
-        self.confinement.policy.limits.tightened_by(&run.limits)
+        self.confinement.limits().tightened_by(&run.limits)
     }
 
     /// Applies every layer in a child as shell and has it test each from
@@ -338,9 +339,9 @@ impl Supervisor {
     }
 
     fn run_probe(&self) -> Result<Probe, String> {
-        let mut confine =
-            self.confinement
-                .for_command(None, &self.confinement.policy.limits, true)?;
+        let mut confine = self
+            .confinement
+            .for_command(None, &self.confinement.limits(), true)?;
         // A cgroup that allows one process: the probe's fork must fail.
         let one = Limits {
             processes: Some(1),
