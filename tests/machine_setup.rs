@@ -189,11 +189,11 @@ fn setup_runs_again_only_when_it_changed_or_is_asked_for() {
     let first = inspect(&fx.container(), "{{.Id}}");
 
     // A change that makes the container again, over the same volumes.
-    fx.edit(|d| d["idle_stop_minutes"] = 30.into());
+    fx.edit(|d| d["requires"] = serde_json::json!(["sh"]));
     let said = up("remade", &[]);
     assert_ne!(inspect(&fx.container(), "{{.Id}}"), first, "made again");
     assert!(
-        said.contains("made again: the definition's idle_stop_minutes changed"),
+        said.contains("made again: the definition's requires changed"),
         "{said}"
     );
     assert!(

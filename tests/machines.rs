@@ -339,15 +339,22 @@ fn a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data() {
     eprintln!("up timings: first (build) {first_s:.2} s, second (unchanged) {second_s:.2} s");
 
     // `up > up.log` beside the Dockerfile, and a change of the definition
-    // there: the container is made again (saying why), the image is not.
+    // there that warden reads again: neither image nor container is made
+    // again; a change it does not read again makes the container again
+    // (saying why), not the image.
     std::fs::write(fx.dir.path().join("up.log"), "the owner's log of up\n").unwrap();
     fx.edit(|d| d["idle_stop_minutes"] = 30.into());
     let (logged, _) = timed_up(&fx, "up after a log and a definition change");
     assert!(logged.contains("context unchanged"), "{logged}");
     assert!(!logged.contains(": built"), "{logged}");
+    assert!(logged.contains("reloaded: idle_stop_minutes"), "{logged}");
+    assert_eq!(inspect(&fx.container(), "{{.Id}}"), first_container);
+    fx.edit(|d| d["requires"] = serde_json::json!(["sh"]));
+    let (remade, _) = timed_up(&fx, "up after a change that makes the container");
+    assert!(!remade.contains(": built"), "{remade}");
     assert!(
-        logged.contains("made again: the definition's idle_stop_minutes changed"),
-        "{logged}"
+        remade.contains("made again: the definition's requires changed"),
+        "{remade}"
     );
     assert_eq!(image_id(&tag), first_image);
 

@@ -93,9 +93,10 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         (None, Some(inspect)) => found_in(inspect),
         (None, None) => found(&name),
     };
+    let mut reloads = made_from::reloaded(made_from::load(&p.state).as_ref(), &p.made_from);
     let created = match found.as_ref().map(|f| f.inputs.as_str()) {
         Some(found) if found == p.digest => {
-            step(start, &format!("{name}: unchanged, kept"));
+            keep_with_reloads(p, &name, &reloads)?;
             false
         }
         found => {
@@ -110,6 +111,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
             made_from::keep(&p.state, &p.made_from);
             made.container = Some(name.clone());
             step(start, &format!("{name}: created"));
+            reloads.clear();
             true
         }
     };
@@ -124,6 +126,9 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     }
     wait_ready(&def.id, &key(&def.id)?)?;
     step(start, "warden answers on the host socket");
+    if !reloads.is_empty() {
+        reload(&def.id, &reloads, start)?;
+    }
     // The credentials before the keys: the main process, which may wait
     // for its keys, finds the proxy ready to add them.
     let handed = hand_credentials(p.credentials_text, || super::state::connect(&def.id, None))?;
@@ -569,6 +574,36 @@ fn wait_ready(id: &str, key: &str) -> Result<(), LaunchError> {
         // A short step: warden boots in tens of milliseconds.
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// A container kept as it is: the fields its warden reads again that
+/// changed (`made_from::RELOADED`) are written to its files, for the
+/// `reload` once it answers (or its boot, when it is not running).
+fn keep_with_reloads(p: &Prepared, name: &str, reloads: &[String]) -> Result<(), LaunchError> {
+    if reloads.is_empty() {
+        step(p.start, &format!("{name}: unchanged, kept"));
+        return Ok(());
+    }
+    write_machine_files(p.def, &p.state, p.host, None)?;
+    made_from::keep(&p.state, &p.made_from);
+    let changed = reloads.join(", ");
+    step(
+        p.start,
+        &format!("{name}: kept; the definition's {changed} changed, which warden takes without making it again"),
+    );
+    Ok(())
+}
+
+/// Asks the machine's warden to read its files again (network policy,
+/// limits, idle stop); a refusal says which file and that nothing changed.
+fn reload(id: &str, reloads: &[String], start: Instant) -> Result<(), LaunchError> {
+    let what = "reload the machine's hosts, limits and idle stop";
+    let mut client = super::state::connect(id, None)?;
+    client
+        .reload()
+        .map_err(|e| LaunchError::new(what, e.to_string()))?;
+    step(start, &format!("reloaded: {}", reloads.join(", ")));
+    Ok(())
 }
 
 /// Where a container's data volume keeps the digest of the setup that ran

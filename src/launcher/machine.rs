@@ -171,15 +171,18 @@ fn bring_up(
     if image.made {
         made.image = Some(image.name.clone());
     }
+    // What makes the machine: a container's warden reads some fields
+    // again at `reload`, which then need not make it again.
+    let counted = super::made_from::counted(text, def.kind == Kind::Container);
     let kept = record
         .filter(|_| def.kind == Kind::Container)
-        .and_then(|record| unchanged(record, &image.name, text));
+        .and_then(|record| unchanged(record, &image.name, &counted));
     let (image_id, container) = match (&kept, def.kind) {
         (Some((image_id, _)), _) => (image_id.clone(), None),
         (None, Kind::Container) => engine::image_and_container(&image.name, &container(&def.id))?,
         (None, _) => (engine::image_id(&image.name)?, None),
     };
-    let digest = inputs_digest(text, &image_id);
+    let digest = inputs_digest(&counted, &image_id);
     let made_from = super::made_from::MadeFrom::now(text, &image_id);
     let kept = kept.map(|(_, record)| record);
     let prepared = Prepared {
@@ -202,10 +205,11 @@ fn bring_up(
 }
 
 /// The image's id and `record`, the last `up`'s of the container, when it
-/// is of this machine's inputs as they are now (`kept.rs`).
-fn unchanged(record: kept::Record, image: &str, text: &str) -> Option<(String, kept::Record)> {
+/// is of this machine's inputs as they are now (`kept.rs`); `counted` is
+/// the definition's part that makes the machine.
+fn unchanged(record: kept::Record, image: &str, counted: &str) -> Option<(String, kept::Record)> {
     let image_id = kept::image_id(&record, image)?;
-    (inputs_digest(text, &image_id) == record.inputs).then_some((image_id, record))
+    (inputs_digest(counted, &image_id) == record.inputs).then_some((image_id, record))
 }
 
 /// The digest of what the setup is made of: its script's bytes, and the
@@ -235,8 +239,9 @@ pub fn setup_digest_of(script: &[u8], env: &BTreeMap<String, String>, keys: &[St
     sha256_hex(&bytes)
 }
 
-/// Pure: the digest of a machine's inputs (the definition's text, its
-/// image, this warden's version), never of the runtime's keys: a machine
+/// Pure: the digest of a machine's inputs (the definition's text, or the
+/// part of it that makes the machine, its image, this warden's version),
+/// never of the runtime's keys: a machine
 /// is made again when it changes, and it is kept as the machine's label
 /// (or a cluster's annotation) `warden.inputs`.
 pub fn inputs_digest(text: &str, image: &str) -> String {

@@ -2,12 +2,55 @@
 //! container is made (the definition as written, the image's id, warden's
 //! version), so that the next `up` that makes it again can say why: which
 //! fields of the definition changed, or that the image or warden did.
+//! A container is not made again for the fields its warden reads again
+//! (`RELOADED`): those reach the running machine through `reload`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::Path;
 
 const FILE: &str = "made-from.json";
+
+/// The definition's fields a running container's warden takes again at
+/// `reload` (network.json's hosts, limits.json, machine.json's idle stop):
+/// a change of them alone does not make the container again.
+pub const RELOADED: [&str; 3] = ["hosts", "idle_stop_minutes", "limits"];
+
+/// Pure: the part of a definition's text that makes a container (its
+/// JSON without the `RELOADED` fields); a VM's or a pod's is all of it
+/// (their files are on a disk, or in a manifest, made with them).
+pub fn counted(text: &str, reloads: bool) -> String {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(mut fields)) if reloads => {
+            for name in RELOADED {
+                fields.remove(name);
+            }
+            Value::Object(fields).to_string()
+        }
+        _ => text.to_string(),
+    }
+}
+
+/// Pure: the `RELOADED` fields that differ between what the machine was
+/// last made or reloaded from and now (all of them present in either when
+/// that is not known), sorted.
+pub fn reloaded(old: Option<&MadeFrom>, new: &MadeFrom) -> Vec<String> {
+    let null = Value::Null;
+    let old = old.map_or(&null, |o| &o.definition);
+    let unknown = old.is_null();
+    changed_fields(old, &new.definition)
+        .into_iter()
+        .chain(
+            RELOADED
+                .iter()
+                .filter(|f| unknown && new.definition.get(**f).is_some())
+                .map(|f| f.to_string()),
+        )
+        .filter(|f| RELOADED.contains(&f.as_str()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
 
 /// The inputs of one machine as made.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,6 +182,56 @@ mod tests {
             assert_eq!(why_again(Some(&old), &new), want);
         }
         assert!(why_again(None, &old).starts_with("its inputs changed (it was made before"));
+    }
+
+    #[test]
+    fn only_the_reloaded_fields_leave_the_count() {
+        let text = r#"{"id": "a", "hosts": ["a.com"], "limits": {"timeout_ms": 5}, "idle_stop_minutes": 3, "env": {"X": "1"}}"#;
+        let other = r#"{"env": {"X": "1"}, "id": "a", "hosts": ["b.com"], "idle_stop_minutes": 9}"#;
+        assert_eq!(counted(text, true), counted(other, true));
+        assert_eq!(counted(text, true), r#"{"env":{"X":"1"},"id":"a"}"#);
+        let env = r#"{"id": "a", "hosts": ["a.com"], "env": {"X": "2"}}"#;
+        assert_ne!(counted(text, true), counted(env, true));
+        // A VM's or a pod's: every byte counts.
+        assert_eq!(counted(text, false), text);
+        assert_eq!(counted("not json", true), "not json");
+    }
+
+    #[test]
+    fn the_reloaded_fields_that_changed_are_named() {
+        let was = made(
+            json!({"id": "a", "hosts": ["a.com"], "limits": {"timeout_ms": 5}}),
+            "i",
+            "v",
+        );
+        let cases = [
+            (
+                json!({"id": "a", "hosts": ["a.com"], "limits": {"timeout_ms": 5}}),
+                vec![],
+            ),
+            (
+                json!({"id": "a", "hosts": ["b.com"], "limits": {"timeout_ms": 5}}),
+                vec!["hosts"],
+            ),
+            (
+                json!({"id": "a", "hosts": ["a.com"], "idle_stop_minutes": 2}),
+                vec!["idle_stop_minutes", "limits"],
+            ),
+            (
+                json!({"id": "b", "hosts": ["a.com"], "limits": {"timeout_ms": 5}, "env": {}}),
+                vec![],
+            ),
+        ];
+        for (now, want) in cases {
+            assert_eq!(
+                reloaded(Some(&was), &made(now.clone(), "i", "v")),
+                want,
+                "{now}"
+            );
+        }
+        // Not known what it was made from: every reloaded field it has.
+        let now = made(json!({"id": "a", "limits": {}, "hosts": []}), "i", "v");
+        assert_eq!(reloaded(None, &now), vec!["hosts", "limits"]);
     }
 
     #[test]

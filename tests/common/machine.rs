@@ -185,6 +185,11 @@ impl TestMachine {
     pub fn container(&self) -> String {
         format!("warden-{}", self.id)
     }
+
+    /// `warden ARGS` as the machine's owner.
+    pub fn warden(&self, args: &[&str]) -> Output {
+        (self.warden)(args)
+    }
 }
 
 impl Drop for TestMachine {

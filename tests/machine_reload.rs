@@ -1,0 +1,159 @@
+//! A change of only what a machine's warden reads again (its hosts, its
+//! commands' limits, its idle stop) reaches the running machine through
+//! `reload` at the next `up`, without making it again; any other change
+//! makes it again and says why. On rootful and rootless podman and Docker.
+
+mod common;
+
+use common::machine::{inspect, machine_id, ready, show, TestMachine, IMAGE};
+use common::rootless::{owner, rootless_machine};
+use common::{privileged, skipped, text, warden_bin};
+use std::process::{Command, Output, Stdio};
+
+/// `up`, which must succeed; its output.
+fn up(m: &TestMachine, what: &str) -> String {
+    let out = m.up();
+    assert!(out.status.success(), "{}", show(what, &out));
+    text(&out.stdout)
+}
+
+/// The scenario every engine goes through; `container_id` asks the
+/// engine for the machine's container.
+fn reloads_without_remaking(m: &TestMachine, container_id: &dyn Fn() -> String) {
+    m.edit(|d| {
+        d["command"] = serde_json::json!(["sleep", "infinity"]);
+        d["hosts"] = serde_json::json!(["one.example"]);
+        d["limits"] = serde_json::json!({"timeout_ms": 60_000});
+    });
+    up(m, "first up");
+    let first = container_id();
+    assert!(!first.is_empty());
+    let out = m.exec(&["sleep", "2"]);
+    assert!(out.status.success(), "{}", show("sleep 2", &out));
+
+    // Hosts, limits and an idle stop changed, and a log beside the
+    // definition: the same container, its warden told.
+    std::fs::write(m.dir.path().join("up.log"), "the owner's log\n").unwrap();
+    m.edit(|d| {
+        d["hosts"] = serde_json::json!(["one.example", "two.example"]);
+        d["limits"] = serde_json::json!({"timeout_ms": 500});
+        d["idle_stop_minutes"] = 60.into();
+    });
+    let said = up(m, "up after a reloaded change");
+    let fields = "hosts, idle_stop_minutes, limits";
+    assert!(
+        said.contains(&format!("kept; the definition's {fields} changed")),
+        "{said}"
+    );
+    assert!(said.contains(&format!("reloaded: {fields}")), "{said}");
+    assert!(
+        !said.contains("created") && !said.contains("made again"),
+        "{said}"
+    );
+    assert_eq!(container_id(), first, "not made again");
+    let out = m.exec(&["sleep", "2"]);
+    assert!(!out.status.success(), "{}", show("sleep 2", &out));
+    assert!(
+        text(&out.stderr).contains("timeout limit reached"),
+        "{}",
+        show("sleep 2", &out)
+    );
+    let out = m.warden(&["machine", "status", &m.id]);
+    let status = text(&out.stdout);
+    assert!(
+        status.contains("stops itself after 3600 s idle"),
+        "{status}"
+    );
+    assert!(status.contains("one.example two.example"), "{status}");
+
+    // Nothing changed: kept, nothing said of a reload.
+    let said = up(m, "up unchanged");
+    assert!(
+        said.contains("unchanged, kept") && !said.contains("reloaded"),
+        "{said}"
+    );
+
+    // The machine's environment is the engine's: made again, saying why.
+    m.edit(|d| d["env"] = serde_json::json!({"MODE": "two"}));
+    let said = up(m, "up after an env change");
+    assert!(
+        said.contains("made again: the definition's env changed"),
+        "{said}"
+    );
+    assert_ne!(container_id(), first, "made again");
+    // The new container keeps the reloaded fields too.
+    let out = m.warden(&["machine", "status", &m.id]);
+    assert!(
+        text(&out.stdout).contains("stops itself after 3600 s idle"),
+        "{}",
+        show("status", &out)
+    );
+}
+
+#[test]
+fn a_podman_machine_takes_hosts_limits_and_idle_stop_without_being_made_again() {
+    if !ready("a_podman_machine_takes_hosts_limits_and_idle_stop_without_being_made_again") {
+        return;
+    }
+    let m = TestMachine::defined("reload", serde_json::json!({"image": IMAGE}));
+    reloads_without_remaking(&m, &|| inspect(&m.container(), "{{.Id}}"));
+}
+
+#[test]
+fn a_rootless_machine_takes_hosts_limits_and_idle_stop_without_being_made_again() {
+    if !ready("a_rootless_machine_takes_hosts_limits_and_idle_stop_without_being_made_again") {
+        return;
+    }
+    let m = rootless_machine("reload", serde_json::json!({"keep_id": true}));
+    let container = m.container();
+    reloads_without_remaking(&m, &|| {
+        let out = owner()
+            .command("podman", &["inspect", "--format", "{{.Id}}", &container])
+            .output()
+            .unwrap();
+        text(&out.stdout).trim().to_string()
+    });
+}
+
+fn docker(args: &[&str]) -> Output {
+    Command::new("docker").args(args).output().unwrap()
+}
+
+/// `warden ARGS` with Docker as the engine.
+fn warden_on_docker(args: &[&str]) -> Output {
+    Command::new(warden_bin())
+        .args(args)
+        .env("WARDEN_ENGINE", "docker")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_docker_machine_takes_hosts_limits_and_idle_stop_without_being_made_again() {
+    let test = "a_docker_machine_takes_hosts_limits_and_idle_stop_without_being_made_again";
+    if !privileged(test) {
+        return;
+    }
+    if !docker(&["image", "inspect", IMAGE]).status.success() {
+        let problem = format!(
+            "{test}: needs a Docker daemon with {IMAGE} (scripts/test starts dockerd and loads it)"
+        );
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{problem}, and CI=true forbids skipping"
+        );
+        skipped(&problem);
+        return;
+    }
+    let id = machine_id("reload-docker");
+    let state = warden::launcher::machine::state_dir(&id);
+    let m = TestMachine::in_folder(id, tempfile::tempdir().unwrap(), warden_on_docker, state);
+    m.define(serde_json::json!({"image": IMAGE}));
+    let container = m.container();
+    reloads_without_remaking(&m, &|| {
+        text(&docker(&["inspect", "--format", "{{.Id}}", &container]).stdout)
+            .trim()
+            .to_string()
+    });
+}
