@@ -10,6 +10,9 @@ use common::rootless::{owner, rootless_machine};
 use common::{privileged, skipped, text, warden_bin};
 use std::process::{Command, Output, Stdio};
 
+/// How `up` says the size an engine holds.
+const HELD: &str = "size: cpus ";
+
 /// `up`, which must succeed; its output.
 fn up(m: &TestMachine, what: &str) -> String {
     let out = m.up();
@@ -18,14 +21,16 @@ fn up(m: &TestMachine, what: &str) -> String {
 }
 
 /// The scenario every engine goes through; `container_id` asks the
-/// engine for the machine's container.
-fn reloads_without_remaking(m: &TestMachine, container_id: &dyn Fn() -> String) {
+/// engine for the machine's container; `size` is how `up` says the size
+/// this engine holds (on every `up`, the first too).
+fn reloads_without_remaking(m: &TestMachine, container_id: &dyn Fn() -> String, size: &str) {
     m.edit(|d| {
         d["command"] = serde_json::json!(["sleep", "infinity"]);
         d["hosts"] = serde_json::json!(["one.example"]);
         d["limits"] = serde_json::json!({"timeout_ms": 60_000});
     });
-    up(m, "first up");
+    let said = up(m, "first up");
+    assert!(said.contains(size), "{said}");
     let first = container_id();
     assert!(!first.is_empty());
     let out = m.exec(&["sleep", "2"]);
@@ -72,6 +77,7 @@ fn reloads_without_remaking(m: &TestMachine, container_id: &dyn Fn() -> String) 
         said.contains("unchanged, kept") && !said.contains("reloaded"),
         "{said}"
     );
+    assert!(said.contains(size), "{said}");
 
     // The machine's environment is the engine's: made again, saying why.
     m.edit(|d| d["env"] = serde_json::json!({"MODE": "two"}));
@@ -96,7 +102,7 @@ fn a_podman_machine_takes_hosts_limits_and_idle_stop_without_being_made_again() 
         return;
     }
     let m = TestMachine::defined("reload", serde_json::json!({"image": IMAGE}));
-    reloads_without_remaking(&m, &|| inspect(&m.container(), "{{.Id}}"));
+    reloads_without_remaking(&m, &|| inspect(&m.container(), "{{.Id}}"), HELD);
 }
 
 #[test]
@@ -106,13 +112,27 @@ fn a_rootless_machine_takes_hosts_limits_and_idle_stop_without_being_made_again(
     }
     let m = rootless_machine("reload", serde_json::json!({"keep_id": true}));
     let container = m.container();
-    reloads_without_remaking(&m, &|| {
-        let out = owner()
-            .command("podman", &["inspect", "--format", "{{.Id}}", &container])
-            .output()
-            .unwrap();
-        text(&out.stdout).trim().to_string()
-    });
+    reloads_without_remaking(
+        &m,
+        &|| {
+            let out = owner()
+                .command("podman", &["inspect", "--format", "{{.Id}}", &container])
+                .output()
+                .unwrap();
+            text(&out.stdout).trim().to_string()
+        },
+        rootless_size(),
+    );
+}
+
+/// A rootless engine holds a size on a unified cgroup hierarchy only.
+fn rootless_size() -> &'static str {
+    let unified = nix::sys::statfs::statfs("/sys/fs/cgroup")
+        .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC);
+    match unified {
+        true => HELD,
+        false => "size: not held (a rootless engine on cgroup v1 ignores limits)",
+    }
 }
 
 fn docker(args: &[&str]) -> Output {
@@ -151,9 +171,13 @@ fn a_docker_machine_takes_hosts_limits_and_idle_stop_without_being_made_again() 
     let m = TestMachine::in_folder(id, tempfile::tempdir().unwrap(), warden_on_docker, state);
     m.define(serde_json::json!({"image": IMAGE}));
     let container = m.container();
-    reloads_without_remaking(&m, &|| {
-        text(&docker(&["inspect", "--format", "{{.Id}}", &container]).stdout)
-            .trim()
-            .to_string()
-    });
+    reloads_without_remaking(
+        &m,
+        &|| {
+            text(&docker(&["inspect", "--format", "{{.Id}}", &container]).stdout)
+                .trim()
+                .to_string()
+        },
+        HELD,
+    );
 }

@@ -155,7 +155,11 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     if created {
         found = self::found(&name);
     }
-    let size = found.as_ref().and_then(|f| f.size.clone());
+    // Docker's inspect knows no podman fields: its size asked apart.
+    let size = found
+        .as_ref()
+        .and_then(|f| f.size.clone())
+        .or_else(|| super::agent_setup::size_of(&name));
     // A woken machine's record is the one `up` began from: kept as it is.
     if !woke {
         match (
@@ -166,9 +170,10 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
             _ => kept::forget(&p.state),
         }
     }
-    match size {
-        Some(size) if engine_size(def, p.host).is_some() => step(start, &format!("size: {size}")),
-        _ => step(start, "size: not held (a rootless engine on cgroup v1 ignores limits); commands keep their own rlimits"),
+    match (engine_size(def, p.host), size) {
+        (None, _) => step(start, "size: not held (a rootless engine on cgroup v1 ignores limits); commands keep their own rlimits"),
+        (Some(_), Some(size)) => step(start, &format!("size: {size}")),
+        (Some(_), None) => step(start, "size: the engine did not say what it holds"),
     }
     Ok(())
 }
