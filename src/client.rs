@@ -435,6 +435,15 @@ impl Client {
         })
     }
 
+    /// Says the machine is ready (protocol version 9, the runtime's);
+    /// returns since when, in ms after warden started.
+    pub fn ready(&mut self) -> Result<u64, ClientError> {
+        self.ask(&Request::Ready, |event| match event {
+            Event::ReadyNoted { after_ms } => Some(*after_ms),
+            _ => None,
+        })
+    }
+
     /// Sends one request and reads its one answer: `pick` takes the event
     /// it expects, warden's error becomes `ClientError::Warden`.
     fn ask<T>(

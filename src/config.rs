@@ -1,7 +1,7 @@
 //! The machine config (`/etc/warden/machine.json`): every field optional,
 //! every default documented in `docs/config.md`.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_PATH: &str = "/etc/warden/machine.json";
@@ -83,6 +83,9 @@ pub struct MachineConfig {
     /// Seconds with no request, no command and no hold after which warden
     /// stops the machine itself; None: never.
     pub idle_stop_s: Option<u64>,
+    /// What makes the machine ready (see `ReadyWhen`); None: warden's
+    /// answering is enough.
+    pub ready: Option<ReadyWhen>,
     /// /sys/fs/cgroup is a writable cgroup v2 hierarchy of the machine's
     /// own (a private cgroup namespace): give each command a cgroup there.
     /// A VM's warden mounts its own and needs no saying.
@@ -99,6 +102,24 @@ pub struct MachineConfig {
     /// again at a reload for the settings that may change.
     #[serde(skip)]
     pub file: Option<PathBuf>,
+}
+
+/// What makes a machine ready: the runtime saying so (`ready`, protocol
+/// version 9), or a port of the machine accepting a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ReadyWhen {
+    Runtime,
+    Port(u16),
+}
+
+impl std::fmt::Display for ReadyWhen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadyWhen::Runtime => write!(f, "runtime"),
+            ReadyWhen::Port(port) => write!(f, "port {port}"),
+        }
+    }
 }
 
 /// One folder lent to a VM: the 9p share `tag`, mounted at `at`.
@@ -171,6 +192,7 @@ impl Default for MachineConfig {
             keys_from: None,
             credentials_from: None,
             idle_stop_s: None,
+            ready: None,
             command_cgroups: false,
             vm_lends: Vec::new(),
             main_env: Default::default(),
@@ -329,6 +351,9 @@ impl MachineConfig {
         if self.path.is_empty() || self.path.contains('\0') {
             return Err(invalid("path", "must be a non-empty PATH value"));
         }
+        if self.ready == Some(ReadyWhen::Port(0)) {
+            return Err(invalid("ready", "port 0 is no port"));
+        }
         if self.idle_stop_s == Some(0) {
             return Err(invalid(
                 "idle_stop_s",
@@ -410,6 +435,10 @@ mod tests {
     fn validation_table() {
         let cases: &[(&str, Option<&str>)] = &[
             (r#"{"grace_period_ms": 5}"#, None),
+            (r#"{"ready": "runtime"}"#, None),
+            (r#"{"ready": {"port": 3000}}"#, None),
+            (r#"{"ready": {"port": 0}}"#, Some("port 0 is no port")),
+            (r#"{"ready": "soon"}"#, Some("unknown variant `soon`")),
             (r#"{"main": ["/bin/agent", "--serve"]}"#, None),
             (r#"{"unknown": 1}"#, Some("unknown field")),
             (r#"{"grace_period_ms": -1}"#, Some("invalid value")),

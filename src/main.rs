@@ -56,9 +56,16 @@ enum Command {
         #[command(subcommand)]
         action: AuditAction,
     },
-    /// Have warden read its network policy (network.json) again now; the
-    /// proxy also notices a changed file by itself, at its next connection.
+    /// Have warden read its network policy (network.json), its commands'
+    /// limits (limits.json) and its idle stop (machine.json) again now; the
+    /// proxy also notices a changed network.json by itself.
     Reload {
+        #[arg(long, env = "WARDEN_SOCKET", default_value = DEFAULT_SOCKET)]
+        socket: PathBuf,
+    },
+    /// Say, as the runtime, that the machine is ready: `warden machine up`
+    /// and `--start` wait for it where the definition says `ready: "runtime"`.
+    Ready {
         #[arg(long, env = "WARDEN_SOCKET", default_value = DEFAULT_SOCKET)]
         socket: PathBuf,
     },
@@ -504,6 +511,7 @@ fn main() {
             .and_then(|c| attach(c, command))
             .unwrap_or_else(|e| fail(&e)),
         Command::Reload { socket } => reload(&socket).unwrap_or_else(|e| fail(&e)),
+        Command::Ready { socket } => ready(&socket).unwrap_or_else(|e| fail(&e)),
         Command::Machine { action } => machine(action).unwrap_or_else(|e| fail(&e)),
         Command::Connect { host, port, proxy } => {
             let proxy = proxy.unwrap_or_else(|| {
@@ -789,6 +797,12 @@ fn reload(socket: &Path) -> Result<i32, String> {
     let mut client = connect(socket)?;
     let state = client.reload().map_err(|e| e.to_string())?;
     print!("reloaded: {}", describe_proxy(&state));
+    Ok(0)
+}
+
+fn ready(socket: &Path) -> Result<i32, String> {
+    let after_ms = connect(socket)?.ready().map_err(|e| e.to_string())?;
+    println!("ready since {after_ms} ms after warden started");
     Ok(0)
 }
 

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 /// the setup (`run_setup`); version 7 the credentials the proxy adds
 /// (`hand_credentials`); version 8 runs and their budgets (`begin_run`,
 /// `end_run`, `card`).
-pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 8];
+pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 8, 9];
 pub const HEADER_LEN: usize = 9;
 /// No frame may carry more than this; a larger one closes the connection.
 pub const MAX_FRAME: u32 = 1 << 20;
@@ -148,6 +148,10 @@ pub enum Request {
         #[serde(default)]
         budget_usd: Option<f64>,
     },
+    /// Version 9, the runtime's: it is ready (serving what it serves); the
+    /// launcher's `up` and `--start` wait for it where the definition says
+    /// `ready: "runtime"`. Said again, it is noted once.
+    Ready,
     /// Version 8: ends an open run.
     EndRun {
         run: String,
@@ -371,6 +375,11 @@ pub enum Event {
         rows: u16,
         cols: u16,
     },
+    /// Version 9: the answer to `ready`: the machine has been ready since
+    /// `after_ms` after warden started.
+    ReadyNoted {
+        after_ms: u64,
+    },
     /// Version 4: the answer to `hold`: held until then (0: not held).
     Held {
         until_ms: u64,
@@ -477,6 +486,9 @@ pub struct Status {
     /// Version 4: what the commands that ended have spent, all together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spent: Option<SpentTotal>,
+    /// Version 9: whether the machine is ready, and what says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<ReadyState>,
     pub commands_started: u64,
     pub audit_log: String,
     /// Each confinement layer of shell commands, as the last probe found it.
@@ -490,6 +502,29 @@ pub struct Status {
     /// The egress proxy, when it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxyState>,
+}
+
+/// Whether the machine is ready (version 9).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadyState {
+    /// What the machine's definition waits for: `runtime` (the runtime
+    /// says `ready`) or `port N` (its port N accepts a connection); absent:
+    /// nothing, the machine is ready once warden answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wanted: Option<String>,
+    /// Since when it is ready, in ms after warden started; absent: not yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_ms: Option<u64>,
+    /// What made it ready: `runtime` or `port N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+}
+
+impl ReadyState {
+    /// Whether whoever waits for the machine may stop waiting.
+    pub fn is_ready(&self) -> bool {
+        self.wanted.is_none() || self.after_ms.is_some()
+    }
 }
 
 /// A detached command, as `list` shows it.

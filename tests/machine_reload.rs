@@ -5,10 +5,10 @@
 
 mod common;
 
-use common::machine::{inspect, machine_id, ready, show, TestMachine, IMAGE};
+use common::docker;
+use common::machine::{inspect, ready, show, TestMachine, IMAGE};
 use common::rootless::{owner, rootless_machine};
-use common::{privileged, skipped, text, warden_bin};
-use std::process::{Command, Output, Stdio};
+use common::text;
 
 /// How `up` says the size an engine holds.
 const HELD: &str = "size: cpus ";
@@ -135,49 +135,12 @@ fn rootless_size() -> &'static str {
     }
 }
 
-fn docker(args: &[&str]) -> Output {
-    Command::new("docker").args(args).output().unwrap()
-}
-
-/// `warden ARGS` with Docker as the engine.
-fn warden_on_docker(args: &[&str]) -> Output {
-    Command::new(warden_bin())
-        .args(args)
-        .env("WARDEN_ENGINE", "docker")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn a_docker_machine_takes_hosts_limits_and_idle_stop_without_being_made_again() {
     let test = "a_docker_machine_takes_hosts_limits_and_idle_stop_without_being_made_again";
-    if !privileged(test) {
+    if !docker::ready(test) {
         return;
     }
-    if !docker(&["image", "inspect", IMAGE]).status.success() {
-        let problem = format!(
-            "{test}: needs a Docker daemon with {IMAGE} (scripts/test starts dockerd and loads it)"
-        );
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{problem}, and CI=true forbids skipping"
-        );
-        skipped(&problem);
-        return;
-    }
-    let id = machine_id("reload-docker");
-    let state = warden::launcher::machine::state_dir(&id);
-    let m = TestMachine::in_folder(id, tempfile::tempdir().unwrap(), warden_on_docker, state);
-    m.define(serde_json::json!({"image": IMAGE}));
-    let container = m.container();
-    reloads_without_remaking(
-        &m,
-        &|| {
-            text(&docker(&["inspect", "--format", "{{.Id}}", &container]).stdout)
-                .trim()
-                .to_string()
-        },
-        HELD,
-    );
+    let m = docker::machine("reload-docker", serde_json::json!({"image": IMAGE}));
+    reloads_without_remaking(&m, &|| docker::container_id(&m), HELD);
 }

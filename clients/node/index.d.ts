@@ -1,10 +1,10 @@
-// Types of @warden/client: a client of warden's API (protocol versions 1 to 8).
+// Types of @warden/client: a client of warden's API (protocol versions 1 to 9).
 
 /// <reference types="node" />
 import type { Buffer } from 'node:buffer';
 
 export declare const VERSION: string;
-/** The protocol versions offered in every hello: [1, 2, 3, 4, 5, 6, 7, 8]. */
+/** The protocol versions offered in every hello: [1, 2, 3, 4, 5, 6, 7, 8, 9]. */
 export declare const PROTOCOL_VERSIONS: readonly number[];
 export declare const HEADER_LEN: 9;
 /** No frame carries more than this (1 MiB), either way. */
@@ -438,6 +438,16 @@ export interface RunCard {
   };
 }
 
+/** Version 9: whether the machine is ready, and what says so. */
+export interface ReadyState {
+  /** What the definition waits for: 'runtime' or 'port N'; absent: nothing. */
+  wanted?: string;
+  /** Since when it is ready, in ms after warden started; absent: not yet. */
+  after_ms?: number;
+  /** What made it ready: 'runtime' or 'port N'. */
+  by?: string;
+}
+
 /** Version 4: when the machine was last used, what holds it, and when it stops. */
 export interface ActivityState {
   /** Since the last request or command's end. */
@@ -465,6 +475,8 @@ export interface Status {
   gate?: { closed: boolean; reason?: string; since_ms: number };
   /** Version 4. */
   activity?: ActivityState;
+  /** Version 9. */
+  ready?: ReadyState;
   commands_started: number;
   audit_log: string;
   layers: LayerState[];
@@ -530,6 +542,8 @@ export declare class Client {
   openGate(): Promise<{ type: 'gate'; closed: false; since_ms: number }>;
   /** Version 4: keeps the machine awake until untilMs (Unix ms; a time past or 0 lets go); resolves to the hold in force (0: none). */
   hold(untilMs: number): Promise<number>;
+  /** Version 9, the runtime's: says the machine is ready (what `up` and `--start` wait for with "ready": "runtime"); resolves to since when, in ms after warden started. */
+  ready(): Promise<number>;
   /** Version 4, the host's door only: hands the runtime its keys (a .env text); resolves to their names. On the machine's own socket: RefusedError, the connection stays open. */
   handKeys(text: string): Promise<string[]>;
   /** Version 8: opens a run whose provider requests count against budgetUsd (default: the machine's spend.per_run_usd); resolves to the budget in micro-dollars. */

@@ -1,4 +1,4 @@
-// A client of warden's API (protocol versions 1 to 8): frames over a unix
+// A client of warden's API (protocol versions 1 to 9): frames over a unix
 // socket, many commands at once on one connection, output streamed with
 // back-pressure. No dependencies; Node 18 or later. docs/protocol.md in
 // warden's repository is the reference for everything said on the wire.
@@ -8,7 +8,7 @@ import { Buffer } from 'node:buffer';
 
 export const VERSION = '0.1.0';
 /** The protocol versions this client speaks, offered in every hello. */
-export const PROTOCOL_VERSIONS = Object.freeze([1, 2, 3, 4, 5, 6, 7, 8]);
+export const PROTOCOL_VERSIONS = Object.freeze([1, 2, 3, 4, 5, 6, 7, 8, 9]);
 export const HEADER_LEN = 9;
 /** No frame carries more than this, either way. */
 export const MAX_FRAME = 1 << 20;
@@ -1197,6 +1197,17 @@ export class Client {
     if (!Number.isSafeInteger(untilMs) || untilMs < 0) throw new TypeError('untilMs is a time in Unix milliseconds: an integer, 0 or more');
     const event = await this._request({ type: 'hold', until_ms: untilMs }, 'held');
     return event.until_ms;
+  }
+
+  /**
+   * Says the machine is ready (version 9, the runtime's): `warden machine
+   * up` and `--start` return once it is, where the definition says
+   * `"ready": "runtime"`. Resolves to since when, in ms after warden started
+   * (said again, the first time stands).
+   */
+  async ready() {
+    const event = await this._request({ type: 'ready' }, 'ready_noted');
+    return event.after_ms;
   }
 
   /**

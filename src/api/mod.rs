@@ -6,6 +6,7 @@
 //! warden's memory), and one task per command.
 
 mod credentials;
+mod ready;
 mod runs;
 
 pub use runs::end_all as end_runs;
@@ -450,6 +451,9 @@ impl Conn {
                     status.activity = None;
                     status.spent = None;
                 }
+                if self.version.load(Ordering::SeqCst) < 9 {
+                    status.ready = None;
+                }
                 Some(Event::Status(Box::new(status)))
             }
             Request::Reload => Some(self.reload()),
@@ -463,6 +467,7 @@ impl Conn {
             Request::HandCredentials { text } => Some(self.hand_credentials(&text)),
             Request::BeginRun { run, budget_usd } => Some(self.begin_run(&run, budget_usd)),
             Request::EndRun { run } => Some(self.end_run(&run)),
+            Request::Ready => Some(self.ready()),
             Request::Card { run } => Some(self.card(&run)),
             Request::RunSetup { script } => self.run_setup(id, script),
             Request::Resize { target, rows, cols } => Some(self.resize(target, rows, cols)),

@@ -37,6 +37,7 @@ events! {
     PolicyReload => "policy_reload",
     PolicyReloadFailed => "policy_reload_failed",
     SettingsReload => "settings_reload",
+    Ready => "ready",
     MainStart => "main_start",
     MainFailed => "main_failed",
     MainExit => "main_exit",

@@ -189,6 +189,7 @@ fn phases(
     {
         let _in_runtime = runtime.enter();
         crate::supervisor::settings::watch_idleness(&sup);
+        crate::supervisor::readiness::watch_port(&sup);
     }
     // The boot is over: its code need not stay resident (see footprint).
     if let Err(e) = footprint::unmap_code() {

@@ -8,10 +8,12 @@
 //! path (/etc)`.
 
 mod opened;
+mod ready;
 
 use super::agent::{self, KeepId, Port, Restart, Size};
 use crate::confine::policy::{Limits, Requirement};
 pub use opened::Opened;
+pub use ready::Ready;
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -49,7 +51,7 @@ pub const MAX_IDLE_MINUTES: f64 = 7.0 * 24.0 * 60.0;
 const RESERVED_NAMES: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
 
 /// The top-level fields, in the order they are checked.
-const FIELDS: [&str; 30] = [
+const FIELDS: [&str; 33] = [
     "id",
     "image",
     "dockerfile",
@@ -77,6 +79,9 @@ const FIELDS: [&str; 30] = [
     "ports",
     "requires",
     "idle_stop_minutes",
+    "ready",
+    "ready_port",
+    "ready_timeout_s",
     "cpus",
     "memory",
     "pids",
@@ -154,6 +159,8 @@ pub struct Definition {
     pub idle_stop_minutes: Option<f64>,
     /// The machine's CPUs, memory and processes (None: the defaults).
     pub size: Size,
+    /// What `up` and `--start` wait for before they return.
+    pub ready: Ready,
 }
 
 /// What the machine is.
@@ -472,6 +479,7 @@ impl Parser<'_> {
                 .map_err(|e| self.invalid(format!("allow_addresses[{i}]"), e.to_string()))?;
         }
         let opened = self.opened(&mut object)?;
+        let ready = self.ready(&mut object)?;
         let agent = self.agent(&mut object, &network, &lend, keep_id, kind)?;
         Ok(Definition {
             command: agent.command,
@@ -497,6 +505,7 @@ impl Parser<'_> {
             allow_addresses,
             opened,
             kind,
+            ready,
         })
     }
 

@@ -70,6 +70,7 @@ fn the_example_parses() {
             allow_addresses: vec![],
             opened: Default::default(),
             kind: Kind::Container,
+            ready: Default::default(),
         }
     );
     assert_eq!(d.container("warden"), "warden-demo");
@@ -258,6 +259,15 @@ fn definitions_table() {
             with(r#"{"idle_stop_minutes": 5, "restart": "always"}"#),
             Some("idle_stop_minutes: with \"restart\": \"always\""),
         ),
+        // readiness
+        (with(r#"{"ready": "runtime", "ready_timeout_s": 30}"#), None),
+        (with(r#"{"ready_port": 3000}"#), None),
+        (with(r#"{"ready": "port"}"#), Some("ready: \"port\" is not \"runtime\" (for a port, give \"ready_port\")")),
+        (with(r#"{"ready": "runtime", "ready_port": 3000}"#), Some("ready: either the runtime says it")),
+        (with(r#"{"ready_port": 0}"#), Some("ready_port: 0 is no port")),
+        (with(r#"{"ready_port": 70000}"#), Some("ready_port: ")),
+        (with(r#"{"ready_timeout_s": 30}"#), Some("ready_timeout_s: given without")),
+        (with(r#"{"ready_port": 80, "ready_timeout_s": 0}"#), Some("ready_timeout_s: 0 is not between 1 and 3600")),
         (with(r#"{"keep_id": "runtime"}"#), None),
         (with(r#"{"cpus": 1.5, "memory": "512m", "pids": 256}"#), None),
         (with(r#"{"memory": 1073741824}"#), None),

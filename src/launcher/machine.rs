@@ -23,7 +23,7 @@ use super::{sha256_hex, step};
 use crate::client::Client;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// For `check`: what a machine on the network "private" gets here, where
 /// that is in doubt (a Docker daemon may run without its bridge).
@@ -86,6 +86,12 @@ pub fn up(
     let result = bring_up(&def, &inputs, host, start, &mut made);
     match result {
         Ok(()) => {
+            // Not ready in time is an error, but the machine stays: its
+            // logs say why.
+            let timeout = Duration::from_secs(def.ready.timeout_s);
+            if let Some(by) = super::ready::wait(&def.id, timeout, || connect(&def.id, None))? {
+                step(start, &format!("ready: {by}"));
+            }
             let kind = if def.kind == Kind::Vm { " (VM)" } else { "" };
             println!(
                 "machine {} up{kind} in {:.2} s",
@@ -498,11 +504,14 @@ pub fn connect(
     of(id).connect(id, first)
 }
 
-/// Starts a machine that exists but is stopped, and waits for its warden
-/// (`exec --start`, `status --start`). A running one is left as it is.
+/// Starts a machine that exists but is stopped, and waits until it is
+/// ready (`exec --start`, `status --start`; see `ready.rs`). A running one
+/// is left as it is, and waited for the same way.
 pub fn start(id: &str) -> Result<(), LaunchError> {
     host()?;
-    of(id).start(id)
+    of(id).start(id)?;
+    let timeout = super::ready::timeout_of(&state_dir(id));
+    super::ready::wait(id, timeout, || connect(id, None)).map(drop)
 }
 
 /// Warden's status of the machine.

@@ -118,6 +118,10 @@ pub(super) fn write_machine_files(
     if def.kind == super::definition::Kind::Vm && def.network != super::definition::Network::None {
         config["egress_vsock_port"] = crate::net::egress_link::RELAY_PORT.into();
     }
+    // Written only when asked for, as the relay's port above.
+    if let Some(when) = def.ready.when {
+        config["ready"] = serde_json::json!(when);
+    }
     if let Some(ports) = runtime_ports(def) {
         config["runtime_ports"] = ports;
     }

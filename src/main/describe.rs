@@ -44,6 +44,9 @@ pub fn describe(s: &Status) -> String {
             None => ", no idle stop\n".to_string(),
         };
     }
+    if let Some(ready) = &s.ready {
+        out += &describe_ready(ready);
+    }
     out += &format!(
         "commands: {} started, {} running\n",
         s.commands_started,
@@ -167,4 +170,23 @@ fn describe_opened(o: &warden::protocol::OpenedState) -> String {
         );
     }
     out
+}
+
+/// The machine's readiness, one line.
+fn describe_ready(r: &warden::protocol::ReadyState) -> String {
+    match (&r.wanted, r.after_ms, &r.by) {
+        (None, None, _) => {
+            "ready: once warden answers (the definition waits for nothing more)\n".into()
+        }
+        (_, Some(ms), by) => {
+            let how = match by.as_deref() {
+                Some(port) if port.starts_with("port") => {
+                    format!("its {port} accepted a connection")
+                }
+                _ => "the runtime said so".to_string(),
+            };
+            format!("ready: since {ms} ms after warden started ({how})\n")
+        }
+        (Some(wanted), None, _) => format!("ready: not yet (waiting for the {wanted})\n"),
+    }
 }

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod network_layer;
+pub mod readiness;
 pub mod settings;
 
 pub struct Supervisor {
@@ -64,6 +65,8 @@ pub struct Supervisor {
     pub activity: crate::activity::Activity,
     /// The runtime's keys, once the host handed them over.
     pub keys: crate::keys::HandedKeys,
+    /// Whether the machine is ready, by what its definition waits for.
+    pub readiness: readiness::Readiness,
     /// Commands that outlive their connection.
     pub detached: crate::detached::registry::Registry,
     /// Each command's lifetime tag.
@@ -93,6 +96,7 @@ impl Supervisor {
     ) -> Supervisor {
         let paths = Paths::of_machine(&runtime, &shell, config.audit_dir());
         let config_idle = config.idle_stop_s;
+        let config_ready = config.ready;
         let specs = layout::specs(&paths, &runtime, &shell);
         let reaper = Arc::new(Reaper::default());
         let started = Spawner::start(
@@ -140,6 +144,7 @@ impl Supervisor {
             stop_requested: tokio::sync::Notify::new(),
             gate: Mutex::new((None, Instant::now())),
             activity: crate::activity::Activity::new(config_idle),
+            readiness: readiness::Readiness::new(config_ready),
             keys: Default::default(),
             detached: Default::default(),
             tags: Default::default(),
@@ -650,6 +655,7 @@ impl Supervisor {
                 held_until_ms: self.activity.held_until_ms(),
                 idle_stop_s: self.activity.idle_stop().map(|d| d.as_secs()),
             }),
+            ready: Some(self.readiness.state()),
             commands_started: self.commands_started(),
             audit_log: self.audit.path().display().to_string(),
             audit_failing: self.audit.failing(),

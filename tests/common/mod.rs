@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod attacks;
+pub mod docker;
 pub mod internet;
 pub mod kube;
 pub mod machine;

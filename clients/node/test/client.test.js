@@ -14,6 +14,7 @@ import {
   ERROR_CODES,
   MAX_FRAME,
   UnknownIdError,
+  PROTOCOL_VERSIONS,
   WardenError,
   closeShared,
   connect,
@@ -92,7 +93,7 @@ test('the hello offers [1,...,8], names the client, and carries the key only whe
     assert.equal(a.version, 2);
     await a.close();
     await b.close();
-    assert.deepEqual(hellos[0], { type: 'hello', versions: [1, 2, 3, 4, 5, 6, 7, 8], client: 'warden-node 0.1.0' });
+    assert.deepEqual(hellos[0], { type: 'hello', versions: [1, 2, 3, 4, 5, 6, 7, 8, 9], client: 'warden-node 0.1.0' });
     assert.equal(hellos[1].key, 'k'.repeat(64));
   } finally {
     await warden.close();
@@ -118,7 +119,7 @@ test('no hello answer in time is a ConnectionError "timeout"; a closed connectio
 
 test('a version warden was not offered is refused by the client', async () => {
   const warden = await scriptedWarden(async (peer) => {
-    await peer.hello(9);
+    await peer.hello(PROTOCOL_VERSIONS.at(-1) + 1);
   });
   try {
     await assert.rejects(connect({ socket: warden.path }), (e) => e instanceof ConnectionError && e.code === 'protocol');

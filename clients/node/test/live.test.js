@@ -17,6 +17,7 @@ import {
   RefusedError,
   UnknownIdError,
   WardenError,
+  PROTOCOL_VERSIONS,
   closeShared,
   connect,
   shellRun,
@@ -24,6 +25,8 @@ import {
 import { auditLines, bootWarden, livePrerequisites } from '../test-support/live-warden.js';
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+/** The newest version this client speaks, which warden speaks too. */
+const NEWEST = PROTOCOL_VERSIONS.at(-1);
 const pre = livePrerequisites();
 
 /** Polls `check` until it returns a truthy value, at most `ms`. */
@@ -63,8 +66,8 @@ if (!pre.run && pre.skip) {
       }
     });
 
-    test('the hello agrees on version 8', () => {
-      assert.equal(client.version, 8);
+    test('the hello agrees on the newest version, which both speak', () => {
+      assert.equal(client.version, NEWEST);
       assert.match(client.server, /^warden \d+\.\d+\.\d+/);
     });
 
@@ -262,12 +265,12 @@ if (!pre.run && pre.skip) {
       parallel.forEach((p, i) => assert.equal(p.stdout, `${i}\n`));
     });
 
-    test('status: pid 1, protocol 8 (the newest warden speaks), users, layers, the running command, activity', async () => {
+    test('status: pid 1, the newest protocol warden speaks, users, layers, the running command, activity', async () => {
       const command = client.spawn({ argv: ['sleep', '10'], folder: 'st' });
       await command.started;
       const status = await client.status();
       assert.equal(status.type, 'status');
-      assert.equal(status.protocol, 8); // the newest warden speaks, as this client does
+      assert.equal(status.protocol, NEWEST); // the newest warden speaks, as this client does
       assert.equal(status.pid1, true);
       assert.ok(Number.isInteger(status.activity.idle_ms) && status.activity.idle_ms >= 0);
       assert.equal(status.activity.idle_stop_s, undefined, 'no idle stop in this config');
@@ -353,6 +356,17 @@ if (!pre.run && pre.skip) {
         assert.equal((await client.openGate()).closed, false);
       }
       assert.equal((await client.run({ argv: ['true'] })).status, 0);
+    });
+
+    test('ready (version 9): noted once, in status().ready and the audit log', async () => {
+      assert.deepEqual((await client.status()).ready, {}, 'this warden waits for nothing: ready as it answers');
+      const since = await client.ready();
+      assert.ok(Number.isInteger(since) && since >= 0);
+      assert.equal(await client.ready(), since, 'said again, the first time stands');
+      assert.deepEqual((await client.status()).ready, { after_ms: since, by: 'runtime' });
+      const lines = auditLines(w).filter((l) => l.kind === 'ready');
+      assert.equal(lines.length, 1);
+      assert.equal(lines[0].after_ms, since);
     });
 
     test('hold (version 4): in force and in status().activity until a time past lets go; a week ahead at most', async () => {
@@ -713,7 +727,7 @@ if (!pre.run && pre.skip) {
 
     test('the machine\'s key lets the client in, and it runs a command', async () => {
       const client = await connect({ socket: w.hostSocket, key: w.key });
-      assert.equal(client.version, 8);
+      assert.equal(client.version, NEWEST);
       const r = await client.run({ argv: ['id', '-un'] });
       assert.equal(r.stdout.toString(), 'shell\n');
       const viaShellRun = await shellRun('echo from the host', { socket: w.hostSocket, key: w.key });

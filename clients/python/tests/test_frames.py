@@ -377,7 +377,7 @@ def test_the_default_socket_and_key_come_from_the_environment(peer: Any, monkeyp
 
     def script(conn: socket.socket) -> None:
         _, hello = read_json(conn)
-        assert hello == {"type": "hello", "versions": [1, 2, 3, 4, 5, 6, 7, 8],
+        assert hello == {"type": "hello", "versions": [1, 2, 3, 4, 5, 6, 7, 8, 9],
                          "client": f"warden-python {warden_client.__version__}", "key": "k" * 40}
         conn.sendall(HELLO)
 

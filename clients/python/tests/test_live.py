@@ -22,6 +22,7 @@ from conftest import HOST_KEY
 from wardenbox import SHELL_UID, Warden
 
 from warden_client import (
+    SUPPORTED_VERSIONS,
     AsyncClient,
     Attachment,
     Client,
@@ -41,8 +42,8 @@ def client(warden: Warden) -> Any:
         yield c
 
 
-def test_hello_agrees_on_version_8(client: Client, warden: Warden) -> None:
-    assert client.version == 8
+def test_hello_agrees_on_the_newest_version(client: Client, warden: Warden) -> None:
+    assert client.version == max(SUPPORTED_VERSIONS)
     assert client.server.startswith("warden ")
     with Client.connect(warden.socket, versions=[1], timeout=PATIENCE) as old:
         assert old.version == 1
@@ -228,7 +229,7 @@ def test_refused_requests_are_typed_errors_and_not_fatal(client: Client) -> None
 def test_status_lists_users_layers_and_running_commands(client: Client) -> None:
     with client.spawn(["sleep", "30"]) as sleeper:
         status = client.status()
-        assert status["type"] == "status" and status["protocol"] == 8 and status["pid1"] is True
+        assert status["type"] == "status" and status["protocol"] == max(SUPPORTED_VERSIONS) and status["pid1"] is True
         assert isinstance(status["activity"]["idle_ms"], int)
         assert "idle_stop_s" not in status["activity"], "no idle stop in this config"
         users = {u["name"]: u for u in status["users"]}
@@ -303,7 +304,7 @@ def test_closing_the_connection_kills_its_commands(warden: Warden, client: Clien
 def test_asyncio_client(warden: Warden) -> None:
     async def main() -> None:
         async with await AsyncClient.connect(warden.socket, timeout=PATIENCE) as c:
-            assert c.version == 8
+            assert c.version == max(SUPPORTED_VERSIONS)
             r = await c.run(["id", "-un"])
             assert r.stdout == b"shell\n"
             echoed = await c.run(["cat"], stdin=os.urandom(2 * 1024 * 1024 + 1))
@@ -319,7 +320,7 @@ def test_asyncio_client(warden: Warden) -> None:
             assert await sleeper.kill("TERM") == "SIGTERM"
             assert (await sleeper.wait()).status == 143
             status = await c.status()
-            assert status["protocol"] == 8 and "activity" in status
+            assert status["protocol"] == max(SUPPORTED_VERSIONS) and "activity" in status
             until = int(time.time() * 1000) + 600_000
             assert await c.hold(until) == until
             assert (await c.status())["activity"]["held_until_ms"] == until
@@ -345,7 +346,7 @@ def test_the_host_socket_lets_in_only_the_key(keyed_warden: Warden) -> None:
     before = len(refusals())
     key_file = keyed_warden.root / "key"
     with Client.connect(host, key_file=key_file, timeout=PATIENCE) as c:
-        assert c.status()["protocol"] == 8
+        assert c.status()["protocol"] == max(SUPPORTED_VERSIONS)
     for key, reason in ((HOST_KEY[:-1] + "X", "wrong key"), (None, "no key")):
         t0 = time.monotonic()
         with pytest.raises(WardenError) as caught:
@@ -430,6 +431,29 @@ def test_hold_is_in_force_and_in_status_until_a_time_past_lets_go(client: Client
     assert "held_until_ms" not in client.status()["activity"]
 
 
+def test_ready_is_noted_once_in_status_and_the_audit_log(client: Client, warden: Warden) -> None:
+    assert client.status()["ready"] == {}, "this warden waits for nothing: ready as it answers"
+    since = client.ready()
+    assert isinstance(since, int) and since >= 0
+    assert client.ready() == since, "said again, the first time stands"
+    assert client.status()["ready"] == {"after_ms": since, "by": "runtime"}
+    lines = [line for line in warden.audit_lines() if line.get("kind") == "ready"]
+    assert len(lines) == 1 and lines[0]["after_ms"] == since, lines
+    with Client.connect(warden.socket, versions=list(range(1, 9)), timeout=PATIENCE) as old:
+        with pytest.raises(WardenError) as caught:
+            old.ready()
+        assert caught.value.code == "bad_request" and "version 9" in caught.value.message
+        assert "ready" not in old.status()
+
+
+def test_ready_in_asyncio(warden: Warden) -> None:
+    async def main() -> int:
+        async with await AsyncClient.connect(warden.socket, timeout=PATIENCE) as c:
+            return await c.ready()
+
+    assert asyncio.run(main()) >= 0
+
+
 def test_version_3_sees_no_activity_and_may_not_hold(warden: Warden) -> None:
     with Client.connect(warden.socket, versions=[1, 2, 3], timeout=PATIENCE) as old:
         assert old.version == 3
@@ -453,7 +477,7 @@ def test_hand_keys_on_the_machine_socket_is_refused_and_not_fatal(client: Client
 def test_hand_keys_through_the_host_socket(keyed_warden: Warden) -> None:
     text = "PY_TOKEN=canary-py-hand\n# a comment\n\nexport PY_OTHER=x=y\n"
     with Client.connect(keyed_warden.host_socket, HOST_KEY, timeout=PATIENCE) as c:
-        assert c.version == 8
+        assert c.version == max(SUPPORTED_VERSIONS)
         assert c.hand_keys(text) == ["PY_TOKEN", "PY_OTHER"]
         env = keyed_warden.home / ".env"
         assert env.read_text() == text

@@ -51,6 +51,7 @@ from .common import (
     begin_run_request,
     card_of,
     hold_until,
+    ready_since,
     read_key,
     result_of,
     run_ended,
@@ -459,6 +460,10 @@ class AsyncClient:
         if isinstance(until, bool) or not isinstance(until, int):
             raise ProtocolError(f"held without an until_ms: {event!r:.200}")
         return until
+
+    async def ready(self) -> int:
+        """See :meth:`Client.ready`."""
+        return ready_since(await self._request({"type": "ready"}, "ready_noted"))
 
     async def hand_keys(self, text: str) -> list[str]:
         """See :meth:`Client.hand_keys`."""

@@ -49,6 +49,7 @@ from .common import (
     begin_run_request,
     card_of,
     hold_until,
+    ready_since,
     read_key,
     result_of,
     run_ended,
@@ -706,6 +707,13 @@ class Client:
         if isinstance(until, bool) or not isinstance(until, int):
             raise ProtocolError(f"held without an until_ms: {event!r:.200}")
         return until
+
+    def ready(self) -> int:
+        """Says the machine is ready (protocol version 9, the runtime's):
+        ``warden machine up`` and ``--start`` return once it is, where the
+        definition says ``"ready": "runtime"``. Returns since when, in ms
+        after warden started (said again, the first time stands)."""
+        return ready_since(self._request({"type": "ready"}, "ready_noted"))
 
     def hand_keys(self, text: str) -> list[str]:
         """Hands the runtime its keys (protocol version 4, the host's door

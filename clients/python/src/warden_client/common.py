@@ -33,6 +33,7 @@ __all__ = [
     "begin_run_request",
     "card_of",
     "hold_until",
+    "ready_since",
     "read_key",
     "result_of",
     "run_ended",
@@ -44,7 +45,7 @@ __all__ = [
 
 VERSION = "0.1.0"
 #: The protocol versions this client speaks.
-SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
+SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 #: Requests whose ``refused`` answer refuses that request alone: warden
 #: keeps the connection (``hand_keys`` anywhere but the host's door).
 REFUSED_IN_PLACE: frozenset[str] = frozenset({"hand_keys"})
@@ -181,6 +182,14 @@ def signal_name(signal: str | int) -> str:
     if isinstance(signal, int):
         return str(int(signal))
     return str(signal)
+
+
+def ready_since(event: dict[str, Any]) -> int:
+    """The ``after_ms`` of a ``ready_noted`` answer."""
+    after = event.get("after_ms")
+    if isinstance(after, bool) or not isinstance(after, int):
+        raise ProtocolError(f"ready_noted without an after_ms: {event!r:.200}")
+    return after
 
 
 def hold_until(until_ms: int) -> int:
