@@ -710,11 +710,16 @@ fn vm_kit_of_this_warden(shared: &Path) -> common::machine::Gone {
         let target = std::fs::canonicalize(shared.join(file)).unwrap();
         std::os::unix::fs::symlink(target, kit.join(file)).unwrap();
     }
-    // The root disks made per image: linked, so none is made again.
+    // The root disks made per image: linked, so none is made again (on a
+    // fresh host no VM has made one yet: this VM makes its own).
     let images = kit.join("images");
     std::fs::create_dir(&images).unwrap();
     std::fs::set_permissions(&images, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    for disk in std::fs::read_dir(shared.join("images")).unwrap().flatten() {
+    let made = match std::fs::read_dir(shared.join("images")) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        listed => listed.unwrap().flatten().collect(),
+    };
+    for disk in made {
         if disk.file_name().to_string_lossy().ends_with(".ext4") {
             std::os::unix::fs::symlink(disk.path(), images.join(disk.file_name())).unwrap();
         }

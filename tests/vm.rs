@@ -547,8 +547,10 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
         serde_json::json!({
             "image": "localhost/warden-machine:latest", "kind": "vm",
             "keys": ["API_TOKEN"], "hosts": ["allowed.example"],
-            // The agent's own process: it sees its key, and runs on.
-            "command": ["sh", "-c", "printf %s \"$API_TOKEN\" | sha256sum > /home/runtime/data/main-saw; exec sleep 100000"],
+            // The agent's own process: it sees its key, says it is ready
+            // (up waits for it), and runs on.
+            "command": ["sh", "-c", "printf %s \"$API_TOKEN\" | sha256sum > /home/runtime/data/main-saw; sleep 1; /sbin/warden ready; exec sleep 100000"],
+            "ready": "runtime",
             "requires": ["python3", "git"],
         }),
     );
@@ -559,6 +561,7 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     let started = Instant::now();
     let (ok, out, err) = warden(&["machine", "up", file.to_str().unwrap()]);
     assert!(ok, "up: {out}{err}");
+    assert!(out.contains("ready: runtime"), "up: {out}{err}");
     eprintln!("launcher VM: up {:.1} s", started.elapsed().as_secs_f64());
     let exec = |argv: &[&str]| {
         let mut args = vec!["machine", "exec", id];
