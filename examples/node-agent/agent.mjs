@@ -17,8 +17,8 @@ const FOLDER = 'project'; // shell's commands run in /home/runtime/workspace/pro
 // run, a commit. Then what shell must never do: read the runtime's key.
 const BUILD = [
   'id -un',
-  `printf '%s\\n' 'export const add = (a, b) => a + b;' > add.mjs`,
-  `printf '%s\\n' "import { add } from './add.mjs';" "if (add(2, 3) !== 5) throw new Error('add is wrong');" "console.log('add.test.mjs: ok');" > add.test.mjs`,
+  `echo 'export const add = (a, b) => a + b;' > add.mjs`,
+  `echo "import assert from 'node:assert'; import { add } from './add.mjs'; assert.equal(add(2, 3), 5); console.log('add.test.mjs: ok');" > add.test.mjs`,
   'node add.test.mjs',
   'git init -q && git add . && git -c user.name=agent -c user.email=agent@machine commit -q --allow-empty -m build && git log --oneline -1',
   'cat /home/runtime/.env',
