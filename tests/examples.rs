@@ -222,7 +222,7 @@ fn rootless_private(test: &str) -> bool {
         _ => "/dev/net/tun is not open to users (mode 0666)",
     };
     let reason = format!(
-        "{test}: a rootless \"private\" network needs it: {problem} (scripts/test sees to it)"
+        "{test}: a rootless \"private\" network needs slirp4netns and /dev/net/tun open to users: {problem} (scripts/test sees to both)"
     );
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("{reason}, and CI=true forbids skipping");
