@@ -9,11 +9,10 @@
 
 mod common;
 
-use common::machine::{
-    machine_id, project_under_home, ready, ready_with, show, warden, TestMachine, ROOTFS,
-};
+use common::docker;
+use common::machine::{project_under_home, ready, ready_with, show, warden, TestMachine, ROOTFS};
 use common::rootless::owner;
-use common::{privileged, skipped, text, warden_bin};
+use common::{skipped, text, warden_bin};
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -152,10 +151,40 @@ fn the_agent_answers(ask: impl Fn(&str, &str, &str) -> (u16, String)) {
     }
 }
 
+/// How a test reaches a published port: from the host's 127.0.0.1, or
+/// from the loopback of the bridged Docker daemon's namespace.
+#[derive(Clone, Copy)]
+enum Loopback {
+    Host,
+    DockerNamespace,
+}
+
+impl Loopback {
+    /// METHOD `path` on `port`, retried for 30 s while nothing answers.
+    fn ask(self, port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+        match self {
+            Loopback::Host => http(port, method, path, body, Duration::from_secs(30)),
+            Loopback::DockerNamespace => {
+                let (code, said) = docker::http_bridged(port, method, path, body, 30);
+                assert_ne!(code, 0, "{method} {path} on port {port}: no answer: {said}");
+                (code, said)
+            }
+        }
+    }
+
+    /// Whether anything listens on `port` there.
+    fn answers(self, port: u16) -> bool {
+        match self {
+            Loopback::Host => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            Loopback::DockerNamespace => docker::http_bridged(port, "GET", "/", "", 0).0 != 0,
+        }
+    }
+}
+
 /// `up` with the example's own definition and the test's `.env`, then the
-/// agent from the host's 127.0.0.1, `status`, `audit` and `stop`, as the
+/// agent from 127.0.0.1 (`at`), `status`, `audit` and `stop`, as the
 /// README says; `warden` is the owner's launcher.
-fn node_example_end_to_end(m: &TestMachine, warden: fn(&[&str]) -> Output) {
+fn node_example_end_to_end(m: &TestMachine, warden: fn(&[&str]) -> Output, at: Loopback) {
     let definition = example("node-agent/definition.json");
     let env = m.dir.path().join(".env");
     let started = Instant::now();
@@ -171,10 +200,7 @@ fn node_example_end_to_end(m: &TestMachine, warden: fn(&[&str]) -> Output) {
     assert!(text(&up.stdout).contains(": built"), "{}", show("up", &up));
     let port = published(&up);
     assert!(port >= 8080, "auto port {port}");
-    let ask = |method: &str, path: &str, body: &str| {
-        http(port, method, path, body, Duration::from_secs(30))
-    };
-    the_agent_answers(ask);
+    the_agent_answers(|method: &str, path: &str, body: &str| at.ask(port, method, path, body));
 
     let status = warden(&["machine", "status", &m.id]);
     let said = text(&status.stdout);
@@ -194,8 +220,7 @@ fn node_example_end_to_end(m: &TestMachine, warden: fn(&[&str]) -> Output) {
     assert!(!said.contains(CANARY), "{said}");
     let stop = warden(&["machine", "stop", &m.id]);
     assert!(stop.status.success(), "{}", show("stop", &stop));
-    let gone = std::net::TcpStream::connect(("127.0.0.1", port));
-    assert!(gone.is_err(), "port {port} still answers after stop");
+    assert!(!at.answers(port), "port {port} still answers after stop");
 }
 
 #[test]
@@ -205,7 +230,7 @@ fn the_node_example_answers_on_its_port_with_rootful_podman() {
     }
     let _one = one_at_a_time();
     let m = keyed("node-agent", warden);
-    node_example_end_to_end(&m, warden);
+    node_example_end_to_end(&m, warden, Loopback::Host);
 }
 
 /// A rootless "private" network: slirp4netns, and /dev/net/tun open to
@@ -250,106 +275,20 @@ fn the_node_example_answers_on_its_port_with_rootless_podman() {
     for path in [m.dir.path(), &env] {
         nix::unistd::chown(path, uid, None).unwrap();
     }
-    node_example_end_to_end(&m, as_owner);
+    node_example_end_to_end(&m, as_owner, Loopback::Host);
 }
 
-/// `docker ARGS`.
-fn docker(args: &[&str]) -> Output {
-    Command::new("docker").args(args).output().unwrap()
-}
-
-fn on_docker(args: &[&str]) -> Output {
-    Command::new(warden_bin())
-        .args(args)
-        .env("WARDEN_ENGINE", "docker")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
+/// On Docker as users run it, with its bridge (the tests' daemon of that
+/// kind, in a network namespace of its own): the same, its port asked on
+/// that namespace's loopback.
 #[test]
-fn the_node_example_runs_on_docker() {
-    let test = "the_node_example_runs_on_docker";
-    if !privileged(test) {
-        return;
-    }
-    let image = "localhost/warden-machine:latest";
-    let found = docker(&["image", "inspect", "--format", "{{.Id}}", image]);
-    if !found.status.success() {
-        let problem = format!(
-            "{test}: needs a Docker daemon with {image} (scripts/test starts dockerd and loads it): {}",
-            text(&found.stderr).trim()
-        );
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{problem}, and CI=true forbids skipping");
-        }
-        skipped(&problem);
+fn the_node_example_answers_on_its_port_with_docker() {
+    if !docker::bridged_ready("the_node_example_answers_on_its_port_with_docker") {
         return;
     }
     let _one = one_at_a_time();
-    if docker(&["network", "inspect", "bridge"]).status.success() {
-        let m = keyed("node-agent", on_docker);
-        return node_example_end_to_end(&m, on_docker);
-    }
-    // The tests' daemon runs without its bridge (scripts/test), where no
-    // port is published (`up` refuses "private" there). The same image and
-    // runtime, on "none", asked from inside the machine, as root, with curl.
-    eprintln!("{test}: this Docker daemon has no bridge: the page is asked from inside");
-    let m = keyed(&machine_id("node-docker"), on_docker);
-    for file in ["agent.mjs", "Dockerfile"] {
-        std::fs::copy(
-            example(&format!("node-agent/{file}")),
-            m.dir.path().join(file),
-        )
-        .unwrap();
-    }
-    let mut definition: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(example("node-agent/definition.json")).unwrap(),
-    )
-    .unwrap();
-    definition["network"] = "none".into();
-    definition.as_object_mut().unwrap().remove("ports");
-    m.define(definition);
-    let up = m.up();
-    assert!(up.status.success(), "{}", show("up", &up));
-    let container = m.container();
-    let ask = |method: &str, path: &str, body: &str| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let url = format!("http://127.0.0.1:8080{path}");
-            let out = docker(&[
-                "exec",
-                &container,
-                "curl",
-                "-sS",
-                "--noproxy",
-                "*",
-                "-X",
-                method,
-                "--data-binary",
-                body,
-                "-w",
-                "\n%{http_code}",
-                &url,
-            ]);
-            let said = text(&out.stdout);
-            if out.status.success() {
-                let (body, code) = said.rsplit_once('\n').unwrap();
-                return (code.parse().unwrap(), body.to_string());
-            }
-            assert!(Instant::now() < deadline, "{}", show("curl", &out));
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    };
-    the_agent_answers(ask);
-    let audit = on_docker(&["machine", "audit", &m.id]);
-    assert!(
-        text(&audit.stdout).contains("chain intact"),
-        "{}",
-        show("audit", &audit)
-    );
-    let stop = on_docker(&["machine", "stop", &m.id]);
-    assert!(stop.status.success(), "{}", show("stop", &stop));
+    let m = keyed("node-agent", docker::warden_bridged);
+    node_example_end_to_end(&m, docker::warden_bridged, Loopback::DockerNamespace);
 }
 
 /// A small Python project with one test, in `project`.

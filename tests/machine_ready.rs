@@ -135,17 +135,13 @@ fn rootless_up_waits_for_the_runtime_to_say_it_is_ready() {
     the_runtime_never_says_it(&m);
 }
 
+/// On Docker as users run it, with its bridge, on "private".
 #[test]
 fn docker_up_waits_for_the_runtime_to_say_it_is_ready() {
-    if !docker::ready("docker_up_waits_for_the_runtime_to_say_it_is_ready") {
+    if !docker::bridged_ready("docker_up_waits_for_the_runtime_to_say_it_is_ready") {
         return;
     }
-    the_runtime_says_it(&docker::machine(
-        "ready-docker",
-        serde_json::json!({"image": IMAGE}),
-    ));
-    the_runtime_never_says_it(&docker::machine(
-        "never-docker",
-        serde_json::json!({"image": IMAGE}),
-    ));
+    let definition = serde_json::json!({"image": IMAGE, "network": "private"});
+    the_runtime_says_it(&docker::bridged_machine("ready-docker", definition.clone()));
+    the_runtime_never_says_it(&docker::bridged_machine("never-docker", definition));
 }

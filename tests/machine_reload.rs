@@ -135,12 +135,14 @@ fn rootless_size() -> &'static str {
     }
 }
 
+/// On Docker as users run it, with its bridge, on "private".
 #[test]
 fn a_docker_machine_takes_hosts_limits_and_idle_stop_without_being_made_again() {
     let test = "a_docker_machine_takes_hosts_limits_and_idle_stop_without_being_made_again";
-    if !docker::ready(test) {
+    if !docker::bridged_ready(test) {
         return;
     }
-    let m = docker::machine("reload-docker", serde_json::json!({"image": IMAGE}));
-    reloads_without_remaking(&m, &|| docker::container_id(&m), HELD);
+    let definition = serde_json::json!({"image": IMAGE, "network": "private"});
+    let m = docker::bridged_machine("reload-docker", definition);
+    reloads_without_remaking(&m, &|| docker::container_id(&m, true), HELD);
 }

@@ -6,41 +6,11 @@
 
 mod common;
 
+use common::docker::{docker, ready as docker_ready, warden};
 use common::machine::{machine_id, show, TestMachine, IMAGE};
-use common::{privileged, skipped, text, warden_bin};
-use std::process::{Command, Output, Stdio};
+use common::{skipped, text};
 
 const CANARY: &str = "docker-canary-51c2";
-
-/// Root, a Docker daemon that answers, and the base image in it.
-fn docker_ready(test: &str) -> bool {
-    if !privileged(test) {
-        return false;
-    }
-    let problem = match docker(&["image", "inspect", "--format", "{{.Id}}", IMAGE]) {
-        out if out.status.success() => return true,
-        out => format!("{test}: needs a Docker daemon with {IMAGE} (scripts/test starts dockerd and loads it): {}", text(&out.stderr).trim()),
-    };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{problem}, and CI=true forbids skipping");
-    }
-    skipped(&problem);
-    false
-}
-
-fn docker(args: &[&str]) -> Output {
-    Command::new("docker").args(args).output().unwrap()
-}
-
-/// `warden ARGS` with Docker as the engine.
-fn warden(args: &[&str]) -> Output {
-    Command::new(warden_bin())
-        .args(args)
-        .env("WARDEN_ENGINE", "docker")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
 
 /// Containers, volumes and the state folder the machine left.
 fn leftovers(id: &str) -> String {
