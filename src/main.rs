@@ -352,8 +352,14 @@ enum MachineAction {
     /// Say what this host offers machines (engine, rootless or not,
     /// cgroups, runtime, limits, state folder), or why it cannot run one.
     Check,
-    /// List this user's machines.
-    Ps,
+    /// List this user's machines: id, kind (container or vm), engine,
+    /// owner's uid, state, idle time (`-` when stopped), image and
+    /// published ports.
+    Ps {
+        /// Print them as a JSON array, a field per column.
+        #[arg(long)]
+        json: bool,
+    },
     #[command(about = EXEC_ABOUT)]
     Exec(ExecArgs),
     /// Show the machine's warden status (and its published ports).
@@ -372,6 +378,11 @@ enum MachineAction {
     Attach { id: String, command: u64 },
     /// Stop the machine (SIGTERM, SIGKILL after 10 s).
     Stop { id: String },
+    /// Take the machine down when its agent is done: stop it and remove
+    /// its container (a VM: power it off and remove its files), keeping
+    /// its volumes or disks, workspace, state folder and image for the
+    /// next `up`.
+    Down { id: String },
     /// Print the machine's container log.
     Logs { id: String },
     /// Remove the machine's container (and with --volumes its volumes and
@@ -472,7 +483,7 @@ fn main() {
             | Command::Machine {
                 action: MachineAction::Audit { .. }
                     | MachineAction::Status { .. }
-                    | MachineAction::Ps
+                    | MachineAction::Ps { .. }
                     | MachineAction::Logs { .. }
                     | MachineAction::Kube { .. }
             }
@@ -689,7 +700,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             print!("{text}");
             Ok(0)
         }
-        MachineAction::Ps => m::ps().map(|()| 0).map_err(String::from),
+        MachineAction::Ps { json } => m::ps(json).map(|()| 0).map_err(String::from),
         MachineAction::Exec(ExecArgs {
             target,
             start,
@@ -741,6 +752,10 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         }
         MachineAction::Stop { id } => m::check_id(&id)
             .and_then(|()| m::stop(&id))
+            .map(|()| 0)
+            .map_err(String::from),
+        MachineAction::Down { id } => m::check_id(&id)
+            .and_then(|()| m::down(&id))
             .map(|()| 0)
             .map_err(String::from),
         MachineAction::Logs { id } => m::check_id(&id)
