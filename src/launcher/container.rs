@@ -287,28 +287,40 @@ fn down(id: &str) -> Result<(), LaunchError> {
     // The record names the container just removed: the next `up` asks
     // the engine instead.
     kept::forget(&state);
-    let machine = format!("label=warden.machine={id}");
-    let owner = format!("label=warden.owner={}", engine::owner());
-    let volumes = engine::run(
-        "list volumes",
-        &[
-            "volume",
-            "ls",
-            "--filter",
-            &machine,
-            "--filter",
-            &owner,
-            "--format",
-            "{{.Name}}",
-        ],
-    )?;
-    let mut kept: Vec<String> = volumes.lines().map(|v| format!("volume {v}")).collect();
+    let mut kept: Vec<String> = volumes_of(id)?
+        .into_iter()
+        .map(|v| format!("volume {v}"))
+        .collect();
     kept.push(format!("state folder {}", state.display()));
     println!(
         "machine {id} down: container {name} removed; kept for its next up: {}",
         kept.join(", ")
     );
     Ok(())
+}
+
+/// The names of this owner's volumes of machine `id`. Asked by the
+/// machine's label alone, the owner's read from each: podman takes two
+/// label filters as either, not both.
+fn volumes_of(id: &str) -> Result<Vec<String>, LaunchError> {
+    let machine = format!("label=warden.machine={id}");
+    let format = match engine::host()?.engine {
+        Engine::Podman => "{{.Name}}\t{{index .Labels \"warden.owner\"}}",
+        Engine::Docker => "{{.Name}}\t{{.Label \"warden.owner\"}}",
+    };
+    let out = engine::run(
+        "list volumes",
+        &["volume", "ls", "--filter", &machine, "--format", format],
+    )?;
+    let owner = engine::owner().to_string();
+    let mut names: Vec<String> = out
+        .lines()
+        .filter_map(|line| line.split_once('\t'))
+        .filter(|(_, of)| of.trim() == owner)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    names.sort();
+    Ok(names)
 }
 
 /// The machine ids on this owner's containers and volumes.
