@@ -227,6 +227,8 @@ fn remove(id: &str, volumes: bool) -> Result<(), LaunchError> {
         engine::remove_container("rm", &name)?;
         println!("removed {name}");
     }
+    // The record names the container just removed.
+    kept::forget(&state_dir(id));
     if !volumes {
         return Ok(());
     }
