@@ -685,6 +685,18 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
         ok && audit.contains("chain intact"),
         "audit after down: {audit}{err}"
     );
+    // Up again: a new VM on the same disks finds the workspace's files,
+    // and its audit log goes on in one chain, read through its warden.
+    let (ok, out, err) = warden(&["machine", "up", file.to_str().unwrap()]);
+    assert!(ok, "up after down: {out}{err}");
+    let (_, out, err) = exec(&["--folder", "build", "--", "cat", "f"]);
+    assert_eq!(out, "built\n", "{err}");
+    let (ok, audit, err) = warden(&["machine", "audit", id]);
+    assert!(
+        ok && audit.contains("chain intact")
+            && audit.contains("read through the machine's warden: lines 1 to"),
+        "audit after up: {audit}{err}"
+    );
 
     let (ok, out, err) = warden(&["machine", "rm", id, "--volumes"]);
     assert!(ok, "rm: {out}{err}");
