@@ -8,7 +8,10 @@ mod card_cli;
 mod describe;
 #[path = "main/sessions.rs"]
 mod sessions;
+#[path = "main/target.rs"]
+mod target;
 use describe::{describe, describe_proxy};
+use target::Target;
 
 use clap::{Parser, Subcommand};
 use sessions::{attach, follow_size, list_commands, print_output};
@@ -359,8 +362,14 @@ enum MachineAction {
     /// Say what this host offers machines (engine, rootless or not,
     /// cgroups, runtime, limits, state folder), or why it cannot run one.
     Check,
-    /// List this user's machines.
-    Ps,
+    /// List this user's machines: id, kind (container or vm), engine,
+    /// owner's uid, state, idle time (`-` when stopped), image and
+    /// published ports.
+    Ps {
+        /// Print them as a JSON array, a field per column.
+        #[arg(long)]
+        json: bool,
+    },
     #[command(about = EXEC_ABOUT)]
     Exec(ExecArgs),
     /// Show the machine's warden status (and its published ports).
@@ -379,6 +388,11 @@ enum MachineAction {
     Attach { id: String, command: u64 },
     /// Stop the machine (SIGTERM, SIGKILL after 10 s).
     Stop { id: String },
+    /// Take the machine down when its agent is done: stop it and remove
+    /// its container (a VM: power it off and remove its files), keeping
+    /// its volumes or disks, workspace, state folder and image for the
+    /// next `up`.
+    Down { id: String },
     /// Print the machine's container log.
     Logs { id: String },
     /// Remove the machine's container (and with --volumes its volumes and
@@ -409,49 +423,6 @@ enum MachineAction {
     Card(card_cli::CardArgs),
 }
 
-/// Which machine: one of this host's, by id, or a warden reached at
-/// HOST:PORT (a pod's TCP door through `kubectl port-forward`).
-#[derive(clap::Args)]
-struct Target {
-    /// The machine's id.
-    #[arg(required_unless_present = "connect")]
-    id: Option<String>,
-    /// The machine's warden at HOST:PORT, its TCP door (on a cluster the
-    /// local end of `kubectl port-forward pod/NAME PORT:7000`), with the
-    /// machine's key from --key-file.
-    #[arg(long, value_name = "HOST:PORT", conflicts_with = "id")]
-    connect: Option<String>,
-}
-
-impl Target {
-    /// The machine's id, checked, when it is one of this host's.
-    fn id(&self) -> Result<Option<&str>, String> {
-        match (&self.id, &self.connect) {
-            (Some(id), _) => {
-                warden::launcher::machine::check_id(id)?;
-                Ok(Some(id))
-            }
-            (None, Some(_)) => Ok(None),
-            (None, None) => Err("name a machine, or --connect HOST:PORT".into()),
-        }
-    }
-
-    /// A client of the machine's warden, keyed.
-    fn connect(&self, first: Option<(u32, &Request)>) -> Result<Client, String> {
-        match (&self.id, &self.connect) {
-            (Some(id), _) => warden::launcher::machine::connect(id, first).map_err(String::from),
-            (None, Some(address)) => {
-                let key = KEY.get().ok_or(
-                    "--connect needs the machine's key: --key-file FILE (or WARDEN_KEY_FILE)",
-                )?;
-                Client::connect_tcp(address, Some(key), first)
-                    .map_err(|e| format!("{address}: {e}"))
-            }
-            (None, None) => Err("name a machine, or --connect HOST:PORT".into()),
-        }
-    }
-}
-
 const DEFAULT_AUDIT: &str = "/home/runtime/data/audit/warden.jsonl";
 const DEFAULT_AUDIT_DIR: &str = "/home/runtime/data/audit";
 
@@ -479,7 +450,7 @@ fn main() {
             | Command::Machine {
                 action: MachineAction::Audit { .. }
                     | MachineAction::Status { .. }
-                    | MachineAction::Ps
+                    | MachineAction::Ps { .. }
                     | MachineAction::Logs { .. }
                     | MachineAction::Kube { .. }
             }
@@ -697,7 +668,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             print!("{text}");
             Ok(0)
         }
-        MachineAction::Ps => m::ps().map(|()| 0).map_err(String::from),
+        MachineAction::Ps { json } => m::ps(json).map(|()| 0).map_err(String::from),
         MachineAction::Exec(ExecArgs {
             target,
             start,
@@ -749,6 +720,10 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         }
         MachineAction::Stop { id } => m::check_id(&id)
             .and_then(|()| m::stop(&id))
+            .map(|()| 0)
+            .map_err(String::from),
+        MachineAction::Down { id } => m::check_id(&id)
+            .and_then(|()| m::down(&id))
             .map(|()| 0)
             .map_err(String::from),
         MachineAction::Logs { id } => m::check_id(&id)
@@ -821,112 +796,5 @@ fn status(socket: &Path, json: bool) -> Result<i32, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// What a parsed `run` or `machine exec` holds, as text.
-    fn summary(cli: &Cli) -> String {
-        let (head, c) = match &cli.command {
-            Command::Run(RunArgs { socket, command }) => (format!("run {socket:?}"), command),
-            Command::Machine {
-                action:
-                    MachineAction::Exec(ExecArgs {
-                        target,
-                        start,
-                        command,
-                    }),
-            } => (
-                format!("exec {:?} {:?} {start}", target.id, target.connect),
-                command,
-            ),
-            _ => return "another command".to_string(),
-        };
-        format!(
-            "{head} key {:?} folder {:?} timeout {:?} env {:?} shell {:?} flags {} {} {} {} tag {:?} argv {:?}",
-            cli.key_file, c.folder, c.timeout, c.env, c.shell, c.interactive, c.tty,
-            c.keep_background, c.detach, c.tag, c.argv
-        )
-    }
-
-    #[test]
-    fn run_and_exec_parse_alone_as_the_whole_command_line_does() {
-        let cases: [&[&str]; 8] = [
-            &["run", "--", "true"],
-            &[
-                "run",
-                "--socket",
-                "/s",
-                "--timeout",
-                "2.5",
-                "--env",
-                "A=b",
-                "--",
-                "ls",
-                "-l",
-            ],
-            &[
-                "run",
-                "--key-file",
-                "/k",
-                "--folder",
-                "w/x",
-                "--shell",
-                "echo hi",
-            ],
-            &[
-                "run",
-                "-i",
-                "--keep-background",
-                "--detach",
-                "--tag",
-                "t",
-                "--",
-                "cat",
-            ],
-            &["machine", "exec", "demo", "--", "id"],
-            &[
-                "machine",
-                "exec",
-                "--connect",
-                "127.0.0.1:7000",
-                "--key-file",
-                "/k",
-                "--",
-                "id",
-            ],
-            &[
-                "machine", "exec", "demo", "--start", "--env", "A=b", "--", "env",
-            ],
-            &["--key-file", "/k", "run", "--", "true"],
-        ];
-        for case in cases {
-            let args: Vec<std::ffi::OsString> = std::iter::once("warden")
-                .chain(case.iter().copied())
-                .map(Into::into)
-                .collect();
-            let alone = parse_from(args.clone()).unwrap();
-            let whole = Cli::try_parse_from(args).unwrap();
-            assert_eq!(summary(&alone), summary(&whole), "{case:?}");
-            assert_ne!(summary(&alone), "another command", "{case:?}");
-        }
-    }
-
-    #[test]
-    fn run_and_exec_alone_refuse_what_the_whole_command_line_refuses() {
-        let cases: [&[&str]; 5] = [
-            &["run", "--bogus"],
-            &["run", "--shell", "x", "--", "y"],
-            &["run", "--tag", "t", "--", "y"],
-            &["machine", "exec", "--", "id"],
-            &["machine", "exec", "a", "--connect", "h:1", "--", "id"],
-        ];
-        for case in cases {
-            let args: Vec<std::ffi::OsString> = std::iter::once("warden")
-                .chain(case.iter().copied())
-                .map(Into::into)
-                .collect();
-            assert!(parse_from(args.clone()).is_err(), "{case:?}");
-            assert!(Cli::try_parse_from(args).is_err(), "{case:?}");
-        }
-    }
-}
+#[path = "main/cli_tests.rs"]
+mod tests;

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::machine::{ready, show};
+use common::machine::{ps_row, ready, show};
 use common::rootless::{owner, rootless_machine};
 use common::text;
 use std::path::PathBuf;
@@ -66,8 +66,9 @@ fn a_rootless_owner_gets_what_shell_writes_with_keep_id() {
         "{status}"
     );
     let out = owner.warden(&["machine", "ps"]);
+    let row = ps_row(&text(&out.stdout), id);
     assert!(
-        text(&out.stdout).contains(&format!("warden-{id}")),
+        row.is_some_and(|r| r[1] == "container" && r[4] == "running"),
         "{}",
         show("ps", &out)
     );

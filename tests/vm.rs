@@ -608,7 +608,8 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     let (_, out, _) = warden(&["machine", "up", file.to_str().unwrap()]);
     assert!(out.contains("unchanged, kept"), "{out}");
     let (_, out, _) = warden(&["machine", "ps"]);
-    assert!(out.contains(&format!("warden-{id}\tRunning (VM)")), "{out}");
+    let row = common::machine::ps_row(&out, id).expect("a row in ps");
+    assert_eq!(&row[1..5], ["vm", "qemu", "0", "running"], "{out}");
 
     // A wrong key is refused over vsock, slowly.
     let socket = std::path::PathBuf::from(format!("/var/lib/warden/machines/{id}/vm/vsock.sock"));
@@ -632,7 +633,19 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     assert!(console.contains("reboot: Power down"), "{console}");
     assert!(!console.contains("Kernel panic"), "{console}");
     let (_, out, _) = warden(&["machine", "ps"]);
-    assert!(out.contains(&format!("warden-{id}\tStopped (VM)")), "{out}");
+    let row = common::machine::ps_row(&out, id).expect("a row in ps");
+    assert_eq!(
+        &row[1..7],
+        [
+            "vm",
+            "qemu",
+            "0",
+            "stopped",
+            "-",
+            "localhost/warden-machine:latest"
+        ],
+        "{out}"
+    );
 
     // What the main process wrote on the data disk: the digest of the key
     // it was given.
@@ -652,6 +665,41 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     assert!(audit.contains("chain intact"), "{audit}");
     assert!(audit.contains("connection_refused"), "{audit}");
     assert!(!audit.contains(CANARY), "{audit}");
+
+    // Taken down: a VM has no container, so its files go (the initramfs
+    // that holds the keys too) and its disks stay; ps lists it no more,
+    // and its audit log is still read off its data disk.
+    let (ok, out, err) = warden(&["machine", "down", id]);
+    assert!(ok, "down: {out}{err}");
+    assert!(
+        out.contains(&format!("machine {id} down (VM): was stopped")),
+        "{out}"
+    );
+    let vm_dir = std::path::PathBuf::from(format!("/var/lib/warden/machines/{id}/vm"));
+    assert!(vm_dir.join("data.ext4").exists() && vm_dir.join("workspace.ext4").exists());
+    assert!(
+        !vm_dir.join("initrd.gz").exists(),
+        "the keys' initramfs is gone"
+    );
+    let (_, out, _) = warden(&["machine", "ps"]);
+    assert!(common::machine::ps_row(&out, id).is_none(), "{out}");
+    let (ok, audit, err) = warden(&["machine", "audit", id]);
+    assert!(
+        ok && audit.contains("chain intact"),
+        "audit after down: {audit}{err}"
+    );
+    // Up again: a new VM on the same disks finds the workspace's files,
+    // and its audit log goes on in one chain, read through its warden.
+    let (ok, out, err) = warden(&["machine", "up", file.to_str().unwrap()]);
+    assert!(ok, "up after down: {out}{err}");
+    let (_, out, err) = exec(&["--folder", "build", "--", "cat", "f"]);
+    assert_eq!(out, "built\n", "{err}");
+    let (ok, audit, err) = warden(&["machine", "audit", id]);
+    assert!(
+        ok && audit.contains("chain intact")
+            && audit.contains("read through the machine's warden: lines 1 to"),
+        "audit after up: {audit}{err}"
+    );
 
     let (ok, out, err) = warden(&["machine", "rm", id, "--volumes"]);
     assert!(ok, "rm: {out}{err}");
@@ -674,10 +722,8 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
         "{out}{err}"
     );
     let (_, out, _) = warden(&["machine", "ps"]);
-    assert!(
-        !out.contains(&format!("warden-{}\tRunning", lacking.id)),
-        "{out}"
-    );
+    let row = common::machine::ps_row(&out, &lacking.id);
+    assert!(row.is_none_or(|r| r[4] != "running"), "{out}");
 }
 
 /// A VM's size, lent folders and `env`, from its definition as a container's:

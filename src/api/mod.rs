@@ -426,7 +426,12 @@ impl Conn {
                 return Ok(());
             }
         };
-        self.sup.activity.touch();
+        // Reading the status only looks: a host that watches its machines
+        // (`warden machine ps`) neither keeps them awake nor resets the
+        // idle time it reads.
+        if !matches!(request, Request::Status) {
+            self.sup.activity.touch();
+        }
         let reply = match request {
             Request::Hello { .. } => Some(error(ErrorCode::BadRequest, "hello was already said")),
             Request::Status => {

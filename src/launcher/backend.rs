@@ -107,8 +107,15 @@ pub trait Backend {
     /// written them where the host can read them).
     fn copy_audit(&self, id: &str, copy: &Path) -> Result<bool, LaunchError>;
 
-    /// This owner's machines of this kind, one line each for `ps`.
-    fn list(&self) -> Result<Vec<String>, LaunchError>;
+    /// This owner's machines of this kind, a row each for `ps` (the idle
+    /// time left for `ps` to ask): one engine call at most.
+    fn list(&self) -> Result<Vec<super::ps::Row>, LaunchError>;
+
+    /// Takes the machine down, when its agent is done: it stops and is
+    /// removed, and what its next `up` finds again is kept (a container's
+    /// volumes, a VM's disks, the state folder with the key and the audit
+    /// anchor, the image built for it).
+    fn down(&self, id: &str) -> Result<(), LaunchError>;
 
     /// The ids of this owner's machines that have anything of this kind
     /// left (a container, a volume, a VM's folder), for `prune`.

@@ -17,6 +17,7 @@ use super::error::LaunchError;
 use super::host::{Engine, Host};
 use super::kept;
 use super::made_from;
+use super::ps::{self, Row};
 use super::state::{container, give, key, socket, state_dir, write_machine_files, PREFIX};
 use super::step;
 use crate::client::Client;
@@ -71,8 +72,12 @@ impl Backend for Container {
         Ok(false)
     }
 
-    fn list(&self) -> Result<Vec<String>, LaunchError> {
+    fn list(&self) -> Result<Vec<Row>, LaunchError> {
         list()
+    }
+
+    fn down(&self, id: &str) -> Result<(), LaunchError> {
+        down(id)
     }
 
     fn ids(&self) -> Result<Vec<String>, LaunchError> {
@@ -222,6 +227,8 @@ fn remove(id: &str, volumes: bool) -> Result<(), LaunchError> {
         engine::remove_container("rm", &name)?;
         println!("removed {name}");
     }
+    // The record names the container just removed.
+    kept::forget(&state_dir(id));
     if !volumes {
         return Ok(());
     }
@@ -240,28 +247,82 @@ fn remove(id: &str, volumes: bool) -> Result<(), LaunchError> {
     Ok(())
 }
 
-/// This owner's containers with their status and published ports.
-fn list() -> Result<Vec<String>, LaunchError> {
+/// This owner's containers, in one engine call (labels, state, image and
+/// ports all come in the listing).
+fn list() -> Result<Vec<Row>, LaunchError> {
+    let engine = engine::host()?.engine;
     let filter = format!("label=warden.owner={}", engine::owner());
-    let out = engine::run(
-        "ps",
-        &[
-            "ps",
-            "-a",
-            "--filter",
-            &filter,
-            "--format",
-            "{{.Names}}\t{{.Status}}",
-        ],
-    )?;
-    let line = |line: &str| {
-        let name = line.split('\t').next().unwrap_or_default();
-        match published(name).join(", ") {
-            ports if ports.is_empty() => line.to_string(),
-            ports => format!("{line}\t{ports}"),
-        }
+    let format = match engine {
+        Engine::Podman => "json",
+        Engine::Docker => ps::DOCKER_FORMAT,
     };
-    Ok(out.lines().map(line).collect())
+    let out = engine::run("ps", &["ps", "-a", "--filter", &filter, "--format", format])?;
+    let rows = match engine {
+        Engine::Podman => ps::podman_rows(&out),
+        Engine::Docker => ps::docker_rows(&out),
+    };
+    rows.map_err(|e| {
+        LaunchError::new(
+            "ps",
+            format!("cannot read {}'s listing: {e}", engine.program()),
+        )
+    })
+}
+
+/// Takes the machine down: its warden asked to stop (SIGTERM, killed
+/// after 10 s) and its container removed; its volumes (or workspace
+/// folder), state folder and image stay, and the next `up` makes a new
+/// container over them (its setup, which ran on this data, not again).
+fn down(id: &str) -> Result<(), LaunchError> {
+    let (name, state) = (container(id), state_dir(id));
+    let exists = engine::exists("container", &name);
+    if !exists && !state.exists() {
+        return Err(LaunchError::new(
+            format!("machine {id}"),
+            "no such machine (make it with `warden machine up`)",
+        ));
+    }
+    match exists {
+        true => engine::remove_container("down", &name)?,
+        false => println!("{name}: no container (already down)"),
+    }
+    // The record names the container just removed: the next `up` asks
+    // the engine instead.
+    kept::forget(&state);
+    let mut kept: Vec<String> = volumes_of(id)?
+        .into_iter()
+        .map(|v| format!("volume {v}"))
+        .collect();
+    kept.push(format!("state folder {}", state.display()));
+    println!(
+        "machine {id} down: container {name} removed; kept for its next up: {}",
+        kept.join(", ")
+    );
+    Ok(())
+}
+
+/// The names of this owner's volumes of machine `id`. Asked by the
+/// machine's label alone, the owner's read from each: podman takes two
+/// label filters as either, not both.
+fn volumes_of(id: &str) -> Result<Vec<String>, LaunchError> {
+    let machine = format!("label=warden.machine={id}");
+    let format = match engine::host()?.engine {
+        Engine::Podman => "{{.Name}}\t{{index .Labels \"warden.owner\"}}",
+        Engine::Docker => "{{.Name}}\t{{.Label \"warden.owner\"}}",
+    };
+    let out = engine::run(
+        "list volumes",
+        &["volume", "ls", "--filter", &machine, "--format", format],
+    )?;
+    let owner = engine::owner().to_string();
+    let mut names: Vec<String> = out
+        .lines()
+        .filter_map(|line| line.split_once('\t'))
+        .filter(|(_, of)| of.trim() == owner)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    names.sort();
+    Ok(names)
 }
 
 /// The machine ids on this owner's containers and volumes.

@@ -16,6 +16,7 @@ pub use super::engine::host;
 use super::error::LaunchError;
 use super::host::Host;
 use super::kept;
+use super::ps::Row;
 pub use super::state::{container, key, socket, state_dir, PREFIX};
 use super::state::{give, prepare_state};
 use super::vm::{self, Vm};
@@ -337,15 +338,57 @@ fn read_named(field: &str, names: &[String], env_file: &Path) -> Result<String, 
     })
 }
 
-/// Lists this owner's machines, every kind.
-pub fn ps() -> Result<(), LaunchError> {
+/// Lists this owner's machines, every kind: a table, or with `json` a
+/// JSON array of the same rows (`ps::Row`). One engine call lists the
+/// containers; each running machine's idle time is its warden's word.
+pub fn ps(json: bool) -> Result<(), LaunchError> {
     host()?;
+    let mut rows = Vec::new();
     for backend in every_backend() {
-        for line in backend.list()? {
-            println!("{line}");
+        rows.extend(backend.list()?);
+    }
+    rows.sort_by(|a, b| a.id.cmp(&b.id));
+    ask_idle(&mut rows);
+    match json {
+        true => {
+            let text = serde_json::to_string_pretty(&rows)
+                .map_err(|e| LaunchError::new("ps --json", e.to_string()))?;
+            println!("{text}");
         }
+        false => print!("{}", super::ps::table(&rows)),
     }
     Ok(())
+}
+
+/// How long `ps` waits for a machine's status.
+const IDLE_WAIT: Duration = Duration::from_secs(5);
+
+/// Asks each running machine's warden for its status, all at once (a
+/// status only read is no activity: asking resets no idle time); one that
+/// does not answer in `IDLE_WAIT` keeps no idle time.
+fn ask_idle(rows: &mut [Row]) {
+    std::thread::scope(|scope| {
+        for row in rows.iter_mut().filter(|r| r.running) {
+            scope.spawn(move || row.idle_ms = idle_of(row));
+        }
+    });
+}
+
+fn idle_of(row: &Row) -> Option<u64> {
+    let mut client = match row.kind {
+        "vm" => Vm.connect(&row.id, None),
+        _ => Container.connect(&row.id, None),
+    }
+    .ok()?;
+    client.set_read_timeout(Some(IDLE_WAIT)).ok()?;
+    super::ps::idle_of(&client.status().ok()?)
+}
+
+/// Takes the machine down, when its agent is done: stopped and removed,
+/// what its next `up` finds again kept (see `Backend::down`).
+pub fn down(id: &str) -> Result<(), LaunchError> {
+    host()?;
+    of(id).down(id)
 }
 
 /// Stops the machine: warden is asked, and killed after a grace.

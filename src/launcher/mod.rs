@@ -8,8 +8,8 @@
 //! folder, and `kept.rs` what the next `up` keeps of a container;
 //! `image.rs` builds images; `create.rs` and `agent*.rs` turn a
 //! definition into the engine's arguments and the agent's setup;
-//! `kube.rs` into a cluster's manifests;
-//! `ready.rs` waits for a machine to be ready;
+//! `kube.rs` into a cluster's manifests; `ps.rs` reads the engine's
+//! listing into `ps`'s rows; `ready.rs` waits for a machine to be ready;
 //! `error.rs` is the error every step returns.
 
 pub mod agent;
@@ -27,6 +27,7 @@ pub mod kept;
 pub mod kube;
 pub mod machine;
 pub mod made_from;
+pub mod ps;
 pub mod ready;
 pub mod state;
 pub mod vm;

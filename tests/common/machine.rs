@@ -341,3 +341,13 @@ pub fn image_id(image: &str) -> String {
         .trim()
         .to_string()
 }
+
+/// The row of machine `id` in `warden machine ps`'s table, its cells
+/// split (MACHINE KIND ENGINE OWNER STATE IDLE IMAGE, then the ports).
+pub fn ps_row(table: &str, id: &str) -> Option<Vec<String>> {
+    table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().map(String::from).collect::<Vec<_>>())
+        .find(|cells| cells.first().map(String::as_str) == Some(id))
+}

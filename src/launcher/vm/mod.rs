@@ -18,15 +18,20 @@
 //! machine's key, and stops it with the protocol's `shutdown` request. A VM
 //! with a network has no network device either: its proxy reaches out
 //! through the host's egress relay (`egress.rs`, `vsock.sock_1025`).
+//! `rm` and `down` empty the VM's folder, `down` keeping its disks, and
+//! `ps` reads its row from it (`folder.rs`).
 
 pub mod accel;
 mod disks;
 pub mod egress;
+pub mod folder;
 pub mod ports;
 mod qemu;
 pub mod relay;
 
 use disks::{copy_sparse, initrd, rootfs, VOLUMES};
+use folder::IMAGE_FILE;
+pub use folder::{down, ids, list, remove};
 use qemu::launch;
 pub use qemu::{
     in_own_scope, kit, lend_tag, qemu_args, tsc_khz, vm_size, Kit, QemuPlan, GUEST_CID, KIT,
@@ -38,6 +43,7 @@ use super::create::{RUNTIME_UID, SHELL_UID};
 use super::definition::{Definition, Lend, Network, Workspace};
 use super::error::LaunchError;
 use super::host::Host;
+use super::ps::Row;
 use super::state::{container, key, state_dir, write_machine_files};
 use super::{sha256_hex, step};
 use crate::client::{Client, Message};
@@ -114,8 +120,12 @@ impl Backend for Vm {
         copy_audit(id, copy)
     }
 
-    fn list(&self) -> Result<Vec<String>, LaunchError> {
+    fn list(&self) -> Result<Vec<Row>, LaunchError> {
         Ok(list())
+    }
+
+    fn down(&self, id: &str) -> Result<(), LaunchError> {
+        down(id)
     }
 
     fn ids(&self) -> Result<Vec<String>, LaunchError> {
@@ -236,6 +246,8 @@ pub fn up(
     lent_folders(&def.lend)?;
     let rootfs = rootfs(&kit, image)?;
     step(start, &format!("root disk {}", rootfs.display()));
+    let named = vm.join(IMAGE_FILE);
+    std::fs::write(&named, image.0).map_err(|e| LaunchError::io(&named, e))?;
     for volume in VOLUMES {
         if !vm.join(volume).exists() {
             copy_sparse(&kit.dir.join(volume), &vm.join(volume))?;
@@ -519,64 +531,6 @@ pub(super) fn stop_backend(id: &str) {
         }
         let _ = std::fs::remove_file(dir(id).join(file));
     }
-}
-
-/// Removes the VM's files; with `volumes`, its disks too.
-pub fn remove(id: &str, volumes: bool) -> Result<(), LaunchError> {
-    if running(id) {
-        stop(id)?;
-    }
-    let vm = dir(id);
-    let entries = std::fs::read_dir(&vm).map_err(|e| LaunchError::io(&vm, e))?;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if VOLUMES.iter().any(|v| name == *v) && !volumes {
-            continue;
-        }
-        let path = entry.path();
-        let removed = match path.is_dir() {
-            true => std::fs::remove_dir_all(&path),
-            false => std::fs::remove_file(&path),
-        };
-        removed.map_err(|e| LaunchError::io(&path, e))?;
-    }
-    println!("removed VM {}", container(id));
-    Ok(())
-}
-
-/// The ids of this owner's VMs (the machines in its state root with a VM
-/// folder), sorted.
-pub fn ids() -> Vec<String> {
-    let Ok(root) = crate::launcher::host::state_root() else {
-        return Vec::new();
-    };
-    let Ok(entries) = std::fs::read_dir(&root) else {
-        return Vec::new();
-    };
-    let mut ids: Vec<String> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|id| crate::launcher::definition::valid_id(id) && is_vm(id))
-        .collect();
-    ids.sort();
-    ids
-}
-
-/// One line per VM of this owner: name and state.
-pub fn list() -> Vec<String> {
-    ids()
-        .into_iter()
-        .map(|id| {
-            let state = match running(&id) {
-                true => "Running (VM)",
-                false => "Stopped (VM)",
-            };
-            match ports::published(&id).join(", ") {
-                ports if ports.is_empty() => format!("{}\t{state}", container(&id)),
-                ports => format!("{}\t{state}\t{ports}", container(&id)),
-            }
-        })
-        .collect()
 }
 
 /// The machine's console.

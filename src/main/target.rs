@@ -1,0 +1,48 @@
+//! Which machine a `warden machine` command is for: one of this host's,
+//! by id, or a warden reached through its TCP door.
+
+use warden::client::Client;
+use warden::protocol::Request;
+
+/// Which machine: one of this host's, by id, or a warden reached at
+/// HOST:PORT (a pod's TCP door through `kubectl port-forward`).
+#[derive(clap::Args)]
+pub struct Target {
+    /// The machine's id.
+    #[arg(required_unless_present = "connect")]
+    pub id: Option<String>,
+    /// The machine's warden at HOST:PORT, its TCP door (on a cluster the
+    /// local end of `kubectl port-forward pod/NAME PORT:7000`), with the
+    /// machine's key from --key-file.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "id")]
+    pub connect: Option<String>,
+}
+
+impl Target {
+    /// The machine's id, checked, when it is one of this host's.
+    pub fn id(&self) -> Result<Option<&str>, String> {
+        match (&self.id, &self.connect) {
+            (Some(id), _) => {
+                warden::launcher::machine::check_id(id)?;
+                Ok(Some(id))
+            }
+            (None, Some(_)) => Ok(None),
+            (None, None) => Err("name a machine, or --connect HOST:PORT".into()),
+        }
+    }
+
+    /// A client of the machine's warden, keyed.
+    pub fn connect(&self, first: Option<(u32, &Request)>) -> Result<Client, String> {
+        match (&self.id, &self.connect) {
+            (Some(id), _) => warden::launcher::machine::connect(id, first).map_err(String::from),
+            (None, Some(address)) => {
+                let key = super::KEY.get().ok_or(
+                    "--connect needs the machine's key: --key-file FILE (or WARDEN_KEY_FILE)",
+                )?;
+                Client::connect_tcp(address, Some(key), first)
+                    .map_err(|e| format!("{address}: {e}"))
+            }
+            (None, None) => Err("name a machine, or --connect HOST:PORT".into()),
+        }
+    }
+}
