@@ -18,6 +18,8 @@ pub struct Activity {
     last: Mutex<Instant>,
     /// Unix time in milliseconds; 0 when nothing holds the machine.
     held_until_ms: AtomicU64,
+    /// The runtime's next job, Unix ms; 0: none said.
+    next_job_ms: AtomicU64,
     stopped_idle: AtomicBool,
 }
 
@@ -29,16 +31,25 @@ pub fn now_ms() -> u64 {
         .unwrap_or_default()
 }
 
-/// Pure: whether a machine idle for `idle`, with `running` commands and
-/// held until `held_until_ms`, stops now.
+/// A machine with a job due within this long does not stop for being idle.
+pub const JOB_SOON_MS: u64 = 5 * 60 * 1000;
+
+/// Pure: whether a job at `next_job_ms` (0: none) is due within
+/// `JOB_SOON_MS` of `now_ms` (a time past is not).
+pub fn job_soon(next_job_ms: u64, now_ms: u64) -> bool {
+    next_job_ms != 0 && next_job_ms >= now_ms && next_job_ms - now_ms <= JOB_SOON_MS
+}
+
+/// Pure: whether a machine idle for `idle`, with `running` commands, held
+/// until `held_until_ms` and its next job at `next_job_ms`, stops now.
 pub fn due(
     idle: Duration,
     idle_stop: Duration,
     running: usize,
-    held_until_ms: u64,
+    (held_until_ms, next_job_ms): (u64, u64),
     now_ms: u64,
 ) -> bool {
-    running == 0 && idle >= idle_stop && held_until_ms <= now_ms
+    running == 0 && idle >= idle_stop && held_until_ms <= now_ms && !job_soon(next_job_ms, now_ms)
 }
 
 impl Activity {
@@ -48,6 +59,7 @@ impl Activity {
             watching: AtomicBool::new(false),
             last: Mutex::new(Instant::now()),
             held_until_ms: AtomicU64::new(0),
+            next_job_ms: AtomicU64::new(0),
             stopped_idle: AtomicBool::new(false),
         }
     }
@@ -109,11 +121,22 @@ impl Activity {
             return false;
         };
         let held = self.held_until_ms.load(Ordering::SeqCst);
-        let stop = due(self.idle(), limit, running, held, now_ms());
+        let job = self.next_job_ms.load(Ordering::SeqCst);
+        let stop = due(self.idle(), limit, running, (held, job), now_ms());
         if stop {
             self.stopped_idle.store(true, Ordering::SeqCst);
         }
         stop
+    }
+
+    /// The runtime's next job (Unix ms; 0: none), from now on.
+    pub fn set_next_job(&self, at_ms: u64) {
+        self.next_job_ms.store(at_ms, Ordering::SeqCst);
+    }
+
+    /// The runtime's next job, when it said one.
+    pub fn next_job_ms(&self) -> Option<u64> {
+        Some(self.next_job_ms.load(Ordering::SeqCst)).filter(|&t| t != 0)
     }
 
     /// Whether the machine stopped because it was idle.
@@ -129,20 +152,25 @@ mod tests {
     #[test]
     fn due_table() {
         let s = Duration::from_secs;
-        // (idle, limit, running, held until, now) -> due
+        let min = 60_000;
+        // (idle, limit, running, held until, next job, now) -> due
         let cases = [
-            (s(10), s(10), 0, 0, 1000, true),
-            (s(9), s(10), 0, 0, 1000, false),
-            (s(60), s(10), 1, 0, 1000, false),
-            (s(60), s(10), 0, 2000, 1000, false),
-            (s(60), s(10), 0, 1000, 1000, true),
-            (s(60), s(10), 0, 999, 1000, true),
+            (s(10), s(10), 0, 0, 0, 1000, true),
+            (s(9), s(10), 0, 0, 0, 1000, false),
+            (s(60), s(10), 1, 0, 0, 1000, false),
+            (s(60), s(10), 0, 2000, 0, 1000, false),
+            (s(60), s(10), 0, 1000, 0, 1000, true),
+            (s(60), s(10), 0, 999, 0, 1000, true),
+            // A job within five minutes keeps it; one later, or past, not.
+            (s(60), s(10), 0, 0, 1000 + 5 * min, 1000, false),
+            (s(60), s(10), 0, 0, 1001 + 5 * min, 1000, true),
+            (s(60), s(10), 0, 0, 999, 1000, true),
         ];
-        for (idle, limit, running, held, now, want) in cases {
+        for (idle, limit, running, held, job, now, want) in cases {
             assert_eq!(
-                due(idle, limit, running, held, now),
+                due(idle, limit, running, (held, job), now),
                 want,
-                "{idle:?} {limit:?} {running} {held} {now}"
+                "{idle:?} {limit:?} {running} {held} {job} {now}"
             );
         }
     }

@@ -444,6 +444,35 @@ impl Client {
         })
     }
 
+    /// Tells warden the launcher woke the machine, for `cause` (protocol
+    /// version 9, the host's door only).
+    pub fn wake(&mut self, cause: &str) -> Result<(), ClientError> {
+        let request = Request::Wake {
+            cause: cause.into(),
+        };
+        self.ask(&request, |event| {
+            matches!(event, Event::Noted).then_some(())
+        })
+    }
+
+    /// Tells warden the launcher is about to freeze the machine (protocol
+    /// version 9, the host's door only).
+    pub fn pause(&mut self, idle_ms: u64) -> Result<(), ClientError> {
+        let request = Request::Pause { idle_ms };
+        self.ask(&request, |event| {
+            matches!(event, Event::Noted).then_some(())
+        })
+    }
+
+    /// Says when the runtime's next job is due (Unix ms; 0: none; protocol
+    /// version 9); returns it as warden holds it.
+    pub fn next_job(&mut self, at_ms: u64) -> Result<u64, ClientError> {
+        self.ask(&Request::NextJob { at_ms }, |event| match event {
+            Event::NextJobAt { at_ms } => Some(*at_ms),
+            _ => None,
+        })
+    }
+
     /// Sends one request and reads its one answer: `pick` takes the event
     /// it expects, warden's error becomes `ClientError::Warden`.
     fn ask<T>(

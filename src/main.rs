@@ -393,6 +393,16 @@ enum MachineAction {
     /// its volumes or disks, workspace, state folder and image for the
     /// next `up`.
     Down { id: String },
+    /// Front the ports of this owner's machines whose definitions say
+    /// "serve": hold them while the machines sleep, start (or thaw) one at
+    /// the first connection, put one to sleep after its idle time, start
+    /// one ahead of its runtime's next job. One per owner; `up` starts it
+    /// when none runs.
+    Serve {
+        /// How long before a job its machine is started, in seconds.
+        #[arg(long, default_value_t = 120)]
+        lead: u64,
+    },
     /// Print the machine's container log.
     Logs { id: String },
     /// Remove the machine's container (and with --volumes its volumes and
@@ -676,7 +686,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         }) => {
             let id = target.id()?;
             if start {
-                m::start(id.ok_or("--start: only a machine of this host can be started")?)?;
+                m::start_asked(id.ok_or("--start: only a machine of this host can be started")?)?;
             }
             run_on(command.request()?, |first| target.connect(first))
         }
@@ -687,7 +697,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         } => {
             let id = target.id()?;
             if start {
-                m::start(id.ok_or("--start: only a machine of this host can be started")?)?;
+                m::start_asked(id.ok_or("--start: only a machine of this host can be started")?)?;
             }
             let status = target.connect(None)?.status().map_err(|e| e.to_string())?;
             match json {
@@ -726,6 +736,11 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             .and_then(|()| m::down(&id))
             .map(|()| 0)
             .map_err(String::from),
+        MachineAction::Serve { lead } => {
+            warden::launcher::serve::run(std::time::Duration::from_secs(lead))
+                .map(|()| 0)
+                .map_err(String::from)
+        }
         MachineAction::Logs { id } => m::check_id(&id)
             .and_then(|()| m::logs(&id))
             .map(|()| 0)

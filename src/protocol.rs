@@ -152,6 +152,24 @@ pub enum Request {
     /// launcher's `up` and `--start` wait for it where the definition says
     /// `ready: "runtime"`. Said again, it is noted once.
     Ready,
+    /// Version 9, the host's door only: the launcher woke the machine
+    /// (started it, or thawed it), for `cause`: `port` (a connection to a
+    /// published port), `job` (a job due), `start` (`--start`) or `door`
+    /// (a request to its door).
+    Wake {
+        cause: String,
+    },
+    /// Version 9, the host's door only: the launcher is about to freeze
+    /// the machine (`idle: "pause"`), idle for `idle_ms`.
+    Pause {
+        idle_ms: u64,
+    },
+    /// Version 9, the runtime's: its next job is due at `at_ms` (Unix ms;
+    /// 0: none). The machine does not stop for being idle within five
+    /// minutes of it, and `warden machine serve` starts it ahead of it.
+    NextJob {
+        at_ms: u64,
+    },
     /// Version 8: ends an open run.
     EndRun {
         run: String,
@@ -375,6 +393,13 @@ pub enum Event {
         rows: u16,
         cols: u16,
     },
+    /// Version 9: the answer to `wake` and `pause`: recorded.
+    Noted,
+    /// Version 9: the answer to `next_job`: the next job now due (Unix ms;
+    /// 0: none).
+    NextJobAt {
+        at_ms: u64,
+    },
     /// Version 9: the answer to `ready`: the machine has been ready since
     /// `after_ms` after warden started.
     ReadyNoted {
@@ -562,7 +587,7 @@ pub struct SpentTotal {
 }
 
 /// How long the machine has been idle, what holds it, and when it stops.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Default, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActivityState {
     /// Since the last request or command's end.
     pub idle_ms: u64,
@@ -572,6 +597,13 @@ pub struct ActivityState {
     /// The machine stops itself after this long idle; absent: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_stop_s: Option<u64>,
+    /// Version 9: the runtime's next job (Unix ms), when it said one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_job_at_ms: Option<u64>,
+    /// Version 9: commands running now (attached or detached): a machine
+    /// running one is not idle, whatever `idle_ms` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<usize>,
 }
 
 /// Whether shell commands may run, as the runtime last said.

@@ -352,8 +352,12 @@ fn the_python_example_lends_a_project_at_its_path_with_rootful_podman() {
     assert_eq!(log.uid(), common::SHELL_UID);
     // Stopped by the client, not removed.
     let ps = warden(&["machine", "ps"]);
+    let row = text(&ps.stdout)
+        .lines()
+        .find(|l| l.starts_with("python-project "))
+        .map(str::to_string);
     assert!(
-        text(&ps.stdout).contains("warden-python-project"),
+        row.is_some_and(|r| r.split_whitespace().nth(4) == Some("exited")),
         "{}",
         show("ps", &ps)
     );

@@ -456,6 +456,10 @@ export interface ActivityState {
   held_until_ms?: number;
   /** The machine stops itself after this long idle; absent: never. */
   idle_stop_s?: number;
+  /** Version 9: the runtime's next job (Unix ms), when it said one. */
+  next_job_at_ms?: number;
+  /** Version 9: commands running now. */
+  running?: number;
 }
 export interface Status {
   type: 'status';
@@ -544,6 +548,8 @@ export declare class Client {
   hold(untilMs: number): Promise<number>;
   /** Version 9, the runtime's: says the machine is ready (what `up` and `--start` wait for with "ready": "runtime"); resolves to since when, in ms after warden started. */
   ready(): Promise<number>;
+  /** Version 9: when the runtime's next job is due (Unix ms; 0: none); the machine stays up within five minutes of it, and `warden machine serve` starts it ahead; resolves to it. */
+  nextJob(atMs: number): Promise<number>;
   /** Version 4, the host's door only: hands the runtime its keys (a .env text); resolves to their names. On the machine's own socket: RefusedError, the connection stays open. */
   handKeys(text: string): Promise<string[]>;
   /** Version 8: opens a run whose provider requests count against budgetUsd (default: the machine's spend.per_run_usd); resolves to the budget in micro-dollars. */

@@ -1211,6 +1211,17 @@ export class Client {
   }
 
   /**
+   * Says when the runtime's next job is due (version 9; Unix ms, 0: none):
+   * the machine does not stop for being idle within five minutes of it,
+   * and `warden machine serve` starts it ahead of it. Resolves to it.
+   */
+  async nextJob(atMs) {
+    if (!Number.isSafeInteger(atMs) || atMs < 0) throw new TypeError('atMs is a time in Unix milliseconds: an integer, 0 or more');
+    const event = await this._request({ type: 'next_job', at_ms: atMs }, 'next_job_at');
+    return event.at_ms;
+  }
+
+  /**
    * Hands the runtime its keys (version 4, the host's door only): `text` is
    * a .env text (NAME=VALUE lines), written as the runtime's .env and given
    * to the main process. Resolves to the keys' names; on the machine's own

@@ -6,7 +6,7 @@
 //! warden's memory), and one task per command.
 
 mod credentials;
-mod ready;
+mod lifecycle;
 mod runs;
 
 pub use runs::end_all as end_runs;
@@ -458,6 +458,10 @@ impl Conn {
                 }
                 if self.version.load(Ordering::SeqCst) < 9 {
                     status.ready = None;
+                    if let Some(activity) = status.activity.as_mut() {
+                        activity.next_job_at_ms = None;
+                        activity.running = None;
+                    }
                 }
                 Some(Event::Status(Box::new(status)))
             }
@@ -473,6 +477,9 @@ impl Conn {
             Request::BeginRun { run, budget_usd } => Some(self.begin_run(&run, budget_usd)),
             Request::EndRun { run } => Some(self.end_run(&run)),
             Request::Ready => Some(self.ready()),
+            Request::Wake { cause } => Some(self.wake(&cause)),
+            Request::Pause { idle_ms } => Some(self.pause(idle_ms)),
+            Request::NextJob { at_ms } => Some(self.next_job(at_ms)),
             Request::Card { run } => Some(self.card(&run)),
             Request::RunSetup { script } => self.run_setup(id, script),
             Request::Resize { target, rows, cols } => Some(self.resize(target, rows, cols)),

@@ -150,9 +150,10 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         setup_once(p, &name, script, digest, created)?;
     }
     // Asked only when there is something to list: an engine call costs.
-    let published = match def.ports.is_empty() {
-        true => Vec::new(),
-        false => published(&name),
+    let published = match (def.ports.is_empty(), def.sleep.serve) {
+        (true, _) => Vec::new(),
+        (false, true) => front_ports(p)?,
+        (false, false) => published(&name),
     };
     for line in published {
         step(start, &format!("published: {line}"));
@@ -571,7 +572,12 @@ fn create(
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect(),
-        ports: host_ports(def)?,
+        // Fronted by serve: the engine publishes each on a port of its
+        // own choosing (0), serve holds the definition's.
+        ports: match def.sleep.serve {
+            true => def.ports.iter().map(|p| (0, p.port)).collect(),
+            false => host_ports(def)?,
+        },
         restart: def.restart,
         size: engine_size(def, host),
         entry,
@@ -640,6 +646,60 @@ fn wait_ready(id: &str, key: &str) -> Result<(), LaunchError> {
         // A short step: warden boots in tens of milliseconds.
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// A machine whose ports `warden machine serve` fronts: what it fronts
+/// kept for it (the same host ports as before where the machine had them),
+/// serve started when none runs; the lines `up` says.
+fn front_ports(p: &Prepared) -> Result<Vec<String>, LaunchError> {
+    use super::serve::fronts::{self, Fronts};
+    let def = p.def;
+    let before = fronts::load(&p.state);
+    let held = before.as_ref().is_some_and(|b| {
+        def.ports.iter().all(|port| {
+            b.ports.iter().any(|f| {
+                f.port == port.port
+                    && match port.host {
+                        super::agent::HostPort::Fixed(h) => f.front == h,
+                        super::agent::HostPort::Auto { .. } => true,
+                    }
+            })
+        })
+    });
+    let chosen = match held {
+        true => Vec::new(),
+        false => host_ports(def)?,
+    };
+    let ports = match held {
+        true => fronts::keep_fronts(
+            before.as_ref(),
+            &def.ports.iter().map(|p| (0, p.port)).collect::<Vec<_>>(),
+        ),
+        false => fronts::keep_fronts(None, &chosen),
+    };
+    let kept = Fronts {
+        ports,
+        idle_s: def
+            .idle_stop_minutes
+            .map(|m| (m * 60.0).round().max(1.0) as u64),
+        idle: def.sleep.idle,
+        engine: fronts::engine_key(p.host.engine),
+    };
+    fronts::keep(&p.state, &kept).map_err(|e| LaunchError::io(&p.state.join(fronts::FILE), e))?;
+    let serving = match super::serve::ensure_running()? {
+        Some(pid) => format!("warden machine serve started, pid {pid}"),
+        None => "warden machine serve".to_string(),
+    };
+    Ok(kept
+        .ports
+        .iter()
+        .map(|f| {
+            format!(
+                "{}/tcp -> 127.0.0.1:{} (fronted by {serving})",
+                f.port, f.front
+            )
+        })
+        .collect())
 }
 
 /// A container kept as it is: the fields its warden reads again that

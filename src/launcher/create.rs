@@ -62,7 +62,7 @@ pub struct CreatePlan<'a> {
     pub lends: &'a [Lend],
     pub dns: &'a [IpAddr],
     pub env: Vec<(&'a str, &'a str)>,
-    /// (host port on 127.0.0.1, the machine's port).
+    /// (host port on 127.0.0.1, 0: the engine's choice; the machine's port).
     pub ports: Vec<(u16, u16)>,
     pub restart: Restart,
     /// CPUs, memory (bytes) and processes, when the engine can hold them.
@@ -124,11 +124,10 @@ pub fn create_args(plan: &CreatePlan) -> Vec<String> {
     args.extend(plan.env.iter().map(|(k, v)| format!("--env={k}={v}")));
     // The host's loopback only: the owner's copy reaches the runtime's
     // server, nobody else on the host's networks does.
-    args.extend(
-        plan.ports
-            .iter()
-            .map(|(host, port)| format!("--publish=127.0.0.1:{host}:{port}/tcp")),
-    );
+    args.extend(plan.ports.iter().map(|(host, port)| match host {
+        0 => format!("--publish=127.0.0.1::{port}/tcp"),
+        host => format!("--publish=127.0.0.1:{host}:{port}/tcp"),
+    }));
     if let Some((cpus, memory, pids)) = plan.size {
         // Memory and swap alike: no swap beyond the memory.
         args.extend([

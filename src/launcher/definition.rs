@@ -9,6 +9,7 @@
 
 mod opened;
 mod ready;
+mod sleep;
 
 use super::agent::{self, KeepId, Port, Restart, Size};
 use crate::confine::policy::{Limits, Requirement};
@@ -17,6 +18,7 @@ pub use ready::Ready;
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+pub use sleep::{Idle, Sleep};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::IpAddr;
@@ -51,7 +53,7 @@ pub const MAX_IDLE_MINUTES: f64 = 7.0 * 24.0 * 60.0;
 const RESERVED_NAMES: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
 
 /// The top-level fields, in the order they are checked.
-const FIELDS: [&str; 33] = [
+const FIELDS: [&str; 35] = [
     "id",
     "image",
     "dockerfile",
@@ -82,6 +84,8 @@ const FIELDS: [&str; 33] = [
     "ready",
     "ready_port",
     "ready_timeout_s",
+    "serve",
+    "idle",
     "cpus",
     "memory",
     "pids",
@@ -161,6 +165,8 @@ pub struct Definition {
     pub size: Size,
     /// What `up` and `--start` wait for before they return.
     pub ready: Ready,
+    /// How it sleeps and wakes.
+    pub sleep: Sleep,
 }
 
 /// What the machine is.
@@ -481,6 +487,12 @@ impl Parser<'_> {
         let opened = self.opened(&mut object)?;
         let ready = self.ready(&mut object)?;
         let agent = self.agent(&mut object, &network, &lend, keep_id, kind)?;
+        let sleep = self.sleep(
+            &mut object,
+            !agent.ports.is_empty(),
+            agent.idle_stop_minutes,
+            kind,
+        )?;
         Ok(Definition {
             command: agent.command,
             restart: agent.restart,
@@ -506,6 +518,7 @@ impl Parser<'_> {
             opened,
             kind,
             ready,
+            sleep,
         })
     }
 

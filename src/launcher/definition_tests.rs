@@ -71,6 +71,7 @@ fn the_example_parses() {
             opened: Default::default(),
             kind: Kind::Container,
             ready: Default::default(),
+            sleep: Default::default(),
         }
     );
     assert_eq!(d.container("warden"), "warden-demo");
@@ -259,6 +260,18 @@ fn definitions_table() {
             with(r#"{"idle_stop_minutes": 5, "restart": "always"}"#),
             Some("idle_stop_minutes: with \"restart\": \"always\""),
         ),
+        // sleep and wake
+        (
+            with(r#"{"network": "private", "ports": [{"port": 3000, "host": "auto"}], "serve": true, "idle": "pause", "idle_stop_minutes": 5}"#),
+            None,
+        ),
+        (with(r#"{"serve": true}"#), Some("serve: fronts published ports: the definition has no \"ports\"")),
+        (with(r#"{"idle": "pause", "idle_stop_minutes": 5}"#), Some("idle: \"pause\" is done by `warden machine serve`")),
+        (
+            with(r#"{"network": "private", "ports": [{"port": 3000, "host": "auto"}], "serve": true, "idle": "pause"}"#),
+            Some("idle: \"pause\" after how long?"),
+        ),
+        (with(r#"{"idle": "sleep"}"#), Some("idle: unknown variant `sleep`")),
         // readiness
         (with(r#"{"ready": "runtime", "ready_timeout_s": 30}"#), None),
         (with(r#"{"ready_port": 3000}"#), None),

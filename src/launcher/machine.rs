@@ -394,6 +394,11 @@ pub fn down(id: &str) -> Result<(), LaunchError> {
 /// Stops the machine: warden is asked, and killed after a grace.
 pub fn stop(id: &str) -> Result<(), LaunchError> {
     host()?;
+    // A frozen machine is thawed first: its warden ends it in order.
+    let state = state_dir(id);
+    if state.join(super::serve::fronts::PAUSED).exists() {
+        super::serve::thaw(id, &state)?;
+    }
     of(id).stop(id)
 }
 
@@ -542,19 +547,32 @@ pub fn connect(
     id: &str,
     first: Option<(u32, &crate::protocol::Request)>,
 ) -> Result<Client, LaunchError> {
-    // No engine is asked: a command's round trip is the API's alone.
+    // No engine is asked: a command's round trip is the API's alone (and
+    // a look whether the machine is frozen, which thaws it).
     super::host::state_root()?;
+    super::serve::thaw_for_door(id)?;
     of(id).connect(id, first)
 }
 
 /// Starts a machine that exists but is stopped, and waits until it is
-/// ready (`exec --start`, `status --start`; see `ready.rs`). A running one
-/// is left as it is, and waited for the same way.
-pub fn start(id: &str) -> Result<(), LaunchError> {
+/// ready (see `ready.rs`); true when it was not running. A running one is
+/// left as it is, and waited for the same way.
+pub fn start(id: &str) -> Result<bool, LaunchError> {
     host()?;
+    let was_up = connect(id, None).is_ok();
     of(id).start(id)?;
     let timeout = super::ready::timeout_of(&state_dir(id));
-    super::ready::wait(id, timeout, || connect(id, None)).map(drop)
+    super::ready::wait(id, timeout, || connect(id, None))?;
+    Ok(!was_up)
+}
+
+/// `start`, as the owner asks it (`exec --start`, `status --start`): a
+/// machine it started says so in its audit log (`wake`, cause `start`).
+pub fn start_asked(id: &str) -> Result<(), LaunchError> {
+    if start(id)? {
+        super::serve::note_wake(id, "start");
+    }
+    Ok(())
 }
 
 /// Warden's status of the machine.

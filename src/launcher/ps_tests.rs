@@ -149,6 +149,8 @@ fn the_idle_time_is_the_statuss_and_nothing_while_a_command_runs() {
             idle_ms,
             held_until_ms: None,
             idle_stop_s: None,
+            next_job_at_ms: None,
+            running: None,
         });
         s.running = (0..commands)
             .map(|i| RunningCommand {

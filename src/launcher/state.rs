@@ -110,7 +110,11 @@ pub(super) fn write_machine_files(
         // main process is a VM's, whose keys are on its disk at boot.)
         "main_waits_for_keys": !def.keys.is_empty() && main.is_none(),
         "main": main.unwrap_or_default(),
-        "idle_stop_s": def.idle_stop_minutes.map(|m| (m * 60.0).round().max(1.0) as u64),
+        // A machine serve fronts sleeps when serve says: serve sees the
+        // connections to its ports, which warden does not.
+        "idle_stop_s": def.idle_stop_minutes
+            .filter(|_| !def.sleep.serve)
+            .map(|m| (m * 60.0).round().max(1.0) as u64),
     });
     // A VM's only way out: its host's relay. Written only then: an image's
     // own, older warden refuses fields it does not know.

@@ -654,6 +654,8 @@ impl Supervisor {
                 idle_ms: self.activity.idle().as_millis() as u64,
                 held_until_ms: self.activity.held_until_ms(),
                 idle_stop_s: self.activity.idle_stop().map(|d| d.as_secs()),
+                next_job_at_ms: self.activity.next_job_ms(),
+                running: Some(self.running_count()),
             }),
             ready: Some(self.readiness.state()),
             commands_started: self.commands_started(),

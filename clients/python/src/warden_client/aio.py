@@ -52,6 +52,7 @@ from .common import (
     card_of,
     hold_until,
     ready_since,
+    next_job_of,
     read_key,
     result_of,
     run_ended,
@@ -464,6 +465,11 @@ class AsyncClient:
     async def ready(self) -> int:
         """See :meth:`Client.ready`."""
         return ready_since(await self._request({"type": "ready"}, "ready_noted"))
+
+    async def next_job(self, at_ms: int) -> int:
+        """See :meth:`Client.next_job`."""
+        event = await self._request({"type": "next_job", "at_ms": hold_until(at_ms)}, "next_job_at")
+        return next_job_of(event)
 
     async def hand_keys(self, text: str) -> list[str]:
         """See :meth:`Client.hand_keys`."""

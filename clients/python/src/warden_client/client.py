@@ -50,6 +50,7 @@ from .common import (
     card_of,
     hold_until,
     ready_since,
+    next_job_of,
     read_key,
     result_of,
     run_ended,
@@ -714,6 +715,14 @@ class Client:
         definition says ``"ready": "runtime"``. Returns since when, in ms
         after warden started (said again, the first time stands)."""
         return ready_since(self._request({"type": "ready"}, "ready_noted"))
+
+    def next_job(self, at_ms: int) -> int:
+        """Says when the runtime's next job is due (protocol version 9; Unix
+        milliseconds, 0: none): the machine does not stop for being idle
+        within five minutes of it, and ``warden machine serve`` starts it
+        ahead of it. Returns it as warden holds it."""
+        event = self._request({"type": "next_job", "at_ms": hold_until(at_ms)}, "next_job_at")
+        return next_job_of(event)
 
     def hand_keys(self, text: str) -> list[str]:
         """Hands the runtime its keys (protocol version 4, the host's door

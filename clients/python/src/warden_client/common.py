@@ -34,6 +34,7 @@ __all__ = [
     "card_of",
     "hold_until",
     "ready_since",
+    "next_job_of",
     "read_key",
     "result_of",
     "run_ended",
@@ -190,6 +191,14 @@ def ready_since(event: dict[str, Any]) -> int:
     if isinstance(after, bool) or not isinstance(after, int):
         raise ProtocolError(f"ready_noted without an after_ms: {event!r:.200}")
     return after
+
+
+def next_job_of(event: dict[str, Any]) -> int:
+    """The ``at_ms`` of a ``next_job_at`` answer."""
+    at = event.get("at_ms")
+    if isinstance(at, bool) or not isinstance(at, int):
+        raise ProtocolError(f"next_job_at without an at_ms: {event!r:.200}")
+    return at
 
 
 def hold_until(until_ms: int) -> int:

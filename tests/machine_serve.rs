@@ -1,0 +1,294 @@
+//! Machines that sleep and wake behind `warden machine serve`: a machine
+//! idle for its time is stopped (or frozen), its port stays held, and the
+//! next connection wakes it and gets the runtime's page, slower but not
+//! refused; a frozen one keeps its memory; a job due starts a stopped one
+//! ahead of it; each wake is an audit line with its cause. On rootful and
+//! rootless podman and Docker.
+
+mod common;
+
+use common::docker;
+use common::machine::{http_get, ready, show, TestMachine, IMAGE};
+use common::rootless::{owner, rootless_machine};
+use common::text;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The runtime: a page on port 3000 that counts its requests in memory,
+/// and counts time in tenths of a second while it runs (`ticks`), so that
+/// a freeze shows as time it did not count.
+const RUNTIME: &str = r#"cd /tmp && exec python3 -c '
+import http.server, threading, time
+n = [0, 0]
+def tick():
+    while True:
+        time.sleep(0.1); n[1] += 1
+threading.Thread(target=tick, daemon=True).start()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        n[0] += 1
+        body = ("count %d ticks %d\n" % (n[0], n[1])).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("0.0.0.0", 3000), H).serve_forever()
+'"#;
+
+/// A serve of the test's own, killed at the end.
+struct Serving(Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        // TERM first: runuser passes it on to the owner's serve.
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `command` (a `warden machine serve`) and waits until it holds
+/// its lock (its first line said).
+fn serving(mut command: Command) -> Serving {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(log.reopen().unwrap())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let serving = Serving(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(log.path())
+        .unwrap_or_default()
+        .contains("fronting")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "serve did not start: {}",
+            std::fs::read_to_string(log.path()).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    serving
+}
+
+/// The definition every scenario starts from; `extra` laid over it.
+fn served(extra: serde_json::Value) -> serde_json::Value {
+    let mut definition = serde_json::json!({
+        "image": IMAGE, "network": "private",
+        "ports": [{"port": 3000, "host": "auto", "from": 18300}],
+        "serve": true, "idle_stop_minutes": 0.1,
+        "command": ["sh", "-c", RUNTIME], "ready_port": 3000,
+    });
+    if let (Some(d), Some(e)) = (definition.as_object_mut(), extra.as_object()) {
+        d.extend(e.clone());
+    }
+    definition
+}
+
+/// `up`, which must succeed; the port serve fronts for 3000.
+fn up_fronted(m: &TestMachine) -> u16 {
+    let out = m.up();
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", show("up", &out));
+    said.lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once("published: 3000/tcp -> 127.0.0.1:")?;
+            let (port, how) = rest.split_once(' ')?;
+            how.contains("fronted by warden machine serve")
+                .then(|| port.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no fronted port: {}", show("up", &out)))
+}
+
+/// Waits (at most a minute) until `state()` says `want`.
+fn wait_for(what: &str, want: &str, state: &dyn Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = state();
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: still {now:?}, not {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The machine's audit lines (`warden machine audit`).
+fn audit(m: &TestMachine) -> String {
+    let out = m.warden(&["machine", "audit", &m.id]);
+    assert!(out.status.success(), "{}", show("audit", &out));
+    text(&out.stdout)
+}
+
+/// `count N ticks T` from the runtime's page.
+fn page(ask: &dyn Fn() -> Result<String, String>) -> (u64, u64) {
+    let said = ask().expect("the runtime's page");
+    let words: Vec<&str> = said.split_whitespace().collect();
+    match words.as_slice() {
+        ["count", n, "ticks", t] => (n.parse().unwrap(), t.parse().unwrap()),
+        _ => panic!("not the runtime's page: {said:?}"),
+    }
+}
+
+/// Stopped after its idle time; the next connection starts it and gets
+/// the page at the first try; the wake's cause in the audit log.
+fn stops_and_wakes_by_port(
+    m: &TestMachine,
+    ask: &dyn Fn(u16) -> Result<String, String>,
+    state: &dyn Fn() -> String,
+) {
+    m.define(served(serde_json::json!({})));
+    let front = up_fronted(m);
+    assert_eq!(page(&|| ask(front)).0, 1);
+    wait_for("stopped after 6 s idle", "exited", state);
+    let begun = Instant::now();
+    assert_eq!(
+        page(&|| ask(front)).0,
+        1,
+        "a new runtime: its count begins again"
+    );
+    eprintln!(
+        "first answer from a stopped machine: {:.2} s",
+        begun.elapsed().as_secs_f64()
+    );
+    assert_eq!(state(), "running");
+    let log = audit(m);
+    assert!(
+        log.contains("wake") && log.contains("\"cause\":\"port\""),
+        "{log}"
+    );
+}
+
+#[test]
+fn podman_machines_sleep_and_wake_behind_serve() {
+    if !ready("podman_machines_sleep_and_wake_behind_serve") {
+        return;
+    }
+    let mut command = Command::new(common::warden_bin());
+    command.args(["machine", "serve", "--lead", "20"]);
+    let _serve = serving(command);
+    let ask = |port: u16| http_get(port, "/", Duration::ZERO);
+
+    let m = TestMachine::new("serve");
+    let state = || common::machine::inspect(&m.container(), "{{.State.Status}}");
+    stops_and_wakes_by_port(&m, &ask, &state);
+
+    // Frozen instead: the runtime's memory stays, its time stands still.
+    let m = TestMachine::new("pause");
+    m.define(served(serde_json::json!({"idle": "pause"})));
+    let front = up_fronted(&m);
+    let state = || common::machine::inspect(&m.container(), "{{.State.Status}}");
+    assert_eq!(page(&|| ask(front)).0, 1);
+    wait_for("paused after 6 s idle", "paused", &state);
+    let frozen = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    let (count, ticks) = page(&|| ask(front));
+    assert_eq!(count, 2, "the runtime's memory was kept");
+    let lived = m.warden(&["machine", "status", &m.id]);
+    assert!(lived.status.success(), "{}", show("status", &lived));
+    eprintln!(
+        "ticks {ticks} after a freeze of {:.1} s",
+        frozen.elapsed().as_secs_f64()
+    );
+    let log = audit(&m);
+    assert!(
+        log.contains("pause") && log.contains("\"cause\":\"port\""),
+        "{log}"
+    );
+    assert!(log.contains("chain intact"), "{log}");
+    // Frozen again, a request to its door thaws it.
+    wait_for("paused again", "paused", &state);
+    let out = m.exec(&["id", "-un"]);
+    assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("exec", &out));
+    assert!(audit(&m).contains("\"cause\":\"door\""));
+
+    // A job due: stopped, it is started ahead of it, and stays up for it.
+    let m = TestMachine::new("job");
+    m.define(served(serde_json::json!({})));
+    up_fronted(&m);
+    let at = warden::activity::now_ms() + 30_000;
+    let mut client = warden::launcher::machine::connect(&m.id, None).unwrap();
+    assert_eq!(client.next_job(at).unwrap(), at);
+    drop(client);
+    // serve keeps the job in the state folder at its next look.
+    std::thread::sleep(Duration::from_secs(2));
+    let out = m.warden(&["machine", "stop", &m.id]);
+    assert!(out.status.success(), "{}", show("stop", &out));
+    let state = || common::machine::inspect(&m.container(), "{{.State.Status}}");
+    wait_for("started 20 s ahead of its job", "running", &state);
+    let started = warden::activity::now_ms();
+    assert!(
+        started + 20_000 >= at,
+        "started {} ms before the job",
+        at - started
+    );
+    // Within five minutes of its job, its idle time does not stop it.
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(state(), "running");
+    assert!(audit(&m).contains("\"cause\":\"job\""));
+}
+
+#[test]
+fn rootless_machines_sleep_and_wake_behind_serve() {
+    if !ready("rootless_machines_sleep_and_wake_behind_serve") {
+        return;
+    }
+    let owner = owner();
+    let _serve = serving(owner.command(owner.bin.to_str().unwrap(), &["machine", "serve"]));
+    let m = rootless_machine("serve", serde_json::json!({}));
+    let container = m.container();
+    let state = || {
+        let out = owner
+            .command(
+                "podman",
+                &["inspect", "--format", "{{.State.Status}}", &container],
+            )
+            .output()
+            .unwrap();
+        text(&out.stdout).trim().to_string()
+    };
+    stops_and_wakes_by_port(&m, &|port| http_get(port, "/", Duration::ZERO), &state);
+}
+
+#[test]
+fn docker_machines_sleep_and_wake_behind_serve() {
+    if !docker::bridged_ready("docker_machines_sleep_and_wake_behind_serve") {
+        return;
+    }
+    // serve where the bridged daemon publishes: in its network namespace.
+    let mut command = Command::new("nsenter");
+    command
+        .arg(format!("--net={}", docker::NETNS))
+        .arg(common::warden_bin())
+        .args(["machine", "serve"])
+        .env("WARDEN_ENGINE", "docker")
+        .env("DOCKER_HOST", docker::BRIDGED);
+    let _serve = serving(command);
+    let m = docker::bridged_machine("serve-docker", serde_json::json!({}));
+    let container = m.container();
+    let state = || {
+        let out = Command::new("docker")
+            .args(["inspect", "--format", "{{.State.Status}}", &container])
+            .env("DOCKER_HOST", docker::BRIDGED)
+            .output()
+            .unwrap();
+        text(&out.stdout).trim().to_string()
+    };
+    let ask = |port: u16| match docker::http_bridged(port, "GET", "/", "", 0) {
+        (200, body) => Ok(body),
+        (code, said) => Err(format!("{code}: {said}")),
+    };
+    stops_and_wakes_by_port(&m, &ask, &state);
+}
