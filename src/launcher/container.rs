@@ -690,6 +690,7 @@ fn front_ports(p: &Prepared) -> Result<Vec<String>, LaunchError> {
         Some(pid) => format!("warden machine serve started, pid {pid}"),
         None => "warden machine serve".to_string(),
     };
+    super::serve::wait_held(&kept.ports);
     Ok(kept
         .ports
         .iter()

@@ -88,9 +88,12 @@ pub fn bridged_ready(test: &str) -> bool {
     false
 }
 
-/// `warden ARGS` with the bridged daemon as the engine.
+/// `warden ARGS` with the bridged daemon as the engine, in its network
+/// namespace (where the ports it publishes, and serve's, are).
 pub fn warden_bridged(args: &[&str]) -> Output {
-    Command::new(warden_bin())
+    Command::new("nsenter")
+        .arg(format!("--net={NETNS}"))
+        .arg(warden_bin())
         .args(args)
         .env("WARDEN_ENGINE", "docker")
         .env("DOCKER_HOST", BRIDGED)

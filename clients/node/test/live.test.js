@@ -369,6 +369,16 @@ if (!pre.run && pre.skip) {
       assert.equal(lines[0].after_ms, since);
     });
 
+    test('nextJob (version 9): in status().activity and the audit log until 0 lets go', async () => {
+      const at = Date.now() + 3_600_000;
+      assert.equal(await client.nextJob(at), at);
+      assert.equal((await client.status()).activity.next_job_at_ms, at);
+      const line = await eventually(() => auditLines(w).find((l) => l.kind === 'next_job' && l.at_ms === at), 5000, 'the job in the audit log');
+      assert.equal(line.requester_uid, 0);
+      assert.equal(await client.nextJob(0), 0);
+      assert.equal((await client.status()).activity.next_job_at_ms, undefined);
+    });
+
     test('hold (version 4): in force and in status().activity until a time past lets go; a week ahead at most', async () => {
       assert.equal((await client.status()).activity.held_until_ms, undefined);
       const until = Date.now() + 3_600_000;

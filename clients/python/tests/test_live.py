@@ -446,6 +446,19 @@ def test_ready_is_noted_once_in_status_and_the_audit_log(client: Client, warden:
         assert "ready" not in old.status()
 
 
+def test_next_job_is_in_status_and_the_audit_log(client: Client, warden: Warden) -> None:
+    at = _now_ms() + 3_600_000
+    assert client.next_job(at) == at
+    assert client.status()["activity"]["next_job_at_ms"] == at
+    lines = [line for line in warden.audit_lines() if line.get("kind") == "next_job"]
+    assert any(line.get("at_ms") == at for line in lines), lines
+    with pytest.raises(WardenError) as caught:
+        client.next_job(_now_ms() + 8 * 24 * 3_600_000)
+    assert caught.value.code == "bad_request" and "more than a week" in caught.value.message
+    assert client.next_job(0) == 0
+    assert "next_job_at_ms" not in client.status()["activity"]
+
+
 def test_ready_in_asyncio(warden: Warden) -> None:
     async def main() -> int:
         async with await AsyncClient.connect(warden.socket, timeout=PATIENCE) as c:

@@ -99,6 +99,16 @@ pub fn ensure_running() -> Result<Option<u32>, LaunchError> {
     Ok(Some(child.id()))
 }
 
+/// Waits (five seconds at most) until serve holds every front port, so
+/// that `up` returns with them answering; a port bound by anyone counts.
+pub fn wait_held(ports: &[Front]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let held = |f: &Front| std::net::TcpListener::bind(("127.0.0.1", f.front)).is_err();
+    while !ports.iter().all(held) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn hold_lock(root: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, LaunchError> {
     let path = lock_path(root)?;
     let file = std::fs::OpenOptions::new()
@@ -320,8 +330,28 @@ impl Served {
             start(&self.id).map_err(String::from)?;
         }
         note_wake(&self.id, cause);
+        self.retell_job();
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         Ok(())
+    }
+
+    /// A started machine's warden is told the job it had before its stop
+    /// (its runtime may not have said it again yet), so that neither its
+    /// idle stop nor serve's stops it while the job is due.
+    fn retell_job(&self) {
+        let now = crate::activity::now_ms();
+        let Some(job) = fronts::next_job(&self.state).filter(|&j| j >= now) else {
+            return;
+        };
+        if let Err(e) = connect(&self.id, None).and_then(|mut c| {
+            c.next_job(job)
+                .map_err(|e| LaunchError::sentence(e.to_string()))
+        }) {
+            eprintln!(
+                "serve: {}: its next job at {job} not told again: {e}",
+                self.id
+            );
+        }
     }
 
     /// A connection began (+1) or ended (-1).
@@ -432,8 +462,13 @@ pub fn thaw_for_door(id: &str) -> Result<(), LaunchError> {
 /// The machine's audit log says it was woken, and why; a warden too old
 /// to hear it is let be.
 pub fn note_wake(id: &str, cause: &str) {
-    if let Ok(mut client) = connect(id, None) {
-        let _ = client.wake(cause);
+    let noted = connect(id, None).and_then(|mut client| {
+        client
+            .wake(cause)
+            .map_err(|e| LaunchError::sentence(e.to_string()))
+    });
+    if let Err(e) = noted {
+        eprintln!("warden: machine {id}: its wake ({cause}) is not in its audit log: {e}");
     }
 }
 
