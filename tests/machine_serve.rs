@@ -168,6 +168,45 @@ fn stops_and_wakes_by_port(
     assert!(log.contains(" wake cause=port"), "{log}");
 }
 
+/// Frozen after its idle time instead: the runtime's memory stays and its
+/// time stands still; the next connection thaws it, and so does a request
+/// to its door; the audit log says so, intact.
+fn pauses_and_thaws(
+    m: &TestMachine,
+    ask: &dyn Fn(u16) -> Result<String, String>,
+    state: &dyn Fn() -> String,
+) {
+    m.define(served(serde_json::json!({"idle": "pause"})));
+    let front = up_fronted(m);
+    let lived = Instant::now();
+    assert_eq!(page(&|| ask(front)).0, 1);
+    wait_for("paused after 6 s idle", "paused", state);
+    std::thread::sleep(Duration::from_secs(3));
+    let (count, ticks) = page(&|| ask(front));
+    assert_eq!(count, 2, "the runtime's memory was kept");
+    // Its processes stood still while frozen: the time it counted falls
+    // short of the time that passed by the freeze, at least 3 s.
+    let counted = ticks as f64 / 10.0;
+    let passed = lived.elapsed().as_secs_f64();
+    assert!(
+        counted + 2.5 < passed,
+        "counted {counted:.1} s of {passed:.1} s"
+    );
+    let status = m.warden(&["machine", "status", &m.id]);
+    assert!(status.status.success(), "{}", show("status", &status));
+    let log = audit(m);
+    assert!(
+        log.contains(" pause idle_ms=") && log.contains(" wake cause=port"),
+        "{log}"
+    );
+    assert!(log.contains("chain intact"), "{log}");
+    // Frozen again, a request to its door thaws it.
+    wait_for("paused again", "paused", state);
+    let out = m.exec(&["id", "-un"]);
+    assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("exec", &out));
+    assert!(audit(m).contains(" wake cause=door"));
+}
+
 #[test]
 fn podman_machines_sleep_and_wake_behind_serve() {
     if !ready("podman_machines_sleep_and_wake_behind_serve") {
@@ -182,43 +221,9 @@ fn podman_machines_sleep_and_wake_behind_serve() {
     let state = || common::machine::inspect(&m.container(), "{{.State.Status}}");
     stops_and_wakes_by_port(&m, &ask, &state);
 
-    // Frozen instead: the runtime's memory stays, its time stands still.
     let m = TestMachine::new("pause");
-    m.define(served(serde_json::json!({"idle": "pause"})));
-    let front = up_fronted(&m);
-    let lived = Instant::now();
     let state = || common::machine::inspect(&m.container(), "{{.State.Status}}");
-    assert_eq!(page(&|| ask(front)).0, 1);
-    wait_for("paused after 6 s idle", "paused", &state);
-    let frozen = Instant::now();
-    std::thread::sleep(Duration::from_secs(3));
-    let (count, ticks) = page(&|| ask(front));
-    assert_eq!(count, 2, "the runtime's memory was kept");
-    // Its processes stood still while frozen: the time it counted falls
-    // short of the time that passed by the freeze, at least 3 s.
-    let counted = ticks as f64 / 10.0;
-    let passed = lived.elapsed().as_secs_f64();
-    assert!(
-        counted + 2.5 < passed,
-        "counted {counted:.1} s of {passed:.1} s"
-    );
-    let status = m.warden(&["machine", "status", &m.id]);
-    assert!(status.status.success(), "{}", show("status", &status));
-    eprintln!(
-        "ticks {ticks} after a freeze of {:.1} s",
-        frozen.elapsed().as_secs_f64()
-    );
-    let log = audit(&m);
-    assert!(
-        log.contains(" pause idle_ms=") && log.contains(" wake cause=port"),
-        "{log}"
-    );
-    assert!(log.contains("chain intact"), "{log}");
-    // Frozen again, a request to its door thaws it.
-    wait_for("paused again", "paused", &state);
-    let out = m.exec(&["id", "-un"]);
-    assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("exec", &out));
-    assert!(audit(&m).contains(" wake cause=door"));
+    pauses_and_thaws(&m, &ask, &state);
 
     // A job due: stopped, it is started ahead of it, and stays up for it.
     let m = TestMachine::new("job");
@@ -265,7 +270,35 @@ fn rootless_machines_sleep_and_wake_behind_serve() {
             .unwrap();
         text(&out.stdout).trim().to_string()
     };
-    stops_and_wakes_by_port(&m, &|port| http_get(port, "/", Duration::ZERO), &state);
+    let ask = |port: u16| http_get(port, "/", Duration::ZERO);
+    stops_and_wakes_by_port(&m, &ask, &state);
+    // Freezing needs a freezer of the engine's own: on cgroup v1 a
+    // rootless owner has none, and `up` says so before anything is made.
+    let m = rootless_machine("pause", serde_json::json!({}));
+    let container = m.container();
+    let state = || {
+        let out = owner
+            .command(
+                "podman",
+                &["inspect", "--format", "{{.State.Status}}", &container],
+            )
+            .output()
+            .unwrap();
+        text(&out.stdout).trim().to_string()
+    };
+    let unified = nix::sys::statfs::statfs("/sys/fs/cgroup")
+        .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC);
+    if unified {
+        return pauses_and_thaws(&m, &ask, &state);
+    }
+    m.define(served(serde_json::json!({"idle": "pause"})));
+    let out = m.up();
+    assert!(!out.status.success(), "{}", show("up", &out));
+    assert!(
+        text(&out.stderr).contains("a rootless engine on cgroup v1 cannot freeze a container"),
+        "{}",
+        show("up", &out)
+    );
 }
 
 #[test]
@@ -297,4 +330,15 @@ fn docker_machines_sleep_and_wake_behind_serve() {
         (code, said) => Err(format!("{code}: {said}")),
     };
     stops_and_wakes_by_port(&m, &ask, &state);
+    let m = docker::bridged_machine("pause-docker", serde_json::json!({}));
+    let container = m.container();
+    let state = || {
+        let out = Command::new("docker")
+            .args(["inspect", "--format", "{{.State.Status}}", &container])
+            .env("DOCKER_HOST", docker::BRIDGED)
+            .output()
+            .unwrap();
+        text(&out.stdout).trim().to_string()
+    };
+    pauses_and_thaws(&m, &ask, &state);
 }

@@ -371,6 +371,10 @@ pub fn fits(def: &Definition, host: &Host) -> Result<(), LaunchError> {
     if !def.dns.is_empty() && matches!(def.network, Network::None | Network::Host) {
         return Err(LaunchError::new("dns", "name servers need a network of the machine's own (\"private\" or a namespace); on \"none\" or \"host\" the engine refuses them"));
     }
+    let unified = host.cgroups == super::host::Cgroups::Unified;
+    if def.sleep.idle == super::definition::Idle::Pause && rootless && !unified {
+        return Err(LaunchError::new("idle \"pause\"", "a rootless engine on cgroup v1 cannot freeze a container (it has no freezer of its own there); use \"stop\", or run as root"));
+    }
     if def.keep_id.is_on() && !(rootless && host.engine == Engine::Podman) {
         return Err(LaunchError::new("keep_id", format!("needs rootless podman ({engine} {} here): rootful, files written in lent folders belong to the machine's uids on the host ({RUNTIME_UID}, {SHELL_UID})", if rootless { "rootless" } else { "rootful" })));
     }
