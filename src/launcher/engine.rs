@@ -33,6 +33,40 @@ pub(super) fn command() -> Result<Command, LaunchError> {
     Ok(command)
 }
 
+/// Set by `warden machine serve` where systemd runs: the machines it
+/// starts go into scopes of their own, not its unit's cgroup, which a
+/// restart of serve would end with them.
+static STARTS_IN_OWN_SCOPE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, `start` runs in a systemd scope of its own.
+pub fn start_in_own_scope() {
+    STARTS_IN_OWN_SCOPE.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The engine's command for `args`: a `start` in a scope of its own when
+/// asked (see `start_in_own_scope`).
+fn command_for(args: &[&str]) -> Result<Command, LaunchError> {
+    let scoped = STARTS_IN_OWN_SCOPE.load(std::sync::atomic::Ordering::SeqCst);
+    let (Some(&"start"), true) = (args.first(), scoped) else {
+        let mut command = command()?;
+        command.args(args);
+        return Ok(command);
+    };
+    let host = host()?;
+    let mut full: Vec<String> = host.global.clone();
+    full.extend(args.iter().map(|a| a.to_string()));
+    let unit = format!("warden-start-{}", args.last().unwrap_or(&"machine"));
+    let (program, scoped_args) =
+        super::scope::in_own_scope(true, &unit, host.engine.program(), full);
+    let mut command = Command::new(program);
+    command.args(scoped_args);
+    if host.engine == Engine::Docker {
+        command.env("DOCKER_BUILDKIT", "1");
+    }
+    Ok(command)
+}
+
 /// Whether the engine has a bridge network: a Docker daemon started with
 /// `--bridge=none` has only `host` and `none`, and a container asked for
 /// the bridge there gets no network and publishes no port.
@@ -54,8 +88,7 @@ pub(super) fn run_with_input(
     input: Option<&[u8]>,
 ) -> Result<String, LaunchError> {
     let engine = host()?.engine.program();
-    let mut child = command()?
-        .args(args)
+    let mut child = command_for(args)?
         .stdin(if input.is_some() {
             Stdio::piped()
         } else {

@@ -30,6 +30,7 @@ pub mod machine;
 pub mod made_from;
 pub mod ps;
 pub mod ready;
+pub mod scope;
 pub mod serve;
 pub mod state;
 pub mod vm;

@@ -40,6 +40,9 @@ pub fn run(lead: Duration) -> Result<(), LaunchError> {
     engine::host()?;
     let root = super::host::state_root()?;
     let _held = hold_lock(&root)?;
+    if super::scope::systemd_runs() {
+        engine::start_in_own_scope();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

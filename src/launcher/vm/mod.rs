@@ -34,8 +34,7 @@ use folder::IMAGE_FILE;
 pub use folder::{down, ids, list, remove};
 use qemu::launch;
 pub use qemu::{
-    in_own_scope, kit, lend_tag, qemu_args, tsc_khz, vm_size, Kit, QemuPlan, GUEST_CID, KIT,
-    KIT_VAR,
+    kit, lend_tag, qemu_args, tsc_khz, vm_size, Kit, QemuPlan, GUEST_CID, KIT, KIT_VAR,
 };
 
 use super::backend::{Backend, Made, Prepared};

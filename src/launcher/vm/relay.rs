@@ -110,8 +110,9 @@ fn spawn(id: &str, config: &Path, log_file: &Path) -> Result<std::process::Child
         config.display().to_string(),
     ];
     let unit = format!("warden-{id}-relay");
-    let systemd = super::qemu::systemd_runs();
-    let (program, args) = super::in_own_scope(systemd, &unit, &warden.display().to_string(), args);
+    let systemd = crate::launcher::scope::systemd_runs();
+    let (program, args) =
+        crate::launcher::scope::in_own_scope(systemd, &unit, &warden.display().to_string(), args);
     std::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
