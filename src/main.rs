@@ -1,5 +1,7 @@
 //! The `warden` command: dispatches subcommands, nothing more.
 
+#[path = "main/asked.rs"]
+mod asked;
 #[path = "main/audit_cli.rs"]
 mod audit_cli;
 #[path = "main/card_cli.rs"]
@@ -10,7 +12,7 @@ mod describe;
 mod sessions;
 #[path = "main/target.rs"]
 mod target;
-use describe::{describe, describe_proxy};
+use describe::describe;
 use target::Target;
 
 use clap::{Parser, Subcommand};
@@ -484,15 +486,17 @@ fn main() {
             .request()
             .and_then(|request| run(&socket, request))
             .unwrap_or_else(|e| fail(&e)),
-        Command::Status { socket, json } => status(&socket, json).unwrap_or_else(|e| fail(&e)),
+        Command::Status { socket, json } => {
+            asked::status(&socket, json).unwrap_or_else(|e| fail(&e))
+        }
         Command::Commands { socket } => connect(&socket)
             .and_then(list_commands)
             .unwrap_or_else(|e| fail(&e)),
         Command::Attach { socket, command } => connect(&socket)
             .and_then(|c| attach(c, command))
             .unwrap_or_else(|e| fail(&e)),
-        Command::Reload { socket } => reload(&socket).unwrap_or_else(|e| fail(&e)),
-        Command::Ready { socket } => ready(&socket).unwrap_or_else(|e| fail(&e)),
+        Command::Reload { socket } => asked::reload(&socket).unwrap_or_else(|e| fail(&e)),
+        Command::Ready { socket } => asked::ready(&socket).unwrap_or_else(|e| fail(&e)),
         Command::Machine { action } => machine(action).unwrap_or_else(|e| fail(&e)),
         Command::Connect { host, port, proxy } => {
             let proxy = proxy.unwrap_or_else(|| {
@@ -781,33 +785,6 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             Ok(status)
         }
     }
-}
-
-fn reload(socket: &Path) -> Result<i32, String> {
-    let mut client = connect(socket)?;
-    let state = client.reload().map_err(|e| e.to_string())?;
-    print!("reloaded: {}", describe_proxy(&state));
-    Ok(0)
-}
-
-fn ready(socket: &Path) -> Result<i32, String> {
-    let after_ms = connect(socket)?.ready().map_err(|e| e.to_string())?;
-    println!("ready since {after_ms} ms after warden started");
-    Ok(0)
-}
-
-fn status(socket: &Path, json: bool) -> Result<i32, String> {
-    let mut client = connect(socket)?;
-    let status = client.status().map_err(|e| e.to_string())?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?
-        );
-    } else {
-        print!("{}", describe(&status));
-    }
-    Ok(0)
 }
 
 #[cfg(test)]

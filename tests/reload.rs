@@ -79,3 +79,27 @@ fn a_reload_takes_new_limits_and_an_idle_stop_and_refuses_a_broken_file() {
     assert_eq!(stopped.len(), 1, "{}", m.log());
     assert_eq!(stopped[0]["idle_stop_s"], 1);
 }
+
+/// The runtime's next job, due within five minutes, keeps warden's own
+/// idle stop off; once the job is let go (0), the machine stops.
+#[test]
+fn a_job_due_soon_keeps_the_idle_stop_off() {
+    if !privileged("a_job_due_soon_keeps_the_idle_stop_off") {
+        return;
+    }
+    let mut m = Machine::boot(Options {
+        config: json!({"idle_stop_s": 1}),
+        ..Options::default()
+    });
+    let at = warden::activity::now_ms() + 120_000;
+    assert_eq!(m.client().next_job(at).unwrap(), at);
+    let status = m.client().status().unwrap();
+    assert_eq!(status.activity.unwrap().next_job_at_ms, Some(at));
+    // Idle for three times its stop, and still up.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(m.client().status().is_ok(), "{}", m.log());
+    assert_eq!(m.audit_kinds("next_job")[0]["at_ms"], at);
+    m.client().next_job(0).unwrap();
+    assert_eq!(m.wait(Duration::from_secs(30)), 0, "{}", m.log());
+    assert_eq!(m.audit_kinds("idle_stop").len(), 1);
+}
