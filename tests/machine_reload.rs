@@ -1,7 +1,9 @@
 //! A change of only what a machine's warden reads again (its hosts, its
 //! commands' limits, its idle stop) reaches the running machine through
 //! `reload` at the next `up`, without making it again; any other change
-//! makes it again and says why. On rootful and rootless podman and Docker.
+//! makes it again and says why, and the setup runs once through it all.
+//! The clients the image carries are there. On rootful and rootless podman
+//! and Docker (with its bridge, on "private").
 
 mod common;
 
@@ -24,13 +26,30 @@ fn up(m: &TestMachine, what: &str) -> String {
 /// engine for the machine's container; `size` is how `up` says the size
 /// this engine holds (on every `up`, the first too).
 fn reloads_without_remaking(m: &TestMachine, container_id: &dyn Fn() -> String, size: &str) {
+    std::fs::write(
+        m.dir.path().join("setup.sh"),
+        "echo ran >> \"$HOME/data/setup-runs\"\n",
+    )
+    .unwrap();
     m.edit(|d| {
         d["command"] = serde_json::json!(["sleep", "infinity"]);
         d["hosts"] = serde_json::json!(["one.example"]);
         d["limits"] = serde_json::json!({"timeout_ms": 60_000});
+        d["setup"] = "setup.sh".into();
     });
+    // The size the engine holds, said from the first `up` on; the setup
+    // runs once.
     let said = up(m, "first up");
     assert!(said.contains(size), "{said}");
+    assert!(said.contains("setup.sh ran"), "{said}");
+    // The clients the image carries, importable where a runtime is.
+    let out = m.exec(&[
+        "sh",
+        "-c",
+        "python3 -c 'import warden_client; print(warden_client.__version__)' && node --input-type=module -e \"import {VERSION} from '@warden/client'; console.log(VERSION)\"",
+    ]);
+    let version = format!("{0}\n{0}\n", env!("CARGO_PKG_VERSION"));
+    assert_eq!(text(&out.stdout), version, "{}", show("the clients", &out));
     let first = container_id();
     assert!(!first.is_empty());
     let out = m.exec(&["sleep", "2"]);
@@ -79,11 +98,17 @@ fn reloads_without_remaking(m: &TestMachine, container_id: &dyn Fn() -> String, 
     );
     assert!(said.contains(size), "{said}");
 
-    // The machine's environment is the engine's: made again, saying why.
-    m.edit(|d| d["env"] = serde_json::json!({"MODE": "two"}));
-    let said = up(m, "up after an env change");
+    // What the engine holds (here `requires`, checked at up) makes it
+    // again, saying why, over the same volumes; the setup, unchanged, does
+    // not run again.
+    m.edit(|d| d["requires"] = serde_json::json!(["sh"]));
+    let said = up(m, "up after a change of requires");
     assert!(
-        said.contains("made again: the definition's env changed"),
+        said.contains("made again: the definition's requires changed"),
+        "{said}"
+    );
+    assert!(
+        said.contains("setup.sh: unchanged since it ran, not run again"),
         "{said}"
     );
     assert_ne!(container_id(), first, "made again");
