@@ -394,6 +394,25 @@ fn a_podman_machine_adds_the_owners_credential_and_holds_it_nowhere_else() {
         "{log}"
     );
     assert_status_shows_the_opened_host(&warden, &fx.id, 2);
+
+    // Stopped, then started by `exec --start`: warden held the values in
+    // its memory alone, and the start hands them again from the owner's
+    // `.env`, never from a file of the machine's.
+    let out = warden(&["machine", "stop", &fx.id]);
+    assert!(out.status.success(), "{}", show("stop", &out));
+    let out = warden(&[
+        "machine",
+        "exec",
+        &fx.id,
+        "--start",
+        "--",
+        "curl",
+        "-sS",
+        "--max-time",
+        "20",
+        "https://allowed.test/echo",
+    ]);
+    assert_masked_echo("curl after a start", &out, &audit);
     eprintln!("{test}: {:.2} s", started.elapsed().as_secs_f64());
 }
 

@@ -87,6 +87,8 @@ pub fn up(
     let result = bring_up(&def, &inputs, host, start, &mut made);
     match result {
         Ok(()) => {
+            let env_file = owner_env_file(definition, env_file);
+            super::handed::keep(&state_dir(&def.id), &def, definition, &env_file);
             // Not ready in time is an error, but the machine stays: its
             // logs say why.
             let timeout = Duration::from_secs(def.ready.timeout_s);
@@ -301,7 +303,7 @@ pub(super) fn keys_for(
 /// the keys `credentials` and `providers` name), from the same `.env` as
 /// the runtime's keys: handed to warden alone, never written in the
 /// machine.
-pub(super) fn credentials_for(
+pub fn credentials_for(
     def: &Definition,
     definition: &Path,
     env_file: Option<&Path>,
@@ -311,7 +313,7 @@ pub(super) fn credentials_for(
 }
 
 /// The owner's `.env`: `env_file`, or the one next to the definition.
-fn owner_env_file(definition: &Path, env_file: Option<&Path>) -> std::path::PathBuf {
+pub(super) fn owner_env_file(definition: &Path, env_file: Option<&Path>) -> std::path::PathBuf {
     env_file
         .map(Path::to_path_buf)
         .unwrap_or_else(|| definition.parent().unwrap_or(Path::new(".")).join(".env"))
@@ -561,6 +563,9 @@ pub fn start(id: &str) -> Result<bool, LaunchError> {
     host()?;
     let was_up = connect(id, None).is_ok();
     of(id).start(id)?;
+    if !was_up {
+        super::handed::hand_again(id, &state_dir(id));
+    }
     let timeout = super::ready::timeout_of(&state_dir(id));
     super::ready::wait(id, timeout, || connect(id, None))?;
     Ok(!was_up)

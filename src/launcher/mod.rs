@@ -22,6 +22,7 @@ pub mod create;
 pub mod definition;
 pub mod engine;
 pub mod error;
+pub mod handed;
 pub mod host;
 pub mod image;
 pub mod kept;
