@@ -7,11 +7,12 @@
 
 mod common;
 
-use common::machine::{machine_id, ps_row, ready, show, TestMachine, IMAGE};
+use common::docker;
+use common::machine::{ps_row, ready, show, TestMachine, IMAGE};
 use common::rootless::{owner, rootless_machine};
-use common::{privileged, skipped, text, warden_bin};
+use common::text;
 use serde_json::Value;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 /// The engine a scenario runs on, as the machine's owner reaches it.
@@ -256,47 +257,19 @@ fn ps_shows_a_rootless_machine_and_down_keeps_its_workspace_and_data() {
     ps_and_down(&m, &on, &Vec::new);
 }
 
-fn docker(args: &[&str]) -> Output {
-    Command::new("docker").args(args).output().unwrap()
-}
-
-/// `warden ARGS` with Docker as the engine.
-fn warden_on_docker(args: &[&str]) -> Output {
-    Command::new(warden_bin())
-        .args(args)
-        .env("WARDEN_ENGINE", "docker")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn ps_shows_a_docker_machine_and_down_keeps_its_workspace_and_data() {
-    let test = "ps_shows_a_docker_machine_and_down_keeps_its_workspace_and_data";
-    if !privileged(test) {
+    if !docker::ready("ps_shows_a_docker_machine_and_down_keeps_its_workspace_and_data") {
         return;
     }
-    if !docker(&["image", "inspect", IMAGE]).status.success() {
-        let problem = format!(
-            "{test}: needs a Docker daemon with {IMAGE} (scripts/test starts dockerd and loads it)"
-        );
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{problem}, and CI=true forbids skipping"
-        );
-        skipped(&problem);
-        return;
-    }
-    let id = machine_id("ps-docker");
-    let state = warden::launcher::machine::state_dir(&id);
-    let m = TestMachine::in_folder(id, tempfile::tempdir().unwrap(), warden_on_docker, state);
-    m.define(serde_json::json!({"image": IMAGE, "command": ["sleep", "infinity"]}));
+    let definition = serde_json::json!({"image": IMAGE, "command": ["sleep", "infinity"]});
+    let m = docker::machine("ps-docker", definition);
     let on = On {
         engine: "docker",
         owner: 0,
-        run: docker,
+        run: docker::docker,
     };
-    // The tests' daemon has no bridge (scripts/test): nothing published.
+    // The tests' daemon without its bridge: nothing published.
     ps_and_down(&m, &on, &Vec::new);
 }
 
