@@ -1,14 +1,16 @@
 //! Density: N warden machines against N plain containers of the same image
-//! on one host, side by side in one run. For each N: the host's used
-//! memory, file handles, processes and threads that the N add (what the
-//! host says before and after), what each adds by its own processes
-//! (conmon and everything in its PID namespace: their PSS, descriptors
-//! and number, and its memory cgroup), warden's own resident memory, the
-//! time to make all N (`warden machine up` against `podman run -d`), the
-//! time to list them (`warden machine ps` against `podman ps -a`), and
-//! `warden machine exec ID -- true` to a random machine with all N up
-//! against the same with one machine up. Then the ratios against the
-//! density goals.
+//! on one host, side by side in one run. For each N, per container: the
+//! host memory it holds (its own processes' anonymous memory and what the
+//! kernel's unreclaimable memory grew by; the host's MemAvailable delta
+//! too), its own processes (conmon and its PID namespace: their number,
+//! PSS and descriptors, its memory cgroup, its PID 1's RSS), the host's
+//! file handles, processes and threads before against after; the time to
+//! make all N (`warden machine up` against `podman run -d`) and to list
+//! them (`warden machine ps` against `podman ps -a`); and `warden machine
+//! exec ID -- true` to a random machine with all N up, in turn with the
+//! same to one machine and the host's own fork+exec+wait (its speed at
+//! that moment), against the same with one machine up. Then the ratios
+//! against the density goals.
 //!
 //! Needs root and the image localhost/warden-machine:latest (`machine/build`);
 //! without them it says why and does nothing. The levels are its arguments
