@@ -38,7 +38,8 @@ const HOP_RUNS: usize = 300;
 const BULK_RUNS: usize = 12;
 /// The bulk page, in MiB.
 const BULK_MIB: usize = 8;
-/// `podman port` runs, to tell what a wake spends asking it.
+/// `podman port` and `podman container inspect` runs, to tell what a
+/// wake spends asking them.
 const PORT_RUNS: usize = 5;
 
 /// The runtime: a small page on port 3000 at `/`, `BULK_MIB` MiB at `/big`.
@@ -440,7 +441,7 @@ fn hop(machine: &Machine, front: u16) {
         s.p50.as_secs_f64() / stats[1].p50.as_secs_f64()
     });
     println!(
-        "  serve's hop: p50 +{:.0} µs, p99 +{:.0} µs over direct",
+        "  serve's hop: p50 {:+.0} µs, p99 {:+.0} µs against direct",
         timing::us(stats[0].p50) - timing::us(stats[1].p50),
         timing::us(stats[0].p99) - timing::us(stats[1].p99)
     );
@@ -464,6 +465,13 @@ fn hop(machine: &Machine, front: u16) {
         port.push(t.elapsed());
     }
     port.print();
+    let mut inspect = Column::new("podman container inspect (a start by serve asks it twice)");
+    for _ in 0..PORT_RUNS {
+        let t = Instant::now();
+        ok(podman().args(["container", "inspect", &machine.name]));
+        inspect.push(t.elapsed());
+    }
+    inspect.print();
 }
 
 fn main() {
