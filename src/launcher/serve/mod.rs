@@ -284,14 +284,23 @@ impl Served {
             }
         }
         let _one = self.waking.lock().await;
+        // Another connection may have woken it while this one waited.
+        if !self.paused.load(Ordering::SeqCst) {
+            if let Some(stream) = self.connect_published(port).await {
+                return Ok(stream);
+            }
+        }
         let me = self.clone();
-        tokio::task::spawn_blocking(move || me.wake("port"))
+        let started = tokio::task::spawn_blocking(move || me.wake("port"))
             .await
             .map_err(|e| e.to_string())??;
-        self.engine_ports
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        // A start may publish the port elsewhere; a thaw leaves it.
+        if started {
+            self.engine_ports
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
+        }
         self.connect_published(port)
             .await
             .ok_or_else(|| "the machine is up, but its port does not answer".to_string())
@@ -324,9 +333,10 @@ impl Served {
     }
 
     /// Starts or thaws the machine for `cause`, and says so in its audit
-    /// log. Blocking.
-    fn wake(&self, cause: &str) -> Result<(), String> {
-        if self.paused.load(Ordering::SeqCst) {
+    /// log; true when it was started (not thawed). Blocking.
+    fn wake(&self, cause: &str) -> Result<bool, String> {
+        let thawed = self.paused.load(Ordering::SeqCst);
+        if thawed {
             thaw(&self.id, &self.state).map_err(String::from)?;
             self.paused.store(false, Ordering::SeqCst);
         } else {
@@ -335,7 +345,7 @@ impl Served {
         note_wake(&self.id, cause);
         self.retell_job();
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-        Ok(())
+        Ok(!thawed)
     }
 
     /// A started machine's warden is told the job it had before its stop
