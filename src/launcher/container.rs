@@ -188,22 +188,18 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
 /// is left as it is.
 fn start(id: &str) -> Result<(), LaunchError> {
     let name = container(id);
-    if !engine::exists("container", &name) {
-        return Err(LaunchError::new(
-            format!("machine {id}"),
-            "no such machine (make it with `warden machine up`)",
-        ));
+    // One engine call (a running container's start changes nothing); a
+    // start that fails is looked into only then.
+    if let Err(e) = engine::run("start", &["start", &name]) {
+        return Err(match engine::exists("container", &name) {
+            false => LaunchError::new(
+                format!("machine {id}"),
+                "no such machine (make it with `warden machine up`)",
+            ),
+            true => e,
+        });
     }
-    if !running(&name)? {
-        let started = Instant::now();
-        engine::run("start", &["start", &name])?;
-        wait_ready(id, &key(id)?)?;
-        eprintln!(
-            "machine {id} started in {:.2} s",
-            started.elapsed().as_secs_f64()
-        );
-    }
-    Ok(())
+    wait_ready(id, &key(id)?)
 }
 
 fn logs(id: &str) -> Result<(), LaunchError> {

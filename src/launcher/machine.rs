@@ -562,8 +562,13 @@ pub fn connect(
 pub fn start(id: &str) -> Result<bool, LaunchError> {
     host()?;
     let was_up = connect(id, None).is_ok();
+    let started = Instant::now();
     of(id).start(id)?;
     if !was_up {
+        eprintln!(
+            "machine {id} started in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
         super::handed::hand_again(id, &state_dir(id));
     }
     let timeout = super::ready::timeout_of(&state_dir(id));
