@@ -6,8 +6,10 @@
 //! warden's memory), and one task per command.
 
 mod credentials;
+mod gate;
 mod lifecycle;
 mod runs;
+mod status;
 
 pub use runs::end_all as end_runs;
 mod setup;
@@ -434,37 +436,7 @@ impl Conn {
         }
         let reply = match request {
             Request::Hello { .. } => Some(error(ErrorCode::BadRequest, "hello was already said")),
-            Request::Status => {
-                // Status proves the layers again, by behaviour: probe
-                // children and nft, waited for on a blocking thread, not
-                // on one of the runtime's two workers.
-                let sup = self.sup.clone();
-                if tokio::task::spawn_blocking(move || sup.probe())
-                    .await
-                    .is_err()
-                {
-                    crate::say!("status: the probe thread failed");
-                }
-                let mut status = self.sup.status();
-                if self.version.load(Ordering::SeqCst) < 3 {
-                    // A client only ever receives its version's messages.
-                    status.shell_processes = None;
-                    status.shell_process_count = None;
-                    status.gate = None;
-                }
-                if self.version.load(Ordering::SeqCst) < 4 {
-                    status.activity = None;
-                    status.spent = None;
-                }
-                if self.version.load(Ordering::SeqCst) < 9 {
-                    status.ready = None;
-                    if let Some(activity) = status.activity.as_mut() {
-                        activity.next_job_at_ms = None;
-                        activity.running = None;
-                    }
-                }
-                Some(Event::Status(Box::new(status)))
-            }
+            Request::Status => Some(self.status().await),
             Request::Reload => Some(self.reload()),
             Request::Signal { target, signal } => Some(self.signal(target, &signal)),
             Request::Audit { kind, fields } => Some(self.runtime_event(&kind, fields)),
@@ -564,56 +536,6 @@ impl Conn {
     }
 
     /// Closes (with a reason) or opens the runtime's gate (version 3).
-    /// `reload`: the network policy, the commands' limits and the idle
-    /// stop read again; a file that cannot be read or is invalid changes
-    /// nothing, and the answer says which and that the last good ones hold.
-    fn reload(&self) -> Event {
-        let refused = |e: String| {
-            let held =
-                "the last good network policy holds, and the limits and idle stop as they were";
-            error(ErrorCode::BadRequest, format!("reload: {e}; {held}"))
-        };
-        let settings = match self.sup.read_settings() {
-            Ok(settings) => settings,
-            Err(e) => return refused(e),
-        };
-        match self.sup.network.reload() {
-            Ok(state) => {
-                self.sup.apply_settings(settings);
-                Event::Reloaded(state)
-            }
-            Err(e) => refused(e),
-        }
-    }
-
-    fn gate(&self, reason: Option<String>) -> Event {
-        if self.version.load(Ordering::SeqCst) < 3 {
-            return error(
-                ErrorCode::BadRequest,
-                "close_gate and open_gate are protocol version 3 requests",
-            );
-        }
-        if let Some(r) = &reason {
-            if r.trim().is_empty() || r.len() > 1024 || r.chars().any(crate::printable::hides_text)
-            {
-                return error(
-                    ErrorCode::BadRequest,
-                    "a gate's reason is 1 to 1024 bytes of plain text",
-                );
-            }
-        }
-        let state = self.sup.set_gate(reason);
-        let kind = match state.closed {
-            true => audit::Event::GateClosed,
-            false => audit::Event::GateOpened,
-        };
-        self.sup.audit.record(
-            kind,
-            json!({"requester_uid": self.requester(), "reason": state.reason}),
-        );
-        Event::Gate(state)
-    }
-
     /// An event of the runtime's own, marked as such in the log.
     fn runtime_event(&self, kind: &str, fields: serde_json::Value) -> Event {
         let name_ok = !kind.is_empty()

@@ -101,7 +101,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     let mut reloads = made_from::reloaded(made_from::load(&p.state).as_ref(), &p.made_from);
     let created = match found.as_ref().map(|f| f.inputs.as_str()) {
         Some(found) if found == p.digest => {
-            keep_with_reloads(p, &name, &reloads)?;
+            super::reloaded::keep(p, &name, &reloads)?;
             false
         }
         found => {
@@ -132,7 +132,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     wait_ready(&def.id, &key(&def.id)?)?;
     step(start, "warden answers on the host socket");
     if !reloads.is_empty() {
-        reload(&def.id, &reloads, start)?;
+        super::reloaded::reload(&def.id, &reloads, start)?;
     }
     // The credentials before the keys: the main process, which may wait
     // for its keys, finds the proxy ready to add them.
@@ -152,7 +152,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     // Asked only when there is something to list: an engine call costs.
     let published = match (def.ports.is_empty(), def.sleep.serve) {
         (true, _) => Vec::new(),
-        (false, true) => front_ports(p)?,
+        (false, true) => super::serve::fronted::front(p)?,
         (false, false) => published(&name),
     };
     for line in published {
@@ -646,91 +646,6 @@ fn wait_ready(id: &str, key: &str) -> Result<(), LaunchError> {
         // A short step: warden boots in tens of milliseconds.
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-/// A machine whose ports `warden machine serve` fronts: what it fronts
-/// kept for it (the same host ports as before where the machine had them),
-/// serve started when none runs; the lines `up` says.
-fn front_ports(p: &Prepared) -> Result<Vec<String>, LaunchError> {
-    use super::serve::fronts::{self, Fronts};
-    let def = p.def;
-    let before = fronts::load(&p.state);
-    let held = before.as_ref().is_some_and(|b| {
-        def.ports.iter().all(|port| {
-            b.ports.iter().any(|f| {
-                f.port == port.port
-                    && match port.host {
-                        super::agent::HostPort::Fixed(h) => f.front == h,
-                        super::agent::HostPort::Auto { .. } => true,
-                    }
-            })
-        })
-    });
-    let chosen = match held {
-        true => Vec::new(),
-        false => host_ports(def)?,
-    };
-    let ports = match held {
-        true => fronts::keep_fronts(
-            before.as_ref(),
-            &def.ports.iter().map(|p| (0, p.port)).collect::<Vec<_>>(),
-        ),
-        false => fronts::keep_fronts(None, &chosen),
-    };
-    let kept = Fronts {
-        ports,
-        idle_s: def
-            .idle_stop_minutes
-            .map(|m| (m * 60.0).round().max(1.0) as u64),
-        idle: def.sleep.idle,
-        engine: fronts::engine_key(p.host.engine),
-    };
-    fronts::keep(&p.state, &kept).map_err(|e| LaunchError::io(&p.state.join(fronts::FILE), e))?;
-    let serving = match super::serve::ensure_running()? {
-        Some(pid) => format!("warden machine serve started, pid {pid}"),
-        None => "warden machine serve".to_string(),
-    };
-    super::serve::wait_held(&kept.ports);
-    Ok(kept
-        .ports
-        .iter()
-        .map(|f| {
-            format!(
-                "{}/tcp -> 127.0.0.1:{} (fronted by {serving})",
-                f.port, f.front
-            )
-        })
-        .collect())
-}
-
-/// A container kept as it is: the fields its warden reads again that
-/// changed (`made_from::RELOADED`) are written to its files, for the
-/// `reload` once it answers (or its boot, when it is not running).
-fn keep_with_reloads(p: &Prepared, name: &str, reloads: &[String]) -> Result<(), LaunchError> {
-    if reloads.is_empty() {
-        step(p.start, &format!("{name}: unchanged, kept"));
-        return Ok(());
-    }
-    write_machine_files(p.def, &p.state, p.host, None)?;
-    made_from::keep(&p.state, &p.made_from);
-    let changed = reloads.join(", ");
-    step(
-        p.start,
-        &format!("{name}: kept; the definition's {changed} changed, which warden takes without making it again"),
-    );
-    Ok(())
-}
-
-/// Asks the machine's warden to read its files again (network policy,
-/// limits, idle stop); a refusal says which file and that nothing changed.
-fn reload(id: &str, reloads: &[String], start: Instant) -> Result<(), LaunchError> {
-    let what = "reload the machine's hosts, limits and idle stop";
-    let mut client = super::state::connect(id, None)?;
-    client
-        .reload()
-        .map_err(|e| LaunchError::new(what, e.to_string()))?;
-    step(start, &format!("reloaded: {}", reloads.join(", ")));
-    Ok(())
 }
 
 /// Where a container's data volume keeps the digest of the setup that ran

@@ -300,6 +300,12 @@ impl Definition {
         format!("{prefix}-{}", self.id)
     }
 
+    /// `idle_stop_minutes` in whole seconds (one at least).
+    pub fn idle_stop_s(&self) -> Option<u64> {
+        self.idle_stop_minutes
+            .map(|m| (m * 60.0).round().max(1.0) as u64)
+    }
+
     /// The volume of the runtime's data: `<prefix>-<id>-data`.
     pub fn data_volume(&self, prefix: &str) -> String {
         format!("{prefix}-{}-data", self.id)

@@ -10,6 +10,7 @@
 //! definition into the engine's arguments and the agent's setup;
 //! `kube.rs` into a cluster's manifests; `ps.rs` reads the engine's
 //! listing into `ps`'s rows; `ready.rs` waits for a machine to be ready;
+//! `reloaded.rs` keeps a container whose warden takes what changed;
 //! `serve/` fronts the ports of sleeping machines and wakes them;
 //! `error.rs` is the error every step returns.
 
@@ -31,6 +32,7 @@ pub mod machine;
 pub mod made_from;
 pub mod ps;
 pub mod ready;
+pub mod reloaded;
 pub mod scope;
 pub mod serve;
 pub mod state;

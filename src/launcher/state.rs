@@ -112,9 +112,7 @@ pub(super) fn write_machine_files(
         "main": main.unwrap_or_default(),
         // A machine serve fronts sleeps when serve says: serve sees the
         // connections to its ports, which warden does not.
-        "idle_stop_s": def.idle_stop_minutes
-            .filter(|_| !def.sleep.serve)
-            .map(|m| (m * 60.0).round().max(1.0) as u64),
+        "idle_stop_s": def.idle_stop_s().filter(|_| !def.sleep.serve),
     });
     // A VM's only way out: its host's relay. Written only then: an image's
     // own, older warden refuses fields it does not know.

@@ -11,6 +11,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Why the settings could not be read again: the file's own error.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error(transparent)]
+    Limits(#[from] crate::confine::policy::PolicyError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+}
+
 /// What a reload read: applied only once the network policy has been
 /// read too, so that a broken file changes nothing.
 pub struct Settings {
@@ -21,15 +30,10 @@ pub struct Settings {
 impl Supervisor {
     /// Reads the settings a reload changes; an unreadable or invalid file
     /// is an error naming it, and nothing is applied.
-    pub fn read_settings(&self) -> Result<Settings, String> {
-        let limits = crate::confine::policy::load_limits(&self.config.policy_dir)
-            .map_err(|e| e.to_string())?;
+    pub fn read_settings(&self) -> Result<Settings, SettingsError> {
+        let limits = crate::confine::policy::load_limits(&self.config.policy_dir)?;
         let idle_stop_s = match &self.config.file {
-            Some(path) => {
-                crate::config::MachineConfig::load(path, true)
-                    .map_err(|e| e.to_string())?
-                    .idle_stop_s
-            }
+            Some(path) => crate::config::MachineConfig::load(path, true)?.idle_stop_s,
             // No machine.json at boot: nothing to read it again from.
             None => self.activity.idle_stop().map(|d| d.as_secs()),
         };

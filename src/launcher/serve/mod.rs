@@ -8,9 +8,10 @@
 //! time before the runtime's next job. Each wake is an audit line in the
 //! machine (`wake`, its cause).
 //!
-//! `fronts.rs` is what `up` leaves for it in each state folder; `idle.rs`
-//! its decisions.
+//! `fronts.rs` is what `up` leaves for it in each state folder (and
+//! `fronted.rs` how `up` leaves it); `idle.rs` its decisions.
 
+pub mod fronted;
 pub mod fronts;
 pub mod idle;
 
@@ -277,7 +278,7 @@ impl Served {
 
     /// A connection to the machine's `port`: where the engine publishes it
     /// now, after waking the machine when it sleeps.
-    async fn reach(self: &Arc<Self>, port: u16) -> Result<TcpStream, String> {
+    async fn reach(self: &Arc<Self>, port: u16) -> Result<TcpStream, LaunchError> {
         if !self.paused.load(Ordering::SeqCst) {
             if let Some(stream) = self.connect_published(port).await {
                 return Ok(stream);
@@ -293,7 +294,7 @@ impl Served {
         let me = self.clone();
         let started = tokio::task::spawn_blocking(move || me.wake("port"))
             .await
-            .map_err(|e| e.to_string())??;
+            .map_err(|e| LaunchError::new("wake", e.to_string()))??;
         // A start may publish the port elsewhere; a thaw leaves it.
         if started {
             self.engine_ports
@@ -303,7 +304,7 @@ impl Served {
         }
         self.connect_published(port)
             .await
-            .ok_or_else(|| "the machine is up, but its port does not answer".to_string())
+            .ok_or_else(|| LaunchError::sentence("the machine is up, but its port does not answer"))
     }
 
     /// A connection where the engine publishes `port`, asking the engine
@@ -334,13 +335,13 @@ impl Served {
 
     /// Starts or thaws the machine for `cause`, and says so in its audit
     /// log; true when it was started (not thawed). Blocking.
-    fn wake(&self, cause: &str) -> Result<bool, String> {
+    fn wake(&self, cause: &str) -> Result<bool, LaunchError> {
         let thawed = self.paused.load(Ordering::SeqCst);
         if thawed {
-            thaw(&self.id, &self.state).map_err(String::from)?;
+            thaw(&self.id, &self.state)?;
             self.paused.store(false, Ordering::SeqCst);
         } else {
-            start(&self.id).map_err(String::from)?;
+            start(&self.id)?;
         }
         note_wake(&self.id, cause);
         self.retell_job();
@@ -400,7 +401,12 @@ fn look(m: &Served, lead: Duration) {
         return;
     };
     let activity = status.activity.unwrap_or_default();
-    let _ = fronts::keep_next_job(&m.state, activity.next_job_at_ms.unwrap_or(0));
+    if let Err(e) = fronts::keep_next_job(&m.state, activity.next_job_at_ms.unwrap_or(0)) {
+        eprintln!(
+            "serve: {}: its next job not kept ({e}): a stop forgets it",
+            m.id
+        );
+    }
     let (idle_s, how) = {
         let fronts = m.fronts.lock().unwrap_or_else(|e| e.into_inner());
         (fronts.idle_s, fronts.idle)
@@ -439,10 +445,13 @@ fn sleep(
     match how {
         super::definition::Idle::Stop => stop(&m.id).map(|()| "stopped"),
         super::definition::Idle::Pause => {
-            let _ = connect(&m.id, None).and_then(|mut c| {
+            let noted = connect(&m.id, None).and_then(|mut c| {
                 c.pause(idle_ms)
                     .map_err(|e| LaunchError::sentence(e.to_string()))
             });
+            if let Err(e) = noted {
+                eprintln!("serve: {}: its freeze is not in its audit log: {e}", m.id);
+            }
             // The marker first: a request to its door from now thaws it.
             let marker = m.state.join(fronts::PAUSED);
             std::fs::write(&marker, b"").map_err(|e| LaunchError::io(&marker, e))?;

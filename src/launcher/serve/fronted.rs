@@ -1,0 +1,57 @@
+//! What `up` does for a machine whose ports `warden machine serve` fronts:
+//! the fronts kept in its state folder, serve started when none runs, and
+//! `up` back only once serve holds the ports.
+
+use super::fronts::{self, Fronts};
+use crate::launcher::agent::HostPort;
+use crate::launcher::agent_setup::host_ports;
+use crate::launcher::backend::Prepared;
+use crate::launcher::LaunchError;
+
+/// A machine whose ports `warden machine serve` fronts: what it fronts
+/// kept for it (the same host ports as before where the machine had them),
+/// serve started when none runs; the lines `up` says.
+pub(in crate::launcher) fn front(p: &Prepared) -> Result<Vec<String>, LaunchError> {
+    let def = p.def;
+    let before = fronts::load(&p.state);
+    let held = before.as_ref().is_some_and(|b| {
+        def.ports.iter().all(|port| {
+            b.ports.iter().any(|f| {
+                f.port == port.port
+                    && match port.host {
+                        HostPort::Fixed(h) => f.front == h,
+                        HostPort::Auto { .. } => true,
+                    }
+            })
+        })
+    });
+    let ports = match held {
+        true => {
+            let ports: Vec<(u16, u16)> = def.ports.iter().map(|p| (0, p.port)).collect();
+            fronts::keep_fronts(before.as_ref(), &ports)
+        }
+        false => fronts::keep_fronts(None, &host_ports(def)?),
+    };
+    let kept = Fronts {
+        ports,
+        idle_s: def.idle_stop_s(),
+        idle: def.sleep.idle,
+        engine: fronts::engine_key(p.host.engine),
+    };
+    fronts::keep(&p.state, &kept).map_err(|e| LaunchError::io(&p.state.join(fronts::FILE), e))?;
+    let serving = match super::ensure_running()? {
+        Some(pid) => format!("warden machine serve started, pid {pid}"),
+        None => "warden machine serve".to_string(),
+    };
+    super::wait_held(&kept.ports);
+    Ok(kept
+        .ports
+        .iter()
+        .map(|f| {
+            format!(
+                "{}/tcp -> 127.0.0.1:{} (fronted by {serving})",
+                f.port, f.front
+            )
+        })
+        .collect())
+}
