@@ -44,14 +44,28 @@ pub struct Row {
 /// string that a comma in another label's value would confuse.
 pub const DOCKER_FORMAT: &str = r#"{"row":{{json .}},"machine":{{json (.Label "warden.machine")}},"owner":{{json (.Label "warden.owner")}}}"#;
 
+/// Why an engine's listing could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ListingError {
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("not a JSON array")]
+    NotAnArray,
+    #[error("{source}: {line}")]
+    Line {
+        line: String,
+        source: serde_json::Error,
+    },
+}
+
 /// Pure: the rows of podman's `ps -a --format json` (one array).
-pub fn podman_rows(out: &str) -> Result<Vec<Row>, String> {
+pub fn podman_rows(out: &str) -> Result<Vec<Row>, ListingError> {
     let listing: Value = match out.trim() {
         "" => return Ok(Vec::new()),
-        text => serde_json::from_str(text).map_err(|e| e.to_string())?,
+        text => serde_json::from_str(text)?,
     };
     let Value::Array(containers) = listing else {
-        return Err("not a JSON array".into());
+        return Err(ListingError::NotAnArray);
     };
     Ok(containers
         .iter()
@@ -74,10 +88,13 @@ pub fn podman_rows(out: &str) -> Result<Vec<Row>, String> {
 
 /// Pure: the rows of Docker's `ps -a --format DOCKER_FORMAT` (a JSON
 /// object a line).
-pub fn docker_rows(out: &str) -> Result<Vec<Row>, String> {
+pub fn docker_rows(out: &str) -> Result<Vec<Row>, ListingError> {
     let mut rows = Vec::new();
     for line in out.lines().filter(|l| !l.trim().is_empty()) {
-        let v: Value = serde_json::from_str(line).map_err(|e| format!("{e}: {line}"))?;
+        let v: Value = serde_json::from_str(line).map_err(|source| ListingError::Line {
+            line: line.to_string(),
+            source,
+        })?;
         let c = &v["row"];
         let Some(row) = container_row("docker", c, v["machine"].as_str(), v["owner"].as_str())
         else {
