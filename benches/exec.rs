@@ -14,7 +14,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use timing::{interleaved, ok, us, Stats};
-use warden::protocol::RunRequest;
+use warden::wire::RunRequest;
 
 /// One row of the table: a contender's name and its figures.
 struct Row {

@@ -14,7 +14,7 @@ mod timing;
 use common::internet::Internet;
 use common::{Machine, Options};
 use serde_json::json;
-use warden::protocol::RunRequest;
+use warden::wire::RunRequest;
 
 /// Connects per round, rounds per machine (alternating).
 const CONNECTS: usize = 500;

@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use timing::{interleaved, ok, podman, print_phases, table};
-use warden::client::Client;
 use warden::launcher::machine as m;
-use warden::protocol::RunRequest;
+use warden::wire::client::Client;
+use warden::wire::RunRequest;
 
 const IMAGE: &str = "localhost/warden-machine:latest";
 /// Rounds of the command contenders, in turn; a tenth more to warm up.

@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use timing::{interleaved, median, ok, podman, print_phases, table};
 use warden::launcher::machine as m;
-use warden::protocol::RunRequest;
+use warden::wire::RunRequest;
 
 const IMAGE: &str = "localhost/warden-machine:latest";
 const RUNS: usize = 30;

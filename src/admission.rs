@@ -4,7 +4,7 @@
 //! a newcomer sheds the oldest waiting one instead of being turned away
 //! (a flood of idle connections then costs the flood, not the owner).
 
-use crate::protocol::{ErrorCode, Event};
+use crate::wire::{ErrorCode, Event};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

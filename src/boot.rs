@@ -312,7 +312,7 @@ pub fn supervisor(
 /// and that warden is ready.
 pub fn announce(
     sup: &Supervisor,
-    layers: &[crate::protocol::LayerState],
+    layers: &[crate::wire::LayerState],
     boot: Instant,
     vsock_port: Option<u32>,
 ) {

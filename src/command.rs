@@ -6,13 +6,13 @@
 
 use crate::audit;
 use crate::confine::cgroups::CommandCgroup;
-use crate::confine::policy::Limits;
 use crate::confine::spawn::{SpawnError, Spawned, Stdio};
 use crate::output::{pump, Budget, Out};
-use crate::protocol::{Event, ExitReport, Kind, StdinMode};
 use crate::reaper::Exit;
 use crate::request::ValidRun;
 use crate::supervisor::Supervisor;
+use crate::wire::Limits;
+use crate::wire::{Event, ExitReport, Kind, StdinMode};
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;

@@ -171,7 +171,7 @@ impl Default for MachineConfig {
             socket: "/run/warden/api.sock".into(),
             host_socket: None,
             key_file: "/etc/warden/key".into(),
-            vsock_port: Some(crate::vsock::DEFAULT_PORT),
+            vsock_port: Some(crate::wire::vsock_ports::DEFAULT_PORT),
             egress_vsock_port: None,
             vm_ports: Vec::new(),
             runtime_ports: Vec::new(),

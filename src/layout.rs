@@ -1,8 +1,8 @@
 //! The machine's layout: which path belongs to whom, with which mode.
 //! `ensure` makes and fixes it at boot; `measure` reports it for status.
 
-use crate::protocol::PathState;
 use crate::users::Account;
+use crate::wire::PathState;
 use nix::fcntl::OFlag;
 use nix::sys::stat::{fchmod, fstat, Mode, SFlag};
 use nix::unistd::{fchown, Gid, Uid};

@@ -19,8 +19,8 @@ use clap::{Parser, Subcommand};
 use sessions::{attach, follow_size, list_commands, print_output};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use warden::client::{Client, Message};
-use warden::protocol::{Event, Kind, Request, RunRequest, StdinMode};
+use warden::wire::client::{Client, Message};
+use warden::wire::{Event, Kind, Request, RunRequest, StdinMode};
 
 const DEFAULT_SOCKET: &str = "/run/warden/api.sock";
 
@@ -282,7 +282,7 @@ impl CommandArgs {
                 true => {
                     let (rows, cols) =
                         warden::terminal::own_size().ok_or("-t: this is not run on a terminal")?;
-                    Some(warden::protocol::PtySize { rows, cols })
+                    Some(warden::wire::PtySize { rows, cols })
                 }
             },
         })

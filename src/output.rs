@@ -5,7 +5,7 @@
 //! the socket by page reference, never copied through warden's memory. A
 //! kernel that cannot splice into a unix socket gets the copying path.
 
-use crate::protocol::{Event, Header, Kind};
+use crate::wire::{Event, Header, Kind};
 use nix::fcntl::SpliceFFlags;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -123,7 +123,7 @@ pub fn event_frame(id: u32, event: &Event) -> Vec<u8> {
     frame
 }
 
-fn header(kind: Kind, id: u32, len: usize) -> [u8; crate::protocol::HEADER_LEN] {
+fn header(kind: Kind, id: u32, len: usize) -> [u8; crate::wire::HEADER_LEN] {
     Header {
         kind,
         id,

@@ -11,7 +11,7 @@
 //! into nothing but itself.
 
 use crate::output::{Budget, Out};
-use crate::protocol::Kind;
+use crate::wire::Kind;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};

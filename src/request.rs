@@ -1,7 +1,7 @@
 //! Pure checks of what a `run` request asks for, before anything runs.
 
-use crate::confine::policy::Limits;
-use crate::protocol::{RunRequest, StdinMode};
+use crate::wire::Limits;
+use crate::wire::{RunRequest, StdinMode};
 use std::time::Duration;
 
 /// A run request that passed every check.
@@ -17,7 +17,7 @@ pub struct ValidRun {
     /// The limits the request asks for (only ever tighten the policy's).
     pub limits: Limits,
     /// A terminal of this size, checked.
-    pub pty: Option<crate::protocol::PtySize>,
+    pub pty: Option<crate::wire::PtySize>,
     /// The command outlives its connection, under this tag (if any).
     pub detach: Option<Option<String>>,
 }

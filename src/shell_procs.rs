@@ -5,8 +5,8 @@
 //! sends `kill(-1)`, so only shell's processes can ever be hit.
 
 use crate::proc_status::{self, Status};
-use crate::protocol::ShellProcess;
 use crate::reaper::Reaper;
+use crate::wire::ShellProcess;
 use nix::sys::signal::Signal;
 
 /// The most processes `status` lists (the count is always whole).

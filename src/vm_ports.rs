@@ -5,16 +5,9 @@
 //! guest's vsock listeners; only warden (root) connects onward.
 
 use crate::output::Capped;
+use crate::wire::vsock_ports::vsock_port;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
-
-/// Where a published port listens on the guest's vsock.
-pub const FORWARD_BASE: u32 = 100_000;
-
-/// The vsock port that carries the guest's TCP `port`.
-pub fn vsock_port(port: u16) -> u32 {
-    FORWARD_BASE + u32::from(port)
-}
 
 /// Listens on vsock for each of `ports` and carries every connection to
 /// 127.0.0.1 in the guest. Call inside the async runtime, in a VM that

@@ -18,8 +18,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use tokio::io::unix::AsyncFd;
 use tokio::net::UnixStream;
 
-/// The API's vsock port by default (`vsock_port` in the machine config).
-pub const DEFAULT_PORT: u32 = 1024;
 /// The most bytes one write to a vsock connection carries: one page, so
 /// that every packet reaches the host's device in one descriptor (see
 /// `output::Capped`).

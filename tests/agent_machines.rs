@@ -412,8 +412,8 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
         port: "3000".into(),
         abstract_name: None,
     };
-    let run = |client: &mut warden::client::Client, request: warden::protocol::RunRequest| {
-        let request = warden::protocol::RunRequest {
+    let run = |client: &mut warden::wire::client::Client, request: warden::wire::RunRequest| {
+        let request = warden::wire::RunRequest {
             folder: Some("attacks".into()),
             ..request
         };
@@ -423,7 +423,7 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
     for (name, line) in shell_lines(&targets) {
         let o = run(
             &mut client,
-            warden::protocol::RunRequest {
+            warden::wire::RunRequest {
                 shell: Some(line),
                 ..Default::default()
             },
@@ -437,7 +437,7 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
         argv.extend(args);
         let o = run(
             &mut client,
-            warden::protocol::RunRequest {
+            warden::wire::RunRequest {
                 argv: Some(argv),
                 ..Default::default()
             },
@@ -454,7 +454,7 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
     // Through the project lent for writing, shell writes the project only.
     let o = run(
         &mut client,
-        warden::protocol::RunRequest {
+        warden::wire::RunRequest {
             shell: Some(format!(
                 "echo made > {}/by-shell && echo ok",
                 project.display()

@@ -11,8 +11,8 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use warden::client::{Client, ClientError, Message, Output};
-use warden::protocol::{ErrorCode, Event, Header, Kind, Request, RunRequest, StdinMode};
+use warden::wire::client::{Client, ClientError, Message, Output};
+use warden::wire::{ErrorCode, Event, Header, Kind, Request, RunRequest, StdinMode};
 
 fn argv(args: &[&str]) -> RunRequest {
     RunRequest {
@@ -766,7 +766,7 @@ fn huge_values_are_taken_as_they_are_without_overflow() {
     let m = boot();
     let mut req = argv(&["echo", "fine"]);
     req.timeout_ms = Some(u64::MAX);
-    req.limits = Some(warden::confine::policy::Limits {
+    req.limits = Some(warden::wire::Limits {
         cpu_seconds: Some(u64::MAX),
         address_space_bytes: Some(u64::MAX),
         processes: Some(u64::MAX),
@@ -842,7 +842,7 @@ fn rlimits_reach_the_command() {
     }
     let m = boot();
     let mut req = argv(&["cat", "/proc/self/limits"]);
-    req.limits = Some(warden::confine::policy::Limits {
+    req.limits = Some(warden::wire::Limits {
         open_files: Some(64),
         processes: Some(77),
         file_size_bytes: Some(1 << 20),

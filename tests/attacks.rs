@@ -14,9 +14,9 @@ use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use warden::client::Output;
-use warden::confine::policy::Limits;
-use warden::protocol::RunRequest;
+use warden::wire::client::Output;
+use warden::wire::Limits;
+use warden::wire::RunRequest;
 
 struct Scene {
     m: Machine,
@@ -602,7 +602,7 @@ fn a_command_on_a_terminal_is_as_confined_and_its_terminal_is_its_own() {
     }
     let s = Scene::new();
     let on_terminal = |req: RunRequest| RunRequest {
-        pty: Some(warden::protocol::PtySize { rows: 24, cols: 80 }),
+        pty: Some(warden::wire::PtySize { rows: 24, cols: 80 }),
         ..req
     };
     let o = s.run(on_terminal(sh(
@@ -632,13 +632,11 @@ fn a_command_on_a_terminal_is_as_confined_and_its_terminal_is_its_own() {
         folder: Some("attacks".into()),
         ..sh("tty; sleep 30")
     });
-    client
-        .send(7, &warden::protocol::Request::Run(long))
-        .unwrap();
+    client.send(7, &warden::wire::Request::Run(long)).unwrap();
     let mut name = String::new();
     while !name.contains('\n') {
         match client.receive().unwrap() {
-            warden::client::Message::Output(_, 7, bytes) => {
+            warden::wire::client::Message::Output(_, 7, bytes) => {
                 name.push_str(&String::from_utf8_lossy(&bytes))
             }
             _ => continue,

@@ -12,8 +12,8 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use warden::client::Client;
-use warden::protocol::RunRequest;
+use warden::wire::client::Client;
+use warden::wire::RunRequest;
 
 const KEY: &str = "flood-key-0123456789abcdef0123456789abcdef";
 

@@ -7,8 +7,8 @@ mod common;
 
 use common::{privileged, Machine, Options};
 use std::time::Duration;
-use warden::client::{Client, Message};
-use warden::protocol::{Event, ExitReport, Kind, Request, RunRequest, StdinMode};
+use warden::wire::client::{Client, Message};
+use warden::wire::{Event, ExitReport, Kind, Request, RunRequest, StdinMode};
 
 fn detach(client: &mut Client, id: u32, run: RunRequest) -> u64 {
     let run = RunRequest {
@@ -210,7 +210,7 @@ fn detached_commands_take_stdin_signals_and_limits_and_keep_a_bounded_backlog() 
     loop {
         match client.receive().unwrap() {
             Message::Event(10, Event::Error { code, .. }) => {
-                assert_eq!(code, warden::protocol::ErrorCode::UnknownId);
+                assert_eq!(code, warden::wire::ErrorCode::UnknownId);
                 break;
             }
             _ => continue,

@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
-use warden::client::{Client, ClientError};
-use warden::protocol::{ErrorCode, Event, Header, Kind, RunRequest, SUPPORTED_VERSIONS};
+use warden::wire::client::{Client, ClientError};
+use warden::wire::{ErrorCode, Event, Header, Kind, RunRequest, SUPPORTED_VERSIONS};
 
 /// The newest version warden speaks, the one a current client agrees on.
 fn newest() -> u32 {
@@ -55,7 +55,7 @@ fn shell(line: &str) -> RunRequest {
 }
 
 /// The whole log, read through `client`, with what `audit_end` said.
-fn read_log(client: &mut Client, from: u64) -> (String, warden::client::AuditRead) {
+fn read_log(client: &mut Client, from: u64) -> (String, warden::wire::client::AuditRead) {
     let mut bytes = Vec::new();
     let read = client.read_audit(from, &mut bytes).unwrap();
     (String::from_utf8(bytes).unwrap(), read)

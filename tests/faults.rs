@@ -9,8 +9,8 @@ use nix::sys::signal::Signal;
 use serde_json::json;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
-use warden::client::Message;
-use warden::protocol::{Event, Kind, Request, RunRequest};
+use warden::wire::client::Message;
+use warden::wire::{Event, Kind, Request, RunRequest};
 
 fn sh(line: &str) -> RunRequest {
     RunRequest {
@@ -339,7 +339,7 @@ fn warden_killed_mid_stream_leaves_a_log_that_still_verifies() {
     let m = Machine::boot(Options::default());
     let socket = m.socket.clone();
     let runner = std::thread::spawn(move || {
-        let Ok(mut c) = warden::client::Client::connect(&socket) else {
+        let Ok(mut c) = warden::wire::client::Client::connect(&socket) else {
             return;
         };
         for _ in 0..10_000 {
@@ -402,11 +402,11 @@ impl Drop for Tmpfs {
 
 /// Runs `echo` until the audit log's disk is full; returns the error code
 /// that stopped it, if one did within 2000 commands.
-fn fill(m: &Machine) -> Option<warden::protocol::ErrorCode> {
+fn fill(m: &Machine) -> Option<warden::wire::ErrorCode> {
     for _ in 0..2000 {
         match m.client().run(sh("echo filling")) {
             Ok(_) => {}
-            Err(warden::client::ClientError::Warden { code, .. }) => return Some(code),
+            Err(warden::wire::client::ClientError::Warden { code, .. }) => return Some(code),
             Err(e) => panic!("{e}"),
         }
         if m.client().status().unwrap().audit_failing.is_some() {
@@ -436,8 +436,8 @@ fn a_full_audit_disk_refuses_commands_until_there_is_room_and_never_tears_a_line
             panic!("50 commands ran with a full audit disk (stopped by {stopped_by:?})")
         });
     match refused {
-        warden::client::ClientError::Warden { code, message } => {
-            assert_eq!(code, warden::protocol::ErrorCode::AuditFailing, "{message}");
+        warden::wire::client::ClientError::Warden { code, message } => {
+            assert_eq!(code, warden::wire::ErrorCode::AuditFailing, "{message}");
             assert!(message.contains("audit log cannot be written"), "{message}");
         }
         other => panic!("{other}"),
@@ -485,7 +485,7 @@ fn a_frame_begun_and_not_finished_is_cut_off() {
     let mut s = std::os::unix::net::UnixStream::connect(&m.socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let hello = br#"{"type":"hello","versions":[1]}"#;
-    let mut frame = warden::protocol::Header {
+    let mut frame = warden::wire::Header {
         kind: Kind::Control,
         id: 0,
         len: hello.len() as u32,

@@ -451,7 +451,7 @@ fn warden_without_nft_applies_its_firewall_over_netlink() {
     // Commands run, and the table is the one nft would have applied.
     let out = machine
         .client()
-        .run(warden::protocol::RunRequest {
+        .run(warden::wire::RunRequest {
             argv: Some(vec!["true".into()]),
             ..Default::default()
         })
@@ -498,7 +498,7 @@ fn without_nft_or_cap_net_admin_the_connect_gate_stands_in() {
     );
     let out = machine
         .client()
-        .run(warden::protocol::RunRequest {
+        .run(warden::wire::RunRequest {
             argv: Some(vec!["true".into()]),
             ..Default::default()
         })

@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use warden::client::{Client, ClientError};
-use warden::protocol::{Event, Request, RunRequest, HEADER_LEN};
+use warden::wire::client::{Client, ClientError};
+use warden::wire::{Event, Request, RunRequest, HEADER_LEN};
 
 fn fixtures() -> Vec<(PathBuf, Value)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/fixtures");
@@ -196,10 +196,10 @@ fn call(client: Result<Client, ClientError>, call: &Value) -> Result<Value, Clie
         "list" => {
             c.send(0, &Request::List)?;
             match c.receive()? {
-                warden::client::Message::Event(0, event @ Event::Commands { .. }) => {
+                warden::wire::client::Message::Event(0, event @ Event::Commands { .. }) => {
                     serde_json::to_value(event).unwrap()
                 }
-                warden::client::Message::Event(0, Event::Error { code, message }) => {
+                warden::wire::client::Message::Event(0, Event::Error { code, message }) => {
                     return Err(ClientError::Warden { code, message })
                 }
                 other => panic!("list answered {other:?}"),
@@ -210,10 +210,10 @@ fn call(client: Result<Client, ClientError>, call: &Value) -> Result<Value, Clie
             let command = args["command"].as_u64().unwrap();
             c.send(1, &Request::Wait { command })?;
             match c.receive()? {
-                warden::client::Message::Event(1, event @ Event::Exit(_)) => {
+                warden::wire::client::Message::Event(1, event @ Event::Exit(_)) => {
                     serde_json::to_value(event).unwrap()
                 }
-                warden::client::Message::Event(1, Event::Error { code, message }) => {
+                warden::wire::client::Message::Event(1, Event::Error { code, message }) => {
                     return Err(ClientError::Warden { code, message })
                 }
                 other => panic!("wait answered {other:?}"),

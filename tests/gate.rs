@@ -5,8 +5,8 @@
 mod common;
 
 use common::{privileged, Machine, Options};
-use warden::client::ClientError;
-use warden::protocol::{ErrorCode, RunRequest};
+use warden::wire::client::ClientError;
+use warden::wire::{ErrorCode, RunRequest};
 
 fn sh(line: &str) -> RunRequest {
     RunRequest {

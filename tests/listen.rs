@@ -8,8 +8,8 @@ mod common;
 use common::attacks::{build_attack_program, hand_to_shell};
 use common::{printed, privileged, Machine, Options};
 use std::path::PathBuf;
-use warden::client::Output;
-use warden::protocol::RunRequest;
+use warden::wire::client::Output;
+use warden::wire::RunRequest;
 
 /// A machine, and the attack program handed to shell.
 struct Listening {

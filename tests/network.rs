@@ -712,7 +712,7 @@ fn a_changed_host_list_holds_at_the_next_connection() {
     assert!(status.proxy.unwrap().carried >= 2);
 }
 
-fn firewall(status: &warden::protocol::Status) -> warden::protocol::LayerState {
+fn firewall(status: &warden::wire::Status) -> warden::wire::LayerState {
     common::layer(status, "firewall").clone()
 }
 

@@ -12,7 +12,7 @@ use common::{privileged, Options};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use warden::client::Client;
+use warden::wire::client::Client;
 
 /// The credential's value: long and unlike anything else in the tests.
 const SECRET: &str = "wdn-test-s3cr3t-7f1c9a2b4e6d8f00";

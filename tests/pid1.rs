@@ -7,7 +7,7 @@ use common::{privileged, sh, Machine, Options};
 use nix::sys::signal::Signal;
 use serde_json::json;
 use std::time::{Duration, Instant};
-use warden::protocol::RunRequest;
+use warden::wire::RunRequest;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -218,7 +218,7 @@ fn shutdown_stops_commands_within_the_grace_period() {
         let c = m.client();
         c.send(
             1,
-            &warden::protocol::Request::Run(RunRequest {
+            &warden::wire::Request::Run(RunRequest {
                 shell: Some(line.into()),
                 ..Default::default()
             }),

@@ -5,7 +5,7 @@ mod common;
 
 use common::{privileged, Machine, Options};
 use serde_json::json;
-use warden::protocol::{ErrorCode, RunRequest};
+use warden::wire::{ErrorCode, RunRequest};
 
 /// A machine with these policy files; the folder lives as long as it.
 fn with_policy(files: &[(&str, &str)]) -> (Machine, tempfile::TempDir) {
@@ -39,7 +39,7 @@ fn a_required_layer_that_does_not_hold_refuses_every_command() {
     // probe opens "/" and so proves it does not hold as required.
     let (m, _policy) = with_policy(&[("landlock.json", r#"{"read_write": ["/"]}"#)]);
     match m.client().run(ls_root()) {
-        Err(warden::client::ClientError::Warden {
+        Err(warden::wire::client::ClientError::Warden {
             code: ErrorCode::NotConfined,
             message,
         }) => {

@@ -8,7 +8,7 @@ mod common;
 
 use common::{printed, privileged, Machine, Options};
 use std::time::{Duration, Instant};
-use warden::protocol::RunRequest;
+use warden::wire::RunRequest;
 
 /// Starts, in a new session, a copy of sleep named "\377", with `marker`
 /// as its last argument.

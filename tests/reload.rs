@@ -14,8 +14,8 @@ fn write_json(path: &Path, value: serde_json::Value) {
 }
 
 /// `sleep 2` as shell, with the machine's own limits only.
-fn sleep_two(m: &Machine) -> warden::client::Output {
-    let request = warden::protocol::RunRequest {
+fn sleep_two(m: &Machine) -> warden::wire::client::Output {
+    let request = warden::wire::RunRequest {
         shell: Some("sleep 2".into()),
         ..Default::default()
     };

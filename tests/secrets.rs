@@ -6,7 +6,7 @@ mod common;
 
 use base64::Engine;
 use common::{privileged, Machine, Options, RUNTIME_UID};
-use warden::protocol::RunRequest;
+use warden::wire::RunRequest;
 
 const ENV_CANARY: &str = "canary-sk-5f7e9a1c";
 const TOKEN_CANARY: &str = "ghp-canary-77d2e0";

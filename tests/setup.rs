@@ -6,8 +6,8 @@ mod common;
 
 use common::{privileged, sh, text, Machine, Options, HOST_KEY};
 use std::os::unix::fs::PermissionsExt;
-use warden::client::{Client, ClientError};
-use warden::protocol::{ErrorCode, RunRequest, SUPPORTED_VERSIONS};
+use warden::wire::client::{Client, ClientError};
+use warden::wire::{ErrorCode, RunRequest, SUPPORTED_VERSIONS};
 
 #[test]
 fn the_owner_runs_setup_as_the_runtime_and_the_machine_may_not() {

@@ -147,19 +147,21 @@ printf '%s\n' "$trap" >> ~/.bashrc && printf '%s\n' "$trap" >> ~/.profile"#;
     for (i, flags) in ["-i", "-il"].into_iter().enumerate() {
         let mut client = m.client();
         let bash = vec!["bash".to_string(), flags.into()];
-        let size = warden::protocol::PtySize { rows: 24, cols: 80 };
+        let size = warden::wire::PtySize { rows: 24, cols: 80 };
         client
-            .send(1, &warden::protocol::Request::Run(run(bash, Some(size))))
+            .send(1, &warden::wire::Request::Run(run(bash, Some(size))))
             .unwrap();
         let typed = format!("echo owner-typed-$((6*7))-secret-{i}\nexit 5\n");
         client
-            .send_frame(warden::protocol::Kind::Stdin, 1, typed.as_bytes())
+            .send_frame(warden::wire::Kind::Stdin, 1, typed.as_bytes())
             .unwrap();
         let mut screen = Vec::new();
         let status = loop {
             match client.receive().unwrap() {
-                warden::client::Message::Output(_, 1, bytes) => screen.extend_from_slice(&bytes),
-                warden::client::Message::Event(1, warden::protocol::Event::Exit(r)) => {
+                warden::wire::client::Message::Output(_, 1, bytes) => {
+                    screen.extend_from_slice(&bytes)
+                }
+                warden::wire::client::Message::Event(1, warden::wire::Event::Exit(r)) => {
                     break r.status
                 }
                 _ => {}
@@ -182,8 +184,8 @@ printf '%s\n' "$trap" >> ~/.bashrc && printf '%s\n' "$trap" >> ~/.profile"#;
     assert!(!seen.contains("owner-typed"), "{seen}");
 }
 
-fn run(argv: Vec<String>, pty: Option<warden::protocol::PtySize>) -> warden::protocol::RunRequest {
-    warden::protocol::RunRequest {
+fn run(argv: Vec<String>, pty: Option<warden::wire::PtySize>) -> warden::wire::RunRequest {
+    warden::wire::RunRequest {
         argv: Some(argv),
         pty,
         ..Default::default()

@@ -12,8 +12,8 @@ use common::text;
 use common::vm::{self, Options, Vm};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use warden::client::ClientError;
-use warden::protocol::{ErrorCode, Event, Request, RunRequest};
+use warden::wire::client::ClientError;
+use warden::wire::{ErrorCode, Event, Request, RunRequest};
 
 fn run(line: &str) -> RunRequest {
     RunRequest {
@@ -71,7 +71,7 @@ fn vm_boots_serves_over_vsock_confines_and_powers_off() {
     let mut vm = Vm::launch(&kit, Options::default());
     let ready = vm.wait_ready(Duration::from_secs(90));
     let mut client = vm.client();
-    let newest = *warden::protocol::SUPPORTED_VERSIONS.last().unwrap();
+    let newest = *warden::wire::SUPPORTED_VERSIONS.last().unwrap();
     assert_eq!(client.version, newest, "{}", client.server);
 
     // Commands run as shell, on the machine warden booted.
@@ -246,7 +246,7 @@ except OSError as e:
     // unmounts and powers the VM off; QEMU exits; no panic.
     client.send(0, &Request::Shutdown).unwrap();
     match client.receive() {
-        Ok(warden::client::Message::Event(0, Event::ShuttingDown)) => {}
+        Ok(warden::wire::client::Message::Event(0, Event::ShuttingDown)) => {}
         other => panic!("shutdown answered {other:?}"),
     }
     let exit = vm.wait_exit(Duration::from_secs(60));
@@ -393,7 +393,7 @@ fn in_a_vm_every_command_has_a_cgroup_that_holds() {
         "for i in 1 2 3 4; do python3 -c 'b = bytearray(40 << 20); import time; time.sleep(30)' & done; \
          python3 -c 'import os; fd = os.memfd_create(\"x\"); [os.write(fd, bytes(1 << 20)) for _ in range(200)]; print(\"NOT STOPPED\")'; wait",
     );
-    bomb.limits = Some(warden::confine::policy::Limits {
+    bomb.limits = Some(warden::wire::Limits {
         memory_bytes: Some(64 << 20),
         ..Default::default()
     });
@@ -407,7 +407,7 @@ fn in_a_vm_every_command_has_a_cgroup_that_holds() {
 
     // A process bound of 8: forks past it fail, counted by the cgroup.
     let mut forks = run("for i in $(seq 20); do sleep 3 & done; wait");
-    forks.limits = Some(warden::confine::policy::Limits {
+    forks.limits = Some(warden::wire::Limits {
         processes: Some(8),
         ..Default::default()
     });
@@ -614,7 +614,7 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     // A wrong key is refused over vsock, slowly.
     let socket = std::path::PathBuf::from(format!("/var/lib/warden/machines/{id}/vm/vsock.sock"));
     let refused = Instant::now();
-    let wrong = warden::client::Client::connect_hybrid_vsock(&socket, vm::PORT, "0000", None);
+    let wrong = warden::wire::client::Client::connect_hybrid_vsock(&socket, vm::PORT, "0000", None);
     assert!(
         matches!(wrong, Err(ClientError::Warden { .. })),
         "{:?}",

@@ -3,7 +3,7 @@
 //! that passes the checks names a folder inside the workspace.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use warden::protocol::Request;
+use warden::wire::Request;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(request) = serde_json::from_slice::<Request>(data) else {

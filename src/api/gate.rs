@@ -3,7 +3,7 @@
 
 use super::{error, Conn};
 use crate::audit;
-use crate::protocol::{ErrorCode, Event};
+use crate::wire::{ErrorCode, Event};
 use serde_json::json;
 use std::sync::atomic::Ordering;
 

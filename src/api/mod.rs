@@ -20,11 +20,11 @@ use crate::admission::{turn_away, Admission, Pass, Peer, MAX_CONNECTIONS, MAX_UN
 use crate::audit;
 use crate::command::{self, Running, Sink};
 use crate::output::{write_frames, Capped, Out};
-use crate::protocol::{
-    ErrorCode, Event, Header, Kind, Request, StdinMode, HEADER_LEN, MAX_FRAME, SUPPORTED_VERSIONS,
-};
 use crate::request;
 use crate::supervisor::Supervisor;
+use crate::wire::{
+    ErrorCode, Event, Header, Kind, Request, StdinMode, HEADER_LEN, MAX_FRAME, SUPPORTED_VERSIONS,
+};
 use nix::sys::signal::Signal;
 use nix::sys::socket::sockopt::SndBufForce;
 use nix::unistd::Pid;
@@ -573,7 +573,7 @@ impl Conn {
 
     /// Checks a run request and starts its task; returns an error event if
     /// it cannot start.
-    fn start(self: &Arc<Self>, id: u32, run: crate::protocol::RunRequest) -> Option<Event> {
+    fn start(self: &Arc<Self>, id: u32, run: crate::wire::RunRequest) -> Option<Event> {
         if id == 0 {
             return Some(error(
                 ErrorCode::BadRequest,
@@ -758,7 +758,7 @@ async fn read_frame(
     }
     let header = Header::decode(&raw).map_err(|e| {
         let code = match e {
-            crate::protocol::FrameError::TooLarge(_) => ErrorCode::FrameTooLarge,
+            crate::wire::FrameError::TooLarge(_) => ErrorCode::FrameTooLarge,
             _ => ErrorCode::BadFrame,
         };
         (code, e.to_string())

@@ -5,8 +5,8 @@
 
 use super::{error, Conn};
 use crate::audit;
-use crate::protocol::{ErrorCode, Event};
 use crate::spend::ledger::{micro_usd, Ending, Ledger};
+use crate::wire::{ErrorCode, Event};
 use serde_json::json;
 use std::sync::atomic::Ordering;
 

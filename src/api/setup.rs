@@ -10,8 +10,8 @@
 use super::{error, Conn, Door};
 use crate::audit::Event as AuditEvent;
 use crate::confine::spawn::Stdio;
-use crate::protocol::{ErrorCode, Event};
 use crate::supervisor::Supervisor;
+use crate::wire::{ErrorCode, Event};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};

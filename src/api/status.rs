@@ -3,7 +3,7 @@
 //! and its files read again.
 
 use super::{error, Conn};
-use crate::protocol::{ErrorCode, Event, Status};
+use crate::wire::{ErrorCode, Event, Status};
 use std::sync::atomic::Ordering;
 
 impl Conn {

@@ -6,8 +6,8 @@
 
 use super::{error, Conn, Door, Slot};
 use crate::audit;
-use crate::protocol::{ErrorCode, Event, StdinMode};
 use crate::request;
+use crate::wire::{ErrorCode, Event, StdinMode};
 use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

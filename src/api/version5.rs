@@ -7,7 +7,7 @@
 
 use super::{error, Conn, Door};
 use crate::output::{Out, CHUNK};
-use crate::protocol::{ErrorCode, Event, Kind};
+use crate::wire::{ErrorCode, Event, Kind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 

@@ -15,7 +15,7 @@ pub mod spawn;
 pub mod spawner;
 
 use crate::confine::policy::{Limits, Policy, Requirement};
-use crate::protocol::LayerState;
+use crate::wire::LayerState;
 use cgroups::{Cgroups, CommandCgroup};
 use landlock::{Coverage, StaticRules};
 use probe::{NetProbe, Probe};

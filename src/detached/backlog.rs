@@ -4,7 +4,7 @@
 //! whatever the number of writes the bytes came in: a command printing
 //! one byte per write costs what one printing them all at once does.
 
-use crate::protocol::Kind;
+use crate::wire::Kind;
 
 /// The smallest ring allocated, so that a few small writes do not grow it
 /// byte by byte.

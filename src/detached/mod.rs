@@ -16,9 +16,9 @@ pub use registry::{Detached, Registry, BACKLOG_BYTES, MAX_ENDED, MAX_RUNNING};
 
 use crate::command::{self, Running, Sink};
 use crate::output::Out;
-use crate::protocol::Event;
 use crate::request::ValidRun;
 use crate::supervisor::Supervisor;
+use crate::wire::Event;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;

@@ -5,7 +5,7 @@
 
 use super::backlog::Backlog;
 use crate::output::{Out, CHUNK};
-use crate::protocol::{DetachedCommand, Event, ExitReport, Kind};
+use crate::wire::{DetachedCommand, Event, ExitReport, Kind};
 use nix::unistd::Pid;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

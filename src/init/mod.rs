@@ -14,11 +14,11 @@ use crate::boot::{
 };
 use crate::confine::spawn::{self, SpawnError, Stdio};
 use crate::main_restart;
-use crate::protocol::MainState;
 use crate::reaper::Exit;
 use crate::supervisor::Supervisor;
 use crate::users;
 use crate::vm::{self, Vm};
+use crate::wire::MainState;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::unistd::Pid;
 use phase_clock::PhaseClock;

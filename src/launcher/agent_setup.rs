@@ -15,7 +15,7 @@ use super::state::connect;
 /// machine's warden (a container's host socket, a VM's vsock).
 pub(super) fn check_requires(
     def: &Definition,
-    connect: impl FnOnce() -> Result<crate::client::Client, LaunchError>,
+    connect: impl FnOnce() -> Result<crate::wire::client::Client, LaunchError>,
 ) -> Result<(), LaunchError> {
     if def.requires.is_empty() {
         return Ok(());
@@ -23,7 +23,7 @@ pub(super) fn check_requires(
     let script = "for c; do command -v \"$c\" >/dev/null 2>&1 || printf '%s ' \"$c\"; done";
     let mut argv = vec!["sh".to_string(), "-c".into(), script.into(), "sh".into()];
     argv.extend(def.requires.iter().cloned());
-    let request = crate::protocol::RunRequest {
+    let request = crate::wire::RunRequest {
         argv: Some(argv),
         ..Default::default()
     };
@@ -136,7 +136,7 @@ pub(super) fn host_ports(def: &Definition) -> Result<Vec<(u16, u16)>, LaunchErro
 /// they are handed at every start. Nothing to hand: nothing is asked.
 pub(super) fn hand_credentials(
     text: &str,
-    connect: impl FnOnce() -> Result<crate::client::Client, LaunchError>,
+    connect: impl FnOnce() -> Result<crate::wire::client::Client, LaunchError>,
 ) -> Result<usize, LaunchError> {
     if text.is_empty() {
         return Ok(0);

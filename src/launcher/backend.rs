@@ -8,8 +8,8 @@ use super::definition::Definition;
 use super::error::LaunchError;
 use super::host::Host;
 use super::image::Image;
-use crate::client::Client;
-use crate::protocol::Request;
+use crate::wire::client::Client;
+use crate::wire::Request;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

@@ -21,7 +21,7 @@ pub use super::state::{container, key, socket, state_dir, PREFIX};
 use super::state::{give, prepare_state};
 use super::vm::{self, Vm};
 use super::{sha256_hex, step};
-use crate::client::Client;
+use crate::wire::client::Client;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -547,7 +547,7 @@ pub fn describe_tail(files: &[PathBuf], n: usize) -> Vec<String> {
 /// of a container, or the host's end of a VM's vsock.
 pub fn connect(
     id: &str,
-    first: Option<(u32, &crate::protocol::Request)>,
+    first: Option<(u32, &crate::wire::Request)>,
 ) -> Result<Client, LaunchError> {
     // No engine is asked: a command's round trip is the API's alone (and
     // a look whether the machine is frozen, which thaws it).
@@ -586,7 +586,7 @@ pub fn start_asked(id: &str) -> Result<(), LaunchError> {
 }
 
 /// Warden's status of the machine.
-pub fn status(id: &str) -> Result<crate::protocol::Status, LaunchError> {
+pub fn status(id: &str) -> Result<crate::wire::Status, LaunchError> {
     connect(id, None)?
         .status()
         .map_err(|e| LaunchError::sentence(e.to_string()))

@@ -251,7 +251,7 @@ pub fn table(rows: &[Row]) -> String {
 /// Pure: the idle time from a machine's status: 0 while a command runs
 /// (it is in use), else the time since its last request or command's
 /// end; None from a warden too old to say (protocol before version 4).
-pub fn idle_of(status: &crate::protocol::Status) -> Option<u64> {
+pub fn idle_of(status: &crate::wire::Status) -> Option<u64> {
     let activity = status.activity.as_ref()?;
     match status.running.is_empty() {
         true => Some(activity.idle_ms),

@@ -2,7 +2,7 @@
 //! from a status, and the table people read.
 
 use super::*;
-use crate::protocol::{ActivityState, RunningCommand, Status};
+use crate::wire::{ActivityState, RunningCommand, Status};
 
 /// A podman listing entry, as podman 4 gives it.
 fn podman_entry(name: &str, machine: &str, state: &str, ports: &str) -> String {

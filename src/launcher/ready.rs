@@ -6,8 +6,8 @@
 //! answers, as before.
 
 use super::LaunchError;
-use crate::client::Client;
-use crate::protocol::ReadyState;
+use crate::wire::client::Client;
+use crate::wire::ReadyState;
 use std::time::{Duration, Instant};
 
 /// How often warden is asked.

@@ -9,8 +9,8 @@ use super::engine;
 use super::error::LaunchError;
 use super::host;
 use super::host::Host;
-use crate::client::Client;
-use crate::protocol::Request;
+use crate::wire::client::Client;
+use crate::wire::Request;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -118,7 +118,7 @@ pub(super) fn write_machine_files(
     // own, older warden refuses fields it does not know.
     let mut config = config;
     if def.kind == super::definition::Kind::Vm && def.network != super::definition::Network::None {
-        config["egress_vsock_port"] = crate::net::egress_link::RELAY_PORT.into();
+        config["egress_vsock_port"] = crate::wire::vsock_ports::RELAY_PORT.into();
     }
     // Written only when asked for, as the relay's port above.
     if let Some(when) = def.ready.when {

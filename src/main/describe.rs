@@ -1,7 +1,7 @@
 //! `warden status` for people: every layer, the machine's figures and
 //! its proxy, one line each.
 
-use warden::protocol::Status;
+use warden::wire::Status;
 
 pub fn describe(s: &Status) -> String {
     let mut out = format!(
@@ -103,7 +103,7 @@ pub fn describe(s: &Status) -> String {
     out
 }
 
-pub fn describe_proxy(p: &warden::protocol::ProxyState) -> String {
+pub fn describe_proxy(p: &warden::wire::ProxyState) -> String {
     let mut out = format!(
         "proxy on {}: {} carried, {} refused; hosts ({}): {}\n",
         p.listening.join(" "),
@@ -123,7 +123,7 @@ pub fn describe_proxy(p: &warden::protocol::ProxyState) -> String {
 
 /// The hosts the proxy opens: its authority, where tools trust it, and
 /// each credential's use (never a value).
-fn describe_opened(o: &warden::protocol::OpenedState) -> String {
+fn describe_opened(o: &warden::wire::OpenedState) -> String {
     let trust = match &o.trust {
         Ok(bundle) => match &o.trust_beside {
             None => format!("trusted through {bundle}"),
@@ -173,7 +173,7 @@ fn describe_opened(o: &warden::protocol::OpenedState) -> String {
 }
 
 /// The machine's readiness, one line.
-fn describe_ready(r: &warden::protocol::ReadyState) -> String {
+fn describe_ready(r: &warden::wire::ReadyState) -> String {
     match (&r.wanted, r.after_ms, &r.by) {
         (None, None, _) => {
             "ready: once warden answers (the definition waits for nothing more)\n".into()

@@ -3,8 +3,8 @@
 //! while a run has one (`run -t`, `machine exec -it`).
 
 use std::io::Write;
-use warden::client::{Client, Message};
-use warden::protocol::{Event, Kind, Request};
+use warden::wire::client::{Client, Message};
+use warden::wire::{Event, Kind, Request};
 
 /// Prints the detached commands, one a line.
 pub fn list_commands(mut client: Client) -> Result<i32, String> {
@@ -70,7 +70,7 @@ pub fn attach(mut client: Client, command: u64) -> Result<i32, String> {
 
 /// Sends the command's terminal this terminal's size whenever it changes
 /// (looked at ten times a second: no signal handler in this process).
-pub fn follow_size(sender: warden::client::Sender, target: u32) {
+pub fn follow_size(sender: warden::wire::client::Sender, target: u32) {
     std::thread::spawn(move || {
         let mut last = warden::terminal::own_size();
         loop {

@@ -1,8 +1,8 @@
 //! Which machine a `warden machine` command is for: one of this host's,
 //! by id, or a warden reached through its TCP door.
 
-use warden::client::Client;
-use warden::protocol::Request;
+use warden::wire::client::Client;
+use warden::wire::Request;
 
 /// Which machine: one of this host's, by id, or a warden reached at
 /// HOST:PORT (a pod's TCP door through `kubectl port-forward`).

@@ -21,10 +21,6 @@
 use super::proxy::{Kind, Refused};
 use std::net::SocketAddr;
 
-/// The relay's vsock port (the host's end: the unix socket
-/// `<vsock.sock>_1025` beside the VM's vsock socket).
-pub const RELAY_PORT: u32 = 1025;
-
 /// The longest line either way, its newline included.
 pub const MAX_LINE: usize = 1024;
 

@@ -4,17 +4,17 @@
 use crate::audit::Audit;
 use crate::config::MachineConfig;
 use crate::confine::cgroups::CommandCgroup;
-use crate::confine::policy::Limits;
 use crate::confine::probe::Probe;
 use crate::confine::spawn::{Grouping, Identity, Launch, LaunchError, Stdio, Workdir};
 use crate::confine::spawner::Spawner;
 use crate::confine::Confinement;
 use crate::layout::{self, Paths, Spec};
-use crate::protocol::{GateState, LayerState};
-use crate::protocol::{MainState, RunningCommand, Status, UserState, SUPPORTED_VERSIONS};
 use crate::reaper::Reaper;
 use crate::request::ValidRun;
 use crate::users::Account;
+use crate::wire::Limits;
+use crate::wire::{GateState, LayerState};
+use crate::wire::{MainState, RunningCommand, Status, UserState, SUPPORTED_VERSIONS};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use std::collections::{BTreeMap, HashMap};
@@ -72,7 +72,7 @@ pub struct Supervisor {
     /// Each command's lifetime tag.
     pub tags: crate::lifetime::Tags,
     /// What the commands that ended spent, all together.
-    spent: Mutex<crate::protocol::SpentTotal>,
+    spent: Mutex<crate::wire::SpentTotal>,
 }
 
 struct Running {
@@ -522,7 +522,7 @@ impl Supervisor {
     }
 
     /// Adds an ended command's spending to the machine's.
-    pub fn count_spent(&self, report: &crate::protocol::ExitReport) {
+    pub fn count_spent(&self, report: &crate::wire::ExitReport) {
         let mut total = self.spent.lock().unwrap_or_else(|e| e.into_inner());
         total.commands += 1;
         total.wall_ms += report.duration_ms;
@@ -650,7 +650,7 @@ impl Supervisor {
             shell_process_count: Some(shell_process_count),
             gate: Some(self.gate()),
             spent: Some(self.spent.lock().unwrap_or_else(|e| e.into_inner()).clone()),
-            activity: Some(crate::protocol::ActivityState {
+            activity: Some(crate::wire::ActivityState {
                 idle_ms: self.activity.idle().as_millis() as u64,
                 held_until_ms: self.activity.held_until_ms(),
                 idle_stop_s: self.activity.idle_stop().map(|d| d.as_secs()),

@@ -7,7 +7,7 @@ use crate::audit::Event;
 use crate::confine::runtime_spawner::RuntimeSpawner;
 use crate::net::connect_gate::{self, Listener, Refusal};
 use crate::network::{Gate, RuntimeGate};
-use crate::protocol::LayerState;
+use crate::wire::LayerState;
 use serde_json::json;
 use std::sync::Arc;
 

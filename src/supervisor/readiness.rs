@@ -6,7 +6,7 @@
 use super::Supervisor;
 use crate::audit::Event;
 use crate::config::ReadyWhen;
-use crate::protocol::ReadyState;
+use crate::wire::ReadyState;
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@
 
 use super::Supervisor;
 use crate::audit::Event;
-use crate::confine::policy::Limits;
+use crate::wire::Limits;
 use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -19,7 +19,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use warden::client::Client;
+use warden::wire::client::Client;
 
 pub const RUNTIME_UID: u32 = 2000;
 pub const SHELL_UID: u32 = 2001;
@@ -73,7 +73,7 @@ impl Printed for std::process::Output {
     }
 }
 
-impl Printed for warden::client::Output {
+impl Printed for warden::wire::client::Output {
     fn streams(&self) -> (&[u8], &[u8]) {
         (&self.stdout, &self.stderr)
     }
@@ -486,10 +486,7 @@ pub fn sh(line: &str) -> Vec<String> {
 }
 
 /// The layer `name` of a status (every status lists every layer).
-pub fn layer<'a>(
-    status: &'a warden::protocol::Status,
-    name: &str,
-) -> &'a warden::protocol::LayerState {
+pub fn layer<'a>(status: &'a warden::wire::Status, name: &str) -> &'a warden::wire::LayerState {
     status
         .layers
         .iter()

@@ -6,8 +6,8 @@ use super::internet::Internet;
 use super::{Machine, Options};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use warden::client::Output;
-use warden::protocol::RunRequest;
+use warden::wire::client::Output;
+use warden::wire::RunRequest;
 
 /// A machine on the internet, with the network policy `network`.
 pub struct Net {

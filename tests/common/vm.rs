@@ -19,12 +19,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
-use warden::client::{Client, ClientError};
 use warden::launcher::vm::Kit;
+use warden::wire::client::{Client, ClientError};
 
 /// The guest's CID, and warden's vsock port (its default).
 pub const GUEST_CID: u32 = 3;
-pub const PORT: u32 = warden::vsock::DEFAULT_PORT;
+pub const PORT: u32 = warden::wire::vsock_ports::DEFAULT_PORT;
 
 /// Installs the AF_VSOCK guard on every thread of this process (once;
 /// threads and children made later inherit it): socket(AF_VSOCK, ...)

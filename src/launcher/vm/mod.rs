@@ -45,8 +45,8 @@ use super::host::Host;
 use super::ps::Row;
 use super::state::{container, key, state_dir, write_machine_files};
 use super::{sha256_hex, step};
-use crate::client::{Client, Message};
-use crate::protocol::{Event, Request};
+use crate::wire::client::{Client, Message};
+use crate::wire::{Event, Request};
 use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -459,7 +459,7 @@ fn wait_ready(id: &str) -> Result<(), LaunchError> {
 pub fn connect(id: &str, first: Option<(u32, &Request)>) -> Result<Client, LaunchError> {
     let key = key(id)?;
     let path = dir(id).join("vsock.sock");
-    Client::connect_hybrid_vsock(&path, crate::vsock::DEFAULT_PORT, &key, first)
+    Client::connect_hybrid_vsock(&path, crate::wire::vsock_ports::DEFAULT_PORT, &key, first)
         .map_err(|e| LaunchError::new(format!("machine {id} (VM)"), e.to_string()))
 }
 

@@ -51,9 +51,12 @@ pub(super) async fn serve(listener: TcpListener, vsock: PathBuf, guest: u16) {
 }
 
 async fn carry(mut client: TcpStream, vsock: &Path, guest: u16) -> Result<(), String> {
-    let (path, port) = (vsock.to_path_buf(), crate::vm_ports::vsock_port(guest));
+    let (path, port) = (
+        vsock.to_path_buf(),
+        crate::wire::vsock_ports::vsock_port(guest),
+    );
     let into =
-        tokio::task::spawn_blocking(move || crate::client::hybrid_vsock_connect(&path, port))
+        tokio::task::spawn_blocking(move || crate::wire::client::hybrid_vsock_connect(&path, port))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("the guest did not take port {guest}: {e}"))?;

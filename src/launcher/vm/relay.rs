@@ -8,7 +8,7 @@ use super::egress::{EgressConfig, Relay};
 use super::ports::Forward;
 use crate::launcher::definition::{Definition, Network};
 use crate::launcher::error::LaunchError;
-use crate::net::egress_link;
+use crate::wire::vsock_ports;
 use serde::{Deserialize, Serialize};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -43,7 +43,7 @@ pub fn needed(def: &Definition) -> bool {
 pub fn start(def: &Definition, ports: &[(u16, u16)]) -> Result<(), LaunchError> {
     let vm = super::dir(&def.id);
     super::stop_backend(&def.id);
-    let listen = vm.join(format!("vsock.sock_{}", egress_link::RELAY_PORT));
+    let listen = vm.join(format!("vsock.sock_{}", vsock_ports::RELAY_PORT));
     let _ = std::fs::remove_file(&listen);
     let state = crate::launcher::state::state_dir(&def.id);
     let egress = (def.network != Network::None).then(|| EgressConfig {

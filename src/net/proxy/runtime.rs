@@ -2,7 +2,7 @@
 //! apart, by the uid of the client's socket as the kernel has it, and what
 //! it moved through the proxy, host by host, for `status`.
 
-use crate::protocol::HostTraffic;
+use crate::wire::HostTraffic;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -151,7 +151,7 @@ fn ask_host(
     setsockopt(&fd, ReceiveTimeout, &timeout).map_err(relay_failed)?;
     let mut socket = std::fs::File::from(fd);
     socket.write_all(line.as_bytes()).map_err(relay_failed)?;
-    let answer = crate::client::read_line(&mut socket, MAX_LINE)
+    let answer = crate::wire::client::read_line(&mut socket, MAX_LINE)
         .map_err(|e| relay_failed(format!("no answer: {e}")))?;
     let to = parse_answer(&answer)?;
     let fd = std::os::fd::OwnedFd::from(socket);

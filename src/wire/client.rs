@@ -1,7 +1,7 @@
 //! A blocking client of the API, for `warden run`, `warden status`, the
 //! tests and the benchmarks.
 
-use crate::protocol::{
+use crate::wire::{
     ErrorCode, Event, ExitReport, Header, Kind, Request, RunRequest, Status, HEADER_LEN,
     SUPPORTED_VERSIONS,
 };
@@ -304,7 +304,7 @@ impl Client {
     }
 
     /// Has warden read its network policy again; returns what holds.
-    pub fn reload(&mut self) -> Result<crate::protocol::ProxyState, ClientError> {
+    pub fn reload(&mut self) -> Result<crate::wire::ProxyState, ClientError> {
         self.ask(&Request::Reload, |event| match event {
             Event::Reloaded(state) => Some(state.clone()),
             _ => None,
@@ -338,10 +338,7 @@ impl Client {
 
     /// Closes the runtime's gate (`Some(reason)`: every shell command is
     /// refused, saying it) or opens it (protocol version 3).
-    pub fn gate(
-        &mut self,
-        reason: Option<&str>,
-    ) -> Result<crate::protocol::GateState, ClientError> {
+    pub fn gate(&mut self, reason: Option<&str>) -> Result<crate::wire::GateState, ClientError> {
         let request = match reason {
             Some(r) => Request::CloseGate { reason: r.into() },
             None => Request::OpenGate,
