@@ -3,9 +3,10 @@
 //! for that long. The runtime holds the machine awake until a time with
 //! `hold` (protocol version 4), e.g. for a job that is due then.
 
+use crate::shared::idle::{job_soon, now_ms};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// The longest hold: a week from now.
 pub const MAX_HOLD_MS: u64 = 7 * 24 * 3600 * 1000;
@@ -21,23 +22,6 @@ pub struct Activity {
     /// The runtime's next job, Unix ms; 0: none said.
     next_job_ms: AtomicU64,
     stopped_idle: AtomicBool,
-}
-
-/// Now, as Unix milliseconds.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
-}
-
-/// A machine with a job due within this long does not stop for being idle.
-pub const JOB_SOON_MS: u64 = 5 * 60 * 1000;
-
-/// Pure: whether a job at `next_job_ms` (0: none) is due within
-/// `JOB_SOON_MS` of `now_ms` (a time past is not).
-pub fn job_soon(next_job_ms: u64, now_ms: u64) -> bool {
-    next_job_ms != 0 && next_job_ms >= now_ms && next_job_ms - now_ms <= JOB_SOON_MS
 }
 
 /// Pure: whether a machine idle for `idle`, with `running` commands, held

@@ -4,14 +4,14 @@
 
 use crate::audit::Event;
 use crate::audit::{Audit, Rotation};
-use crate::config::{self, MachineConfig};
 use crate::confine::cgroups::{self, Cgroups};
-use crate::confine::policy::Policy;
 use crate::confine::{self, Confinement};
 use crate::layout;
 use crate::net::proxy;
 use crate::network::Network;
-use crate::redact::Redactor;
+use crate::shared::config::{self, MachineConfig};
+use crate::shared::policy::Policy;
+use crate::shared::redact::Redactor;
 use crate::supervisor::Supervisor;
 use crate::users;
 use crate::vm::Vm;
@@ -193,7 +193,7 @@ pub fn open_hosts(network: &mut Network, config: &MachineConfig, audit: &Audit) 
     let name = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "machine".into());
-    let prices = crate::spend::prices::load(&config.policy_dir);
+    let prices = crate::shared::spend::prices::load(&config.policy_dir);
     if let (Err(e), false) = (&prices, network.policy.providers.is_empty()) {
         crate::say!("model providers: {e}; their requests are refused");
     }
@@ -301,7 +301,7 @@ pub fn supervisor(
         sup.keys.arrive(&text);
     }
     let weak = Arc::downgrade(&sup);
-    crate::diag::set_redaction(Box::new(move |text| match weak.upgrade() {
+    crate::shared::diag::set_redaction(Box::new(move |text| match weak.upgrade() {
         Some(sup) => sup.audit.redact(text).into_owned(),
         None => text.to_string(),
     }));

@@ -50,7 +50,7 @@ pub struct HandedKeys {
 impl HandedKeys {
     /// Records the keys and wakes whoever waits for them.
     pub fn arrive(&self, text: &str) {
-        let pairs = crate::redact::env_pairs(text)
+        let pairs = crate::shared::redact::env_pairs(text)
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         *self.pairs.lock().unwrap_or_else(|e| e.into_inner()) = Some(pairs);

@@ -81,7 +81,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:3128")]
         listen: Vec<std::net::SocketAddr>,
         /// The folder holding network.json.
-        #[arg(long, default_value = warden::confine::policy::DEFAULT_DIR)]
+        #[arg(long, default_value = warden::shared::policy::DEFAULT_DIR)]
         policy_dir: PathBuf,
         /// Write decisions to an audit log in this folder, not stdout.
         #[arg(long)]

@@ -2,13 +2,13 @@
 //! by behaviour (at boot and on every status), and the egress proxy that
 //! is the one way out for `shell`.
 
-use crate::confine::policy::{NetworkPolicy, Requirement};
 use crate::confine::spawn::Identity;
 use crate::net::connect_gate;
 use crate::net::firewall::{self, Findings, Scope, Verdict};
 use crate::net::proxy::{self, Proxy, Rules};
 use crate::net::registries;
 use crate::reaper::Reaper;
+use crate::shared::policy::{NetworkPolicy, Requirement};
 use crate::wire::{LayerState, ProxyState};
 use std::net::{TcpListener, UdpSocket};
 use std::sync::atomic::Ordering;
@@ -630,9 +630,9 @@ fn standalone_opener(
     ca: &std::path::Path,
     values: Option<&std::path::Path>,
     policy_dir: &std::path::Path,
-    spend: crate::spend::Spend,
+    spend: crate::shared::spend::Spend,
 ) -> Result<Arc<proxy::Opener>, String> {
-    let prices = crate::spend::prices::load(policy_dir);
+    let prices = crate::shared::spend::prices::load(policy_dir);
     let opener = proxy::Opener::new("proxy", &spend, prices)?;
     if let Some(file) = values {
         let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;

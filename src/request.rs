@@ -128,7 +128,7 @@ pub fn parse_folder(text: &str) -> Result<Vec<String>, String> {
             p if p.contains('\0') => return bad("contains a NUL byte"),
             // A name is shown in logs and terminals: no line breaks or
             // escape sequences that could forge or hide what is printed.
-            p if p.chars().any(crate::printable::hides_text) => {
+            p if p.chars().any(crate::shared::printable::hides_text) => {
                 return bad("contains a control character")
             }
             p if p.len() > 255 => return bad("has a component longer than 255 bytes"),

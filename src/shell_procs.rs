@@ -59,7 +59,7 @@ pub fn census(uid: u32) -> (Vec<ShellProcess>, usize) {
             let name = String::from_utf8_lossy(&name);
             ShellProcess {
                 pid,
-                name: crate::printable::escape_controls(name.trim_end()),
+                name: crate::shared::printable::escape_controls(name.trim_end()),
             }
         })
         .collect();

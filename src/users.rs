@@ -2,7 +2,7 @@
 //! directly (a static binary has no NSS), add what is missing, and refuse
 //! what conflicts.
 
-use crate::config::UserSpec;
+use crate::shared::config::UserSpec;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

@@ -304,7 +304,7 @@ impl Vm {
     pub fn mount_volumes(
         &self,
         runtime_home: &Path,
-        lends: &[crate::config::VmLend],
+        lends: &[crate::shared::config::VmLend],
     ) -> Result<Vec<String>, VmError> {
         let mut mounted = Vec::new();
         for (key, folder, flags) in [

@@ -318,7 +318,7 @@ fn an_idle_machine_stops_itself_a_hold_keeps_it_and_exec_start_wakes_it() {
     assert_eq!(text(&out.stdout), "awake\n");
     // A hold from the runtime keeps it up past its idle time...
     let mut client = warden::launcher::machine::connect(id, None).unwrap();
-    let until = warden::activity::now_ms() + 60_000;
+    let until = warden::shared::idle::now_ms() + 60_000;
     assert_eq!(client.hold(until).unwrap(), until);
     drop(client);
     std::thread::sleep(Duration::from_secs(8));

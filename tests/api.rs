@@ -732,7 +732,8 @@ fn the_audit_log_records_commands_in_a_verifiable_chain_shell_cannot_read() {
     let text = std::fs::read_to_string(m.audit_path()).unwrap();
     let mut prev = "0".repeat(64);
     for line in text.lines() {
-        prev = warden::audit::check_line(line, &prev).unwrap_or_else(|e| panic!("{e}: {line}"));
+        prev = warden::shared::audit_chain::check_line(line, &prev)
+            .unwrap_or_else(|e| panic!("{e}: {line}"));
     }
     let meta = std::fs::metadata(m.audit_path()).unwrap();
     assert_eq!(

@@ -65,7 +65,7 @@ fn footprint(pid: i32) -> (u64, usize) {
 
 /// Every line of the log in `dir` (all its files, in order).
 fn lines_in(dir: &Path) -> Vec<Value> {
-    warden::audit::log_files(dir)
+    warden::shared::audit_chain::log_files(dir)
         .unwrap()
         .iter()
         .flat_map(|f| {

@@ -182,7 +182,7 @@ fn lines_rotated_away_before_the_owner_read_them_fail_the_check() {
     assert_eq!(code, 1, "a gap after the anchor must fail: {out}");
     assert!(out.contains("GAP: lines 4 to"), "{out}");
     // The log says so itself, too.
-    let all: String = warden::audit::log_files(dir.path())
+    let all: String = warden::shared::audit_chain::log_files(dir.path())
         .unwrap()
         .iter()
         .map(|f| std::fs::read_to_string(f).unwrap())
@@ -236,7 +236,8 @@ fn a_flood_of_refusals_is_a_burst_and_a_count() {
     }
     audit.record(Event::CommandStart, json!({"command": 1}));
     audit.sync();
-    let text = std::fs::read_to_string(dir.path().join(warden::audit::FILE_NAME)).unwrap();
+    let text =
+        std::fs::read_to_string(dir.path().join(warden::shared::audit_chain::FILE_NAME)).unwrap();
     let lines: Vec<serde_json::Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -12,7 +12,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use warden::spend::card_render;
+use warden::shared::spend::card_render;
 use warden::wire::RunRequest;
 
 /// Headless Chromium, where it is installed; under CI=true its absence

@@ -76,7 +76,7 @@ fn the_tcp_door_lets_in_only_the_machines_key() {
     assert!(status.users.iter().any(|u| u.name == "shell"), "{status:?}");
     let (log, read) = read_log(&mut owner, 1);
     assert_eq!(read.first_seq, Some(1));
-    warden::audit::verify_text(&log, None).unwrap();
+    warden::shared::audit_chain::verify_text(&log, None).unwrap();
     assert!(log.contains("\"via\":\"tcp\""), "{log}");
     // Without it, or with another: refused, audited as the door's.
     for (key, reason) in [
@@ -267,7 +267,7 @@ fn the_audit_log_is_read_through_the_api_and_verifies() {
     assert_eq!(read.first_seq, Some(10));
     let first: Value = serde_json::from_str(tail.lines().next().unwrap()).unwrap();
     assert_eq!(first["seq"], 10);
-    warden::audit::verify_text(&tail, first["prev"].as_str()).unwrap();
+    warden::shared::audit_chain::verify_text(&tail, first["prev"].as_str()).unwrap();
     // Past the end: nothing, said so.
     let (none, read) = read_log(&mut client, 1_000_000);
     assert_eq!((none.as_str(), read.first_seq, read.lines), ("", None, 0));

@@ -32,7 +32,7 @@ fn open_fds(pid: i32) -> usize {
 }
 
 fn verify(m: &Machine) -> usize {
-    warden::audit::verify_files(&[m.audit_path()])
+    warden::shared::audit_chain::verify_files(&[m.audit_path()])
         .unwrap_or_else(|(f, b)| panic!("{}: {b:?}", f.display()))
         .0
 }

@@ -247,7 +247,7 @@ fn podman_machines_sleep_and_wake_behind_serve() {
     let m = TestMachine::new("job");
     m.define(served(serde_json::json!({})));
     up_fronted(&m);
-    let at = warden::activity::now_ms() + 30_000;
+    let at = warden::shared::idle::now_ms() + 30_000;
     let mut client = warden::launcher::machine::connect(&m.id, None).unwrap();
     assert_eq!(client.next_job(at).unwrap(), at);
     drop(client);
@@ -257,7 +257,7 @@ fn podman_machines_sleep_and_wake_behind_serve() {
     assert!(out.status.success(), "{}", show("stop", &out));
     let state = || common::machine::inspect(&m.container(), "{{.State.Status}}");
     wait_for("started 20 s ahead of its job", "running", &state);
-    let started = warden::activity::now_ms();
+    let started = warden::shared::idle::now_ms();
     assert!(
         started + 20_000 >= at,
         "started {} ms before the job",

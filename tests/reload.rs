@@ -91,7 +91,7 @@ fn a_job_due_soon_keeps_the_idle_stop_off() {
         config: json!({"idle_stop_s": 1}),
         ..Options::default()
     });
-    let at = warden::activity::now_ms() + 120_000;
+    let at = warden::shared::idle::now_ms() + 120_000;
     assert_eq!(m.client().next_job(at).unwrap(), at);
     let status = m.client().status().unwrap();
     assert_eq!(status.activity.unwrap().next_job_at_ms, Some(at));

@@ -60,7 +60,7 @@ fn secrets_are_redacted_from_every_audit_line_and_error() {
         .unwrap();
     let error = failed.exit.error.unwrap();
     assert!(
-        !error.contains(ENV_CANARY) && error.contains(warden::redact::MARK),
+        !error.contains(ENV_CANARY) && error.contains(warden::shared::redact::MARK),
         "{error}"
     );
 
@@ -73,7 +73,7 @@ fn secrets_are_redacted_from_every_audit_line_and_error() {
     .unwrap();
     let e = m.client().reload().unwrap_err().to_string();
     assert!(
-        !e.contains(ENV_CANARY) && e.contains(warden::redact::MARK),
+        !e.contains(ENV_CANARY) && e.contains(warden::shared::redact::MARK),
         "{e}"
     );
     // The proxy notices the file by itself too, and says so on stderr.
@@ -99,7 +99,7 @@ fn secrets_are_redacted_from_every_audit_line_and_error() {
     let log = m.log();
     assert!(log.contains("network policy not reloaded"), "{log}");
     assert!(
-        log.contains(&format!("again!{}", warden::redact::MARK)),
+        log.contains(&format!("again!{}", warden::shared::redact::MARK)),
         "{log}"
     );
     assert!(
@@ -120,10 +120,13 @@ fn secrets_are_redacted_from_every_audit_line_and_error() {
         !audit.contains(&bearer),
         "the base64 text carrying the secret survived whole"
     );
-    assert!(audit.matches(warden::redact::MARK).count() >= 7, "{audit}");
+    assert!(
+        audit.matches(warden::shared::redact::MARK).count() >= 7,
+        "{audit}"
+    );
     // And the chain still verifies: lines are redacted before they are sealed.
     let mut prev = "0".repeat(64);
     for line in audit.lines() {
-        prev = warden::audit::check_line(line, &prev).unwrap();
+        prev = warden::shared::audit_chain::check_line(line, &prev).unwrap();
     }
 }

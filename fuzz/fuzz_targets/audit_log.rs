@@ -5,9 +5,9 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
-    let _ = warden::audit::verify_text(&text, None);
+    let _ = warden::shared::audit_chain::verify_text(&text, None);
     for line in text.lines() {
-        let _ = warden::audit::describe(line);
-        let _ = warden::audit::check_line(line, "0");
+        let _ = warden::shared::audit_chain::describe(line);
+        let _ = warden::shared::audit_chain::check_line(line, "0");
     }
 });

@@ -4,7 +4,7 @@
 //! part and writes back the same.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use warden::net::egress_link::{ask_line, parse_answer, parse_ask};
+use warden::shared::egress::link::{ask_line, parse_answer, parse_ask};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -102,7 +102,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(!d.keys[..i].contains(k));
     }
     if let Some(hosts) = &d.hosts {
-        assert!(warden::net::hosts::HostList::parse(hosts, &[80, 443]).is_ok());
+        assert!(warden::shared::egress::hosts::HostList::parse(hosts, &[80, 443]).is_ok());
     }
     // Pure: the same text gives the same definition.
     assert_eq!(Definition::parse(file, text).ok(), Some(d));

@@ -5,7 +5,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use warden::net::opened::http1::{self, Chunked};
-use warden::net::opened::request_rules::{request_path, Rule, RuleText};
+use warden::shared::egress::request_rules::{request_path, Rule, RuleText};
 use warden::net::opened::scrub::Scrubber;
 
 fuzz_target!(|data: &[u8]| {

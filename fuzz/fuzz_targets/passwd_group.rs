@@ -2,7 +2,7 @@
 //! never panic, and never plan to add a user whose uid is taken.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use warden::config::UserSpec;
+use warden::shared::config::UserSpec;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

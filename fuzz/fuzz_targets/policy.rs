@@ -3,7 +3,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use std::path::PathBuf;
-use warden::confine::policy::Policy;
+use warden::shared::policy::Policy;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -3,7 +3,7 @@
 //! anywhere. Never panics; a stream reads the same however it is cut.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use warden::spend::usage::{self, Api, EventStream};
+use warden::shared::spend::usage::{self, Api, EventStream};
 
 fuzz_target!(|data: &[u8]| {
     let _ = usage::asked(data);

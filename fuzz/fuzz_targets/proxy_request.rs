@@ -4,10 +4,10 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use std::net::IpAddr;
-use warden::net::addr::{self, Cidr};
-use warden::net::hosts::HostList;
+use warden::shared::egress::addr::{self, Cidr};
+use warden::shared::egress::hosts::HostList;
 use warden::net::proxy::parse_request;
-use warden::net::target::{self, Host};
+use warden::shared::egress::target::{self, Host};
 
 fuzz_target!(|data: &[u8]| {
     classify(data);

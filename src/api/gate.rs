@@ -16,7 +16,9 @@ impl Conn {
             );
         }
         if let Some(r) = &reason {
-            if r.trim().is_empty() || r.len() > 1024 || r.chars().any(crate::printable::hides_text)
+            if r.trim().is_empty()
+                || r.len() > 1024
+                || r.chars().any(crate::shared::printable::hides_text)
             {
                 return error(
                     ErrorCode::BadRequest,

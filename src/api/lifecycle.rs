@@ -70,7 +70,7 @@ impl Conn {
         if let Some(refused) = self.v9("next_job", false) {
             return refused;
         }
-        let week = crate::activity::now_ms().saturating_add(crate::activity::MAX_HOLD_MS);
+        let week = crate::shared::idle::now_ms().saturating_add(crate::activity::MAX_HOLD_MS);
         if at_ms > week {
             return error(
                 ErrorCode::BadRequest,

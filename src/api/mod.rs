@@ -70,7 +70,7 @@ pub enum Door {
     /// The host's way in (a socket in a folder lent to it, or vsock in a
     /// VM): whoever presents the machine's key in the hello. The `&str`
     /// names the transport in audit lines.
-    Host(Arc<crate::key::Key>, &'static str),
+    Host(Arc<crate::shared::machine_key::Key>, &'static str),
 }
 
 /// Where connections come from.

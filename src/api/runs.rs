@@ -5,7 +5,7 @@
 
 use super::{error, Conn};
 use crate::audit;
-use crate::spend::ledger::{micro_usd, Ending, Ledger};
+use crate::shared::spend::ledger::{micro_usd, Ending, Ledger};
 use crate::wire::{ErrorCode, Event};
 use serde_json::json;
 use std::sync::atomic::Ordering;
@@ -89,7 +89,7 @@ impl Conn {
         if let Some(refused) = self.v8("card") {
             return refused;
         }
-        match crate::spend::card::of_log(self.sup.audit.path(), run) {
+        match crate::shared::spend::card::of_log(self.sup.audit.path(), run) {
             Ok(card) => Event::Card { card },
             Err(e) => error(ErrorCode::BadRequest, format!("card: {e}")),
         }

@@ -62,11 +62,14 @@ impl Conn {
 /// of its output. Recorded in the audit log (digests, never the text).
 fn run(sup: &Supervisor, script: &str) -> Result<(i32, String), String> {
     let started = Instant::now();
-    let folder = sup.paths.data.join(crate::layout::SETUP_FOLDER);
+    let folder = sup
+        .paths
+        .data
+        .join(crate::shared::setup_script::SETUP_FOLDER);
     let argv = vec![
         "sh".to_string(),
         "-c".into(),
-        crate::layout::SETUP_SCRIPT.into(),
+        crate::shared::setup_script::SETUP_SCRIPT.into(),
         "sh".into(),
         folder.display().to_string(),
     ];

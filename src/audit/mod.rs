@@ -6,14 +6,13 @@
 //! SHA-256 of the line as it was before the splice. Lines are written with
 //! one write(2) each on an O_APPEND file, so a line is whole or absent.
 
-mod chain;
 mod event;
 mod read;
-pub use chain::*;
+use crate::shared::audit_chain::*;
 pub use event::Event;
 pub use read::Reader;
 
-use crate::redact::Redactor;
+use crate::shared::redact::Redactor;
 use crate::throttle::{Throttle, Verdict};
 use serde_json::Value;
 use std::fs::File;
@@ -22,8 +21,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-pub const FILE_NAME: &str = "warden.jsonl";
 
 pub struct Audit {
     dir: PathBuf,
@@ -224,7 +221,7 @@ impl Audit {
     }
 
     fn write(&self, kind: Event, fields: Value) -> Option<u64> {
-        let fields = crate::printable::clamp(match &self.redactor {
+        let fields = crate::shared::printable::clamp(match &self.redactor {
             Some(r) => r.value(fields),
             None => fields,
         });
@@ -390,43 +387,6 @@ fn drop_torn_tail(file: &mut File) -> std::io::Result<u64> {
     );
     file.set_len(keep)?;
     Ok(keep)
-}
-
-/// The set-aside files of `dir`, oldest first (their names sort by the
-/// sequence number of their first line).
-pub fn rotated_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("warden-") && n.ends_with(".jsonl"))
-        })
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
-/// The first line's sequence number of a set-aside file, from its name.
-fn first_seq_of(path: &Path) -> Option<u64> {
-    path.file_name()?
-        .to_str()?
-        .strip_prefix("warden-")?
-        .strip_suffix(".jsonl")?
-        .parse()
-        .ok()
-}
-
-/// Every file of the log in `dir`, in chain order: the set-aside ones, then
-/// the current one.
-pub fn log_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files = rotated_files(dir)?;
-    let current = dir.join(FILE_NAME);
-    if current.exists() {
-        files.push(current);
-    }
-    Ok(files)
 }
 
 fn count_lines(path: &Path) -> std::io::Result<usize> {

@@ -8,7 +8,7 @@
 //! status says so plainly, and the lifetime tags (`lifetime.rs`) and the
 //! rlimits stand in.
 
-use super::policy::Limits;
+use crate::wire::Limits;
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;

@@ -3,7 +3,7 @@
 //! each command gets a fresh ruleset (with its own workspace folder), built
 //! in warden and enforced by the child just before exec.
 
-use crate::confine::policy::LandlockPolicy;
+use crate::shared::policy::LandlockPolicy;
 use enumflags2::BitFlags;
 use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
@@ -265,7 +265,7 @@ fn grant(path: &Path, access: BitFlags<AccessFs>) -> Option<Grant> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::confine::policy::Policy;
+    use crate::shared::policy::Policy;
 
     #[test]
     fn coverage_table() {

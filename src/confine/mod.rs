@@ -7,14 +7,13 @@ pub mod cgroups;
 mod child_stack;
 pub mod landlock;
 pub mod memory;
-pub mod policy;
 pub mod probe;
 pub mod runtime_spawner;
 pub mod seccomp;
 pub mod spawn;
 pub mod spawner;
 
-use crate::confine::policy::{Limits, Policy, Requirement};
+use crate::shared::policy::{Limits, Policy, Requirement};
 use crate::wire::LayerState;
 use cgroups::{Cgroups, CommandCgroup};
 use landlock::{Coverage, StaticRules};

@@ -236,17 +236,6 @@ const DENIED: &[(i64, &str, &str)] = &[
     (libc::SYS_sysfs, "sysfs", "an obsolete filesystem query"),
 ];
 
-/// Whether `name` is an x86_64 syscall, asked of seccompiler's own table
-/// through its JSON front end (which knows every one).
-pub fn is_known(name: &str) -> bool {
-    let json = serde_json::json!({"probe": {
-        "mismatch_action": "allow",
-        "filter_action": "log",
-        "filter": [{"syscall": name}],
-    }});
-    seccompiler::compile_from_json(json.to_string().as_bytes(), TargetArch::x86_64).is_ok()
-}
-
 /// Where a conditional jump goes.
 #[derive(Clone, Copy)]
 enum To {

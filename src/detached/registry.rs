@@ -77,7 +77,7 @@ impl Detached {
             tag,
             argv,
             folder,
-            started_ms: crate::activity::now_ms(),
+            started_ms: crate::shared::idle::now_ms(),
             stdin: Mutex::new(stdin),
             terminal,
             state: Default::default(),

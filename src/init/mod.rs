@@ -13,8 +13,8 @@ use crate::boot::{
     mount_volumes, open_audit, open_hosts, prepare_confinement, supervisor, BootError,
 };
 use crate::confine::spawn::{self, SpawnError, Stdio};
-use crate::main_restart;
 use crate::reaper::Exit;
+use crate::shared::main_restart;
 use crate::supervisor::Supervisor;
 use crate::users;
 use crate::vm::{self, Vm};
@@ -202,10 +202,16 @@ fn phases(
 /// The API's ways in, bound (served only once the boot line is written).
 struct Doors {
     local: tokio::net::UnixListener,
-    host: Option<(tokio::net::UnixListener, Arc<crate::key::Key>)>,
-    vsock: Option<(crate::vsock::Listener, Arc<crate::key::Key>)>,
+    host: Option<(
+        tokio::net::UnixListener,
+        Arc<crate::shared::machine_key::Key>,
+    )>,
+    vsock: Option<(crate::vsock::Listener, Arc<crate::shared::machine_key::Key>)>,
     vsock_port: Option<u32>,
-    tcp: Option<(tokio::net::TcpListener, Arc<crate::key::Key>)>,
+    tcp: Option<(
+        tokio::net::TcpListener,
+        Arc<crate::shared::machine_key::Key>,
+    )>,
 }
 
 /// 9. The machine's own socket (root and the runtime's group), and the
@@ -229,7 +235,7 @@ fn open_doors(
     let key = match (&sup.config.host_socket, vsock_port, sup.config.tcp_door) {
         (None, None, None) => None,
         _ => Some(Arc::new(
-            crate::key::Key::load(&sup.config.key_file)
+            crate::shared::machine_key::Key::load(&sup.config.key_file)
                 .map_err(|e| BootError::Key(e.to_string()))?,
         )),
     };

@@ -706,9 +706,12 @@ fn run_setup(name: &str, script: &Path) -> Result<(), LaunchError> {
             name,
             "sh",
             "-c",
-            crate::layout::SETUP_SCRIPT,
+            crate::shared::setup_script::SETUP_SCRIPT,
             "sh",
-            &format!("{RUNTIME_HOME}/data/{}", crate::layout::SETUP_FOLDER),
+            &format!(
+                "{RUNTIME_HOME}/data/{}",
+                crate::shared::setup_script::SETUP_FOLDER
+            ),
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -12,7 +12,7 @@ mod ready;
 mod sleep;
 
 use super::agent::{self, KeepId, Port, Restart, Size};
-use crate::confine::policy::{Limits, Requirement};
+use crate::shared::policy::{Limits, Requirement};
 pub use opened::Opened;
 pub use ready::Ready;
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -422,14 +422,14 @@ impl Parser<'_> {
         }
         let hosts: Option<Vec<String>> = self.take(&mut object, "hosts", "hosts")?.flatten();
         if let Some(hosts) = &hosts {
-            crate::net::hosts::HostList::parse(hosts, &[80, 443])
+            crate::shared::egress::hosts::HostList::parse(hosts, &[80, 443])
                 .map_err(|e| self.invalid("hosts", e))?;
         }
         let runtime_hosts: Option<Vec<String>> = self
             .take(&mut object, "runtime_hosts", "runtime_hosts")?
             .flatten();
         if let Some(hosts) = &runtime_hosts {
-            crate::net::hosts::HostList::parse(hosts, &[80, 443])
+            crate::shared::egress::hosts::HostList::parse(hosts, &[80, 443])
                 .map_err(|e| self.invalid("runtime_hosts", e))?;
         }
         let setup: Option<String> = self.take(&mut object, "setup", "setup")?.flatten();
@@ -487,7 +487,7 @@ impl Parser<'_> {
             .unwrap_or_default();
         for (i, block) in allow_addresses.iter().enumerate() {
             block
-                .parse::<crate::net::addr::Cidr>()
+                .parse::<crate::shared::egress::addr::Cidr>()
                 .map_err(|e| self.invalid(format!("allow_addresses[{i}]"), e.to_string()))?;
         }
         let opened = self.opened(&mut object)?;

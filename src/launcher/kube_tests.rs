@@ -2,7 +2,7 @@
 //! definition becomes in the manifests.
 
 use super::*;
-use crate::config::MachineConfig;
+use crate::shared::config::MachineConfig;
 use serde_json::Value;
 
 const KEY: &str = "k3y-0123456789abcdef0123456789abcdef";
@@ -334,7 +334,7 @@ fn the_config_is_what_warden_reads() {
             Path::new("network.json").to_path_buf(),
             data["network.json"].as_str().unwrap().to_string(),
         );
-        crate::confine::policy::NetworkPolicy::parse(&file).unwrap_or_else(|e| panic!("{e}"));
+        crate::shared::policy::NetworkPolicy::parse(&file).unwrap_or_else(|e| panic!("{e}"));
         let got: Value = serde_json::from_str(&file.1).unwrap();
         assert_eq!(got, network, "{fields}");
         assert_eq!(data["limits.json"].is_string(), limits, "{fields}");
@@ -367,7 +367,7 @@ fn names_keys_and_digest() {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(&digest)
         .unwrap();
-    assert_eq!(crate::audit::hex(&bytes), hex);
+    assert_eq!(crate::shared::audit_chain::hex(&bytes), hex);
     assert_eq!(
         pod["metadata"]["annotations"]["warden.inputs"],
         digest.as_str()

@@ -265,7 +265,7 @@ pub(super) fn inputs_bytes(text: &str, image: &str) -> Vec<u8> {
 /// Parses a `.env` file: `NAME=VALUE` lines (an `export ` prefix, blank
 /// lines and `#` comments allowed).
 pub fn parse_env_file(text: &str) -> BTreeMap<String, String> {
-    crate::redact::env_pairs(text)
+    crate::shared::redact::env_pairs(text)
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
@@ -504,7 +504,8 @@ pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, Option<PathBuf>), LaunchErr
         println!("the VM runs: this copy, read from its data disk, may lack its last lines (not yet written to the disk); the anchor is checked once it is stopped");
         anchor = None;
     }
-    let files = crate::audit::log_files(&copy).map_err(|e| LaunchError::io(&copy, e))?;
+    let files =
+        crate::shared::audit_chain::log_files(&copy).map_err(|e| LaunchError::io(&copy, e))?;
     Ok((files, anchor))
 }
 
@@ -512,7 +513,7 @@ pub fn copy_audit(id: &str) -> Result<(Vec<PathBuf>, Option<PathBuf>), LaunchErr
 /// first line) into the file `warden.jsonl` of the folder `copy`; returns
 /// the files to verify.
 pub fn read_audit_into(client: &mut Client, copy: &Path) -> Result<Vec<PathBuf>, LaunchError> {
-    let path = copy.join(crate::audit::FILE_NAME);
+    let path = copy.join(crate::shared::audit_chain::FILE_NAME);
     let file = std::fs::File::create(&path).map_err(|e| LaunchError::io(&path, e))?;
     let mut out = std::io::BufWriter::new(file);
     let read = client
@@ -539,7 +540,7 @@ pub fn describe_tail(files: &[PathBuf], n: usize) -> Vec<String> {
     let lines: Vec<&str> = texts.iter().flat_map(|t| t.lines()).collect();
     lines[lines.len().saturating_sub(n)..]
         .iter()
-        .filter_map(|l| crate::audit::describe(l).map(|(_, text)| text))
+        .filter_map(|l| crate::shared::audit_chain::describe(l).map(|(_, text)| text))
         .collect()
 }
 

@@ -49,5 +49,5 @@ pub fn step(start: Instant, what: &str) {
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    crate::audit::hex(&Sha256::digest(bytes))
+    crate::shared::audit_chain::hex(&Sha256::digest(bytes))
 }

@@ -203,7 +203,7 @@ pub(super) fn give(paths: &[PathBuf], to_machine_root: bool) -> Result<(), Launc
 pub(super) fn fresh_key() -> std::io::Result<String> {
     let mut bytes = [0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(crate::audit::hex(&bytes))
+    Ok(crate::shared::audit_chain::hex(&bytes))
 }
 
 /// 64 hex characters from /dev/urandom, mode 0600; kept when present.
@@ -284,7 +284,7 @@ pub(super) fn limits_policy(def: &Definition) -> Option<serde_json::Value> {
 /// Lent folders are granted to commands as lent: read-only ones read-only,
 /// writable ones read-write, on top of what the built-in policy grants.
 pub(super) fn landlock_for(def: &Definition) -> serde_json::Value {
-    let built_in = crate::confine::policy::Policy::built_in().landlock;
+    let built_in = crate::shared::policy::Policy::built_in().landlock;
     let mut read_only = built_in.read_only;
     let mut read_write = built_in.read_write;
     for lend in &def.lend {

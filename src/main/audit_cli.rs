@@ -10,14 +10,14 @@ pub fn verify(given: &[PathBuf], anchor: Option<&Path>, allow_gap: bool) -> i32 
     let mut files = Vec::new();
     for path in given {
         match path.is_dir() {
-            true => match warden::audit::log_files(path) {
+            true => match warden::shared::audit_chain::log_files(path) {
                 Ok(found) => files.extend(found),
                 Err(e) => fail(&format!("{}: {e}", path.display())),
             },
             false => files.push(path.clone()),
         }
     }
-    match warden::audit::verify_files(&files) {
+    match warden::shared::audit_chain::verify_files(&files) {
         Ok((lines, last)) => {
             println!("ok: {lines} lines, chain intact; last hash {last}");
             match anchor {
@@ -35,7 +35,7 @@ pub fn verify(given: &[PathBuf], anchor: Option<&Path>, allow_gap: bool) -> i32 
 /// Checks the log against the anchor kept on the host, then moves the
 /// anchor to the log's last line.
 pub fn check_anchor(files: &[PathBuf], path: &Path, allow_gap: bool) -> i32 {
-    use warden::audit::{Anchor, AnchorCheck};
+    use warden::shared::audit_chain::{Anchor, AnchorCheck};
     let kept: Option<Anchor> = match std::fs::read_to_string(path) {
         Ok(text) => match serde_json::from_str(&text) {
             Ok(a) => Some(a),
@@ -48,7 +48,7 @@ pub fn check_anchor(files: &[PathBuf], path: &Path, allow_gap: bool) -> i32 {
         .iter()
         .filter_map(|f| std::fs::read_to_string(f).ok())
         .collect();
-    let (check, last) = warden::audit::check_anchor(&texts, kept.as_ref());
+    let (check, last) = warden::shared::audit_chain::check_anchor(&texts, kept.as_ref());
     let status = match (&check, &kept) {
         (AnchorCheck::Holds, Some(a)) => {
             println!(
@@ -111,7 +111,10 @@ pub fn check_anchor(files: &[PathBuf], path: &Path, allow_gap: bool) -> i32 {
     status
 }
 
-pub fn write_anchor(path: &Path, anchor: &warden::audit::Anchor) -> std::io::Result<()> {
+pub fn write_anchor(
+    path: &Path,
+    anchor: &warden::shared::audit_chain::Anchor,
+) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
@@ -133,7 +136,7 @@ pub fn write_anchor(path: &Path, anchor: &warden::audit::Anchor) -> std::io::Res
 pub fn tail(file: &Path, follow: bool, kind: Option<&str>, lines: usize) -> Result<i32, String> {
     use std::io::{BufRead, Seek};
     let show = |line: &str| {
-        if let Some((k, text)) = warden::audit::describe(line) {
+        if let Some((k, text)) = warden::shared::audit_chain::describe(line) {
             if kind.is_none_or(|want| want == k) {
                 println!("{text}");
             }

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 use warden::launcher::machine as m;
-use warden::spend::{card, card_render};
+use warden::shared::spend::{card, card_render};
 
 #[derive(clap::Args)]
 pub struct CardArgs {

@@ -1,11 +1,8 @@
 //! The network layer: the firewall that leaves `shell` only the egress
 //! proxy, and the proxy itself, which reaches only listed hosts.
 
-pub mod addr;
 pub mod connect_gate;
-pub mod egress_link;
 pub mod firewall;
-pub mod hosts;
 pub mod netlink;
 pub mod nft_netlink;
 pub mod nft_readback;
@@ -13,6 +10,5 @@ pub mod opened;
 pub mod origin;
 pub mod proxy;
 pub mod registries;
-pub mod target;
 pub mod tunnel;
 pub mod userns;

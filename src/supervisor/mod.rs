@@ -2,7 +2,6 @@
 //! who the users are, where things live, and what is running.
 
 use crate::audit::Audit;
-use crate::config::MachineConfig;
 use crate::confine::cgroups::CommandCgroup;
 use crate::confine::probe::Probe;
 use crate::confine::spawn::{Grouping, Identity, Launch, LaunchError, Stdio, Workdir};
@@ -11,6 +10,7 @@ use crate::confine::Confinement;
 use crate::layout::{self, Paths, Spec};
 use crate::reaper::Reaper;
 use crate::request::ValidRun;
+use crate::shared::config::MachineConfig;
 use crate::users::Account;
 use crate::wire::Limits;
 use crate::wire::{GateState, LayerState};
@@ -155,12 +155,12 @@ impl Supervisor {
     /// Why commands are refused because of the audit log, if they are.
     pub fn audit_refusal(&self) -> Option<String> {
         match self.config.audit_when_full {
-            crate::config::WhenFull::Refuse => self.audit.retry().map(|why| {
+            crate::shared::config::WhenFull::Refuse => self.audit.retry().map(|why| {
                 format!(
                     "the audit log cannot be written ({why}); commands are refused until it can"
                 )
             }),
-            crate::config::WhenFull::Run => None,
+            crate::shared::config::WhenFull::Run => None,
         }
     }
 

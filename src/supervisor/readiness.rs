@@ -5,7 +5,7 @@
 
 use super::Supervisor;
 use crate::audit::Event;
-use crate::config::ReadyWhen;
+use crate::shared::config::ReadyWhen;
 use crate::wire::ReadyState;
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};

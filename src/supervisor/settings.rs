@@ -15,9 +15,9 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
     #[error(transparent)]
-    Limits(#[from] crate::confine::policy::PolicyError),
+    Limits(#[from] crate::shared::policy::PolicyError),
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] crate::shared::config::ConfigError),
 }
 
 /// What a reload read: applied only once the network policy has been
@@ -31,9 +31,9 @@ impl Supervisor {
     /// Reads the settings a reload changes; an unreadable or invalid file
     /// is an error naming it, and nothing is applied.
     pub fn read_settings(&self) -> Result<Settings, SettingsError> {
-        let limits = crate::confine::policy::load_limits(&self.config.policy_dir)?;
+        let limits = crate::shared::policy::load_limits(&self.config.policy_dir)?;
         let idle_stop_s = match &self.config.file {
-            Some(path) => crate::config::MachineConfig::load(path, true)?.idle_stop_s,
+            Some(path) => crate::shared::config::MachineConfig::load(path, true)?.idle_stop_s,
             // No machine.json at boot: nothing to read it again from.
             None => self.activity.idle_stop().map(|d| d.as_secs()),
         };

@@ -5,9 +5,9 @@
 //! the model `providers` whose requests it meters against `spend`.
 
 use super::{DefinitionError, Parser};
-use crate::net::opened::credential::CredentialText;
-use crate::net::opened::hosts::{HostRulesText, OpenedHosts};
-use crate::spend::{Provider, Spend};
+use crate::shared::egress::credential::CredentialText;
+use crate::shared::egress::opened_hosts::{HostRulesText, OpenedHosts};
+use crate::shared::spend::{Provider, Spend};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 
@@ -70,7 +70,7 @@ impl Parser<'_> {
             .take(object, "providers", "providers")?
             .unwrap_or_default();
         let spend: Option<Spend> = self.take(object, "spend", "spend")?;
-        crate::spend::check(&providers, &spend.unwrap_or_default()).map_err(|e| {
+        crate::shared::spend::check(&providers, &spend.unwrap_or_default()).map_err(|e| {
             let (field, problem) = e.split_once(": ").unwrap_or(("providers", &e));
             self.invalid(field, problem)
         })?;

@@ -3,7 +3,7 @@
 //! port of the machine accepts a connection), and for how long at most.
 
 use super::{DefinitionError, Parser};
-use crate::config::ReadyWhen;
+use crate::shared::config::ReadyWhen;
 use serde_json::{Map, Value};
 
 /// The longest wait for a machine to be ready: an hour.

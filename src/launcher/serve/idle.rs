@@ -2,7 +2,7 @@
 //! enough to sleep, and whether a sleeping one's job is near enough to
 //! start it.
 
-use crate::activity::job_soon;
+use crate::shared::idle::job_soon;
 
 /// What serve saw of a running machine at one look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -353,7 +353,7 @@ impl Served {
     /// (its runtime may not have said it again yet), so that neither its
     /// idle stop nor serve's stops it while the job is due.
     fn retell_job(&self) {
-        let now = crate::activity::now_ms();
+        let now = crate::shared::idle::now_ms();
         let Some(job) = fronts::next_job(&self.state).filter(|&j| j >= now) else {
             return;
         };
@@ -381,7 +381,7 @@ impl Served {
 /// One look at a machine (blocking): a running one is put to sleep when
 /// it is due, its next job kept; a sleeping one is woken for its job.
 fn look(m: &Served, lead: Duration) {
-    let now = crate::activity::now_ms();
+    let now = crate::shared::idle::now_ms();
     let status = match m.paused.load(Ordering::SeqCst) {
         // A frozen warden answers nothing: not asked.
         true => None,

@@ -298,7 +298,7 @@ mod tests {
         );
         // What the launcher writes, warden reads.
         let config = serde_json::json!({ "vm_lends": value }).to_string();
-        let parsed = crate::config::MachineConfig::parse(&config).unwrap();
+        let parsed = crate::shared::config::MachineConfig::parse(&config).unwrap();
         assert_eq!(parsed.vm_lends.len(), 2);
         assert!(parsed.vm_lends[0].read_only);
         assert_eq!(parsed.vm_lends[1].at, std::path::Path::new("/home/me/out"));

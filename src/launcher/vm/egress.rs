@@ -15,11 +15,11 @@
 //! log (`relay.log`).
 
 use super::relay::log;
-use crate::confine::policy::NetworkPolicy;
-use crate::net::egress_link::{self, Ask, MAX_LINE};
-use crate::net::hosts::HostList;
-use crate::net::proxy::upstream;
-use crate::net::proxy::{pick, Kind, Refused};
+use crate::shared::egress::hosts::HostList;
+use crate::shared::egress::link::{self, Ask, MAX_LINE};
+use crate::shared::egress::reach;
+use crate::shared::egress::{pick, Kind, Refused};
+use crate::shared::policy::NetworkPolicy;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -50,9 +50,9 @@ pub struct EgressConfig {
 
 /// What the relay decides with.
 pub(super) struct Relay {
-    key: crate::key::Key,
+    key: crate::shared::machine_key::Key,
     hosts: HostList,
-    allow: Vec<crate::net::addr::Cidr>,
+    allow: Vec<crate::shared::egress::addr::Cidr>,
     connect_timeout: Duration,
     resolver: hickory_resolver::TokioResolver,
     tunnels: Arc<tokio::sync::Semaphore>,
@@ -63,11 +63,11 @@ impl Relay {
     pub(super) fn new(config: &EgressConfig) -> Result<Relay, String> {
         let policy = NetworkPolicy::load(&config.policy_dir).map_err(|e| e.to_string())?;
         Ok(Relay {
-            key: crate::key::Key::load(&config.key_file)?,
+            key: crate::shared::machine_key::Key::load(&config.key_file)?,
             hosts: machine_list(&policy)?,
             allow: policy.allow_addresses.clone(),
             connect_timeout: Duration::from_millis(policy.connect_timeout_ms),
-            resolver: upstream::resolver_with(&config.dns)?,
+            resolver: reach::resolver_with(&config.dns)?,
             tunnels: Arc::new(tokio::sync::Semaphore::new(policy.max_tunnels)),
         })
     }
@@ -122,7 +122,7 @@ impl Relay {
         log(decision_line(host.as_ref(), &answer));
         let mut stream = stream.into_inner();
         if stream
-            .write_all(egress_link::answer_line(&answer).as_bytes())
+            .write_all(link::answer_line(&answer).as_bytes())
             .await
             .is_err()
         {
@@ -152,9 +152,9 @@ impl Relay {
                 format!("{}:{} is not on the machine's list", ask.host, ask.port),
             ));
         }
-        let found = upstream::resolve(&self.resolver, &ask.host).await?;
+        let found = reach::resolve(&self.resolver, &ask.host).await?;
         let addresses = pick(&ask.host, &found, ask.port, &self.allow)?;
-        upstream::connect(&addresses, self.connect_timeout).await
+        reach::connect(&addresses, self.connect_timeout).await
     }
 }
 
@@ -171,7 +171,7 @@ async fn read_ask(stream: &mut BufReader<UnixStream>) -> Result<Ask, Refused> {
         Ok(Ok(_)) => {}
     }
     let text = std::str::from_utf8(&line[..line.len() - 1]).map_err(|_| bad("not UTF-8"))?;
-    egress_link::parse_ask(text).map_err(|e| bad(&e))
+    link::parse_ask(text).map_err(|e| bad(&e))
 }
 
 /// Pure: the log line of one decision (never the key).

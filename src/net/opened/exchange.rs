@@ -5,9 +5,9 @@
 //! so it is tested with in-memory ones as well as over real TLS.
 
 use super::http1::{self, Body, Chunked, HeadError};
-use super::request_rules::{self, Rule};
 use super::scrub::Scrubber;
-use crate::spend::meter::Meter;
+use crate::shared::egress::request_rules::{self, Rule};
+use crate::shared::spend::meter::Meter;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -67,8 +67,8 @@ pub struct Outcome {
     /// A provider's request: the provider, its API, what it used and cost.
     pub metered: Option<(
         String,
-        crate::spend::usage::Api,
-        crate::spend::meter::Charged,
+        crate::shared::spend::usage::Api,
+        crate::shared::spend::meter::Charged,
     )>,
     pub up: u64,
     pub down: u64,
@@ -547,7 +547,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::opened::request_rules::RuleText;
+    use crate::shared::egress::request_rules::RuleText;
     use tokio::io::duplex;
 
     const SECRET: &str = "tok_0123456789abcdef";

@@ -5,16 +5,14 @@
 //! owed, and masks every form of that credential in what the origin
 //! answers. Every other host stays a tunnel warden never reads.
 //!
-//! The pieces here are pure or self-contained: the authority (`ca`), a
-//! credential's form (`credential`), the rules (`request_rules`) and the
-//! masking of answers (`scrub`).
+//! The pieces here are pure or self-contained: the authority (`ca`) and
+//! the masking of answers (`scrub`). What the policy says of opened hosts
+//! (a credential's form, the rules by method and path, which hosts are
+//! opened) is `shared::egress`, which the host's launcher checks too.
 
 pub mod ca;
-pub mod credential;
 pub mod exchange;
-pub mod hosts;
 pub mod http1;
-pub mod request_rules;
 pub mod scrub;
 pub mod streams;
 pub mod tls;

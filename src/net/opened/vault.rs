@@ -31,7 +31,7 @@ impl Vault {
     /// what the owner hands is the whole set). Returns their names.
     pub fn hand(&self, text: &str) -> Result<Vec<String>, String> {
         let names = crate::keys::names(text)?;
-        let values: BTreeMap<String, Secret> = crate::redact::env_pairs(text)
+        let values: BTreeMap<String, Secret> = crate::shared::redact::env_pairs(text)
             .map(|(k, v)| (k.to_string(), Secret(unquoted(v).as_bytes().to_vec())))
             .filter(|(_, v)| !v.0.is_empty())
             .collect();

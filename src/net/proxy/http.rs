@@ -2,8 +2,8 @@
 //! target, the Host header, how a body is framed), and the answer a
 //! refused client gets. Everything but the reading is pure.
 
-use super::refusal::{Kind, Refused};
-use crate::net::target::{self, Host, Target, TargetError};
+use crate::shared::egress::refusal::{Kind, Refused};
+use crate::shared::egress::target::{self, Host, Target, TargetError};
 use std::net::IpAddr;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;

@@ -2,10 +2,10 @@
 //! for, what was decided, where it went and what it moved. Every decision
 //! is one such line.
 
-use super::refusal::Refused;
 use super::relay::Moved;
 use crate::net::opened::exchange::Outcome;
-use crate::net::target::{Host, Target};
+use crate::shared::egress::refusal::Refused;
+use crate::shared::egress::target::{Host, Target};
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;

@@ -6,10 +6,10 @@
 //! proxy's port, which the firewall already gives the runtime; anyone but
 //! the runtime is turned away.
 
-use super::refusal::{Kind, Refused};
 use super::rules::Rules;
 use super::{Proxy, Request};
-use crate::net::target::{Host, Target};
+use crate::shared::egress::refusal::{Kind, Refused};
+use crate::shared::egress::target::{Host, Target};
 
 /// Where a provider's endpoint begins on the proxy's port.
 pub const PREFIX: &str = "/providers/";

@@ -9,34 +9,33 @@
 //!
 //! This file is the orchestration: accepting, and taking one connection
 //! from its request head to its audit line. What is decided is pure and
-//! lives apart (`decide`, `http`); so do the rules (`rules`), reaching the
+//! lives apart (`shared::egress`, `http`); so do the rules (`rules`), reaching the
 //! upstream (`upstream`) and moving bytes (`relay`).
 
-mod decide;
 pub(crate) mod http;
 mod line;
 mod local;
 pub mod opened;
-mod refusal;
 mod relay;
 mod rules;
 mod runtime;
 mod start;
 pub(crate) mod upstream;
 
-pub use decide::{decide, pick, Allowed};
 pub use http::{parse_request, Plain, Request};
 pub use opened::Opener;
-pub use refusal::{Kind, Refused};
-pub use rules::{Defaults, Rules, Settings};
+pub use rules::{decide, Defaults, Rules, Settings};
 pub use runtime::{ClientUid, Runtime, Traffic};
 pub use start::{bind, start};
 pub use upstream::Through;
 
 use crate::audit::Event;
-use crate::confine::policy::NetworkPolicy;
-use crate::net::hosts::HostList;
-use crate::net::opened::credential::Holder;
+use crate::shared::egress::credential::Holder;
+use crate::shared::egress::decide::pick;
+use crate::shared::egress::hosts::HostList;
+use crate::shared::egress::reach;
+use crate::shared::egress::refusal::{Kind, Refused};
+use crate::shared::policy::NetworkPolicy;
 use hickory_resolver::TokioResolver;
 use http::Head;
 use line::Line;
@@ -326,7 +325,7 @@ impl Proxy {
             ));
         };
         let (hosts, list) = self.list_for(&rules, ends, line).await?;
-        let allowed = decide::decide_on(hosts, list, t)?;
+        let allowed = crate::shared::egress::decide::decide_on(hosts, list, t)?;
         line.entry = Some(allowed.entry.to_string());
         let plan = self
             .opening(&rules, request, allowed.name, line, ends)
@@ -341,10 +340,10 @@ impl Proxy {
                 return Ok((upstream, plan));
             }
         };
-        let found = upstream::resolve(resolver, allowed.name).await?;
+        let found = reach::resolve(resolver, allowed.name).await?;
         line.resolved = found.clone();
         let addresses = pick(allowed.name, &found, t.port, &rules.allow)?;
-        let (stream, to) = upstream::connect(&addresses, timeout).await?;
+        let (stream, to) = reach::connect(&addresses, timeout).await?;
         line.address = Some(to);
         let upstream = upstream::Upstream {
             stream,
@@ -429,7 +428,7 @@ impl Proxy {
         line.carried_request(&outcome);
         let host = line.traffic().0;
         if let Some((provider, api, charged)) = &outcome.metered {
-            let fields = crate::spend::audit_line(provider, *api, charged, outcome.status);
+            let fields = crate::shared::spend::audit_line(provider, *api, charged, outcome.status);
             let mut fields = fields;
             fields["origin"] = line.origin.clone().unwrap_or_default();
             (self.record)(Event::ProviderRequest, fields);

@@ -6,21 +6,21 @@
 //! stays a tunnel warden never opens. A plain-HTTP request to such a host
 //! meets the same rules, and never a credential.
 
-use super::refusal::{Kind, Refused};
 use super::rules::Rules;
 use super::upstream::Upstream;
 use crate::net::opened::ca::MachineCa;
-use crate::net::opened::credential::Holder;
 use crate::net::opened::exchange::{self, Added, Exchange, Outcome};
-use crate::net::opened::request_rules::{self, Rule};
 use crate::net::opened::streams::{Capped, Prefixed};
 use crate::net::opened::tls::{self, Upstreams};
 use crate::net::opened::trust::Published;
 use crate::net::opened::vault::Vault;
-use crate::spend::ledger::{micro_usd, Ledger};
-use crate::spend::meter::Meter;
-use crate::spend::prices::Prices;
-use crate::spend::Spend;
+use crate::shared::egress::credential::Holder;
+use crate::shared::egress::refusal::{Kind, Refused};
+use crate::shared::egress::request_rules::{self, Rule};
+use crate::shared::spend::ledger::{micro_usd, Ledger};
+use crate::shared::spend::meter::Meter;
+use crate::shared::spend::prices::Prices;
+use crate::shared::spend::Spend;
 use crate::wire::{CredentialState, OpenedState, RunState, SpendState};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

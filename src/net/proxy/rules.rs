@@ -4,10 +4,13 @@
 
 use super::Recorder;
 use crate::audit::Event;
-use crate::confine::policy::{NetworkPolicy, PolicyError};
-use crate::net::addr::Cidr;
-use crate::net::hosts::HostList;
-use crate::net::opened::hosts::OpenedHosts;
+use crate::shared::egress::addr::Cidr;
+use crate::shared::egress::decide::{decide_on, Allowed};
+use crate::shared::egress::hosts::HostList;
+use crate::shared::egress::opened_hosts::OpenedHosts;
+use crate::shared::egress::refusal::Refused;
+use crate::shared::egress::target::Target;
+use crate::shared::policy::{NetworkPolicy, PolicyError};
 use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -28,7 +31,7 @@ pub struct Rules {
     /// Certificates trusted for opened hosts' origins beside the image's.
     pub upstream_ca: Vec<PathBuf>,
     /// Model providers, whose hosts' requests are metered.
-    pub providers: Vec<crate::spend::Provider>,
+    pub providers: Vec<crate::shared::spend::Provider>,
 }
 
 impl Rules {
@@ -220,5 +223,116 @@ impl Source {
         let hosts = rules.map(|r| r.hosts.entries());
         json!({"file": self.path(), "hosts_from": if policy.hosts.is_some() { "network.json" } else { "default" },
                "hosts": hosts, "allow_addresses": policy.allow_addresses.iter().map(|c| c.to_string()).collect::<Vec<_>>()})
+    }
+}
+
+/// Pure: whether `target` may be reached under `rules`. The proxy reaches
+/// hosts by name only, so that the list (names) is what decides.
+pub fn decide<'a>(rules: &'a Rules, target: &'a Target) -> Result<Allowed<'a>, Refused> {
+    decide_on(&rules.hosts, "the host list", target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared::egress::refusal::Kind;
+    use crate::shared::egress::target;
+
+    fn rules(entries: &[&str], allow: &[&str]) -> Rules {
+        let entries: Vec<String> = entries.iter().map(|e| e.to_string()).collect();
+        Rules {
+            hosts: HostList::parse(&entries, &[80, 443]).unwrap(),
+            runtime: None,
+            allow: allow.iter().map(|c| c.parse().unwrap()).collect(),
+            from: "network.json",
+            opened: Default::default(),
+            upstream_ca: Vec::new(),
+            providers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn decide_table() {
+        let rules = rules(
+            &["allowed.test", "*.allowed.test", "api.example.test:8443"],
+            &[],
+        );
+        type Case<'a> = (&'a str, Result<(&'a str, &'a str), (Kind, u16, &'a str)>);
+        let cases: &[Case] = &[
+            ("allowed.test:443", Ok(("allowed.test", "allowed.test"))),
+            ("allowed.test:80", Ok(("allowed.test", "allowed.test"))),
+            (
+                "www.allowed.test:443",
+                Ok(("www.allowed.test", "*.allowed.test")),
+            ),
+            (
+                "api.example.test:8443",
+                Ok(("api.example.test", "api.example.test:8443")),
+            ),
+            (
+                "allowed.test:22",
+                Err((
+                    Kind::NotListed,
+                    403,
+                    "allowed.test:22 is not on the host list",
+                )),
+            ),
+            (
+                "api.example.test:443",
+                Err((
+                    Kind::NotListed,
+                    403,
+                    "api.example.test:443 is not on the host list",
+                )),
+            ),
+            (
+                "denied.test:443",
+                Err((
+                    Kind::NotListed,
+                    403,
+                    "denied.test:443 is not on the host list",
+                )),
+            ),
+            (
+                "notallowed.test:443",
+                Err((
+                    Kind::NotListed,
+                    403,
+                    "notallowed.test:443 is not on the host list",
+                )),
+            ),
+            (
+                "203.0.113.7:443",
+                Err((
+                    Kind::IpTarget,
+                    403,
+                    "an IP address as the target: the proxy reaches hosts by name",
+                )),
+            ),
+            (
+                "[2001:db8::1]:443",
+                Err((
+                    Kind::IpTarget,
+                    403,
+                    "an IP address as the target: the proxy reaches hosts by name",
+                )),
+            ),
+        ];
+        for (authority, want) in cases {
+            let t = target::parse_authority(authority).unwrap();
+            match (decide(&rules, &t), want) {
+                (Ok(got), Ok((name, entry))) => {
+                    assert_eq!((got.name, got.entry), (*name, *entry), "{authority}")
+                }
+                (Err(r), Err((kind, status, reason))) => {
+                    assert_eq!(
+                        (r.kind, r.status(), r.reason.as_str()),
+                        (*kind, *status, *reason),
+                        "{authority}"
+                    )
+                }
+                (got, want) => panic!("{authority}: {got:?}, wanted {want:?}"),
+            }
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! them in the runtime.
 
 use super::{Defaults, Hooks, Proxy, Settings, Through};
-use crate::confine::policy::NetworkPolicy;
+use crate::shared::policy::NetworkPolicy;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;

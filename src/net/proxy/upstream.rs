@@ -1,12 +1,11 @@
-//! Reaching the upstream: the proxy's own resolver (no NSS in a static
-//! binary: hickory reads /etc/resolv.conf and /etc/hosts), a name resolved
-//! once, and a connection to the first checked address that answers; or,
-//! in a VM with a network, the host's relay asked to connect for it.
+//! How the proxy reaches an upstream: it resolves and connects itself
+//! (`shared::egress::reach`), or, in a VM with a network, asks the host's
+//! relay to connect for it.
 
-use super::refusal::{Kind, Refused};
-use hickory_resolver::config::{LookupIpStrategy, ResolveHosts};
+use crate::shared::egress::reach::{resolver_with, RESOLVE_TIMEOUT};
+use crate::shared::egress::refusal::{Kind, Refused};
 use hickory_resolver::TokioResolver;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
@@ -27,77 +26,10 @@ pub(super) struct Upstream {
     pub max_write: usize,
 }
 
-const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The resolver for every name the proxy reaches: IPv4 and IPv6, and the
 /// machine's /etc/hosts first.
 pub(super) fn resolver() -> Result<TokioResolver, String> {
     resolver_with(&[])
-}
-
-/// As `resolver`, asking `servers` when there are some (a VM's relay on
-/// the host asks the machine's `dns`), else /etc/resolv.conf's.
-pub(crate) fn resolver_with(servers: &[IpAddr]) -> Result<TokioResolver, String> {
-    let asking = |servers: Vec<_>| {
-        TokioResolver::builder_with_config(
-            hickory_resolver::config::ResolverConfig::from_name_servers(servers),
-            hickory_resolver::net::runtime::TokioRuntimeProvider::default(),
-        )
-    };
-    let mut builder = match servers {
-        // A machine without a nameserver (a container with no network)
-        // still gets its proxy: every name then fails to resolve, with
-        // that reason, instead of every command being refused.
-        [] => TokioResolver::builder_tokio().unwrap_or_else(|e| {
-            crate::say!("proxy: no nameserver from /etc/resolv.conf ({e}); names will not resolve");
-            asking(Vec::new())
-        }),
-        _ => asking(
-            servers
-                .iter()
-                .map(|&ip| hickory_resolver::config::NameServerConfig::udp_and_tcp(ip))
-                .collect(),
-        ),
-    };
-    let opts = builder.options_mut();
-    opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
-    opts.use_hosts_file = ResolveHosts::Always;
-    builder.build().map_err(|e| format!("resolver: {e}"))
-}
-
-/// Every address `name` has, within `RESOLVE_TIMEOUT`.
-pub(crate) async fn resolve(resolver: &TokioResolver, name: &str) -> Result<Vec<IpAddr>, Refused> {
-    match tokio::time::timeout(RESOLVE_TIMEOUT, resolver.lookup_ip(name)).await {
-        Ok(Ok(found)) => Ok(found.iter().collect()),
-        Ok(Err(e)) => Err(Refused::new(
-            Kind::ResolveFailed,
-            format!("cannot resolve {name}: {e}"),
-        )),
-        Err(_) => Err(Refused::new(
-            Kind::ResolveTimeout,
-            format!("resolving {name} took over 10 s"),
-        )),
-    }
-}
-
-/// Connects to the first of `addresses` (all checked already) that
-/// answers within `timeout`; else the last failure is the reason.
-pub(crate) async fn connect(
-    addresses: &[SocketAddr],
-    timeout: Duration,
-) -> Result<(TcpStream, SocketAddr), Refused> {
-    let mut last_error = String::from("no address to connect to");
-    for &to in addresses {
-        match tokio::time::timeout(timeout, TcpStream::connect(to)).await {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
-                return Ok((stream, to));
-            }
-            Ok(Err(e)) => last_error = format!("connect to {to}: {e}"),
-            Err(_) => last_error = format!("connect to {to}: timed out"),
-        }
-    }
-    Err(Refused::new(Kind::ConnectFailed, last_error))
 }
 
 /// Asks the host's relay (over vsock, from inside a VM) to reach
@@ -110,7 +42,7 @@ pub(super) async fn through_host(
     port: u16,
     timeout: Duration,
 ) -> Result<(Upstream, SocketAddr), Refused> {
-    let ask = crate::net::egress_link::Ask {
+    let ask = crate::shared::egress::link::Ask {
         key: key.into(),
         host: name.into(),
         port,
@@ -139,10 +71,10 @@ pub(super) async fn through_host(
 /// line (a byte at a time: the upstream's own bytes may follow it).
 fn ask_host(
     relay_port: u32,
-    ask: &crate::net::egress_link::Ask,
+    ask: &crate::shared::egress::link::Ask,
     wait: Duration,
 ) -> Result<(std::os::fd::OwnedFd, SocketAddr), Refused> {
-    use crate::net::egress_link::{ask_line, parse_answer, MAX_LINE};
+    use crate::shared::egress::link::{ask_line, parse_answer, MAX_LINE};
     use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout};
     use std::io::Write;
     let line = ask_line(ask).map_err(relay_failed)?;

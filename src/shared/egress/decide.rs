@@ -1,12 +1,12 @@
-//! The admission decision, pure: whether a target is on the list
-//! (`decide`), and which of the addresses its name resolved to may be
-//! connected to (`pick`). The proxy's I/O asks these and nothing else.
+//! The list's decision and the addresses' check, pure: whether a name
+//! and port are on a host list (`decide_on`), and which of the addresses
+//! its name resolved to may be connected to (`pick`). The guest's proxy
+//! and a VM's relay on the host ask these and nothing else.
 
+use super::addr::{self, Cidr};
+use super::hosts::HostList;
 use super::refusal::{Kind, Refused};
-use super::rules::Rules;
-use crate::net::addr::{self, Cidr};
-use crate::net::hosts::HostList;
-use crate::net::target::{Host, Target};
+use super::target::{Host, Target};
 use std::net::{IpAddr, SocketAddr};
 
 /// A target the list allows: the name to resolve, and the entry (as the
@@ -15,12 +15,6 @@ use std::net::{IpAddr, SocketAddr};
 pub struct Allowed<'a> {
     pub name: &'a str,
     pub entry: &'a str,
-}
-
-/// Pure: whether `target` may be reached under `rules`. The proxy reaches
-/// hosts by name only, so that the list (names) is what decides.
-pub fn decide<'a>(rules: &'a Rules, target: &'a Target) -> Result<Allowed<'a>, Refused> {
-    decide_on(&rules.hosts, "the host list", target)
 }
 
 /// Pure: the same on one list, named `list` in the refusal.
@@ -80,106 +74,6 @@ pub fn pick(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::hosts::HostList;
-    use crate::net::target;
-
-    fn rules(entries: &[&str], allow: &[&str]) -> Rules {
-        let entries: Vec<String> = entries.iter().map(|e| e.to_string()).collect();
-        Rules {
-            hosts: HostList::parse(&entries, &[80, 443]).unwrap(),
-            runtime: None,
-            allow: allow.iter().map(|c| c.parse().unwrap()).collect(),
-            from: "network.json",
-            opened: Default::default(),
-            upstream_ca: Vec::new(),
-            providers: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn decide_table() {
-        let rules = rules(
-            &["allowed.test", "*.allowed.test", "api.example.test:8443"],
-            &[],
-        );
-        type Case<'a> = (&'a str, Result<(&'a str, &'a str), (Kind, u16, &'a str)>);
-        let cases: &[Case] = &[
-            ("allowed.test:443", Ok(("allowed.test", "allowed.test"))),
-            ("allowed.test:80", Ok(("allowed.test", "allowed.test"))),
-            (
-                "www.allowed.test:443",
-                Ok(("www.allowed.test", "*.allowed.test")),
-            ),
-            (
-                "api.example.test:8443",
-                Ok(("api.example.test", "api.example.test:8443")),
-            ),
-            (
-                "allowed.test:22",
-                Err((
-                    Kind::NotListed,
-                    403,
-                    "allowed.test:22 is not on the host list",
-                )),
-            ),
-            (
-                "api.example.test:443",
-                Err((
-                    Kind::NotListed,
-                    403,
-                    "api.example.test:443 is not on the host list",
-                )),
-            ),
-            (
-                "denied.test:443",
-                Err((
-                    Kind::NotListed,
-                    403,
-                    "denied.test:443 is not on the host list",
-                )),
-            ),
-            (
-                "notallowed.test:443",
-                Err((
-                    Kind::NotListed,
-                    403,
-                    "notallowed.test:443 is not on the host list",
-                )),
-            ),
-            (
-                "203.0.113.7:443",
-                Err((
-                    Kind::IpTarget,
-                    403,
-                    "an IP address as the target: the proxy reaches hosts by name",
-                )),
-            ),
-            (
-                "[2001:db8::1]:443",
-                Err((
-                    Kind::IpTarget,
-                    403,
-                    "an IP address as the target: the proxy reaches hosts by name",
-                )),
-            ),
-        ];
-        for (authority, want) in cases {
-            let t = target::parse_authority(authority).unwrap();
-            match (decide(&rules, &t), want) {
-                (Ok(got), Ok((name, entry))) => {
-                    assert_eq!((got.name, got.entry), (*name, *entry), "{authority}")
-                }
-                (Err(r), Err((kind, status, reason))) => {
-                    assert_eq!(
-                        (r.kind, r.status(), r.reason.as_str()),
-                        (*kind, *status, *reason),
-                        "{authority}"
-                    )
-                }
-                (got, want) => panic!("{authority}: {got:?}, wanted {want:?}"),
-            }
-        }
-    }
 
     #[test]
     fn pick_table() {

@@ -1,7 +1,13 @@
 //! Spending held below the agent: the model providers a machine reaches
 //! (their hosts opened by the proxy, their keys added by warden), the
 //! prices their models are metered at, the runs and budgets requests count
-//! against, and the metering of each request.
+//! against, the metering of each request, and a run's card.
+//!
+//! All of it is pure (the prices file and the audit log aside, read
+//! whole), and both sides use it: the guest's proxy meters and keeps the
+//! ledger, its API builds cards; the host's launcher checks a
+//! definition's providers and budgets (`check`); the command line builds
+//! and renders cards from a copied log.
 
 pub mod card;
 pub mod card_render;
@@ -10,7 +16,7 @@ pub mod meter;
 pub mod prices;
 pub mod usage;
 
-use crate::net::opened::credential::{CredentialText, Holder};
+use crate::shared::egress::credential::{CredentialText, Holder};
 use serde::{Deserialize, Serialize};
 use usage::Api;
 

@@ -5,7 +5,7 @@
 //! the way out: a command's argv, a model's or a host's name are chosen
 //! by whoever runs in the machine.
 
-use crate::printable::escape_controls;
+use crate::shared::printable::escape_controls;
 use serde_json::Value;
 use std::fmt::Write;
 
@@ -358,7 +358,7 @@ pub fn esc(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            c if crate::printable::hides_text(c) => out.extend(c.escape_default()),
+            c if crate::shared::printable::hides_text(c) => out.extend(c.escape_default()),
             c => out.push(c),
         }
     }
@@ -874,7 +874,7 @@ mod tests {
 
     /// A card as spend::card builds it, over made-up lines.
     fn card_of(lines: &[Value], run: &str) -> Value {
-        crate::spend::card::build(lines, run).unwrap()
+        crate::shared::spend::card::build(lines, run).unwrap()
     }
 
     fn begin(time: &str) -> Value {

@@ -65,23 +65,23 @@ pub struct NetworkPolicy {
     pub ports: Vec<u16>,
     /// Addresses the proxy may connect to although they are private,
     /// loopback and the like.
-    pub allow_addresses: Vec<crate::net::addr::Cidr>,
+    pub allow_addresses: Vec<crate::shared::egress::addr::Cidr>,
     pub max_tunnels: usize,
     pub idle_timeout_ms: u64,
     pub connect_timeout_ms: u64,
     /// Credentials the proxy adds for listed hosts (their keys' values are
     /// handed to warden alone, never written here).
-    pub credentials: Vec<crate::net::opened::credential::CredentialText>,
+    pub credentials: Vec<crate::shared::egress::credential::CredentialText>,
     /// Rules by method and path for listed hosts.
-    pub rules: Vec<crate::net::opened::hosts::HostRulesText>,
+    pub rules: Vec<crate::shared::egress::opened_hosts::HostRulesText>,
     /// Certificates (PEM files) trusted upstream of an opened host beside
     /// the image's own store.
     pub upstream_ca: Vec<PathBuf>,
     /// Model providers: their hosts opened, their keys added for the
     /// runtime, their requests metered.
-    pub providers: Vec<crate::spend::Provider>,
+    pub providers: Vec<crate::shared::spend::Provider>,
     /// The budgets requests to providers count against.
-    pub spend: crate::spend::Spend,
+    pub spend: crate::shared::spend::Spend,
 }
 
 impl NetworkPolicy {
@@ -111,30 +111,32 @@ impl NetworkPolicy {
             return Err(invalid("timeouts: at least 1 ms".into()));
         }
         if let Some(hosts) = &policy.hosts {
-            crate::net::hosts::HostList::parse(hosts, &policy.ports)
+            crate::shared::egress::hosts::HostList::parse(hosts, &policy.ports)
                 .map_err(|e| invalid(format!("hosts: {e}")))?;
         }
         if let Some(hosts) = &policy.runtime_hosts {
-            crate::net::hosts::HostList::parse(hosts, &policy.ports)
+            crate::shared::egress::hosts::HostList::parse(hosts, &policy.ports)
                 .map_err(|e| invalid(format!("runtime_hosts: {e}")))?;
         }
         policy.opened().map_err(|e| invalid(e.to_string()))?;
-        crate::spend::check(&policy.providers, &policy.spend).map_err(invalid)?;
+        crate::shared::spend::check(&policy.providers, &policy.spend).map_err(invalid)?;
         Ok(policy)
     }
 
     /// The hosts warden opens, and what applies to each.
     pub fn opened(
         &self,
-    ) -> Result<crate::net::opened::hosts::OpenedHosts, crate::net::opened::hosts::OpenedError>
-    {
+    ) -> Result<
+        crate::shared::egress::opened_hosts::OpenedHosts,
+        crate::shared::egress::opened_hosts::OpenedError,
+    > {
         let mut credentials = self.credentials.clone();
         credentials.extend(
             self.providers
                 .iter()
-                .map(crate::spend::Provider::credential),
+                .map(crate::shared::spend::Provider::credential),
         );
-        crate::net::opened::hosts::OpenedHosts::parse(&credentials, &self.rules)
+        crate::shared::egress::opened_hosts::OpenedHosts::parse(&credentials, &self.rules)
     }
 }
 
@@ -211,11 +213,7 @@ impl Policy {
             }
         }
         let seccomp_policy: SeccompPolicy = parse_file(seccomp, BUILT_IN[1].1)?;
-        if let Some(bad) = seccomp_policy
-            .extra_deny
-            .iter()
-            .find(|s| !crate::confine::seccomp::is_known(s))
-        {
+        if let Some(bad) = seccomp_policy.extra_deny.iter().find(|s| !is_known(s)) {
             return Err(PolicyError::Invalid {
                 path: seccomp.0.clone(),
                 problem: format!("extra_deny: no x86_64 syscall named {bad:?}"),
@@ -227,7 +225,7 @@ impl Policy {
         for (_, text) in files {
             sha2::Digest::update(&mut hasher, text.as_bytes());
         }
-        let digest = crate::audit::hex(&sha2::Digest::finalize(hasher));
+        let digest = crate::shared::audit_chain::hex(&sha2::Digest::finalize(hasher));
         Ok(Policy {
             landlock: landlock_policy,
             seccomp: seccomp_policy,
@@ -236,6 +234,18 @@ impl Policy {
             digest,
         })
     }
+}
+
+/// Whether `name` is an x86_64 syscall, asked of seccompiler's own table
+/// through its JSON front end (which knows every one).
+pub fn is_known(name: &str) -> bool {
+    let json = serde_json::json!({"probe": {
+        "mismatch_action": "allow",
+        "filter_action": "log",
+        "filter": [{"syscall": name}],
+    }});
+    seccompiler::compile_from_json(json.to_string().as_bytes(), seccompiler::TargetArch::x86_64)
+        .is_ok()
 }
 
 /// limits.json alone, read again (a reload): the built-in one when the
@@ -473,6 +483,19 @@ mod tests {
                 k
             };
             assert_eq!(keys(&file), keys(&schema["properties"]), "{name}");
+        }
+    }
+
+    #[test]
+    fn names_resolve() {
+        for (name, known) in [
+            ("ptrace", true),
+            ("kcmp", true),
+            ("chown", true),
+            ("nosuchcall", false),
+            ("", false),
+        ] {
+            assert_eq!(is_known(name), known, "{name}");
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use super::credential::{Credential, CredentialError, CredentialText, Holder};
 use super::request_rules::{Rule, RuleError, RuleText};
-use crate::net::hosts::HostList;
+use crate::shared::egress::hosts::HostList;
 use serde::{Deserialize, Serialize};
 
 /// One entry of `rules`, as written: a host and what it allows.

@@ -18,7 +18,7 @@
 //! guest), not the runtime or a command with a vsock socket of its own.
 //! Everything here is pure.
 
-use super::proxy::{Kind, Refused};
+use super::refusal::{Kind, Refused};
 use std::net::SocketAddr;
 
 /// The longest line either way, its newline included.
@@ -98,7 +98,9 @@ pub fn parse_answer(line: &str) -> Result<SocketAddr, Refused> {
             Kind::ConnectFailed,
             format!(
                 "the host's relay answered {:?}",
-                crate::printable::escape_controls(&line.chars().take(64).collect::<String>())
+                crate::shared::printable::escape_controls(
+                    &line.chars().take(64).collect::<String>()
+                )
             ),
         )
     };

@@ -25,6 +25,6 @@ pub fn say(text: &str) {
 #[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {
-        $crate::diag::say(&format!($($arg)*))
+        $crate::shared::diag::say(&format!($($arg)*))
     };
 }

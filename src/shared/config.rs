@@ -39,7 +39,7 @@ pub struct MachineConfig {
     pub runtime_ports: Vec<u16>,
     /// When the main process starts again after it ended: "no" (the
     /// machine ends with it), "on-failure" or "always".
-    pub main_restart: crate::main_restart::MainRestart,
+    pub main_restart: crate::shared::main_restart::MainRestart,
     /// A loopback TCP address the API also listens on, for the owner (the
     /// machine's key required): the door a cluster offers, reached with
     /// `kubectl port-forward`. None: no such door.
@@ -179,7 +179,7 @@ impl Default for MachineConfig {
             tcp_door: None,
             audit_dir: None,
             shell_tmp: PathBuf::from("/var/lib/warden/shell-tmp"),
-            policy_dir: crate::confine::policy::DEFAULT_DIR.into(),
+            policy_dir: crate::shared::policy::DEFAULT_DIR.into(),
             audit_max_bytes: 16 << 20,
             audit_max_files: 8,
             audit_when_full: WhenFull::Refuse,

@@ -1,14 +1,19 @@
-//! The chain's pure half: sealing a line (its hash over its own bytes,
-//! linked to the line before), checking lines and whole logs, the owner's
-//! anchor, and describing a line for people. Nothing here touches a file
-//! being written.
+//! The audit log as every reader sees it, the guest's writer and the
+//! host's copies alike: the chain's pure half (sealing a line, its hash
+//! over its own bytes linked to the line before; checking lines and whole
+//! logs, the owner's anchor, describing a line for people) and the log's
+//! files in chain order. Nothing here writes a file (the writer is
+//! `guest::audit`).
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The `prev` of a log's first line.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The current file of a log, in its folder.
+pub const FILE_NAME: &str = "warden.jsonl";
 
 pub struct Sealed {
     pub text: String,
@@ -221,7 +226,7 @@ pub fn describe(line: &str) -> Option<(String, String)> {
         .iter()
         .filter(|(_, v)| !v.is_null())
         .map(|(k, v)| match v {
-            Value::String(s) => format!("{k}={}", crate::printable::escape_controls(s)),
+            Value::String(s) => format!("{k}={}", crate::shared::printable::escape_controls(s)),
             other => format!("{k}={other}"),
         })
         .collect();
@@ -235,4 +240,41 @@ pub fn describe(line: &str) -> Option<(String, String)> {
 /// Lower-case hex, as every digest warden writes is spelled.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The set-aside files of `dir`, oldest first (their names sort by the
+/// sequence number of their first line).
+pub fn rotated_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("warden-") && n.ends_with(".jsonl"))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The first line's sequence number of a set-aside file, from its name.
+pub fn first_seq_of(path: &Path) -> Option<u64> {
+    path.file_name()?
+        .to_str()?
+        .strip_prefix("warden-")?
+        .strip_suffix(".jsonl")?
+        .parse()
+        .ok()
+}
+
+/// Every file of the log in `dir`, in chain order: the set-aside ones, then
+/// the current one.
+pub fn log_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = rotated_files(dir)?;
+    let current = dir.join(FILE_NAME);
+    if current.exists() {
+        files.push(current);
+    }
+    Ok(files)
 }

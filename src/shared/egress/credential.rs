@@ -3,7 +3,7 @@
 //! it. The owner writes these in the machine's definition; the key's value
 //! reaches warden alone, over the host's door.
 
-use crate::net::hosts::HostList;
+use crate::shared::egress::hosts::HostList;
 use serde::{Deserialize, Serialize};
 
 /// Whose requests get a credential.

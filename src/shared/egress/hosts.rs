@@ -7,7 +7,7 @@
 //! (`target.rs`), so an entry that could never match a parsed target is
 //! an error rather than a silent no-op.
 
-use crate::net::target::{self, Host, TargetError};
+use crate::shared::egress::target::{self, Host, TargetError};
 
 /// Refusal text for an address in the list.
 const IP_LITERAL: &str = "the list holds names; allow addresses in allow_addresses";

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 
 /// The prices shipped with warden.
-pub const BUILT_IN: &str = include_str!("../../policy/prices.json");
+pub const BUILT_IN: &str = include_str!("../../../policy/prices.json");
 
 /// The prices of the policy folder `dir` (`prices.json`), or the shipped
 /// ones when it has none.

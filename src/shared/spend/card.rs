@@ -11,7 +11,8 @@ use std::path::Path;
 /// (its set-aside files read first, in chain order).
 pub fn of_log(current: &Path, run: &str) -> Result<Value, String> {
     let dir = current.parent().unwrap_or(Path::new("."));
-    let files = crate::audit::log_files(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let files = crate::shared::audit_chain::log_files(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut lines = Vec::new();
     for file in files {
         let text =
