@@ -131,7 +131,7 @@ pub async fn turn_away(stream: UnixStream, reason: String) {
         code: ErrorCode::Refused,
         message: reason,
     };
-    let frame = crate::output::event_frame(0, &refused);
+    let frame = crate::guest::command::output::event_frame(0, &refused);
     let sent = tokio::time::timeout(LINGER, wr.write_all(&frame)).await;
     if !matches!(sent, Ok(Ok(()))) {
         return;

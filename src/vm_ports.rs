@@ -4,7 +4,7 @@
 //! the runtime's server on the guest's loopback. Only the host reaches a
 //! guest's vsock listeners; only warden (root) connects onward.
 
-use crate::output::Capped;
+use crate::guest::command::output::Capped;
 use crate::wire::vsock_ports::vsock_port;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};

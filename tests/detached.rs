@@ -200,7 +200,7 @@ fn detached_commands_take_stdin_signals_and_limits_and_keep_a_bounded_backlog() 
     let loud = detach(&mut client, 7, sh("head -c 3000000 /dev/zero"));
     assert_eq!(wait(&mut client, 8, loud).status, 0);
     let (dropped, out, _, _) = attach(&mut client, 9, loud);
-    assert_eq!(out.len(), warden::detached::BACKLOG_BYTES);
+    assert_eq!(out.len(), warden::guest::command::detached::BACKLOG_BYTES);
     assert_eq!(dropped as usize + out.len(), 3_000_000);
 
     // Unknown commands are typed errors.
@@ -272,10 +272,13 @@ fn a_detached_commands_drip_costs_warden_no_more_than_its_backlog() {
     // The last MiB is all there, by kind: the bytes took turns.
     let (dropped, out, err, _) = attach(&mut client, 3, drip);
     assert!(out.iter().chain(&err).all(|b| *b == b'x'));
-    assert_eq!(out.len() + err.len(), warden::detached::BACKLOG_BYTES);
+    assert_eq!(
+        out.len() + err.len(),
+        warden::guest::command::detached::BACKLOG_BYTES
+    );
     assert_eq!(dropped as usize + out.len() + err.len(), 1_100_000);
     // Each pipe is read on its own, so not exactly by halves.
-    let half = warden::detached::BACKLOG_BYTES / 2;
+    let half = warden::guest::command::detached::BACKLOG_BYTES / 2;
     assert!(
         out.len().abs_diff(half) < half / 10,
         "{} {}",

@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Request::Run(run) = request {
-        if let Ok(valid) = warden::request::validate(run) {
+        if let Ok(valid) = warden::guest::command::request::validate(run) {
             for part in valid.folder.iter().flatten() {
                 assert!(!part.is_empty() && part != "." && part != ".." && !part.contains('/'));
             }
@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = warden::request::parse_signal(text);
-        let _ = warden::request::parse_folder(text);
+        let _ = warden::guest::command::request::parse_signal(text);
+        let _ = warden::guest::command::request::parse_folder(text);
     }
 });

@@ -18,9 +18,10 @@ mod version5;
 
 use crate::admission::{turn_away, Admission, Pass, Peer, MAX_CONNECTIONS, MAX_UNAUTHENTICATED};
 use crate::audit;
-use crate::command::{self, Running, Sink};
-use crate::output::{write_frames, Capped, Out};
-use crate::request;
+use crate::guest::command::detached::Registry;
+use crate::guest::command::output::{write_frames, Capped, Out};
+use crate::guest::command::request;
+use crate::guest::command::{self, Running, Sink};
 use crate::supervisor::Supervisor;
 use crate::wire::{
     ErrorCode, Event, Header, Kind, Request, StdinMode, HEADER_LEN, MAX_FRAME, SUPPORTED_VERSIONS,
@@ -118,7 +119,9 @@ fn tcp_as_stream(stream: tokio::net::TcpStream) -> std::io::Result<UnixStream> {
     UnixStream::from_std(std)
 }
 
-pub async fn serve(sup: Arc<Supervisor>, listener: Listener, door: Door) {
+/// Serves `door` on `listener`. Every door of the machine shares `detached`:
+/// a command detached through one is listed and attached through another.
+pub async fn serve(sup: Arc<Supervisor>, detached: Arc<Registry>, listener: Listener, door: Door) {
     let admission = Arc::new(Admission::default());
     loop {
         match listener.accept().await {
@@ -139,8 +142,15 @@ pub async fn serve(sup: Arc<Supervisor>, listener: Listener, door: Door) {
                         if matches!(door, Door::Local) {
                             pass.let_in();
                         }
-                        let conn =
-                            connection(sup.clone(), stream, max_write, peer, door.clone(), pass);
+                        let conn = connection(
+                            sup.clone(),
+                            detached.clone(),
+                            stream,
+                            max_write,
+                            peer,
+                            door.clone(),
+                            pass,
+                        );
                         tokio::spawn(conn);
                     }
                     None => {
@@ -178,6 +188,8 @@ fn refuse_peer(sup: &Supervisor, door: &Door, peer: Peer, reason: &str) {
 
 struct Conn {
     sup: Arc<Supervisor>,
+    /// The machine's detached commands (every door's).
+    detached: Arc<Registry>,
     /// Who asks, for the audit log: the peer's uid on the machine's own
     /// socket; on the host's ways in, the peer's until the key lets it in,
     /// then 0 (the owner, by the key).
@@ -209,13 +221,14 @@ struct Slot {
     pid: Option<Pid>,
     stdin: Option<mpsc::Sender<Vec<u8>>>,
     /// The command's terminal, when it runs on one.
-    terminal: Option<Arc<crate::pty::Terminal>>,
+    terminal: Option<Arc<crate::guest::command::pty::Terminal>>,
     /// The detached command this id is attached to.
-    attached: Option<Arc<crate::detached::Detached>>,
+    attached: Option<Arc<crate::guest::command::detached::Detached>>,
 }
 
 async fn connection(
     sup: Arc<Supervisor>,
+    detached: Arc<Registry>,
     stream: UnixStream,
     max_write: usize,
     peer: Peer,
@@ -231,6 +244,7 @@ async fn connection(
     let writer = tokio::spawn(write_frames(Capped::new(wr, max_write), rx));
     let conn = Arc::new(Conn {
         sup,
+        detached,
         uid: peer.uid.into(),
         door,
         version: Default::default(),
@@ -458,7 +472,7 @@ impl Conn {
             Request::List => Some(match self.v4("list") {
                 Some(e) => e,
                 None => Event::Commands {
-                    commands: self.sup.detached.list().await,
+                    commands: self.detached.list().await,
                 },
             }),
             Request::Attach { command } => self.attach(id, command).await,

@@ -6,7 +6,7 @@
 
 use super::{error, Conn, Door, Slot};
 use crate::audit;
-use crate::request;
+use crate::guest::command::request;
 use crate::wire::{ErrorCode, Event, StdinMode};
 use serde_json::json;
 use std::sync::atomic::Ordering;
@@ -58,7 +58,7 @@ impl Conn {
                 "resize is a protocol version 4 request",
             );
         }
-        if let Err(e) = crate::pty::valid_size(rows, cols) {
+        if let Err(e) = crate::guest::command::pty::valid_size(rows, cols) {
             return error(ErrorCode::BadRequest, e);
         }
         let terminal = self
@@ -101,22 +101,28 @@ impl Conn {
     /// A detached run: warden runs it to its end whoever is connected; this
     /// id is answered with `detached` (or the exit, if it cannot start).
     pub(super) fn start_detached(&self, id: u32, run: request::ValidRun) -> Option<Event> {
-        if self.sup.detached.running_count() >= crate::detached::MAX_RUNNING {
+        if self.detached.running_count() >= crate::guest::command::detached::MAX_RUNNING {
             return Some(error(
                 ErrorCode::BadRequest,
                 format!(
                     "{} detached commands run already, the most at once",
-                    crate::detached::MAX_RUNNING
+                    crate::guest::command::detached::MAX_RUNNING
                 ),
             ));
         }
         let stdin = (run.stdin == StdinMode::Pipe || run.pty.is_some()).then(|| mpsc::channel(8));
-        let requester = crate::detached::Requester {
+        let requester = crate::guest::command::detached::Requester {
             tx: self.tx.clone(),
             id,
             uid: self.requester(),
         };
-        crate::detached::start(self.sup.clone(), run, requester, stdin);
+        crate::guest::command::detached::start(
+            self.sup.clone(),
+            self.detached.clone(),
+            run,
+            requester,
+            stdin,
+        );
         None
     }
 
@@ -127,7 +133,7 @@ impl Conn {
         if let Some(e) = self.v4("attach") {
             return Some(e);
         }
-        let Some(detached) = self.sup.detached.get(command) else {
+        let Some(detached) = self.detached.get(command) else {
             return Some(error(
                 ErrorCode::UnknownId,
                 format!("no detached command {command}"),
@@ -151,7 +157,7 @@ impl Conn {
                 },
             );
         }
-        crate::detached::audit(
+        crate::guest::command::detached::audit(
             &self.sup,
             audit::Event::CommandAttached,
             command,
@@ -178,13 +184,13 @@ impl Conn {
         if let Some(e) = self.v4("wait") {
             return Some(e);
         }
-        let Some(detached) = self.sup.detached.get(command) else {
+        let Some(detached) = self.detached.get(command) else {
             return Some(error(
                 ErrorCode::UnknownId,
                 format!("no detached command {command}"),
             ));
         };
-        crate::detached::audit(
+        crate::guest::command::detached::audit(
             &self.sup,
             audit::Event::CommandWaited,
             command,
@@ -210,10 +216,10 @@ impl Conn {
             Ok(sig) => sig,
             Err(e) => return error(ErrorCode::BadRequest, e),
         };
-        match self.sup.detached.get(command) {
+        match self.detached.get(command) {
             Some(d) if d.running() && self.sup.reaper.signal(d.pid, sig, true) => {
                 let signal = sig.as_str().to_string();
-                crate::detached::audit(
+                crate::guest::command::detached::audit(
                     &self.sup,
                     audit::Event::CommandSignalled,
                     command,

@@ -6,7 +6,7 @@
 //! arrives; then `audit_end`.
 
 use super::{error, Conn, Door};
-use crate::output::{Out, CHUNK};
+use crate::guest::command::output::{Out, CHUNK};
 use crate::wire::{ErrorCode, Event, Kind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -13,6 +13,7 @@ use crate::boot::{
     mount_volumes, open_audit, open_hosts, prepare_confinement, supervisor, BootError,
 };
 use crate::confine::spawn::{self, SpawnError, Stdio};
+use crate::guest::command::detached::Registry;
 use crate::reaper::Exit;
 use crate::shared::main_restart;
 use crate::supervisor::Supervisor;
@@ -312,23 +313,41 @@ fn serve(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime, doors: Doors)
             }
         }
     });
+    // One registry of detached commands for every door.
+    let detached = Arc::new(Registry::default());
     let local = api::Listener::Unix(doors.local);
-    runtime.spawn(api::serve(sup.clone(), local, api::Door::Local));
+    runtime.spawn(api::serve(
+        sup.clone(),
+        detached.clone(),
+        local,
+        api::Door::Local,
+    ));
     if let Some((host, key)) = doors.host {
         let door = api::Door::Host(key, "host_socket");
-        runtime.spawn(api::serve(sup.clone(), api::Listener::Unix(host), door));
+        runtime.spawn(api::serve(
+            sup.clone(),
+            detached.clone(),
+            api::Listener::Unix(host),
+            door,
+        ));
     }
     if let Some((listener, key)) = doors.vsock {
         let door = api::Door::Host(key, "vsock");
         runtime.spawn(api::serve(
             sup.clone(),
+            detached.clone(),
             api::Listener::Vsock(listener),
             door,
         ));
     }
     if let Some((listener, key)) = doors.tcp {
         let door = api::Door::Host(key, "tcp");
-        runtime.spawn(api::serve(sup.clone(), api::Listener::Tcp(listener), door));
+        runtime.spawn(api::serve(
+            sup.clone(),
+            detached,
+            api::Listener::Tcp(listener),
+            door,
+        ));
     }
 }
 

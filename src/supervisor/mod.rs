@@ -2,14 +2,12 @@
 //! who the users are, where things live, and what is running.
 
 use crate::audit::Audit;
-use crate::confine::cgroups::CommandCgroup;
 use crate::confine::probe::Probe;
 use crate::confine::spawn::{Grouping, Identity, Launch, LaunchError, Stdio, Workdir};
 use crate::confine::spawner::Spawner;
 use crate::confine::Confinement;
 use crate::layout::{self, Paths, Spec};
 use crate::reaper::Reaper;
-use crate::request::ValidRun;
 use crate::shared::config::MachineConfig;
 use crate::users::Account;
 use crate::wire::Limits;
@@ -67,8 +65,6 @@ pub struct Supervisor {
     pub keys: crate::keys::HandedKeys,
     /// Whether the machine is ready, by what its definition waits for.
     pub readiness: readiness::Readiness,
-    /// Commands that outlive their connection.
-    pub detached: crate::detached::registry::Registry,
     /// Each command's lifetime tag.
     pub tags: crate::lifetime::Tags,
     /// What the commands that ended spent, all together.
@@ -146,7 +142,6 @@ impl Supervisor {
             activity: crate::activity::Activity::new(config_idle),
             readiness: readiness::Readiness::new(config_ready),
             keys: Default::default(),
-            detached: Default::default(),
             tags: Default::default(),
             spent: Default::default(),
         }
@@ -222,87 +217,6 @@ impl Supervisor {
         env.extend(self.network.trust_env());
         env.extend(extra.iter().cloned());
         env.into_iter().collect()
-    }
-
-    /// Everything to run `run` as shell: its folder opened (made if
-    /// missing), its environment, and every confinement layer.
-    /// A command's launch as shell, carrying its lifetime `tag` as one more
-    /// supplementary group.
-    pub fn shell_launch(
-        &self,
-        run: &ValidRun,
-        limits: &Limits,
-        tag: u32,
-    ) -> Result<(Launch, Option<CommandCgroup>), String> {
-        let mut env = self.shell_env(&run.env);
-        if run.pty.is_some() {
-            terminal_env(&mut env, &run.env);
-        }
-        let path = env
-            .iter()
-            .find(|(k, _)| k == "PATH")
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
-        let folder = match &run.folder {
-            None => None,
-            Some(parts) => Some(
-                layout::make_folder(
-                    &self.spawner.in_commands_view(&self.paths.workspace),
-                    parts,
-                    layout::Who {
-                        uid: self.shell.uid,
-                        gid: self.shell.gid,
-                        groups: &self.shell.groups,
-                    },
-                    &self.refused_folders(),
-                )
-                .map_err(|e| format!("cannot make or enter the working folder: {e}"))?,
-            ),
-        };
-        let mut confine = self
-            .confinement
-            .for_command(folder.as_ref(), limits, false)?;
-        let cgroup = self
-            .confinement
-            .command_cgroup(&tag.to_string(), limits)?
-            .map(|(cgroup, procs)| {
-                confine.join_cgroup(procs);
-                cgroup
-            });
-        let workdir = match folder {
-            None => Workdir::At(c_path(&self.shell.home).map_err(|e| e.to_string())?),
-            Some(fd) => Workdir::Fd(fd),
-        };
-        let mut identity = identity(&self.shell);
-        identity.groups.push(tag);
-        Launch::new(
-            &run.argv,
-            &env,
-            &path,
-            identity,
-            Grouping::Session,
-            workdir,
-            Some(confine),
-        )
-        .map(|launch| (launch, cgroup))
-        .map_err(|e| e.to_string())
-    }
-
-    /// Folders under the workspace that are never a command's (the
-    /// routines, when they are there), as components.
-    fn refused_folders(&self) -> Vec<Vec<String>> {
-        match self.paths.routines.strip_prefix(&self.paths.workspace) {
-            Ok(rel) => vec![rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect()],
-            Err(_) => Vec::new(),
-        }
-    }
-
-    /// The policy's limits, tightened by what the request asks.
-    pub fn limits_for(&self, run: &ValidRun) -> Limits {
-        self.confinement.limits().tightened_by(&run.limits)
     }
 
     /// Applies every layer in a child as shell and has it test each from
@@ -551,7 +465,7 @@ impl Supervisor {
         &self,
         command: u64,
         pid: Pid,
-        run: &ValidRun,
+        (argv, folder): (Vec<String>, Option<String>),
         requester_uid: u32,
         tag: u32,
     ) {
@@ -560,8 +474,8 @@ impl Supervisor {
             Running {
                 pid,
                 tag,
-                argv: run.argv.clone(),
-                folder: run.folder_text(),
+                argv,
+                folder,
                 requester_uid,
                 since: Instant::now(),
             },
@@ -713,7 +627,8 @@ fn oom_order(commands_first: bool, warden: &Result<String, String>) -> LayerStat
     )
 }
 
-fn identity(account: &Account) -> Identity {
+/// The ids a process of `account` runs with.
+pub fn identity(account: &Account) -> Identity {
     Identity {
         uid: account.uid,
         gid: account.gid,
@@ -731,24 +646,7 @@ fn user_state(account: &Account) -> UserState {
     }
 }
 
-fn c_path(path: &Path) -> Result<CString, LaunchError> {
+/// `path` as the C string a launch takes.
+pub fn c_path(path: &Path) -> Result<CString, LaunchError> {
     Ok(CString::new(path.as_os_str().as_bytes())?)
-}
-
-/// A terminal's environment: HOME is `/`, a folder no command can write,
-/// unless the request names one. shell's home is shared and lasts; a
-/// `.bashrc`, `.profile` or `.inputrc` a command left there would otherwise
-/// run in the owner's interactive shell and see what is typed. warden
-/// cannot give `--norc` to a program the owner names, so it moves HOME.
-/// PYTHONSAFEPATH keeps an interactive `python3` from importing (say, its
-/// `readline`) from the working folder, which commands write.
-fn terminal_env(env: &mut Vec<(String, String)>, asked: &[(String, String)]) {
-    for (name, value) in [("HOME", "/"), ("PYTHONSAFEPATH", "1")] {
-        if asked.iter().any(|(k, _)| k == name) {
-            continue;
-        }
-        env.retain(|(k, _)| k != name);
-        env.push((name.into(), value.into()));
-    }
-    env.sort();
 }

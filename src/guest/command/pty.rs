@@ -10,7 +10,7 @@
 //! TIOCSTI and TIOCLINUX stay refused by seccomp, so the terminal types
 //! into nothing but itself.
 
-use crate::output::{Budget, Out};
+use crate::guest::command::output::{Budget, Out};
 use crate::wire::Kind;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use std::os::fd::{AsRawFd, OwnedFd};

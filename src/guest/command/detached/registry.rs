@@ -1,10 +1,10 @@
 //! The detached commands a machine holds: each one's output backlog, its
 //! attached connections and its exit (`Detached`), and the registry of
-//! them all (`Registry`), which the supervisor keeps. Starting one is
-//! `detached::start`'s.
+//! them all (`Registry`), which the API keeps, one for all its doors
+//! (`boot` makes it). Starting one is `detached::start`'s.
 
 use super::backlog::Backlog;
-use crate::output::{Out, CHUNK};
+use crate::guest::command::output::{Out, CHUNK};
 use crate::wire::{DetachedCommand, Event, ExitReport, Kind};
 use nix::unistd::Pid;
 use std::collections::{HashMap, VecDeque};
@@ -36,7 +36,7 @@ pub struct Detached {
     /// Where attached connections' stdin frames go (a pipe or its
     /// terminal); the only sender kept, so that closing it is end of file.
     stdin: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
-    pub terminal: Option<Arc<crate::pty::Terminal>>,
+    pub terminal: Option<Arc<crate::guest::command::pty::Terminal>>,
     state: tokio::sync::Mutex<State>,
     ended: watch::Sender<Option<ExitReport>>,
 }
@@ -64,7 +64,7 @@ impl Detached {
     /// The detached command `command` (process `pid`), as it starts.
     pub fn new(
         (command, pid): (u64, Pid),
-        terminal: Option<Arc<crate::pty::Terminal>>,
+        terminal: Option<Arc<crate::guest::command::pty::Terminal>>,
         tag: Option<String>,
         argv: Vec<String>,
         folder: Option<String>,

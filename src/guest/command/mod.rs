@@ -3,13 +3,28 @@
 //! spawn, its output, the watch that ends it, its exit report and its
 //! audit lines (`execute`). The API only turns frames into a checked
 //! request and a `Sink`, and the report back into frames.
+//!
+//! The rest of a command's life is beside it: the request's checks
+//! (`request`), its spawn plan (`plan`), its output on its way to a client
+//! (`output`), its terminal (`pty`), the OOM killer's count (`oom`), and
+//! commands that outlive their connection (`detached`). What a command
+//! needs of the machine (its users, confinement, spawner, reaper, audit
+//! log) it reads from the supervisor, which knows nothing of commands but
+//! their ids, pids and tags.
+
+pub mod detached;
+pub mod oom;
+pub mod output;
+pub mod plan;
+pub mod pty;
+pub mod request;
 
 use crate::audit;
 use crate::confine::cgroups::CommandCgroup;
 use crate::confine::spawn::{SpawnError, Spawned, Stdio};
-use crate::output::{pump, Budget, Out};
+use crate::guest::command::output::{pump, Budget, Out};
+use crate::guest::command::request::ValidRun;
 use crate::reaper::Exit;
-use crate::request::ValidRun;
 use crate::supervisor::Supervisor;
 use crate::wire::Limits;
 use crate::wire::{Event, ExitReport, Kind, StdinMode};
@@ -38,7 +53,7 @@ pub struct Running {
     pub command: u64,
     pub pid: Pid,
     /// Its terminal, when it runs on one.
-    pub terminal: Option<Arc<crate::pty::Terminal>>,
+    pub terminal: Option<Arc<crate::guest::command::pty::Terminal>>,
 }
 
 /// A command's life, from its checked request to its exit report: its
@@ -57,9 +72,9 @@ pub async fn execute(
     on_spawn: impl FnOnce(&Running) -> bool,
 ) -> ExitReport {
     let started = Instant::now();
-    let limits = sup.limits_for(&run);
+    let limits = plan::limits_for(sup, &run);
     // The OOM killer's count before it runs (see `oom`).
-    let oom_before = crate::oom::kills();
+    let oom_before = crate::guest::command::oom::kills();
     let started_one = match start(sup, &run, &limits).await {
         Ok(s) => s,
         Err((status, message)) => {
@@ -95,7 +110,8 @@ pub async fn execute(
     let exit = exit.unwrap_or(Exit::Code(125));
     // The OOM count is read again only when the command was killed: the
     // usual end pays for one read, not two.
-    let oom_struck = || matches!((oom_before, crate::oom::kills()), (Some(a), Some(b)) if b > a);
+    let oom_struck =
+        || matches!((oom_before, crate::guest::command::oom::kills()), (Some(a), Some(b)) if b > a);
     let ending = classify_exit(exit, watched, budget.was_exceeded(), cgroup_hit, oom_struck);
     let spent = sup.reaper.take_spent(running.pid);
     let report = ExitReport {
@@ -145,7 +161,7 @@ async fn start(
     let Some(tag) = sup.tags.take() else {
         return Err((125, format!("all {} command tags are taken by kept background processes (stop_shell frees them)", crate::lifetime::TAG_COUNT)));
     };
-    let (launch, cgroup) = match sup.shell_launch(run, limits, tag) {
+    let (launch, cgroup) = match plan::shell_launch(sup, run, limits, tag) {
         Ok(made) => made,
         Err(e) => {
             sup.tags.give_back(tag);
@@ -181,7 +197,7 @@ async fn start(
 fn stdio(run: &ValidRun) -> Result<(Io, Stdio), String> {
     let io = match run.pty {
         None => CommandPipes::new(run.stdin).map(Io::Pipes),
-        Some(size) => crate::command::terminal(size.rows, size.cols, 0)
+        Some(size) => crate::guest::command::terminal(size.rows, size.cols, 0)
             .map(|(terminal, child)| Io::Terminal(Arc::new(terminal), Some(child))),
     };
     let mut io = io.map_err(|e| format!("stdio: {e}"))?;
@@ -229,7 +245,13 @@ async fn announce(
     sink: &Sink,
 ) {
     let (command, pid) = (running.command, running.pid);
-    sup.command_started(command, pid, run, requester, tag);
+    sup.command_started(
+        command,
+        pid,
+        (run.argv.clone(), run.folder_text()),
+        requester,
+        tag,
+    );
     sup.audit.record(
         audit::Event::CommandStart,
         json!({"command": command, "pid": pid.as_raw(), "requester_uid": requester,
@@ -284,14 +306,15 @@ impl Streams {
             }
             // One stream: a terminal has no stderr of its own.
             Io::Terminal(terminal, _) => {
-                let out = tokio::spawn(crate::pty::pump(
+                let out = tokio::spawn(crate::guest::command::pty::pump(
                     terminal.clone(),
                     sink.id,
                     sink.tx.clone(),
                     counts[0].clone(),
                     budget.clone(),
                 ));
-                let feeder = stdin_rx.map(|rx| tokio::spawn(crate::pty::feed(terminal, rx)));
+                let feeder =
+                    stdin_rx.map(|rx| tokio::spawn(crate::guest::command::pty::feed(terminal, rx)));
                 (out, tokio::spawn(async {}), feeder)
             }
         };
@@ -448,7 +471,7 @@ pub fn classify_exit(
 pub enum Io {
     Pipes(CommandPipes),
     Terminal(
-        Arc<crate::pty::Terminal>,
+        Arc<crate::guest::command::pty::Terminal>,
         Option<crate::confine::spawn::Stdio>,
     ),
 }
@@ -525,8 +548,8 @@ pub fn terminal(
     rows: u16,
     cols: u16,
     group: u32,
-) -> std::io::Result<(crate::pty::Terminal, Stdio)> {
-    let (terminal, slave) = crate::pty::Terminal::open(rows, cols, group)?;
+) -> std::io::Result<(crate::guest::command::pty::Terminal, Stdio)> {
+    let (terminal, slave) = crate::guest::command::pty::Terminal::open(rows, cols, group)?;
     let child = Stdio {
         stdin: slave.try_clone()?,
         stdout: slave.try_clone()?,

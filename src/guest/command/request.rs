@@ -78,7 +78,7 @@ pub fn validate(req: RunRequest) -> Result<ValidRun, String> {
         (a, b) => a.or(b),
     };
     if let Some(size) = req.pty {
-        crate::pty::valid_size(size.rows, size.cols)?;
+        crate::guest::command::pty::valid_size(size.rows, size.cols)?;
     }
     let detach = match (req.detach, req.tag) {
         (false, Some(_)) => return Err("tag goes with detach".into()),

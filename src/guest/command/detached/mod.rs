@@ -14,9 +14,9 @@ pub mod registry;
 pub use backlog::Backlog;
 pub use registry::{Detached, Registry, BACKLOG_BYTES, MAX_ENDED, MAX_RUNNING};
 
-use crate::command::{self, Running, Sink};
-use crate::output::Out;
-use crate::request::ValidRun;
+use crate::guest::command::output::Out;
+use crate::guest::command::request::ValidRun;
+use crate::guest::command::{self, Running, Sink};
 use crate::supervisor::Supervisor;
 use crate::wire::Event;
 use serde_json::json;
@@ -39,6 +39,7 @@ pub struct Requester {
 /// is connected.
 pub fn start(
     sup: Arc<Supervisor>,
+    registry: Arc<Registry>,
     run: ValidRun,
     requester: Requester,
     stdin: Option<StdinChannel>,
@@ -52,7 +53,7 @@ pub fn start(
     };
     let made: Arc<Mutex<Option<Arc<Detached>>>> = Arc::default();
     let on_spawn = {
-        let (sup, made, tag) = (sup.clone(), made.clone(), tag.clone());
+        let (registry, made, tag) = (registry.clone(), made.clone(), tag.clone());
         move |running: &Running| {
             let detached = Arc::new(Detached::new(
                 (running.command, running.pid),
@@ -62,7 +63,7 @@ pub fn start(
                 folder,
                 stdin_tx,
             ));
-            sup.detached.map().insert(running.command, detached.clone());
+            registry.map().insert(running.command, detached.clone());
             *made.lock().unwrap_or_else(|e| e.into_inner()) = Some(detached);
             true
         }
@@ -114,7 +115,7 @@ pub fn start(
         match detached {
             Some(detached) => {
                 detached.end(report).await;
-                sup.detached.ended(detached.command);
+                registry.ended(detached.command);
             }
             // It never started: the requester hears why, as for any run.
             None => {
