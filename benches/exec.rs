@@ -210,7 +210,10 @@ fn main() {
             // more processes than a machine's: an upper bound).
             measure("  of which: the lifetime sweep (/proc walk)", 2000, || {
                 assert_eq!(
-                    warden::lifetime::sweep(SHELL_UID, warden::lifetime::TAG_BASE),
+                    warden::guest::process::lifetime::sweep(
+                        SHELL_UID,
+                        warden::guest::process::lifetime::TAG_BASE
+                    ),
                     (0, 0)
                 )
             }),
@@ -475,7 +478,10 @@ fn sweep_inside() {
         .count();
     let row = measure("the lifetime sweep", 2000, || {
         assert_eq!(
-            warden::lifetime::sweep(SHELL_UID, warden::lifetime::TAG_BASE),
+            warden::guest::process::lifetime::sweep(
+                SHELL_UID,
+                warden::guest::process::lifetime::TAG_BASE
+            ),
             (0, 0)
         )
     });

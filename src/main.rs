@@ -12,6 +12,10 @@ mod describe;
 mod sessions;
 #[path = "main/target.rs"]
 mod target;
+#[path = "main/terminal.rs"]
+mod terminal;
+#[path = "main/tunnel.rs"]
+mod tunnel;
 use describe::describe;
 use target::Target;
 
@@ -281,7 +285,7 @@ impl CommandArgs {
                 false => None,
                 true => {
                     let (rows, cols) =
-                        warden::terminal::own_size().ok_or("-t: this is not run on a terminal")?;
+                        crate::terminal::own_size().ok_or("-t: this is not run on a terminal")?;
                     Some(warden::wire::PtySize { rows, cols })
                 }
             },
@@ -441,7 +445,7 @@ const DEFAULT_AUDIT_DIR: &str = "/home/runtime/data/audit";
 fn main() {
     // The kernel starts a VM's /init with no arguments: that is `init`.
     if std::process::id() == 1 && std::env::args_os().len() == 1 {
-        std::process::exit(warden::init::run(warden::init::InitArgs {
+        std::process::exit(warden::guest::boot::run(warden::guest::boot::InitArgs {
             config: None,
             main: Vec::new(),
         }));
@@ -480,7 +484,7 @@ fn main() {
     }
     let status = match cli.command {
         Command::Init { config, main } => {
-            warden::init::run(warden::init::InitArgs { config, main })
+            warden::guest::boot::run(warden::guest::boot::InitArgs { config, main })
         }
         Command::Run(RunArgs { socket, command }) => command
             .request()
@@ -499,10 +503,9 @@ fn main() {
         Command::Ready { socket } => asked::ready(&socket).unwrap_or_else(|e| fail(&e)),
         Command::Machine { action } => machine(action).unwrap_or_else(|e| fail(&e)),
         Command::Connect { host, port, proxy } => {
-            let proxy = proxy.unwrap_or_else(|| {
-                warden::net::tunnel::proxy_from(|name| std::env::var(name).ok())
-            });
-            match warden::net::tunnel::run(&host, port, &proxy) {
+            let proxy =
+                proxy.unwrap_or_else(|| crate::tunnel::proxy_from(|name| std::env::var(name).ok()));
+            match crate::tunnel::run(&host, port, &proxy) {
                 Ok(()) => 0,
                 Err(e) => fail(&format!("connect {host}:{port}: {e}")),
             }
@@ -513,7 +516,7 @@ fn main() {
             audit_dir,
             opened_ca,
             credentials,
-        } => warden::network::standalone(
+        } => warden::guest::net::standalone(
             &listen,
             &policy_dir,
             audit_dir.as_deref(),
@@ -579,7 +582,7 @@ fn run_on(
     // Raw only once the run is sent, and restored however it ends.
     let mut client = connect(Some((ID, &Request::Run(request))))?;
     let _raw = match on_terminal {
-        true => Some(warden::terminal::Raw::enter()?),
+        true => Some(crate::terminal::Raw::enter()?),
         false => None,
     };
     if on_terminal {

@@ -56,7 +56,8 @@ fn commands_run_as_shell_with_only_shells_groups() {
         .collect();
     assert_eq!(groups.len(), 2, "{groups:?}");
     assert_eq!(groups[0], SHELL_UID);
-    let tags = warden::lifetime::TAG_BASE..warden::lifetime::TAG_BASE + warden::lifetime::TAG_COUNT;
+    let tags = warden::guest::process::lifetime::TAG_BASE
+        ..warden::guest::process::lifetime::TAG_BASE + warden::guest::process::lifetime::TAG_COUNT;
     assert!(tags.contains(&groups[1]), "{groups:?}");
     let status = run(
         &m,
@@ -89,9 +90,10 @@ fn the_environment_is_built_from_nothing() {
     // The proxy's variables and those naming the machine's bundle (which
     // trusts its own authority), exactly as warden sets them, and nothing
     // else.
-    let bundle =
-        warden::net::opened::trust::env(std::path::Path::new("/etc/ssl/certs/ca-certificates.crt"));
-    let proxy: Vec<String> = warden::network::proxy_env(3128)
+    let bundle = warden::guest::net::opened::trust::env(std::path::Path::new(
+        "/etc/ssl/certs/ca-certificates.crt",
+    ));
+    let proxy: Vec<String> = warden::guest::net::proxy_env(3128)
         .iter()
         .chain(&bundle)
         .map(|(k, v)| format!("{k}={v}"))

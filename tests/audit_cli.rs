@@ -4,8 +4,8 @@
 use serde_json::json;
 use std::path::Path;
 use std::process::Command;
-use warden::audit::Audit;
-use warden::audit::Event;
+use warden::guest::audit::Audit;
+use warden::guest::audit::Event;
 
 fn warden(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_warden"))
@@ -155,7 +155,7 @@ fn an_anchor_kept_on_the_host_shows_a_cut_or_a_replaced_log() {
 
 #[test]
 fn lines_rotated_away_before_the_owner_read_them_fail_the_check() {
-    use warden::audit::Rotation;
+    use warden::guest::audit::Rotation;
     let dir = tempfile::tempdir().unwrap();
     let rotation = Rotation {
         max_bytes: 4096,

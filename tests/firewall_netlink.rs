@@ -12,8 +12,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use warden::net::firewall::{self, Scope};
-use warden::net::{nft_netlink, nft_readback};
+use warden::guest::net::firewall::{self, Scope};
+use warden::guest::net::{nft_netlink, nft_readback};
 
 const SHELL: u32 = common::SHELL_UID;
 /// The scope of a machine's usual rules: shell's sockets, counted as

@@ -925,7 +925,7 @@ fn applying_the_rules_twice_leaves_one_copy() {
         return;
     }
     use std::io::Write;
-    use warden::net::firewall::{self, Scope};
+    use warden::guest::net::firewall::{self, Scope};
     let ns = format!("wdn-fw-{:x}", std::process::id());
     let ip = |args: &[&str]| {
         let out = std::process::Command::new("ip")

@@ -4,9 +4,9 @@
 //! body decodes the same however it is cut, and masking keeps lengths.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use warden::net::opened::http1::{self, Chunked};
+use warden::guest::net::opened::http1::{self, Chunked};
 use warden::shared::egress::request_rules::{request_path, Rule, RuleText};
-use warden::net::opened::scrub::Scrubber;
+use warden::guest::net::opened::scrub::Scrubber;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(head) = http1::parse_request(data, "api.example.com") {

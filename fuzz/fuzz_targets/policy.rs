@@ -32,6 +32,6 @@ fuzz_target!(|data: &[u8]| {
         for path in paths {
             assert!(path.is_absolute());
         }
-        let _ = warden::confine::rlimits(&p.limits);
+        let _ = warden::guest::confine::rlimits(&p.limits);
     }
 });

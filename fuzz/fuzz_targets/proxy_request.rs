@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 use std::net::IpAddr;
 use warden::shared::egress::addr::{self, Cidr};
 use warden::shared::egress::hosts::HostList;
-use warden::net::proxy::parse_request;
+use warden::guest::net::proxy::parse_request;
 use warden::shared::egress::target::{self, Host};
 
 fuzz_target!(|data: &[u8]| {

@@ -72,10 +72,10 @@ pub fn attach(mut client: Client, command: u64) -> Result<i32, String> {
 /// (looked at ten times a second: no signal handler in this process).
 pub fn follow_size(sender: warden::wire::client::Sender, target: u32) {
     std::thread::spawn(move || {
-        let mut last = warden::terminal::own_size();
+        let mut last = crate::terminal::own_size();
         loop {
             std::thread::sleep(std::time::Duration::from_millis(100));
-            let now = warden::terminal::own_size();
+            let now = crate::terminal::own_size();
             if now != last {
                 if let Some((rows, cols)) = now {
                     if sender

@@ -19,13 +19,13 @@ pub mod plan;
 pub mod pty;
 pub mod request;
 
-use crate::audit;
-use crate::confine::cgroups::CommandCgroup;
-use crate::confine::spawn::{SpawnError, Spawned, Stdio};
+use crate::guest::audit;
 use crate::guest::command::output::{pump, Budget, Out};
 use crate::guest::command::request::ValidRun;
-use crate::reaper::Exit;
-use crate::supervisor::Supervisor;
+use crate::guest::confine::cgroups::CommandCgroup;
+use crate::guest::confine::spawn::{SpawnError, Spawned, Stdio};
+use crate::guest::process::reaper::Exit;
+use crate::guest::supervisor::Supervisor;
 use crate::wire::Limits;
 use crate::wire::{Event, ExitReport, Kind, StdinMode};
 use nix::fcntl::OFlag;
@@ -159,7 +159,7 @@ async fn start(
     limits: &Limits,
 ) -> Result<Started, (i32, String)> {
     let Some(tag) = sup.tags.take() else {
-        return Err((125, format!("all {} command tags are taken by kept background processes (stop_shell frees them)", crate::lifetime::TAG_COUNT)));
+        return Err((125, format!("all {} command tags are taken by kept background processes (stop_shell frees them)", crate::guest::process::lifetime::TAG_COUNT)));
     };
     let (launch, cgroup) = match plan::shell_launch(sup, run, limits, tag) {
         Ok(made) => made,
@@ -391,18 +391,18 @@ async fn end_leftovers(
     // of processes, under 100 µs) says so here, without a trip to a
     // blocking thread and back. Killing, which waits between rounds,
     // goes there.
-    if cgroup.is_none() && crate::lifetime::carriers(shell, tag).is_empty() {
+    if cgroup.is_none() && crate::guest::process::lifetime::carriers(shell, tag).is_empty() {
         sup.tags.give_back(tag);
         return (0, 0);
     }
     let ended = tokio::task::spawn_blocking(move || match cgroup.map(|c| c.end()) {
         // What its cgroup could not end still carries its tag.
         Some((killed, left)) if left > 0 => {
-            let (more, still) = crate::lifetime::sweep(shell, tag);
+            let (more, still) = crate::guest::process::lifetime::sweep(shell, tag);
             (killed + more, still)
         }
         Some(ended) => ended,
-        None => crate::lifetime::sweep(shell, tag),
+        None => crate::guest::process::lifetime::sweep(shell, tag),
     })
     .await
     .unwrap_or((0, 1));
@@ -472,7 +472,7 @@ pub enum Io {
     Pipes(CommandPipes),
     Terminal(
         Arc<crate::guest::command::pty::Terminal>,
-        Option<crate::confine::spawn::Stdio>,
+        Option<crate::guest::confine::spawn::Stdio>,
     ),
 }
 

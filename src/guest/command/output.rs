@@ -5,16 +5,15 @@
 //! the socket by page reference, never copied through warden's memory. A
 //! kernel that cannot splice into a unix socket gets the copying path.
 
+use crate::guest::vm::vsock::Capped;
 use crate::wire::{Event, Header, Kind};
 use nix::fcntl::SpliceFFlags;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter, Interest};
-use tokio::net::unix::{pipe, OwnedWriteHalf};
+use tokio::io::{AsyncWriteExt, BufWriter, Interest};
+use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 /// The most output one frame carries.
@@ -35,46 +34,6 @@ pub enum Out {
         len: usize,
         done: oneshot::Sender<bool>,
     },
-}
-
-/// The connection's socket, written at most `max` bytes per call.
-///
-/// On vsock each write becomes one packet; a packet larger than a page is
-/// built from page fragments by newer guest kernels and reaches the host's
-/// device as several descriptors, which some devices (vhost-device-vsock
-/// 0.3) cannot read, killing the connection. A page per write keeps every
-/// packet in one descriptor. Unix sockets take any size.
-pub struct Capped {
-    inner: OwnedWriteHalf,
-    max: usize,
-}
-
-impl Capped {
-    pub fn new(inner: OwnedWriteHalf, max: usize) -> Capped {
-        Capped {
-            inner,
-            max: max.max(1),
-        }
-    }
-}
-
-impl AsyncWrite for Capped {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let n = buf.len().min(self.max);
-        Pin::new(&mut self.inner).poll_write(cx, &buf[..n])
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }
 
 /// The connection's writer: drains the queue, flushing when it runs dry.
@@ -141,7 +100,7 @@ async fn splice_frame(
 ) -> io::Result<()> {
     w.write_all(&header(kind, id, len)).await?;
     w.flush().await?;
-    let (sock, max) = (w.get_ref().inner.as_ref(), w.get_ref().max);
+    let (sock, max) = (w.get_ref().inner().as_ref(), w.get_ref().max());
     let mut left = len;
     while left > 0 {
         sock.writable().await?;

@@ -4,10 +4,10 @@
 //! supervisor's state. The spawner thread then forks it.
 
 use super::request::ValidRun;
-use crate::confine::cgroups::CommandCgroup;
-use crate::confine::spawn::{Grouping, Launch, Workdir};
-use crate::layout;
-use crate::supervisor::{c_path, identity, Supervisor};
+use crate::guest::accounts::layout;
+use crate::guest::confine::cgroups::CommandCgroup;
+use crate::guest::confine::spawn::{Grouping, Launch, Workdir};
+use crate::guest::supervisor::{c_path, identity, Supervisor};
 use crate::wire::Limits;
 
 /// Everything to run `run` as shell: its folder opened (made if

@@ -17,7 +17,7 @@ pub use registry::{Detached, Registry, BACKLOG_BYTES, MAX_ENDED, MAX_RUNNING};
 use crate::guest::command::output::Out;
 use crate::guest::command::request::ValidRun;
 use crate::guest::command::{self, Running, Sink};
-use crate::supervisor::Supervisor;
+use crate::guest::supervisor::Supervisor;
 use crate::wire::Event;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -151,7 +151,7 @@ async fn read_exactly(pipe: &tokio::net::unix::pipe::Receiver, len: usize) -> Ve
 /// The audit line of an action on a detached command.
 pub fn audit(
     sup: &Supervisor,
-    kind: crate::audit::Event,
+    kind: crate::guest::audit::Event,
     command: u64,
     requester_uid: u32,
     extra: serde_json::Value,

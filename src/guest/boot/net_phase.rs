@@ -1,0 +1,167 @@
+//! Phase 10 of the boot: the network. The firewall applied, the egress
+//! proxy started (reaching out itself, or in a VM through the host's
+//! relay), and the default host list worked out once the machine is ready.
+
+use crate::guest::audit::Event;
+use crate::guest::net::proxy::{self, Proxy};
+use crate::guest::supervisor::Supervisor;
+use serde_json::json;
+use std::sync::Arc;
+
+/// Who opened a connection to the proxy: the uid owning its client end,
+/// the process holding it, and the command whose lifetime tag that
+/// process carries (its id, and a digest of its argv, so no argument
+/// reaches the line whole).
+fn origin(sup: &Arc<Supervisor>) -> proxy::Origin {
+    let weak = Arc::downgrade(sup);
+    let tags = crate::guest::process::lifetime::TAGS;
+    Arc::new(move |client, proxy_end| {
+        let uid = crate::guest::net::origin::uid_of(client, proxy_end);
+        // A socket warden's connect gate connected says itself whose it is.
+        let made_for = weak
+            .upgrade()
+            .and_then(|sup| sup.network.gate()?.caller_of(client));
+        let holder = match made_for {
+            Some(tid) => Some(crate::guest::net::origin::holder_of_thread(
+                tid as i32,
+                tags.clone(),
+            )),
+            None => crate::guest::net::origin::holder(client, proxy_end, tags.clone()),
+        };
+        // The uid alone, when no process holds the socket any more.
+        let Some(holder) = holder else {
+            return uid.map(|uid| json!({ "uid": uid }));
+        };
+        let mut found = json!({"pid": holder.pid});
+        if let Some(uid) = uid {
+            found["uid"] = uid.into();
+        }
+        let command = holder
+            .tag
+            .and_then(|tag| weak.upgrade()?.command_digest_of_tag(tag));
+        if let Some((command, digest)) = command {
+            found["command"] = command.into();
+            found["argv_sha256"] = digest.into();
+        }
+        Some(found)
+    })
+}
+
+/// How the proxy reaches upstreams: itself, or in a VM with a network
+/// its host's relay, with the machine's key (root's alone to read).
+fn upstream_way(sup: &Supervisor, in_vm: bool) -> Result<proxy::Through, String> {
+    let Some(port) = sup.config.egress_vsock_port.filter(|_| in_vm) else {
+        return Ok(proxy::Through::Direct);
+    };
+    let file = &sup.config.key_file;
+    crate::shared::machine_key::Key::load(file)?;
+    let key = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(proxy::Through::HostRelay {
+        port,
+        key: key.trim().to_string(),
+    })
+}
+
+/// Applies the firewall, works out the default host list, and starts the
+/// proxy on the listeners bound earlier (in a VM with a network, reaching
+/// out through the host's relay).
+pub(super) fn start(
+    sup: &Arc<Supervisor>,
+    runtime: &tokio::runtime::Runtime,
+    listeners: Vec<std::net::TcpListener>,
+    in_vm: bool,
+) -> proxy::Defaults {
+    let applied = sup.network.apply();
+    let defaults: proxy::Defaults = Default::default();
+    let weak = Arc::downgrade(sup);
+    let record: proxy::Recorder = Arc::new(move |kind, fields| {
+        if let Some(sup) = weak.upgrade() {
+            // Anyone in the machine can ask the proxy for what it refuses,
+            // as often as they like: refusals are a burst and a count, per
+            // asker (a flood of one command's hides no other's), and the
+            // runtime's always whole.
+            let source =
+                crate::guest::audit::throttle::source_of("proxy", &fields, sup.runtime.uid);
+            match (fields.get("allowed") == Some(&json!(false)), source) {
+                (true, Some(source)) => sup.audit.record_refusal(kind, &source, fields),
+                _ => sup.audit.record(kind, fields),
+            }
+        }
+    });
+    let hooks = proxy::Hooks {
+        record,
+        origin: Some(origin(sup)),
+        runtime: Some(proxy::Runtime {
+            uid: sup.runtime.uid,
+            client_uid: Arc::new(crate::guest::net::origin::uid_of),
+        }),
+        opener: sup.network.opener.as_ref().ok().cloned(),
+    };
+    let policy = &sup.network.policy;
+    let dir = &sup.config.policy_dir;
+    let started: Result<(Arc<Proxy>, _), String> = upstream_way(sup, in_vm).and_then(|through| {
+        proxy::start(
+            runtime,
+            policy,
+            dir,
+            defaults.clone(),
+            hooks,
+            listeners,
+            through,
+        )
+    });
+    let proxy_error = match started {
+        Ok((p, _serving)) => {
+            sup.network.set_proxy(p);
+            None
+        }
+        Err(e) => {
+            crate::say!("the egress proxy did not start: {e}");
+            Some(e)
+        }
+    };
+    sup.audit.record(
+        Event::Network,
+        json!({"firewall": match &applied { Some(Ok(_)) => json!("applied"), Some(Err(e)) => json!({"error": e}), None => json!("off") },
+               "firewall_via": applied.and_then(Result::ok).map(|()| crate::guest::net::firewall::VIA),
+               "firewall_policy": policy.firewall, "proxy": sup.network.listening,
+               "proxy_error": proxy_error, "hosts_from": if policy.hosts.is_some() { "network.json" } else { "default" }}),
+    );
+    defaults
+}
+
+/// Works out the default host list, once the machine is ready: asking the
+/// tools takes a second or two of CPU that the boot should not share. A
+/// connection that needs the list before it is known waits for it.
+pub(super) fn work_out_default_hosts(sup: &Arc<Supervisor>, defaults: proxy::Defaults) {
+    if sup.network.policy.hosts.is_some() {
+        return;
+    }
+    let path = sup.config.path.clone();
+    let home = sup.shell.home.display().to_string();
+    let shell = crate::guest::confine::spawn::Identity {
+        uid: sup.shell.uid,
+        gid: sup.shell.gid,
+        groups: sup.shell.groups.clone(),
+    };
+    let (sup2, filled) = (sup.clone(), defaults.clone());
+    let worked_out = std::thread::Builder::new()
+        .name("default-hosts".into())
+        .spawn(move || {
+            let (hosts, sources) =
+                crate::guest::net::default_hosts(&sup2.reaper, shell, &home, &path);
+            sup2.audit.record(
+                Event::DefaultHosts,
+                json!({"hosts": hosts, "registries_found": sources}),
+            );
+            let _ = filled.set(hosts);
+        });
+    if let Err(e) = worked_out {
+        crate::say!("cannot work out the default host list ({e}): GitHub's hosts only");
+        let _ = defaults.set(
+            crate::guest::net::registries::GITHUB
+                .map(String::from)
+                .to_vec(),
+        );
+    }
+}

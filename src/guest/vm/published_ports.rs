@@ -1,0 +1,60 @@
+//! A VM's published ports, guest side. The VM has no network device: the
+//! host's relay carries each connection to a published port over vsock,
+//! to port `FORWARD_BASE + port`, where warden takes it and hands it to
+//! the runtime's server on the guest's loopback. Only the host reaches a
+//! guest's vsock listeners; only warden (root) connects onward.
+
+use super::vsock::Capped;
+use crate::wire::vsock_ports::vsock_port;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpStream, UnixStream};
+
+/// Listens on vsock for each of `ports` and carries every connection to
+/// 127.0.0.1 in the guest. Call inside the async runtime, in a VM that
+/// warden booted only. Returns what could not be listened on.
+pub fn serve(ports: &[u16]) -> Vec<String> {
+    let mut failed = Vec::new();
+    for &port in ports {
+        match crate::guest::vm::vsock::bind_any(vsock_port(port)) {
+            Ok(listener) => {
+                tokio::spawn(accept_loop(listener, port));
+            }
+            Err(e) => failed.push(format!("published port {port}: {e}")),
+        }
+    }
+    failed
+}
+
+async fn accept_loop(listener: crate::guest::vm::vsock::Listener, port: u16) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _peer)) => {
+                tokio::spawn(carry(stream, port));
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// One connection: vsock to the runtime's server and back. Nothing
+/// listening there closes the host's end at once. When the server is done
+/// sending, the whole connection ends: the host's vsock device does not
+/// pass a half-close on, so a client waiting for the end would wait for
+/// ever.
+async fn carry(from_host: UnixStream, port: u16) {
+    let Ok(server) = TcpStream::connect(("127.0.0.1", port)).await else {
+        return;
+    };
+    let _ = server.set_nodelay(true);
+    let (mut host_read, host_write) = from_host.into_split();
+    // A page per vsock write (see `output::Capped`).
+    let mut host_write = Capped::new(host_write, crate::guest::vm::vsock::MAX_WRITE);
+    let (mut server_read, mut server_write) = server.into_split();
+    let inbound = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut host_read, &mut server_write).await;
+        let _ = server_write.shutdown().await;
+    });
+    let _ = tokio::io::copy(&mut server_read, &mut host_write).await;
+    inbound.abort();
+    let _ = inbound.await;
+}
