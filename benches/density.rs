@@ -107,7 +107,7 @@ impl Fleet {
                 self.made.push(name.clone());
                 // The limits the launcher gives a machine: podman's own
                 // default (a million open files) is above this host's.
-                let ulimits = &warden::launcher::host::get().unwrap().ulimits;
+                let ulimits = &warden::host::this_host::get().unwrap().ulimits;
                 let started = Instant::now();
                 ok(podman()
                     .args(["run", "-d", "--name", &name])

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use timing::{interleaved, ok, podman, print_phases, table};
-use warden::launcher::machine as m;
+use warden::host::machine as m;
 use warden::wire::client::Client;
 use warden::wire::RunRequest;
 

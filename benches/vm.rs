@@ -21,7 +21,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use timing::{interleaved, median, ok, podman, print_phases, table};
-use warden::launcher::machine as m;
+use warden::host::machine as m;
 use warden::wire::RunRequest;
 
 const IMAGE: &str = "localhost/warden-machine:latest";
@@ -41,7 +41,7 @@ fn unable() -> Option<String> {
     if !nix::unistd::geteuid().is_root() {
         return Some("the VM bench needs root".into());
     }
-    if let Err(e) = warden::launcher::vm::kit() {
+    if let Err(e) = warden::host::vm::kit() {
         return Some(e.to_string());
     }
     let image = podman().args(["image", "exists", IMAGE]).status();

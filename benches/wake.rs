@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use timing::{ok, podman};
-use warden::launcher::machine as m;
+use warden::host::machine as m;
 
 const IMAGE: &str = "localhost/warden-machine:latest";
 /// Rounds of each wake contender.
@@ -80,7 +80,7 @@ fn unable() -> Option<String> {
         }
         Ok(_) => {}
     }
-    if warden::launcher::serve::running() {
+    if warden::host::machine::serve::running() {
         return Some(
             "another warden machine serve fronts root's machines (one per owner and engine); \
              this bench needs its own: stop that one first"

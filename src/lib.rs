@@ -8,6 +8,6 @@
 //! both sides run; `guest`, warden as PID 1; `host`, the launcher.
 
 pub mod guest;
-pub mod launcher;
+pub mod host;
 pub mod shared;
 pub mod wire;

@@ -643,7 +643,7 @@ fn run_on(
 }
 
 fn machine(action: MachineAction) -> Result<i32, String> {
-    use warden::launcher::machine as m;
+    use warden::host::machine as m;
     // Each action asks for what it needs: exec and status only the state
     // folder, never the engine.
     match action {
@@ -667,7 +667,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             .map(|()| 0)
             .map_err(String::from),
         MachineAction::VmRelay { config } => {
-            warden::launcher::vm::relay::run(&config)?;
+            warden::host::vm::relay::run(&config)?;
             Ok(0)
         }
         MachineAction::Kube {
@@ -676,7 +676,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             sandbox,
             runtime_class,
         } => {
-            let text = warden::launcher::kube::kube(
+            let text = warden::host::kube::kube(
                 &definition,
                 env_file.as_deref(),
                 sandbox,
@@ -744,7 +744,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             .map(|()| 0)
             .map_err(String::from),
         MachineAction::Serve { lead } => {
-            warden::launcher::serve::run(std::time::Duration::from_secs(lead))
+            warden::host::machine::serve::run(std::time::Duration::from_secs(lead))
                 .map(|()| 0)
                 .map_err(String::from)
         }

@@ -317,7 +317,7 @@ fn an_idle_machine_stops_itself_a_hold_keeps_it_and_exec_start_wakes_it() {
     assert!(out.status.success(), "{}", show("exec --start", &out));
     assert_eq!(text(&out.stdout), "awake\n");
     // A hold from the runtime keeps it up past its idle time...
-    let mut client = warden::launcher::machine::connect(id, None).unwrap();
+    let mut client = warden::host::machine::connect(id, None).unwrap();
     let until = warden::shared::idle::now_ms() + 60_000;
     assert_eq!(client.hold(until).unwrap(), until);
     drop(client);
@@ -334,7 +334,7 @@ fn an_idle_machine_stops_itself_a_hold_keeps_it_and_exec_start_wakes_it() {
         show("status", &status)
     );
     // ...and once let go, it stops again.
-    let mut client = warden::launcher::machine::connect(id, None).unwrap();
+    let mut client = warden::host::machine::connect(id, None).unwrap();
     assert_eq!(client.hold(0).unwrap(), 0);
     drop(client);
     assert!(
@@ -401,7 +401,7 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
     exec("2000", "mkdir /home/runtime/workspace/runtime-notes && echo notes > /home/runtime/workspace/runtime-notes/n.txt");
     let port = host_port(&container, 3000).unwrap();
     http_get(port, "/", Duration::from_secs(20)).expect("the runtime serves");
-    let mut client = warden::launcher::machine::connect(id, None).unwrap();
+    let mut client = warden::host::machine::connect(id, None).unwrap();
     let main = client.status().unwrap().main.expect("a main process").pid;
     let targets = Targets {
         home: "/home/runtime".into(),
@@ -524,7 +524,7 @@ fn a_machine_has_its_size_and_a_memory_bomb_stops_at_it() {
         "{}",
         show("bomb", &out)
     );
-    let mut client = warden::launcher::machine::connect(id, None).unwrap();
+    let mut client = warden::host::machine::connect(id, None).unwrap();
     let status = client.status().unwrap();
     assert!(status.main.is_some(), "the runtime is alive");
     let out = warden(&["machine", "exec", id, "--", "echo", "next"]);
@@ -588,7 +588,7 @@ fn in_a_container_what_a_command_leaves_behind_ends_with_it() {
         "{}",
         show("status", &status)
     );
-    let mut client = warden::launcher::machine::connect(id, None).unwrap();
+    let mut client = warden::host::machine::connect(id, None).unwrap();
     let (_, left) = client.stop_shell("KILL").unwrap();
     assert_eq!(left, 0);
     assert_eq!(sleepers("912"), 0);

@@ -51,7 +51,7 @@ fn machine(
 /// `machine`, rootful, with the owner's `.env` (a key the test made) in
 /// its folder.
 fn keyed(id: &str, warden: fn(&[&str]) -> Output) -> TestMachine {
-    let state = warden::launcher::machine::state_dir(id);
+    let state = warden::host::machine::state_dir(id);
     let m = machine(id, tempfile::tempdir().unwrap(), warden, state);
     std::fs::write(m.dir.path().join(".env"), format!("AGENT_TOKEN={CANARY}\n")).unwrap();
     m
@@ -325,7 +325,7 @@ fn the_python_example_lends_a_project_at_its_path_with_rootful_podman() {
         return;
     }
     let _one = one_at_a_time();
-    let state = warden::launcher::machine::state_dir("python-project");
+    let state = warden::host::machine::state_dir("python-project");
     let m = machine(
         "python-project",
         tempfile::tempdir().unwrap(),

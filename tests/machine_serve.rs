@@ -248,7 +248,7 @@ fn podman_machines_sleep_and_wake_behind_serve() {
     m.define(served(serde_json::json!({})));
     up_fronted(&m);
     let at = warden::shared::idle::now_ms() + 30_000;
-    let mut client = warden::launcher::machine::connect(&m.id, None).unwrap();
+    let mut client = warden::host::machine::connect(&m.id, None).unwrap();
     assert_eq!(client.next_job(at).unwrap(), at);
     drop(client);
     // serve keeps the job in the state folder at its next look.

@@ -102,7 +102,7 @@ fn a_failing_setup_fails_up_with_its_output() {
         "{err}"
     );
     assert_eq!(leftovers(&fx.id), "", "{err}");
-    let state = warden::launcher::machine::state_dir(&fx.id);
+    let state = warden::host::machine::state_dir(&fx.id);
     assert!(!state.exists(), "{} is left", state.display());
 }
 #[test]

@@ -163,7 +163,7 @@ fn an_unchanged_machine_is_started_by_its_recorded_id_and_never_a_stale_one() {
     let tagged = podman(&["tag", IMAGE, &tag]);
     assert!(tagged.status.success(), "{}", show("tag", &tagged));
     let fx = TestMachine::defined("kept", serde_json::json!({"image": tag}));
-    let record = warden::launcher::machine::state_dir(&fx.id).join("kept.json");
+    let record = warden::host::machine::state_dir(&fx.id).join("kept.json");
     let recorded = || -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap()
     };
@@ -695,7 +695,7 @@ fn a_running_machines_log_is_read_through_its_warden() {
     assert!(said.contains("chain intact"), "{said}");
     assert!(said.contains("no anchor yet"), "{said}");
     // What came is the whole log: the command just run is in it.
-    let copy = warden::launcher::machine::state_dir(&fx.id).join("audit-copy/warden.jsonl");
+    let copy = warden::host::machine::state_dir(&fx.id).join("audit-copy/warden.jsonl");
     let log = std::fs::read_to_string(&copy).unwrap();
     assert!(log.contains("\"read-me\""), "{log}");
     let out = warden(&["machine", "audit", &fx.id]);

@@ -17,7 +17,7 @@ fn leftovers(id: &str) -> String {
     let label = format!("label=warden.machine={id}");
     let containers = docker(&["ps", "-a", "--filter", &label, "-q"]);
     let volumes = docker(&["volume", "ls", "--filter", &label, "-q"]);
-    let state = warden::launcher::machine::state_dir(id);
+    let state = warden::host::machine::state_dir(id);
     let state = if state.exists() {
         format!("{}\n", state.display())
     } else {
@@ -43,7 +43,7 @@ fn a_docker_machine_is_built_confined_keyed_stopped_and_removed() {
         return;
     }
     let id = machine_id("docker");
-    let state = warden::launcher::machine::state_dir(&id);
+    let state = warden::host::machine::state_dir(&id);
     // Removed with Docker as the engine; its folder 0700, as tempdirs are.
     let m = TestMachine::in_folder(id, tempfile::tempdir().unwrap(), warden, state);
     let id = &m.id;
@@ -169,7 +169,7 @@ fn a_private_machine_on_a_daemon_without_its_bridge_is_refused_before_anything_i
         show("check", &check)
     );
     let id = machine_id("nobridge");
-    let state = warden::launcher::machine::state_dir(&id);
+    let state = warden::host::machine::state_dir(&id);
     let m = TestMachine::in_folder(id, tempfile::tempdir().unwrap(), warden, state);
     m.define(serde_json::json!({
         "image": IMAGE, "network": "private", "ports": [{"port": 3000, "host": "auto", "from": 18600}],

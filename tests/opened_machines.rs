@@ -384,7 +384,7 @@ fn a_podman_machine_adds_the_owners_credential_and_holds_it_nowhere_else() {
     assert!(out.status.success(), "{}", show("audit", &out));
     assert!(said.contains("chain intact"), "{said}");
     assert_no_secret("audit", &said);
-    let copy = warden::launcher::machine::state_dir(&fx.id).join("audit-copy/warden.jsonl");
+    let copy = warden::host::machine::state_dir(&fx.id).join("audit-copy/warden.jsonl");
     let log = std::fs::read_to_string(&copy).unwrap();
     assert_no_secret("the audit log", &log);
     assert!(log.contains("\"credentials_handed\""), "{log}");
@@ -709,7 +709,7 @@ static VM_KIT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 /// `warden ARGS` with the private kit of `vm_kit_of_this_warden`.
 fn vm_warden(args: &[&str]) -> std::process::Output {
     let kit = VM_KIT.get().expect("the private kit is made first");
-    common::machine::warden_with(args, &[(warden::launcher::vm::KIT_VAR, kit)])
+    common::machine::warden_with(args, &[(warden::host::vm::KIT_VAR, kit)])
 }
 
 /// A kit of the shared one's kernel, volumes and root disks, whose
@@ -787,7 +787,7 @@ fn a_vm_adds_the_owners_credential_through_the_hosts_relay() {
     assert_eq!(VM_KIT.get(), Some(&kit.0), "one private kit per run");
     let net = Internet::start();
     let id = common::machine::machine_id("vm-opened");
-    let state = warden::launcher::machine::state_dir(&id);
+    let state = warden::host::machine::state_dir(&id);
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(
         dir.path(),
@@ -892,7 +892,7 @@ fn a_docker_machine_adds_the_owners_credential() {
     let started = Instant::now();
     let net = Internet::start();
     let id = common::machine::machine_id("dk-opened");
-    let state = warden::launcher::machine::state_dir(&id);
+    let state = warden::host::machine::state_dir(&id);
     let m = TestMachine::in_folder(id, tempfile::tempdir().unwrap(), docker_warden, state);
     let ca = owners_files(m.dir.path(), &net);
     std::fs::copy(warden_bin(), m.dir.path().join("warden")).unwrap();

@@ -594,7 +594,7 @@ fn the_launcher_makes_runs_stops_and_removes_a_vm() {
     let (ok, status, err) = warden(&["machine", "status", id]);
     assert!(ok, "{err}");
     // The main process runs, as runtime, with the key in its environment.
-    let main = warden::launcher::machine::status(id).unwrap().main;
+    let main = warden::host::machine::status(id).unwrap().main;
     let main = main.expect("a main process");
     assert!(main.pid > 0 && main.argv[0] == "sh", "{main:?}");
     for layer in ["firewall", "proc_hidden", "landlock", "seccomp"] {

@@ -184,7 +184,7 @@ fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
     assert!(ok, "{audit}{err}");
     assert!(audit.contains("chain intact"), "{audit}");
     assert!(!audit.contains("may lack its last lines"), "{audit}");
-    let copy = warden::launcher::machine::state_dir(id).join("audit-copy");
+    let copy = warden::host::machine::state_dir(id).join("audit-copy");
     let log = std::fs::read_dir(&copy)
         .unwrap()
         .flatten()
@@ -206,7 +206,7 @@ fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
 
     // The host's side kept its own lines.
     let relay_log = std::fs::read_to_string(
-        warden::launcher::machine::state_dir(id)
+        warden::host::machine::state_dir(id)
             .join("vm")
             .join("relay.log"),
     )
@@ -219,7 +219,7 @@ fn a_vm_reaches_listed_hosts_through_its_proxy_and_the_hosts_relay_only() {
     // Stopped, the relay is gone with the VM.
     let (ok, out, err) = warden(&["machine", "stop", id]);
     assert!(ok, "{out}{err}");
-    let relay_pid = warden::launcher::machine::state_dir(id)
+    let relay_pid = warden::host::machine::state_dir(id)
         .join("vm")
         .join("relay.pid");
     assert!(!relay_pid.exists());

@@ -67,7 +67,7 @@ pub fn interleaved<const N: usize>(runs: usize, mut each: [&mut dyn FnMut(); N])
 /// The container engine with the options the launcher found this host
 /// needs (the machine benches compare against it).
 pub fn podman() -> Command {
-    let host = warden::launcher::host::get().unwrap_or_else(|e| panic!("{e}"));
+    let host = warden::host::this_host::get().unwrap_or_else(|e| panic!("{e}"));
     let mut c = Command::new(host.engine.program());
     c.args(&host.global);
     c
@@ -117,7 +117,7 @@ pub fn median(mut xs: Vec<f64>) -> f64 {
 /// The last `boot` line in the audit log of the running machine `id`,
 /// read through its warden as `warden machine audit` reads it.
 pub fn boot_line(id: &str) -> Option<serde_json::Value> {
-    let (files, _anchor) = warden::launcher::machine::copy_audit(id).ok()?;
+    let (files, _anchor) = warden::host::machine::copy_audit(id).ok()?;
     let text = std::fs::read_to_string(files.last()?).ok()?;
     text.lines()
         .rev()

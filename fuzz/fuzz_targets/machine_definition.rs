@@ -6,7 +6,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use std::path::{Component, Path, PathBuf};
-use warden::launcher::definition::{Definition, Source, Workspace};
+use warden::host::definition::{Definition, Source, Workspace};
 
 /// Written out again here (not taken from the parser) so the target
 /// checks the rule, not the parser's copy of it.

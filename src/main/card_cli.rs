@@ -4,7 +4,7 @@
 //! stopped), as text, one JSON object or a self-contained HTML page.
 
 use serde_json::Value;
-use warden::launcher::machine as m;
+use warden::host::machine as m;
 use warden::shared::spend::{card, card_render};
 
 #[derive(clap::Args)]

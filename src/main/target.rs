@@ -23,7 +23,7 @@ impl Target {
     pub fn id(&self) -> Result<Option<&str>, String> {
         match (&self.id, &self.connect) {
             (Some(id), _) => {
-                warden::launcher::machine::check_id(id)?;
+                warden::host::machine::check_id(id)?;
                 Ok(Some(id))
             }
             (None, Some(_)) => Ok(None),
@@ -34,7 +34,7 @@ impl Target {
     /// A client of the machine's warden, keyed.
     pub fn connect(&self, first: Option<(u32, &Request)>) -> Result<Client, String> {
         match (&self.id, &self.connect) {
-            (Some(id), _) => warden::launcher::machine::connect(id, first).map_err(String::from),
+            (Some(id), _) => warden::host::machine::connect(id, first).map_err(String::from),
             (None, Some(address)) => {
                 let key = super::KEY.get().ok_or(
                     "--connect needs the machine's key: --key-file FILE (or WARDEN_KEY_FILE)",

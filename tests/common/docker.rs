@@ -42,7 +42,7 @@ pub fn warden(args: &[&str]) -> Output {
 /// with Docker as the engine when dropped.
 pub fn machine(tag: &str, definition: serde_json::Value) -> TestMachine {
     let id = machine_id(tag);
-    let state = warden::launcher::machine::state_dir(&id);
+    let state = warden::host::machine::state_dir(&id);
     let m = TestMachine::in_folder(id, tempfile::tempdir().unwrap(), warden, state);
     m.define(definition);
     m
@@ -105,7 +105,7 @@ pub fn warden_bridged(args: &[&str]) -> Output {
 /// Machine `machine_id(tag)` on the bridged daemon, `definition` written.
 pub fn bridged_machine(tag: &str, definition: serde_json::Value) -> TestMachine {
     let id = machine_id(tag);
-    let state = warden::launcher::machine::state_dir(&id);
+    let state = warden::host::machine::state_dir(&id);
     let m = TestMachine::in_folder(id, tempfile::tempdir().unwrap(), warden_bridged, state);
     m.define(definition);
     m

@@ -79,7 +79,7 @@ impl Played {
     /// podman's default ulimits: podman's own (a million open files)
     /// exceed a hard limit a pod without CAP_SYS_RESOURCE cannot raise.
     pub fn play(&self, yaml: &Path) -> Output {
-        let host = warden::launcher::host::get().unwrap_or_else(|e| panic!("{e}"));
+        let host = warden::host::this_host::get().unwrap_or_else(|e| panic!("{e}"));
         let limits: Vec<String> = host
             .ulimits
             .iter()

@@ -71,7 +71,7 @@ pub fn warden(args: &[&str]) -> Output {
 
 /// podman with the options the launcher found this host needs.
 pub fn podman(args: &[&str]) -> Output {
-    let host = warden::launcher::host::get().unwrap_or_else(|e| panic!("{e}"));
+    let host = warden::host::this_host::get().unwrap_or_else(|e| panic!("{e}"));
     Command::new(host.engine.program())
         .args(&host.global)
         .args(args)
@@ -121,7 +121,7 @@ impl TestMachine {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let id = machine_id(tag);
-        let state = warden::launcher::machine::state_dir(&id);
+        let state = warden::host::machine::state_dir(&id);
         TestMachine::in_folder(id, dir, warden, state)
     }
 
@@ -205,7 +205,7 @@ pub fn leftovers(id: &str) -> String {
     let machine = format!("label=warden.machine={id}");
     let containers = podman(&["ps", "-a", "--filter", &machine, "-q"]);
     let volumes = podman(&["volume", "ls", "--filter", &machine, "-q"]);
-    let state = warden::launcher::machine::state_dir(id);
+    let state = warden::host::machine::state_dir(id);
     let state = match state.exists() {
         true => format!("state folder {}\n", state.display()),
         false => String::new(),

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
-use warden::launcher::vm::Kit;
+use warden::host::vm::Kit;
 use warden::wire::client::{Client, ClientError};
 
 /// The guest's CID, and warden's vsock port (its default).
@@ -92,13 +92,13 @@ pub fn one_at_a_time() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Finds the launcher's kit (warden::launcher::vm::kit: kernel, initramfs,
+/// Finds the launcher's kit (warden::host::vm::kit: kernel, initramfs,
 /// volumes, QEMU, vhost-device-vsock) and what the tests need beside it
 /// (machine/vm/build's shared root disk, debugfs and e2fsck to read the
 /// volumes), or says why not: under CI=true a missing piece fails the test;
 /// elsewhere the test skips, saying why.
 pub fn kit(test: &str) -> Option<Kit> {
-    let found = warden::launcher::vm::kit();
+    let found = warden::host::vm::kit();
     let mut missing: Vec<String> = found
         .as_ref()
         .err()
@@ -301,7 +301,7 @@ impl Vm {
             if ready && self.connect_with(&self.key).is_ok() {
                 return self.launched.elapsed();
             }
-            if let Some(reason) = warden::launcher::vm::early_panic(&self.serial()) {
+            if let Some(reason) = warden::host::vm::early_panic(&self.serial()) {
                 if let Some((kit, opts)) = self.again.take() {
                     eprintln!("the guest kernel panicked before warden was ready ({reason}): launched once more\n{}", self.console());
                     *self = Vm::launch(&kit, opts);
@@ -412,5 +412,5 @@ fn random_key() -> String {
 /// The host CPU's clock in kHz (the launcher reads it the same way).
 fn tsc_khz() -> u64 {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    warden::launcher::vm::tsc_khz(&info).expect("no cpu MHz in /proc/cpuinfo")
+    warden::host::vm::tsc_khz(&info).expect("no cpu MHz in /proc/cpuinfo")
 }

@@ -8,20 +8,24 @@
 //! ask the backend of the machine as it exists.
 
 pub use super::agent_setup::{published, size_of};
+pub mod container;
+pub mod handed;
+pub mod serve;
+
 use super::backend::{Backend, Made, Prepared};
-use super::container::Container;
 use super::definition::{valid_id, Definition, Kind};
 use super::engine;
 pub use super::engine::host;
 use super::error::LaunchError;
-use super::host::Host;
 use super::kept;
 use super::ps::Row;
 pub use super::state::{container, key, socket, state_dir, PREFIX};
 use super::state::{give, prepare_state};
+use super::this_host::Host;
 use super::vm::{self, Vm};
 use super::{sha256_hex, step};
 use crate::wire::client::Client;
+use container::Container;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -29,14 +33,14 @@ use std::time::{Duration, Instant};
 /// For `check`: what a machine on the network "private" gets here, where
 /// that is in doubt (a Docker daemon may run without its bridge).
 pub fn private_network(host: &Host) -> Option<String> {
-    if host.engine != super::host::Engine::Docker {
+    if host.engine != super::this_host::Engine::Docker {
         return None;
     }
     Some(match engine::has_bridge() {
         true => "network \"private\": the daemon's bridge".to_string(),
         false => format!(
             "network \"private\": refused here: {}",
-            super::container::NO_BRIDGE
+            container::NO_BRIDGE
         ),
     })
 }
@@ -88,7 +92,7 @@ pub fn up(
     match result {
         Ok(()) => {
             let env_file = owner_env_file(definition, env_file);
-            super::handed::keep(&state_dir(&def.id), &def, definition, &env_file);
+            handed::keep(&state_dir(&def.id), &def, definition, &env_file);
             // Not ready in time is an error, but the machine stays: its
             // logs say why.
             let timeout = Duration::from_secs(def.ready.timeout_s);
@@ -398,8 +402,8 @@ pub fn stop(id: &str) -> Result<(), LaunchError> {
     host()?;
     // A frozen machine is thawed first: its warden ends it in order.
     let state = state_dir(id);
-    if state.join(super::serve::fronts::PAUSED).exists() {
-        super::serve::thaw(id, &state)?;
+    if state.join(serve::fronts::PAUSED).exists() {
+        serve::thaw(id, &state)?;
     }
     of(id).stop(id)
 }
@@ -552,8 +556,8 @@ pub fn connect(
 ) -> Result<Client, LaunchError> {
     // No engine is asked: a command's round trip is the API's alone (and
     // a look whether the machine is frozen, which thaws it).
-    super::host::state_root()?;
-    super::serve::thaw_for_door(id)?;
+    super::this_host::state_root()?;
+    serve::thaw_for_door(id)?;
     of(id).connect(id, first)
 }
 
@@ -570,7 +574,7 @@ pub fn start(id: &str) -> Result<bool, LaunchError> {
             "machine {id} started in {:.2} s",
             started.elapsed().as_secs_f64()
         );
-        super::handed::hand_again(id, &state_dir(id));
+        handed::hand_again(id, &state_dir(id));
     }
     let timeout = super::ready::timeout_of(&state_dir(id));
     super::ready::wait(id, timeout, || connect(id, None))?;
@@ -581,7 +585,7 @@ pub fn start(id: &str) -> Result<bool, LaunchError> {
 /// machine it started says so in its audit log (`wake`, cause `start`).
 pub fn start_asked(id: &str) -> Result<(), LaunchError> {
     if start(id)? {
-        super::serve::note_wake(id, "start");
+        serve::note_wake(id, "start");
     }
     Ok(())
 }

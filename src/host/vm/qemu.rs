@@ -5,10 +5,10 @@
 
 use super::accel::Accel;
 use super::{dir, stop_backend};
-use crate::launcher::definition::{Lend, LendMode};
-use crate::launcher::error::LaunchError;
-use crate::launcher::scope::{in_own_scope, systemd_runs};
-use crate::launcher::state::container;
+use crate::host::definition::{Lend, LendMode};
+use crate::host::error::LaunchError;
+use crate::host::scope::{in_own_scope, systemd_runs};
+use crate::host::state::container;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -90,7 +90,7 @@ pub fn tsc_khz(cpuinfo: &str) -> Option<u64> {
 }
 
 /// The VM's memory (MiB) and CPUs, from its definition.
-pub fn vm_size(size: &crate::launcher::agent::Size) -> (u64, u32) {
+pub fn vm_size(size: &crate::host::agent::Size) -> (u64, u32) {
     (
         size.memory.map_or(DEFAULT_MEMORY_MB, |bytes| bytes >> 20),
         size.cpus.map_or(DEFAULT_CPUS, |c| c.ceil().max(1.0) as u32),
@@ -352,15 +352,15 @@ mod tests {
             "{line}"
         );
         assert!(!line.contains("9p"), "no lend, no share: {line}");
-        let size = crate::launcher::agent::Size::default();
+        let size = crate::host::agent::Size::default();
         assert_eq!(vm_size(&size), (512, 1));
-        let size = crate::launcher::agent::Size {
+        let size = crate::host::agent::Size {
             cpus: Some(1.5),
             memory: Some(1 << 30),
             pids: None,
         };
         assert_eq!(vm_size(&size), (1024, 2));
-        let size = crate::launcher::agent::Size {
+        let size = crate::host::agent::Size {
             cpus: Some(2.0),
             memory: Some(1024 << 20),
             pids: Some(100),

@@ -7,8 +7,8 @@ use super::agent::{free_port, HostPort, AUTO_SPAN};
 use super::definition::Definition;
 use super::engine;
 use super::error::LaunchError;
-use super::host::Host;
 use super::state::connect;
+use super::this_host::Host;
 
 /// Each command `requires` names must be on warden's PATH, as shell finds
 /// it; the missing ones are named in one line. `connect` reaches the
@@ -65,7 +65,7 @@ pub fn published(name: &str) -> Vec<String> {
 pub(super) fn engine_size(def: &Definition, host: &Host) -> Option<(f64, u64, u64)> {
     let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let size = def.size.resolved(host_cpus);
-    match host.rootless && host.cgroups != super::host::Cgroups::Unified {
+    match host.rootless && host.cgroups != super::this_host::Cgroups::Unified {
         true => None,
         false => Some(size),
     }

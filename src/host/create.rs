@@ -6,7 +6,7 @@
 use super::agent::{KeepId, Restart};
 use super::definition::{Lend, LendMode};
 use super::error::LaunchError;
-use super::host::Engine;
+use super::this_host::Engine;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 

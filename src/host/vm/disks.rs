@@ -3,10 +3,10 @@
 //! own files appended), and its volumes copied sparse from the kit.
 
 use super::{dir, lend_tag, Kit};
-use crate::launcher::definition::{Definition, Lend, LendMode};
-use crate::launcher::engine;
-use crate::launcher::error::LaunchError;
-use crate::launcher::state::{key, state_dir};
+use crate::host::definition::{Definition, Lend, LendMode};
+use crate::host::engine;
+use crate::host::error::LaunchError;
+use crate::host::state::{key, state_dir};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};

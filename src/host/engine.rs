@@ -2,17 +2,17 @@
 //! rootless) or Docker, found once per process (see `host`). Every engine
 //! failure comes back as one line naming the step, the first line of the
 //! engine's stderr, and what it means when it is a known quirk of hosts
-//! (see `host::hint`).
+//! (see `this_host::hint`).
 
 use super::error::LaunchError;
-use super::host::{self, Engine, Host};
+use super::this_host::{self, Engine, Host};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
 /// The host as the engine runs machines on it; an error says why this
 /// host cannot run one.
 pub fn host() -> Result<&'static Host, LaunchError> {
-    host::get()
+    this_host::get()
 }
 
 /// The uid that owns the machines made by this process.
@@ -122,13 +122,13 @@ pub(super) fn failure(
     stderr: &str,
     stdout: &str,
 ) -> LaunchError {
-    let first = host::first_line(if stderr.trim().is_empty() {
+    let first = this_host::first_line(if stderr.trim().is_empty() {
         stdout
     } else {
         stderr
     });
     LaunchError::new(step, format!("{engine} failed ({status}): {first}"))
-        .with_hint(host::hint(stderr))
+        .with_hint(this_host::hint(stderr))
 }
 
 /// True when the engine can inspect the object (both engines have

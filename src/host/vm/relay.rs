@@ -6,8 +6,8 @@
 
 use super::egress::{EgressConfig, Relay};
 use super::ports::Forward;
-use crate::launcher::definition::{Definition, Network};
-use crate::launcher::error::LaunchError;
+use crate::host::definition::{Definition, Network};
+use crate::host::error::LaunchError;
 use crate::wire::vsock_ports;
 use serde::{Deserialize, Serialize};
 use std::os::unix::process::CommandExt;
@@ -45,7 +45,7 @@ pub fn start(def: &Definition, ports: &[(u16, u16)]) -> Result<(), LaunchError> 
     super::stop_backend(&def.id);
     let listen = vm.join(format!("vsock.sock_{}", vsock_ports::RELAY_PORT));
     let _ = std::fs::remove_file(&listen);
-    let state = crate::launcher::state::state_dir(&def.id);
+    let state = crate::host::state::state_dir(&def.id);
     let egress = (def.network != Network::None).then(|| EgressConfig {
         listen: listen.clone(),
         key_file: state.join("key"),
@@ -110,9 +110,9 @@ fn spawn(id: &str, config: &Path, log_file: &Path) -> Result<std::process::Child
         config.display().to_string(),
     ];
     let unit = format!("warden-{id}-relay");
-    let systemd = crate::launcher::scope::systemd_runs();
+    let systemd = crate::host::scope::systemd_runs();
     let (program, args) =
-        crate::launcher::scope::in_own_scope(systemd, &unit, &warden.display().to_string(), args);
+        crate::host::scope::in_own_scope(systemd, &unit, &warden.display().to_string(), args);
     std::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())

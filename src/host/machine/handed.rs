@@ -5,8 +5,8 @@
 //! in the state folder (`handed-from.json`: paths, never values); a start
 //! reads the values from there again.
 
-use super::definition::Definition;
-use super::LaunchError;
+use crate::host::definition::Definition;
+use crate::host::LaunchError;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -31,7 +31,7 @@ pub fn keep(state: &Path, def: &Definition, definition: &Path, env_file: &Path) 
         env_file: absolute(env_file),
     };
     let otherwise = "a start of the machine cannot hand its credentials again (`up` does)";
-    super::kept::write_or_say(&state.join(FILE), &from, otherwise);
+    crate::host::kept::write_or_say(&state.join(FILE), &from, otherwise);
 }
 
 /// Hands the machine's credentials again after a start, from where `up`
@@ -46,9 +46,8 @@ pub fn hand_again(id: &str, state: &Path) {
         .map_err(|e| LaunchError::new(FILE, e.to_string()))
         .and_then(|from| {
             let def = Definition::load(&from.definition)?;
-            let values =
-                super::machine::credentials_for(&def, &from.definition, Some(&from.env_file))?;
-            super::agent_setup::hand_credentials(&values, || super::machine::connect(id, None))
+            let values = super::credentials_for(&def, &from.definition, Some(&from.env_file))?;
+            crate::host::agent_setup::hand_credentials(&values, || super::connect(id, None))
         });
     if let Err(e) = handed {
         eprintln!("warden: machine {id}: its credentials were not handed again ({e}); its hosts with credentials refuse requests (credential_missing) until `warden machine up`");

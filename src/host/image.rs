@@ -9,9 +9,9 @@ use super::context_ignore::Ignore;
 use super::definition::{Definition, Source};
 use super::engine;
 use super::error::LaunchError;
-use super::host::{Engine, Host};
 use super::kept;
 use super::state::PREFIX;
+use super::this_host::{Engine, Host};
 use super::{sha256_hex, step};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -516,7 +516,7 @@ mod tests {
         let host = Host {
             engine: Engine::Docker,
             rootless: false,
-            cgroups: super::super::host::Cgroups::Unified,
+            cgroups: super::super::this_host::Cgroups::Unified,
             global: vec![],
             ulimits: vec!["--ulimit".into(), "nofile=10:10".into()],
             facts: vec![],

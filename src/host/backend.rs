@@ -6,8 +6,8 @@
 
 use super::definition::Definition;
 use super::error::LaunchError;
-use super::host::Host;
 use super::image::Image;
+use super::this_host::Host;
 use crate::wire::client::Client;
 use crate::wire::Request;
 use std::path::{Path, PathBuf};

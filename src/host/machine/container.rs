@@ -4,22 +4,24 @@
 //! the host socket in the machine's state folder, presenting the key;
 //! `podman exec` is used only to run the definition's setup script.
 
-use super::agent::RUNTIME_HOME;
-use super::agent_setup::{check_requires, engine_size, hand_credentials, hand_keys, host_ports};
-use super::agent_setup::{published, said_size, SIZE_FORMAT};
-use super::backend::{Backend, Made, Prepared};
-use super::create::{
+use crate::host::agent::RUNTIME_HOME;
+use crate::host::agent_setup::{
+    check_requires, engine_size, hand_credentials, hand_keys, host_ports,
+};
+use crate::host::agent_setup::{published, said_size, SIZE_FORMAT};
+use crate::host::backend::{Backend, Made, Prepared};
+use crate::host::create::{
     create_args, entrypoint_is_warden, static_warden, CreatePlan, Entry, RUNTIME_UID, SHELL_UID,
 };
-use super::definition::{Definition, Network, Workspace};
-use super::engine;
-use super::error::LaunchError;
-use super::host::{Engine, Host};
-use super::kept;
-use super::made_from;
-use super::ps::{self, Row};
-use super::state::{container, give, key, socket, state_dir, write_machine_files, PREFIX};
-use super::step;
+use crate::host::definition::{Definition, Network, Workspace};
+use crate::host::engine;
+use crate::host::error::LaunchError;
+use crate::host::kept;
+use crate::host::made_from;
+use crate::host::ps::{self, Row};
+use crate::host::state::{container, give, key, socket, state_dir, write_machine_files, PREFIX};
+use crate::host::step;
+use crate::host::this_host::{Engine, Host};
 use crate::wire::client::Client;
 use crate::wire::Request;
 use std::io::Write;
@@ -63,7 +65,7 @@ impl Backend for Container {
     }
 
     fn connect(&self, id: &str, first: Option<(u32, &Request)>) -> Result<Client, LaunchError> {
-        super::state::connect(id, first)
+        crate::host::state::connect(id, first)
     }
 
     fn copy_audit(&self, id: &str, copy: &Path) -> Result<bool, LaunchError> {
@@ -101,7 +103,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     let mut reloads = made_from::reloaded(made_from::load(&p.state).as_ref(), &p.made_from);
     let created = match found.as_ref().map(|f| f.inputs.as_str()) {
         Some(found) if found == p.digest => {
-            super::reloaded::keep(p, &name, &reloads)?;
+            crate::host::reloaded::keep(p, &name, &reloads)?;
             false
         }
         found => {
@@ -121,7 +123,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         }
     };
     if let Some(old) = &p.image.replaced {
-        super::image::remove_replaced(old, start);
+        crate::host::image::remove_replaced(old, start);
     }
     if created || !found.as_ref().is_some_and(|f| f.running) {
         engine::run("start", &["start", &name])?;
@@ -132,11 +134,13 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     wait_ready(&def.id, &key(&def.id)?)?;
     step(start, "warden answers on the host socket");
     if !reloads.is_empty() {
-        super::reloaded::reload(&def.id, &reloads, start)?;
+        crate::host::reloaded::reload(&def.id, &reloads, start)?;
     }
     // The credentials before the keys: the main process, which may wait
     // for its keys, finds the proxy ready to add them.
-    let handed = hand_credentials(p.credentials_text, || super::state::connect(&def.id, None))?;
+    let handed = hand_credentials(p.credentials_text, || {
+        crate::host::state::connect(&def.id, None)
+    })?;
     if handed > 0 {
         step(start, &format!("credentials handed to warden: {handed}"));
     }
@@ -145,7 +149,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         start,
         &format!("keys handed to the runtime: {}", def.keys.len()),
     );
-    check_requires(def, || super::state::connect(&def.id, None))?;
+    check_requires(def, || crate::host::state::connect(&def.id, None))?;
     if let (Some(script), Some(digest)) = (&def.setup, &p.setup_digest) {
         setup_once(p, &name, script, digest, created)?;
     }
@@ -165,7 +169,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     let size = found
         .as_ref()
         .and_then(|f| f.size.clone())
-        .or_else(|| super::agent_setup::size_of(&name));
+        .or_else(|| crate::host::agent_setup::size_of(&name));
     // A woken machine's record is the one `up` began from: kept as it is.
     if !woke {
         match (
@@ -367,8 +371,8 @@ pub fn fits(def: &Definition, host: &Host) -> Result<(), LaunchError> {
     if !def.dns.is_empty() && matches!(def.network, Network::None | Network::Host) {
         return Err(LaunchError::new("dns", "name servers need a network of the machine's own (\"private\" or a namespace); on \"none\" or \"host\" the engine refuses them"));
     }
-    let unified = host.cgroups == super::host::Cgroups::Unified;
-    if def.sleep.idle == super::definition::Idle::Pause && rootless && !unified {
+    let unified = host.cgroups == crate::host::this_host::Cgroups::Unified;
+    if def.sleep.idle == crate::host::definition::Idle::Pause && rootless && !unified {
         return Err(LaunchError::new("idle \"pause\"", "a rootless engine on cgroup v1 cannot freeze a container (it has no freezer of its own there); use \"stop\", or run as root"));
     }
     if def.keep_id.is_on() && !(rootless && host.engine == Engine::Podman) {

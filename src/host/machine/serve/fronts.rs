@@ -6,7 +6,7 @@
 //! it, kept across the machine's stop) and `paused` (the machine is
 //! frozen: its door must thaw it first).
 
-use crate::launcher::definition::Idle;
+use crate::host::definition::Idle;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -38,9 +38,9 @@ pub struct Fronts {
 
 /// The engine this process runs machines with: podman, or Docker and the
 /// daemon it speaks to (two daemons' machines share the state root).
-pub fn engine_key(engine: crate::launcher::host::Engine) -> String {
+pub fn engine_key(engine: crate::host::this_host::Engine) -> String {
     match (engine, std::env::var("DOCKER_HOST")) {
-        (crate::launcher::host::Engine::Docker, Ok(daemon)) if !daemon.is_empty() => {
+        (crate::host::this_host::Engine::Docker, Ok(daemon)) if !daemon.is_empty() => {
             format!("docker {daemon}")
         }
         (engine, _) => engine.program().to_string(),

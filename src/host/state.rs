@@ -7,8 +7,8 @@
 use super::definition::{Definition, LendMode};
 use super::engine;
 use super::error::LaunchError;
-use super::host;
-use super::host::Host;
+use super::this_host;
+use super::this_host::Host;
 use crate::wire::client::Client;
 use crate::wire::Request;
 use std::io::{Read, Write};
@@ -20,10 +20,10 @@ pub const PREFIX: &str = "warden";
 
 /// The machine's state folder.
 pub fn state_dir(id: &str) -> PathBuf {
-    match host::state_root() {
+    match this_host::state_root() {
         Ok(root) => root.join(id),
         // Unreachable in practice: every command asks for the root first.
-        Err(_) => Path::new(host::ROOTFUL_STATE).join(id),
+        Err(_) => Path::new(this_host::ROOTFUL_STATE).join(id),
     }
 }
 

@@ -6,7 +6,7 @@
 use super::super::ps::Row;
 use super::disks::VOLUMES;
 use super::{container, dir, is_vm, ports, running, state_dir, stop};
-use crate::launcher::error::LaunchError;
+use crate::host::error::LaunchError;
 use std::path::Path;
 
 /// The file in a VM's folder naming the image its last `up` booted.
@@ -80,7 +80,7 @@ fn made(vm: &Path) -> bool {
 /// The ids of this owner's VMs (the machines in its state root with a VM
 /// folder), sorted.
 pub fn ids() -> Vec<String> {
-    let Ok(root) = crate::launcher::host::state_root() else {
+    let Ok(root) = crate::host::this_host::state_root() else {
         return Vec::new();
     };
     let Ok(entries) = std::fs::read_dir(&root) else {
@@ -89,7 +89,7 @@ pub fn ids() -> Vec<String> {
     let mut ids: Vec<String> = entries
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|id| crate::launcher::definition::valid_id(id) && is_vm(id))
+        .filter(|id| crate::host::definition::valid_id(id) && is_vm(id))
         .collect();
     ids.sort();
     ids

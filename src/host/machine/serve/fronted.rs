@@ -3,15 +3,15 @@
 //! `up` back only once serve holds the ports.
 
 use super::fronts::{self, Fronts};
-use crate::launcher::agent::HostPort;
-use crate::launcher::agent_setup::host_ports;
-use crate::launcher::backend::Prepared;
-use crate::launcher::LaunchError;
+use crate::host::agent::HostPort;
+use crate::host::agent_setup::host_ports;
+use crate::host::backend::Prepared;
+use crate::host::LaunchError;
 
 /// A machine whose ports `warden machine serve` fronts: what it fronts
 /// kept for it (the same host ports as before where the machine had them),
 /// serve started when none runs; the lines `up` says.
-pub(in crate::launcher) fn front(p: &Prepared) -> Result<Vec<String>, LaunchError> {
+pub(in crate::host) fn front(p: &Prepared) -> Result<Vec<String>, LaunchError> {
     let def = p.def;
     let before = fronts::load(&p.state);
     let held = before.as_ref().is_some_and(|b| {

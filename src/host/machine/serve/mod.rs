@@ -15,9 +15,9 @@ pub mod fronted;
 pub mod fronts;
 pub mod idle;
 
-use super::machine::{connect, start, stop};
-use super::state::state_dir;
-use super::{engine, LaunchError};
+use super::{connect, start, stop};
+use crate::host::state::state_dir;
+use crate::host::{engine, LaunchError};
 use fronts::{Front, Fronts};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,16 +32,16 @@ const LOOK: Duration = Duration::from_secs(1);
 /// The lock one serve per owner and engine holds, in the state root.
 fn lock_path(root: &Path) -> Result<PathBuf, LaunchError> {
     let engine = fronts::engine_key(engine::host()?.engine);
-    let short = &super::sha256_hex(engine.as_bytes())[..12];
+    let short = &crate::host::sha256_hex(engine.as_bytes())[..12];
     Ok(root.join(format!("serve-{short}.lock")))
 }
 
 /// Serves until killed; `lead` is how long before a job its machine starts.
 pub fn run(lead: Duration) -> Result<(), LaunchError> {
     engine::host()?;
-    let root = super::host::state_root()?;
+    let root = crate::host::this_host::state_root()?;
     let _held = hold_lock(&root)?;
-    if super::scope::systemd_runs() {
+    if crate::host::scope::systemd_runs() {
         engine::start_in_own_scope();
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -60,7 +60,7 @@ pub fn run(lead: Duration) -> Result<(), LaunchError> {
 
 /// Whether a serve holds the lock of this owner's state root now.
 pub fn running() -> bool {
-    let Ok(root) = super::host::state_root() else {
+    let Ok(root) = crate::host::this_host::state_root() else {
         return false;
     };
     let Ok(path) = lock_path(&root) else {
@@ -81,7 +81,7 @@ pub fn ensure_running() -> Result<Option<u32>, LaunchError> {
     if running() {
         return Ok(None);
     }
-    let root = super::host::state_root()?;
+    let root = crate::host::this_host::state_root()?;
     let log_path = root.join("serve.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -319,7 +319,7 @@ impl Served {
         let engine_port = match known {
             Some(p) => p,
             None => {
-                let name = super::state::container(&self.id);
+                let name = crate::host::state::container(&self.id);
                 let asked = tokio::task::spawn_blocking(move || engine_port(&name, port))
                     .await
                     .ok()??;
@@ -439,12 +439,12 @@ fn look(m: &Served, lead: Duration) {
 /// Stops or freezes the machine, as its definition says.
 fn sleep(
     m: &Served,
-    how: super::definition::Idle,
+    how: crate::host::definition::Idle,
     idle_ms: u64,
 ) -> Result<&'static str, LaunchError> {
     match how {
-        super::definition::Idle::Stop => stop(&m.id).map(|()| "stopped"),
-        super::definition::Idle::Pause => {
+        crate::host::definition::Idle::Stop => stop(&m.id).map(|()| "stopped"),
+        crate::host::definition::Idle::Pause => {
             let noted = connect(&m.id, None).and_then(|mut c| {
                 c.pause(idle_ms)
                     .map_err(|e| LaunchError::sentence(e.to_string()))
@@ -456,14 +456,15 @@ fn sleep(
             let marker = m.state.join(fronts::PAUSED);
             std::fs::write(&marker, b"").map_err(|e| LaunchError::io(&marker, e))?;
             m.paused.store(true, Ordering::SeqCst);
-            engine::run("pause", &["pause", &super::state::container(&m.id)]).map(|_| "paused")
+            engine::run("pause", &["pause", &crate::host::state::container(&m.id)])
+                .map(|_| "paused")
         }
     }
 }
 
 /// Thaws a frozen machine (the engine's unpause), its marker gone.
 pub fn thaw(id: &str, state: &Path) -> Result<(), LaunchError> {
-    engine::run("unpause", &["unpause", &super::state::container(id)])?;
+    engine::run("unpause", &["unpause", &crate::host::state::container(id)])?;
     let _ = std::fs::remove_file(state.join(fronts::PAUSED));
     Ok(())
 }
