@@ -20,8 +20,6 @@ pub mod pty;
 pub mod request;
 
 use crate::guest::audit;
-use crate::guest::command::output::{pump, Budget, Out};
-use crate::guest::command::request::ValidRun;
 use crate::guest::confine::cgroups::CommandCgroup;
 use crate::guest::confine::spawn::{SpawnError, Spawned, Stdio};
 use crate::guest::process::reaper::Exit;
@@ -31,6 +29,8 @@ use crate::wire::{Event, ExitReport, Kind, StdinMode};
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
+use output::{pump, Budget, Out};
+use request::ValidRun;
 use serde_json::json;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,7 +53,7 @@ pub struct Running {
     pub command: u64,
     pub pid: Pid,
     /// Its terminal, when it runs on one.
-    pub terminal: Option<Arc<crate::guest::command::pty::Terminal>>,
+    pub terminal: Option<Arc<pty::Terminal>>,
 }
 
 /// A command's life, from its checked request to its exit report: its
@@ -74,7 +74,7 @@ pub async fn execute(
     let started = Instant::now();
     let limits = plan::limits_for(sup, &run);
     // The OOM killer's count before it runs (see `oom`).
-    let oom_before = crate::guest::command::oom::kills();
+    let oom_before = oom::kills();
     let started_one = match start(sup, &run, &limits).await {
         Ok(s) => s,
         Err((status, message)) => {
@@ -110,8 +110,7 @@ pub async fn execute(
     let exit = exit.unwrap_or(Exit::Code(125));
     // The OOM count is read again only when the command was killed: the
     // usual end pays for one read, not two.
-    let oom_struck =
-        || matches!((oom_before, crate::guest::command::oom::kills()), (Some(a), Some(b)) if b > a);
+    let oom_struck = || matches!((oom_before, oom::kills()), (Some(a), Some(b)) if b > a);
     let ending = classify_exit(exit, watched, budget.was_exceeded(), cgroup_hit, oom_struck);
     let spent = sup.reaper.take_spent(running.pid);
     let report = ExitReport {
@@ -197,7 +196,7 @@ async fn start(
 fn stdio(run: &ValidRun) -> Result<(Io, Stdio), String> {
     let io = match run.pty {
         None => CommandPipes::new(run.stdin).map(Io::Pipes),
-        Some(size) => crate::guest::command::terminal(size.rows, size.cols, 0)
+        Some(size) => terminal(size.rows, size.cols, 0)
             .map(|(terminal, child)| Io::Terminal(Arc::new(terminal), Some(child))),
     };
     let mut io = io.map_err(|e| format!("stdio: {e}"))?;
@@ -306,15 +305,14 @@ impl Streams {
             }
             // One stream: a terminal has no stderr of its own.
             Io::Terminal(terminal, _) => {
-                let out = tokio::spawn(crate::guest::command::pty::pump(
+                let out = tokio::spawn(pty::pump(
                     terminal.clone(),
                     sink.id,
                     sink.tx.clone(),
                     counts[0].clone(),
                     budget.clone(),
                 ));
-                let feeder =
-                    stdin_rx.map(|rx| tokio::spawn(crate::guest::command::pty::feed(terminal, rx)));
+                let feeder = stdin_rx.map(|rx| tokio::spawn(pty::feed(terminal, rx)));
                 (out, tokio::spawn(async {}), feeder)
             }
         };
@@ -471,7 +469,7 @@ pub fn classify_exit(
 pub enum Io {
     Pipes(CommandPipes),
     Terminal(
-        Arc<crate::guest::command::pty::Terminal>,
+        Arc<pty::Terminal>,
         Option<crate::guest::confine::spawn::Stdio>,
     ),
 }
@@ -544,12 +542,8 @@ impl CommandPipes {
 /// A terminal of this size for a command: warden's end, and the child's
 /// three descriptors on its slave (the controlling terminal of the new
 /// session the child leads).
-pub fn terminal(
-    rows: u16,
-    cols: u16,
-    group: u32,
-) -> std::io::Result<(crate::guest::command::pty::Terminal, Stdio)> {
-    let (terminal, slave) = crate::guest::command::pty::Terminal::open(rows, cols, group)?;
+pub fn terminal(rows: u16, cols: u16, group: u32) -> std::io::Result<(pty::Terminal, Stdio)> {
+    let (terminal, slave) = pty::Terminal::open(rows, cols, group)?;
     let child = Stdio {
         stdin: slave.try_clone()?,
         stdout: slave.try_clone()?,

@@ -8,7 +8,17 @@
 //! after its answer, and the client is told the same, so no second request
 //! can ride behind the first one unread.
 
-use crate::guest::net::proxy::http::HOP_BY_HOP;
+/// Headers that concern only the hop to the proxy, never sent on.
+pub const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+];
 
 /// The most a head may hold (start line and headers).
 pub const MAX_HEAD: usize = 64 * 1024;

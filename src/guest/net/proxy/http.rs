@@ -2,6 +2,7 @@
 //! target, the Host header, how a body is framed), and the answer a
 //! refused client gets. Everything but the reading is pure.
 
+use crate::guest::net::opened::http1::HOP_BY_HOP;
 use crate::shared::egress::refusal::{Kind, Refused};
 use crate::shared::egress::target::{self, Host, Target, TargetError};
 use std::net::IpAddr;
@@ -103,18 +104,6 @@ pub struct Plain {
     /// The origin-form target (path and query), for an opened host's rules.
     pub path: String,
 }
-
-/// Headers that concern only the hop to the proxy, never sent on.
-pub(crate) const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "upgrade",
-];
 
 /// Pure: parses and checks a request head. Malformed targets, a Host
 /// header that disagrees with the request line, and bodies the proxy would
