@@ -48,7 +48,7 @@ fn commands_run_as_shell_with_only_shells_groups() {
         format!("{SHELL_UID}\n")
     );
     // shell's group, and the command's own lifetime tag (a group owning
-    // nothing; see src/lifetime.rs).
+    // nothing; see src/guest/process/lifetime.rs).
     let groups = text(&run(&m, argv(&["id", "-G"])).stdout);
     let groups: Vec<u32> = groups
         .split_whitespace()

@@ -5,8 +5,8 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use warden::guest::net::opened::http1::{self, Chunked};
-use warden::shared::egress::request_rules::{request_path, Rule, RuleText};
 use warden::guest::net::opened::scrub::Scrubber;
+use warden::shared::egress::request_rules::{request_path, Rule, RuleText};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(head) = http1::parse_request(data, "api.example.com") {

@@ -4,9 +4,9 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use std::net::IpAddr;
+use warden::guest::net::proxy::parse_request;
 use warden::shared::egress::addr::{self, Cidr};
 use warden::shared::egress::hosts::HostList;
-use warden::guest::net::proxy::parse_request;
 use warden::shared::egress::target::{self, Host};
 
 fuzz_target!(|data: &[u8]| {

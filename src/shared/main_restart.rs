@@ -1,6 +1,7 @@
 //! The main process started again when it ends (`main_restart` in the
 //! machine config): what a container's engine does for a container, done
-//! by warden where no engine stands around it (a VM).
+//! by warden where no engine stands around it (a VM). The rule alone, pure,
+//! beside the machine config that names it; the guest's boot applies it.
 
 use serde::Deserialize;
 use std::time::Duration;

@@ -47,7 +47,7 @@ pub use crate::wire::limits::Limits;
 
 /// The network layer: the firewall's requirement, and what the egress
 /// proxy may reach. `hosts`, `ports` and `allow_addresses` are re-read
-/// while warden runs (see `net::proxy`); the rest holds until restart.
+/// while warden runs (see `guest::net::proxy`); the rest holds until restart.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkPolicy {

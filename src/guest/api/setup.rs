@@ -2,7 +2,7 @@
 //! machine's setup script as the runtime, where the owner has no other way
 //! to act as the runtime (a VM: no engine to `exec` with). The script runs
 //! on sh's stdin, in a fresh folder of the runtime's data (never the
-//! workspace: see `layout::SETUP_SCRIPT`), with what the main process
+//! workspace: see `shared::setup_script::SETUP_SCRIPT`), with what the main process
 //! gets (its environment, its keys, the proxy), and without shell's
 //! confinement: it is the owner's, like the main process. Its output comes
 //! back whole up to its last 64 KiB, with its status, in one answer.

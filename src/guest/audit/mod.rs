@@ -5,6 +5,12 @@
 //! with `,"hash":"<hex>"` spliced in before the closing brace, where hash =
 //! SHA-256 of the line as it was before the splice. Lines are written with
 //! one write(2) each on an O_APPEND file, so a line is whole or absent.
+//!
+//! This is the writer, warden's alone. The chain's pure half and the
+//! log's files, which the host's copies are read with too, are
+//! `shared::audit_chain`; the kinds of event are `event`, the log read
+//! through the API `read`, and the throttle that keeps floods of
+//! refusals out `throttle`.
 
 mod event;
 mod read;

@@ -1,5 +1,8 @@
 //! `warden init`: boot as PID 1 (or a subreaper), in numbered phases, then
 //! supervise until the main process ends or a shutdown signal arrives.
+//! The phases that prepare the machine are `phases`, the network's is
+//! `net_phase`; where the boot's time goes is `phase_clock`, and the
+//! boot's code given back once it is over `footprint`.
 
 mod footprint;
 mod net_phase;

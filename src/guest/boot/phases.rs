@@ -1,6 +1,6 @@
 //! The phases of warden's boot that prepare the machine (3 to 8), what it
-//! says once ready, and its last phase (14); `init` runs them in order
-//! (its `phases`), with the ones that bind sockets and start processes.
+//! says once ready, and its last phase (14); the boot's `mod.rs` runs
+//! them in order (its `phases`), with the ones that bind sockets and start processes.
 
 use crate::guest::accounts::layout;
 use crate::guest::accounts::users;

@@ -30,7 +30,7 @@ pub struct Confinement {
     /// The policy as read at boot; its limits are `limits()` from then on.
     pub policy: Policy,
     /// The limits every command gets now: the policy's, or what a reload
-    /// of limits.json read since (see `supervisor::reload`).
+    /// of limits.json read since (see `supervisor::settings`).
     limits: RwLock<Limits>,
     seccomp: Result<Arc<Vec<BpfProgram>>, String>,
     rules: StaticRules,

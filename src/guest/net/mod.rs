@@ -1,6 +1,15 @@
 //! The network layer as a whole: the firewall applied at boot and proven
 //! by behaviour (at boot and on every status), and the egress proxy that
 //! is the one way out for `shell`.
+//!
+//! Beside it: the nftables table (`firewall`, written over netlink by
+//! `nft_netlink` and read back by `nft_readback`), the connect gate where
+//! the firewall cannot hold (`connect_gate`), the proxy (`proxy`) and the
+//! hosts it opens (`opened`), who opened a connection (`origin`), the
+//! default host list's registries (`registries`, asked of package tools
+//! through `tool`), and the uid the rules must name (`userns`). What the
+//! proxy decides with is `shared::egress`, which a VM's relay on the host
+//! uses too.
 
 pub mod connect_gate;
 pub mod firewall;

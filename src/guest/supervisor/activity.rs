@@ -14,7 +14,7 @@ pub const MAX_HOLD_MS: u64 = 7 * 24 * 3600 * 1000;
 pub struct Activity {
     /// The idle stop in milliseconds, 0 for none; a reload may change it.
     idle_stop_ms: AtomicU64,
-    /// Whether a task watches for the idle stop (see `init`): one at most.
+    /// Whether a task watches for the idle stop (see `boot`): one at most.
     pub watching: AtomicBool,
     last: Mutex<Instant>,
     /// Unix time in milliseconds; 0 when nothing holds the machine.

@@ -1,5 +1,9 @@
 //! The state warden shares between its API, its signal loop and shutdown:
-//! who the users are, where things live, and what is running.
+//! who the users are, where things live, and what is running (by id, pid
+//! and tag: a command's life is `command`'s, which reads this state).
+//! Beside it: the machine's activity and idle stop (`activity`), its
+//! readiness, the settings a reload takes again, and the firewall and
+//! connect gate layers as proven on every status (`firewall_layer`).
 
 use crate::guest::accounts::layout::{self, Paths, Spec};
 use crate::guest::accounts::users::Account;

@@ -1,7 +1,7 @@
 //! Whether the machine is ready, by what its definition waits for: the
 //! runtime saying so (`ready`, protocol version 9), or a port of the
 //! machine accepting a connection, which warden tries until it does. The
-//! launcher's `up` and `--start` wait for it (see `launcher::ready`).
+//! launcher's `up` and `--start` wait for it (see `host::ready`).
 
 use super::Supervisor;
 use crate::guest::audit::Event;

@@ -5,6 +5,9 @@
 //! and at the very end powers it off: PID 1 of a VM never exits, since the
 //! kernel panics when it does.
 //!
+//! Beside it, what only a VM has: the API's vsock listener (`vsock`) and
+//! the published ports the host's relay carries in (`published_ports`).
+//!
 //! What the VM is made of comes from the kernel command line (the host sets
 //! it; nothing in the machine can change it):
 //!

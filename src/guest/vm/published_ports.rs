@@ -47,7 +47,7 @@ async fn carry(from_host: UnixStream, port: u16) {
     };
     let _ = server.set_nodelay(true);
     let (mut host_read, host_write) = from_host.into_split();
-    // A page per vsock write (see `output::Capped`).
+    // A page per vsock write (see `vsock::Capped`).
     let mut host_write = Capped::new(host_write, crate::guest::vm::vsock::MAX_WRITE);
     let (mut server_read, mut server_write) = server.into_split();
     let inbound = tokio::spawn(async move {

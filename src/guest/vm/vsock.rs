@@ -24,7 +24,7 @@ use tokio::net::UnixStream;
 
 /// The most bytes one write to a vsock connection carries: one page, so
 /// that every packet reaches the host's device in one descriptor (see
-/// `output::Capped`).
+/// `Capped`, below).
 pub const MAX_WRITE: usize = 4096;
 
 pub struct Listener {
@@ -77,7 +77,7 @@ impl Listener {
 
 /// Connects to `port` on the host (CID 2), blocking, within the kernel's
 /// vsock connect timeout (2 s by default). Call only inside a VM that
-/// warden booted (the egress proxy's way out, `net::egress_link`).
+/// warden booted (the egress proxy's way out, `shared::egress::link`).
 pub fn connect_host(port: u32) -> io::Result<OwnedFd> {
     let fd = socket(
         AddressFamily::Vsock,

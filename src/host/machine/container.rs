@@ -694,7 +694,7 @@ fn setup_once(
 }
 
 /// Runs the setup script once, as runtime, in a fresh folder of its data
-/// (see `layout::SETUP_SCRIPT`).
+/// (see `shared::setup_script::SETUP_SCRIPT`).
 fn run_setup(name: &str, script: &Path) -> Result<(), LaunchError> {
     let text = std::fs::read(script)
         .map_err(|e| LaunchError::new(format!("setup {}", script.display()), e.to_string()))?;

@@ -1,7 +1,7 @@
 //! A VM's way out, on the host: the egress relay. The VM has no network
 //! device; its warden's proxy asks this relay, over vsock (here the unix
 //! socket `vsock.sock_1025` that the VM's vhost-device-vsock connects to),
-//! to reach `host:port` (see `net::egress_link`).
+//! to reach `host:port` (see `shared::egress::link`).
 //!
 //! The relay trusts nothing the guest says. A guest whose kernel is no
 //! longer warden's could ask anything, so the relay decides again before it

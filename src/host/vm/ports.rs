@@ -2,7 +2,7 @@
 //! 127.0.0.1 for each, and carries every connection into the guest over
 //! its vsock (vhost-device-vsock's `CONNECT <port>`), where the guest's
 //! warden hands it to the runtime's server on the guest's loopback
-//! (`crate::vm_ports`). The VM has no network device to publish on.
+//! (`guest::vm::published_ports`). The VM has no network device to publish on.
 
 use super::relay::log;
 use serde::{Deserialize, Serialize};

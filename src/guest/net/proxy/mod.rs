@@ -9,8 +9,9 @@
 //!
 //! This file is the orchestration: accepting, and taking one connection
 //! from its request head to its audit line. What is decided is pure and
-//! lives apart (`shared::egress`, `http`); so do the rules (`rules`), reaching the
-//! upstream (`upstream`) and moving bytes (`relay`).
+//! lives apart (`shared::egress`, `http`); so do the rules (`rules`),
+//! reaching the upstream (`shared::egress::reach`, or a VM's host relay:
+//! `upstream`) and moving bytes (`relay`).
 
 pub(crate) mod http;
 mod line;

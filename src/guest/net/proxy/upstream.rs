@@ -16,7 +16,7 @@ pub enum Through {
     #[default]
     Direct,
     /// A VM's warden: its host's relay, at this vsock port, with the
-    /// machine's key, resolves and connects (see `net::egress_link`).
+    /// machine's key, resolves and connects (see `shared::egress::link`).
     HostRelay { port: u32, key: String },
 }
 
