@@ -116,63 +116,11 @@ fn every_attack_fails() {
         return;
     }
     let s = Scene::new();
-    let h = s.m.home.display().to_string();
-    let main = s.main_pid.to_string();
-    let audit = s.m.audit_path().display().to_string();
-    let config = s.m.root().join("machine.json").display().to_string();
-    let socket = s.m.socket.display().to_string();
-    let port = s.listener.local_addr().unwrap().port().to_string();
+    let targets = targets(&s);
+    let mut tried = every_shell_line_fails_and_changes_nothing(&s, &targets);
+    tried += every_program_is_blocked(&s, &targets);
 
-    let targets = Targets {
-        home: h.clone(),
-        main: main.clone(),
-        audit,
-        config,
-        socket,
-        port,
-        abstract_name: Some(s.abstract_name.clone()),
-    };
-    let lines = shell_lines(&targets);
-    let mut tried = 0;
-    for (name, line) in &lines {
-        let o = s.run(sh(line));
-        assert_ne!(o.exit.status, 0, "{name} succeeded: {}", printed(&o));
-        assert_no_secret(name, &o);
-        tried += 1;
-    }
-    // And nothing those lines tried changed anything.
-    let routine = std::fs::read_to_string(s.m.home.join("workspace/routines/agent.md")).unwrap();
-    assert_eq!(routine, ROUTINE_CANARY, "a routine was changed");
-    assert!(s.m.home.join("workspace/runtime-notes/n.txt").exists());
-    assert!(!s.m.home.join("workspace/routines/planted").exists());
-    assert!(!Path::new("/var/tmp/planted-by-shell").exists());
-
-    let programs = programs(&targets);
-    for (name, args) in &programs {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let o = s.attack(&args);
-        assert_eq!(o.exit.status, 0, "{name}: {}", printed(&o));
-        assert!(
-            printed(&o).starts_with("blocked: "),
-            "{name}: {}",
-            printed(&o)
-        );
-        assert_no_secret(name, &o);
-        tried += 1;
-    }
-    // The abstract socket really is there: root, outside the sandbox but
-    // in the machine's network namespace (abstract names live there),
-    // reaches it, so the refusal above was the scope, not a typo.
-    let reached = std::process::Command::new("nsenter")
-        .args(["-t", &s.m.warden_pid().to_string(), "-n", "python3", "-c"])
-        .arg("import socket,sys; c = socket.socket(socket.AF_UNIX); c.connect('\\0' + sys.argv[1]); assert c.recv(100)")
-        .arg(&s.abstract_name)
-        .output()
-        .unwrap();
-    assert!(
-        reached.status.success(),
-        "the runtime's abstract socket is not listening: {reached:?}"
-    );
+    the_abstract_socket_is_there(&s);
 
     // A setuid-root binary runs, but as shell.
     let o = s.run(RunRequest {
@@ -202,7 +150,87 @@ fn every_attack_fails() {
     eprintln!("{tried} attacks tried, all stopped");
     assert!(tried >= 40);
 
-    // What the suite found is what warden says.
+    status_says_every_layer_holds(&s);
+}
+
+/// What the suite aims at in `s`: the runtime's home, main process,
+/// audit log, config, socket, a listening port and abstract socket.
+fn targets(s: &Scene) -> Targets {
+    let h = s.m.home.display().to_string();
+    let main = s.main_pid.to_string();
+    let audit = s.m.audit_path().display().to_string();
+    let config = s.m.root().join("machine.json").display().to_string();
+    let socket = s.m.socket.display().to_string();
+    let port = s.listener.local_addr().unwrap().port().to_string();
+    Targets {
+        home: h,
+        main,
+        audit,
+        config,
+        socket,
+        port,
+        abstract_name: Some(s.abstract_name.clone()),
+    }
+}
+
+/// Every attack as a shell line fails, shows no secret, and changes
+/// nothing; how many were tried.
+fn every_shell_line_fails_and_changes_nothing(s: &Scene, targets: &Targets) -> usize {
+    let lines = shell_lines(targets);
+    let mut tried = 0;
+    for (name, line) in &lines {
+        let o = s.run(sh(line));
+        assert_ne!(o.exit.status, 0, "{name} succeeded: {}", printed(&o));
+        assert_no_secret(name, &o);
+        tried += 1;
+    }
+    // And nothing those lines tried changed anything.
+    let routine = std::fs::read_to_string(s.m.home.join("workspace/routines/agent.md")).unwrap();
+    assert_eq!(routine, ROUTINE_CANARY, "a routine was changed");
+    assert!(s.m.home.join("workspace/runtime-notes/n.txt").exists());
+    assert!(!s.m.home.join("workspace/routines/planted").exists());
+    assert!(!Path::new("/var/tmp/planted-by-shell").exists());
+    tried
+}
+
+/// Every attack of the program is blocked and shows no secret; how many
+/// were tried.
+fn every_program_is_blocked(s: &Scene, targets: &Targets) -> usize {
+    let mut tried = 0;
+    let programs = programs(targets);
+    for (name, args) in &programs {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = s.attack(&args);
+        assert_eq!(o.exit.status, 0, "{name}: {}", printed(&o));
+        assert!(
+            printed(&o).starts_with("blocked: "),
+            "{name}: {}",
+            printed(&o)
+        );
+        assert_no_secret(name, &o);
+        tried += 1;
+    }
+    tried
+}
+
+/// The abstract socket really is there: root, outside the sandbox but
+/// in the machine's network namespace (abstract names live there),
+/// reaches it, so the programs' refusal was the scope, not a typo.
+fn the_abstract_socket_is_there(s: &Scene) {
+    let reached = std::process::Command::new("nsenter")
+        .args(["-t", &s.m.warden_pid().to_string(), "-n", "python3", "-c"])
+        .arg("import socket,sys; c = socket.socket(socket.AF_UNIX); c.connect('\\0' + sys.argv[1]); assert c.recv(100)")
+        .arg(&s.abstract_name)
+        .output()
+        .unwrap();
+    assert!(
+        reached.status.success(),
+        "the runtime's abstract socket is not listening: {reached:?}"
+    );
+}
+
+/// What the suite found is what warden says.
+fn status_says_every_layer_holds(s: &Scene) {
     let status = s.m.client().status().unwrap();
     for layer in [
         "identity",
@@ -221,6 +249,19 @@ fn every_attack_fails() {
     assert_eq!(status.refusing, None);
 }
 
+/// The machine carries on: a command answers, within 10 s.
+fn alive(s: &Scene) {
+    let t = Instant::now();
+    let o = s.run(sh("echo alive"));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "alive\n",
+        "{:?}",
+        o.exit
+    );
+    assert!(t.elapsed() < Duration::from_secs(10));
+}
+
 fn limited(req: RunRequest, limits: Limits) -> RunRequest {
     RunRequest {
         limits: Some(limits),
@@ -234,18 +275,38 @@ fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
         return;
     }
     let s = Scene::new();
-    let alive = || {
-        let t = Instant::now();
-        let o = s.run(sh("echo alive"));
+    a_fork_bomb_stops_at_the_process_limit(&s);
+    a_memory_bomb_stops_at_the_address_space_limit(&s);
+    // Output, file size, CPU time: each named in the exit event.
+    let cases = limit_cases();
+    for (limit, req, limits) in cases {
+        let o = s.run(limited(req, limits));
         assert_eq!(
-            String::from_utf8_lossy(&o.stdout),
-            "alive\n",
-            "{:?}",
+            o.exit.limit.as_deref(),
+            Some(limit),
+            "{limit}: {:?}",
             o.exit
         );
-        assert!(t.elapsed() < Duration::from_secs(10));
-    };
-    // A fork bomb: stopped by the process limit and the timeout.
+        if limit == "output" {
+            assert_eq!(
+                o.exit.stdout_bytes,
+                1 << 20,
+                "exactly the limit is delivered"
+            );
+        }
+        alive(&s);
+    }
+    let ends = s.m.audit_kinds("command_end");
+    for limit in ["output", "file_size", "cpu", "timeout"] {
+        assert!(
+            ends.iter().any(|e| e["limit"] == json!(limit)),
+            "no audit line names {limit}"
+        );
+    }
+}
+
+/// A fork bomb: stopped by the process limit and the timeout.
+fn a_fork_bomb_stops_at_the_process_limit(s: &Scene) {
     let bomb = limited(
         sh("bomb() { bomb | bomb & }; bomb; sleep 2"),
         Limits {
@@ -260,7 +321,7 @@ fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
         "the bomb never hit the process limit: {}",
         printed(&o)
     );
-    alive();
+    alive(s);
     assert_eq!(
         common::processes_of(
             SHELL_UID,
@@ -268,8 +329,10 @@ fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
         ),
         0
     );
+}
 
-    // A memory bomb: stopped by the address-space limit.
+/// A memory bomb: stopped by the address-space limit.
+fn a_memory_bomb_stops_at_the_address_space_limit(s: &Scene) {
     let mut argv = vec![s.bin.display().to_string(), "memory-bomb".into()];
     let o = s.run(limited(
         RunRequest {
@@ -282,10 +345,13 @@ fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
         },
     ));
     assert!(printed(&o).starts_with("blocked: "), "{}", printed(&o));
-    alive();
+    alive(s);
+}
 
-    // Output, file size, CPU time: each named in the exit event.
-    let cases = [
+/// A command for each of output, file size, CPU time and timeout, with
+/// the limit it hits.
+fn limit_cases() -> [(&'static str, RunRequest, Limits); 4] {
+    [
         (
             "output",
             sh("yes"),
@@ -325,31 +391,7 @@ fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
                 ..Default::default()
             },
         ),
-    ];
-    for (limit, req, limits) in cases {
-        let o = s.run(limited(req, limits));
-        assert_eq!(
-            o.exit.limit.as_deref(),
-            Some(limit),
-            "{limit}: {:?}",
-            o.exit
-        );
-        if limit == "output" {
-            assert_eq!(
-                o.exit.stdout_bytes,
-                1 << 20,
-                "exactly the limit is delivered"
-            );
-        }
-        alive();
-    }
-    let ends = s.m.audit_kinds("command_end");
-    for limit in ["output", "file_size", "cpu", "timeout"] {
-        assert!(
-            ends.iter().any(|e| e["limit"] == json!(limit)),
-            "no audit line names {limit}"
-        );
-    }
+    ]
 }
 
 #[test]
