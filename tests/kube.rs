@@ -376,8 +376,8 @@ fn plant_the_canaries(fx: &Played) {
 /// not be this host's, nor need it have a compiler), into the pod's
 /// /tmp: shell's /tmp, as shell has no mount namespace of its own
 /// without SYS_ADMIN (the layer shell_space, asserted by
-/// `what_warden_says_holds`). A
-/// setuid-root id beside it, made from the image's own.
+/// `what_warden_says_holds`). A setuid-root id beside it, made from the
+/// image's own. Returns the program's folder on the host.
 fn hand_the_attack_program_to_shell(fx: &Played) -> tempfile::TempDir {
     let (bin_dir, bin) = common::attacks::build_attack_program_with(&["-static"]);
     let out = fx.exec(&["mkdir", "-m", "755", "/tmp/warden-attack"]);
