@@ -25,7 +25,7 @@ fn in_a_vm_every_command_has_a_cgroup_that_holds() {
     vm.wait_ready(Duration::from_secs(90));
     let mut client = vm.client();
     the_cgroup_layers_are_proven_at_boot(&mut client);
-    what_a_command_leaves_behind_ends_with_it(&mut client);
+    escapes_of_every_kind_end_with_the_command(&mut client);
     a_memory_bound_kills_the_whole_command(&mut client);
     a_process_bound_counts_in_the_cgroup(&mut client);
     the_audit_log_says_why(&mut vm, &mut client);
@@ -61,7 +61,7 @@ fn the_cgroup_layers_are_proven_at_boot(client: &mut Client) {
 }
 
 /// Escapes of every kind, then a look, as shell, for what is left.
-fn what_a_command_leaves_behind_ends_with_it(client: &mut Client) {
+fn escapes_of_every_kind_end_with_the_command(client: &mut Client) {
     let escapes = "setsid sh -c 'sleep 771 &'; (sleep 772 &); nohup sleep 773 >/dev/null 2>&1 & \
                    bash -c 'sleep 774 & disown'; \
                    python3 -c 'import os; os.fork() or (os.setsid(), os.fork() or os.execvp(\"sleep\", [\"sleep\", \"775\"]))'; \
