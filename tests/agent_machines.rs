@@ -83,6 +83,31 @@ fn a_node_runtime_lives_in_its_machine() {
     );
     assert_eq!(ran["stderr"], "oops\n", "{ran}");
 
+    shell_gets_neither_the_key_nor_the_runtimes_port(port);
+
+    // The runtime's output is the machine's log.
+    let logs = warden(&["machine", "logs", id]);
+    assert!(
+        text(&logs.stdout).contains("agent: serving on port 3000"),
+        "{}",
+        show("logs", &logs)
+    );
+    // `status` shows the main process and the published port.
+    let status = warden(&["machine", "status", id]);
+    let said = text(&status.stdout);
+    assert!(said.contains("main process: pid"), "{said}");
+    assert!(said.contains(&format!("127.0.0.1:{port}")), "{said}");
+
+    // podman stop: the runtime gets SIGTERM, and the machine ends with it.
+    let out = podman(&["stop", "-t", "10", &container]);
+    assert!(out.status.success(), "{}", show("stop", &out));
+    assert_eq!(inspect(&container, "{{.State.ExitCode}}"), "143");
+}
+
+/// shell never gets the key (not in its environment, not from .env),
+/// cannot write the routines, however lent, and can neither reach the
+/// runtime's port (directly or by the proxy) nor bind one of its own.
+fn shell_gets_neither_the_key_nor_the_runtimes_port(port: u16) {
     // shell never gets the key: not in its environment, not from .env.
     let ran = agent_run(port, "env; cat /home/runtime/.env; cat /proc/1/environ");
     assert!(!ran.to_string().contains(CANARY), "{ran}");
@@ -104,24 +129,6 @@ fn a_node_runtime_lives_in_its_machine() {
         "python3 -c 'import socket; s=socket.socket(); s.bind((\"0.0.0.0\", 3001)); s.listen(); print(\"BOUND\")'",
     );
     assert!(!ran["stdout"].as_str().unwrap().contains("BOUND"), "{ran}");
-
-    // The runtime's output is the machine's log.
-    let logs = warden(&["machine", "logs", id]);
-    assert!(
-        text(&logs.stdout).contains("agent: serving on port 3000"),
-        "{}",
-        show("logs", &logs)
-    );
-    // `status` shows the main process and the published port.
-    let status = warden(&["machine", "status", id]);
-    let said = text(&status.stdout);
-    assert!(said.contains("main process: pid"), "{said}");
-    assert!(said.contains(&format!("127.0.0.1:{port}")), "{said}");
-
-    // podman stop: the runtime gets SIGTERM, and the machine ends with it.
-    let out = podman(&["stop", "-t", "10", &container]);
-    assert!(out.status.success(), "{}", show("stop", &out));
-    assert_eq!(inspect(&container, "{{.State.ExitCode}}"), "143");
 }
 
 #[test]
@@ -368,24 +375,7 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
     let routines = agent_folder(m.dir.path());
     std::fs::write(routines.join("agent.md"), ROUTINE_CANARY).unwrap();
     let (project, _gone) = project_under_home("attacked");
-    std::fs::write(m.dir.path().join(".env"), format!("API_KEY={ENV_CANARY}\n")).unwrap();
-    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/node");
-    m.define(serde_json::json!({
-        "image": IMAGE,
-        "network": "private",
-        "command": ["node", "/home/runtime/workspace/routines/server.mjs"],
-        "restart": "on-failure",
-        "ports": [{"port": 3000, "host": "auto", "from": 18400}],
-        "requires": ["node", "python3"],
-        "idle_stop_minutes": 60,
-        "keys": ["API_KEY"],
-        "lend": [
-            {"host": routines, "at": "/home/runtime/workspace/routines", "mode": "write"},
-            {"host": project, "at": project, "mode": "write"},
-            {"host": client, "at": "/opt/warden-client", "mode": "read"},
-            {"host": attack_dir.path(), "at": "/opt/attack", "mode": "read"},
-        ],
-    }));
+    define_with_every_agent_field(&m, &routines, &project, attack_dir.path());
     let out = m.up();
     assert!(out.status.success(), "{}", show("up", &out));
     let container = m.container();
@@ -412,47 +402,9 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
         port: "3000".into(),
         abstract_name: None,
     };
-    let run = |client: &mut warden::wire::client::Client, request: warden::wire::RunRequest| {
-        let request = warden::wire::RunRequest {
-            folder: Some("attacks".into()),
-            ..request
-        };
-        client.run(request).unwrap()
-    };
-    let mut tried = 0;
-    for (name, line) in shell_lines(&targets) {
-        let o = run(
-            &mut client,
-            warden::wire::RunRequest {
-                shell: Some(line),
-                ..Default::default()
-            },
-        );
-        assert_ne!(o.exit.status, 0, "{name} succeeded: {}", printed(&o));
-        assert_no_secret(name, &o);
-        tried += 1;
-    }
-    for (name, args) in programs(&targets) {
-        let mut argv = vec!["/opt/attack/attack".to_string()];
-        argv.extend(args);
-        let o = run(
-            &mut client,
-            warden::wire::RunRequest {
-                argv: Some(argv),
-                ..Default::default()
-            },
-        );
-        assert_eq!(o.exit.status, 0, "{name}: {}", printed(&o));
-        assert!(
-            printed(&o).starts_with("blocked: "),
-            "{name}: {}",
-            printed(&o)
-        );
-        assert_no_secret(name, &o);
-        tried += 1;
-    }
+    let tried = every_attack_is_stopped(&mut client, &targets);
     // Through the project lent for writing, shell writes the project only.
-    let o = run(
+    let o = run_in_attacks(
         &mut client,
         warden::wire::RunRequest {
             shell: Some(format!(
@@ -479,6 +431,86 @@ fn the_attack_suite_fails_in_a_machine_with_every_agent_field() {
     for layer in status.layers.iter().filter(|l| l.required) {
         assert!(layer.holds, "{layer:?}");
     }
+}
+
+/// `m` defined with every field an agent's machine may have: a restart
+/// rule, a published port, `requires`, an idle stop, a key, the routines
+/// and `project` lent for writing, the Node client and the attack program
+/// (`attack`) lent to read.
+fn define_with_every_agent_field(m: &TestMachine, routines: &Path, project: &Path, attack: &Path) {
+    use common::attacks::*;
+    std::fs::write(m.dir.path().join(".env"), format!("API_KEY={ENV_CANARY}\n")).unwrap();
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/node");
+    m.define(serde_json::json!({
+        "image": IMAGE,
+        "network": "private",
+        "command": ["node", "/home/runtime/workspace/routines/server.mjs"],
+        "restart": "on-failure",
+        "ports": [{"port": 3000, "host": "auto", "from": 18400}],
+        "requires": ["node", "python3"],
+        "idle_stop_minutes": 60,
+        "keys": ["API_KEY"],
+        "lend": [
+            {"host": routines, "at": "/home/runtime/workspace/routines", "mode": "write"},
+            {"host": project, "at": project, "mode": "write"},
+            {"host": client, "at": "/opt/warden-client", "mode": "read"},
+            {"host": attack, "at": "/opt/attack", "mode": "read"},
+        ],
+    }));
+}
+
+/// `request` run in the folder attacks.
+fn run_in_attacks(
+    client: &mut warden::wire::client::Client,
+    request: warden::wire::RunRequest,
+) -> warden::wire::client::Output {
+    let request = warden::wire::RunRequest {
+        folder: Some("attacks".into()),
+        ..request
+    };
+    client.run(request).unwrap()
+}
+
+/// Every attack of the suite, as shell lines and as the attack program,
+/// fails and shows no secret; how many were tried.
+fn every_attack_is_stopped(
+    client: &mut warden::wire::client::Client,
+    targets: &common::attacks::Targets,
+) -> usize {
+    use common::attacks::*;
+    let mut tried = 0;
+    for (name, line) in shell_lines(targets) {
+        let o = run_in_attacks(
+            client,
+            warden::wire::RunRequest {
+                shell: Some(line),
+                ..Default::default()
+            },
+        );
+        assert_ne!(o.exit.status, 0, "{name} succeeded: {}", printed(&o));
+        assert_no_secret(name, &o);
+        tried += 1;
+    }
+    for (name, args) in programs(targets) {
+        let mut argv = vec!["/opt/attack/attack".to_string()];
+        argv.extend(args);
+        let o = run_in_attacks(
+            client,
+            warden::wire::RunRequest {
+                argv: Some(argv),
+                ..Default::default()
+            },
+        );
+        assert_eq!(o.exit.status, 0, "{name}: {}", printed(&o));
+        assert!(
+            printed(&o).starts_with("blocked: "),
+            "{name}: {}",
+            printed(&o)
+        );
+        assert_no_secret(name, &o);
+        tried += 1;
+    }
+    tried
 }
 
 /// The machine's size is the engine's (cpus, memory, pids), shown by `up`

@@ -2,8 +2,12 @@
 //! through warden's API on a real warden (PID 1 of its own namespaces, real
 //! users, real Landlock, seccomp and rlimits), each asserting it fails.
 //! The syscall-level attempts are `tests/attacks/attack.c`, compiled here.
+//! What a command leaves behind is in tests/attacks/left_behind.rs.
 
 mod common;
+
+#[path = "attacks/left_behind.rs"]
+mod left_behind;
 
 use common::attacks::{
     assert_no_secret, build_attack_program, hand_to_shell, programs, shell_lines, Targets,
@@ -116,63 +120,11 @@ fn every_attack_fails() {
         return;
     }
     let s = Scene::new();
-    let h = s.m.home.display().to_string();
-    let main = s.main_pid.to_string();
-    let audit = s.m.audit_path().display().to_string();
-    let config = s.m.root().join("machine.json").display().to_string();
-    let socket = s.m.socket.display().to_string();
-    let port = s.listener.local_addr().unwrap().port().to_string();
+    let targets = targets(&s);
+    let mut tried = every_shell_line_fails_and_changes_nothing(&s, &targets);
+    tried += every_program_is_blocked(&s, &targets);
 
-    let targets = Targets {
-        home: h.clone(),
-        main: main.clone(),
-        audit,
-        config,
-        socket,
-        port,
-        abstract_name: Some(s.abstract_name.clone()),
-    };
-    let lines = shell_lines(&targets);
-    let mut tried = 0;
-    for (name, line) in &lines {
-        let o = s.run(sh(line));
-        assert_ne!(o.exit.status, 0, "{name} succeeded: {}", printed(&o));
-        assert_no_secret(name, &o);
-        tried += 1;
-    }
-    // And nothing those lines tried changed anything.
-    let routine = std::fs::read_to_string(s.m.home.join("workspace/routines/agent.md")).unwrap();
-    assert_eq!(routine, ROUTINE_CANARY, "a routine was changed");
-    assert!(s.m.home.join("workspace/runtime-notes/n.txt").exists());
-    assert!(!s.m.home.join("workspace/routines/planted").exists());
-    assert!(!Path::new("/var/tmp/planted-by-shell").exists());
-
-    let programs = programs(&targets);
-    for (name, args) in &programs {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let o = s.attack(&args);
-        assert_eq!(o.exit.status, 0, "{name}: {}", printed(&o));
-        assert!(
-            printed(&o).starts_with("blocked: "),
-            "{name}: {}",
-            printed(&o)
-        );
-        assert_no_secret(name, &o);
-        tried += 1;
-    }
-    // The abstract socket really is there: root, outside the sandbox but
-    // in the machine's network namespace (abstract names live there),
-    // reaches it, so the refusal above was the scope, not a typo.
-    let reached = std::process::Command::new("nsenter")
-        .args(["-t", &s.m.warden_pid().to_string(), "-n", "python3", "-c"])
-        .arg("import socket,sys; c = socket.socket(socket.AF_UNIX); c.connect('\\0' + sys.argv[1]); assert c.recv(100)")
-        .arg(&s.abstract_name)
-        .output()
-        .unwrap();
-    assert!(
-        reached.status.success(),
-        "the runtime's abstract socket is not listening: {reached:?}"
-    );
+    the_abstract_socket_is_there(&s);
 
     // A setuid-root binary runs, but as shell.
     let o = s.run(RunRequest {
@@ -202,7 +154,87 @@ fn every_attack_fails() {
     eprintln!("{tried} attacks tried, all stopped");
     assert!(tried >= 40);
 
-    // What the suite found is what warden says.
+    status_says_every_layer_holds(&s);
+}
+
+/// What the suite aims at in `s`: the runtime's home, main process,
+/// audit log, config, socket, a listening port and abstract socket.
+fn targets(s: &Scene) -> Targets {
+    let h = s.m.home.display().to_string();
+    let main = s.main_pid.to_string();
+    let audit = s.m.audit_path().display().to_string();
+    let config = s.m.root().join("machine.json").display().to_string();
+    let socket = s.m.socket.display().to_string();
+    let port = s.listener.local_addr().unwrap().port().to_string();
+    Targets {
+        home: h,
+        main,
+        audit,
+        config,
+        socket,
+        port,
+        abstract_name: Some(s.abstract_name.clone()),
+    }
+}
+
+/// Every attack as a shell line fails, shows no secret, and changes
+/// nothing; how many were tried.
+fn every_shell_line_fails_and_changes_nothing(s: &Scene, targets: &Targets) -> usize {
+    let lines = shell_lines(targets);
+    let mut tried = 0;
+    for (name, line) in &lines {
+        let o = s.run(sh(line));
+        assert_ne!(o.exit.status, 0, "{name} succeeded: {}", printed(&o));
+        assert_no_secret(name, &o);
+        tried += 1;
+    }
+    // And nothing those lines tried changed anything.
+    let routine = std::fs::read_to_string(s.m.home.join("workspace/routines/agent.md")).unwrap();
+    assert_eq!(routine, ROUTINE_CANARY, "a routine was changed");
+    assert!(s.m.home.join("workspace/runtime-notes/n.txt").exists());
+    assert!(!s.m.home.join("workspace/routines/planted").exists());
+    assert!(!Path::new("/var/tmp/planted-by-shell").exists());
+    tried
+}
+
+/// Every attack of the program is blocked and shows no secret; how many
+/// were tried.
+fn every_program_is_blocked(s: &Scene, targets: &Targets) -> usize {
+    let mut tried = 0;
+    let programs = programs(targets);
+    for (name, args) in &programs {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = s.attack(&args);
+        assert_eq!(o.exit.status, 0, "{name}: {}", printed(&o));
+        assert!(
+            printed(&o).starts_with("blocked: "),
+            "{name}: {}",
+            printed(&o)
+        );
+        assert_no_secret(name, &o);
+        tried += 1;
+    }
+    tried
+}
+
+/// The abstract socket really is there: root, outside the sandbox but
+/// in the machine's network namespace (abstract names live there),
+/// reaches it, so the programs' refusal was the scope, not a typo.
+fn the_abstract_socket_is_there(s: &Scene) {
+    let reached = std::process::Command::new("nsenter")
+        .args(["-t", &s.m.warden_pid().to_string(), "-n", "python3", "-c"])
+        .arg("import socket,sys; c = socket.socket(socket.AF_UNIX); c.connect('\\0' + sys.argv[1]); assert c.recv(100)")
+        .arg(&s.abstract_name)
+        .output()
+        .unwrap();
+    assert!(
+        reached.status.success(),
+        "the runtime's abstract socket is not listening: {reached:?}"
+    );
+}
+
+/// What the suite found is what warden says.
+fn status_says_every_layer_holds(s: &Scene) {
     let status = s.m.client().status().unwrap();
     for layer in [
         "identity",
@@ -221,6 +253,19 @@ fn every_attack_fails() {
     assert_eq!(status.refusing, None);
 }
 
+/// The machine carries on: a command answers, within 10 s.
+fn alive(s: &Scene) {
+    let t = Instant::now();
+    let o = s.run(sh("echo alive"));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "alive\n",
+        "{:?}",
+        o.exit
+    );
+    assert!(t.elapsed() < Duration::from_secs(10));
+}
+
 fn limited(req: RunRequest, limits: Limits) -> RunRequest {
     RunRequest {
         limits: Some(limits),
@@ -234,18 +279,38 @@ fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
         return;
     }
     let s = Scene::new();
-    let alive = || {
-        let t = Instant::now();
-        let o = s.run(sh("echo alive"));
+    a_fork_bomb_stops_at_the_process_limit(&s);
+    a_memory_bomb_stops_at_the_address_space_limit(&s);
+    // Output, file size, CPU time: each named in the exit event.
+    let cases = limit_cases();
+    for (limit, req, limits) in cases {
+        let o = s.run(limited(req, limits));
         assert_eq!(
-            String::from_utf8_lossy(&o.stdout),
-            "alive\n",
-            "{:?}",
+            o.exit.limit.as_deref(),
+            Some(limit),
+            "{limit}: {:?}",
             o.exit
         );
-        assert!(t.elapsed() < Duration::from_secs(10));
-    };
-    // A fork bomb: stopped by the process limit and the timeout.
+        if limit == "output" {
+            assert_eq!(
+                o.exit.stdout_bytes,
+                1 << 20,
+                "exactly the limit is delivered"
+            );
+        }
+        alive(&s);
+    }
+    let ends = s.m.audit_kinds("command_end");
+    for limit in ["output", "file_size", "cpu", "timeout"] {
+        assert!(
+            ends.iter().any(|e| e["limit"] == json!(limit)),
+            "no audit line names {limit}"
+        );
+    }
+}
+
+/// A fork bomb: stopped by the process limit and the timeout.
+fn a_fork_bomb_stops_at_the_process_limit(s: &Scene) {
     let bomb = limited(
         sh("bomb() { bomb | bomb & }; bomb; sleep 2"),
         Limits {
@@ -260,7 +325,7 @@ fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
         "the bomb never hit the process limit: {}",
         printed(&o)
     );
-    alive();
+    alive(s);
     assert_eq!(
         common::processes_of(
             SHELL_UID,
@@ -268,8 +333,10 @@ fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
         ),
         0
     );
+}
 
-    // A memory bomb: stopped by the address-space limit.
+/// A memory bomb: stopped by the address-space limit.
+fn a_memory_bomb_stops_at_the_address_space_limit(s: &Scene) {
     let mut argv = vec![s.bin.display().to_string(), "memory-bomb".into()];
     let o = s.run(limited(
         RunRequest {
@@ -282,10 +349,13 @@ fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
         },
     ));
     assert!(printed(&o).starts_with("blocked: "), "{}", printed(&o));
-    alive();
+    alive(s);
+}
 
-    // Output, file size, CPU time: each named in the exit event.
-    let cases = [
+/// A command for each of output, file size, CPU time and timeout, with
+/// the limit it hits.
+fn limit_cases() -> [(&'static str, RunRequest, Limits); 4] {
+    [
         (
             "output",
             sh("yes"),
@@ -325,31 +395,7 @@ fn bombs_and_floods_hit_their_limits_and_the_machine_carries_on() {
                 ..Default::default()
             },
         ),
-    ];
-    for (limit, req, limits) in cases {
-        let o = s.run(limited(req, limits));
-        assert_eq!(
-            o.exit.limit.as_deref(),
-            Some(limit),
-            "{limit}: {:?}",
-            o.exit
-        );
-        if limit == "output" {
-            assert_eq!(
-                o.exit.stdout_bytes,
-                1 << 20,
-                "exactly the limit is delivered"
-            );
-        }
-        alive();
-    }
-    let ends = s.m.audit_kinds("command_end");
-    for limit in ["output", "file_size", "cpu", "timeout"] {
-        assert!(
-            ends.iter().any(|e| e["limit"] == json!(limit)),
-            "no audit line names {limit}"
-        );
-    }
+    ]
 }
 
 #[test]
@@ -529,68 +575,6 @@ fn shell_has_its_own_tmp_shm_and_ipc() {
     assert!(layer.holds, "{layer:?}");
 }
 
-#[test]
-fn the_runtime_stops_every_process_shell_left_behind() {
-    if !privileged("the_runtime_stops_every_process_shell_left_behind") {
-        return;
-    }
-    // warden works out its default hosts at boot with the machine's tools,
-    // as shell: let that end first, so that only the escapes are shell's.
-    let m = Machine::boot_quiet();
-    // Escapes from the command's process group, in new sessions and a
-    // double fork, which the command asked to keep (else they would end
-    // with it: see the lifetime test).
-    let o = m
-        .client()
-        .run(RunRequest {
-            keep_background: true,
-            ..sh("for i in $(seq 40); do setsid sh -c 'sleep 777 &'; done; \
-                  setsid sh -c '(sleep 778 &) &'")
-        })
-        .unwrap();
-    assert_eq!(o.exit.status, 0, "{}", printed(&o));
-    let sleepers = || {
-        ["777", "778"]
-            .iter()
-            .map(|n| common::processes_of(SHELL_UID, &["sleep", n]))
-            .sum::<usize>()
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while sleepers() < 41 {
-        assert!(Instant::now() < deadline, "the escapes did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // status lists them, though no command runs.
-    let status = m.client().status().unwrap();
-    assert!(status.running.is_empty());
-    let count = status.shell_process_count.unwrap();
-    assert!(count >= 41, "{count}");
-    let listed = status.shell_processes.unwrap();
-    assert!(listed.iter().any(|p| p.name == "sleep"));
-    // The runtime's word ends them all.
-    let (signalled, left) = m.client().stop_shell("KILL").unwrap();
-    assert!(signalled >= 41, "{signalled}");
-    assert_eq!(left, 0);
-    // SIGKILL is delivered at once, but a process under load takes a
-    // moment to be gone from /proc.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while sleepers() > 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(sleepers(), 0);
-    let status = m.client().status().unwrap();
-    assert_eq!(
-        status.shell_process_count,
-        Some(0),
-        "{:?}",
-        status.shell_processes
-    );
-    assert_eq!(m.audit_kinds("shell_stopped").len(), 1);
-    // The machine carries on.
-    let o = m.client().run(sh("echo fine")).unwrap();
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "fine");
-}
-
 /// Every layer holds on a terminal too: the command runs as shell on a
 /// terminal it leads, TIOCSTI (typing into it) is refused, and another
 /// command cannot open that terminal by its name to read what is typed or
@@ -655,106 +639,4 @@ fn a_command_on_a_terminal_is_as_confined_and_its_terminal_is_its_own() {
         "the terminal stays root's: {said}"
     );
     drop(client);
-}
-
-/// Every process a command starts ends when it ends, whatever it did to
-/// escape: a new session, a double fork, daemon(), nohup, disown, a
-/// reparent to PID 1. Checked by pid from outside the machine. Hundreds of
-/// them over several commands, and the next command still runs.
-#[test]
-fn what_a_command_leaves_behind_ends_with_it() {
-    if !privileged("what_a_command_leaves_behind_ends_with_it") {
-        return;
-    }
-    let m = Machine::boot(Options::default());
-    let escapes = [
-        ("setsid", "setsid sleep 901 & echo $!"),
-        ("double fork", "sh -c '(sleep 902 & echo $!) &' ; sleep 0.1"),
-        ("nohup", "nohup sleep 903 >/dev/null 2>&1 & echo $!"),
-        ("disown", "bash -c 'sleep 904 & echo $!; disown'"),
-        (
-            "daemon()",
-            "python3 -c 'import os,time\nif os.fork(): time.sleep(0.5); os._exit(0)\nos.setsid()\nif os.fork(): os._exit(0)\nprint(os.getpid(), flush=True)\ntime.sleep(905)'",
-        ),
-    ];
-    for (name, line) in escapes {
-        let o = m.client().run(sh(line)).unwrap();
-        let said = printed(&o);
-        let pid: i32 = said
-            .lines()
-            .last()
-            .and_then(|l| l.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name}: no pid in {said:?}"));
-        // The command has ended and been reported: its escape is gone
-        // (its pid, seen from the host's side of the namespaces).
-        assert!(
-            host_pid(&m, pid) < 0,
-            "{name}: pid {pid} outlived its command: {said}"
-        );
-    }
-    for n in ["901", "902", "903", "904"] {
-        assert_eq!(
-            common::processes_of(SHELL_UID, &["sleep", n]),
-            0,
-            "sleep {n} is left"
-        );
-    }
-    // 600 escapes over six commands, then a normal command.
-    for _ in 0..6 {
-        let o = m
-            .client()
-            .run(sh(
-                "for i in $(seq 100); do setsid sleep 950 & done; echo started",
-            ))
-            .unwrap();
-        assert_eq!(printed(&o), "started\n");
-        assert_eq!(common::processes_of(SHELL_UID, &["sleep", "950"]), 0);
-    }
-    let o = m.client().run(sh("echo still-runs")).unwrap();
-    assert_eq!(printed(&o), "still-runs\n");
-    let status = m.client().status().unwrap();
-    let lifetime = common::layer(&status, "lifetime");
-    assert!(
-        lifetime.holds && lifetime.detail.contains("group of its own"),
-        "{lifetime:?}"
-    );
-    let audit = std::fs::read_to_string(m.audit_path()).unwrap();
-    let swept: Vec<u64> = audit
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|l| l["left_behind_killed"].as_u64())
-        .collect();
-    // Each end says how many it killed (those still in the command's
-    // group when it exited went with the group).
-    assert!(
-        swept.iter().sum::<u64>() >= 100,
-        "the sweeps are audited: {swept:?}"
-    );
-}
-
-/// The host's pid of a live process of the machine's, by its pid inside
-/// (NSpid, in warden's PID namespace); -1 when there is none.
-fn host_pid(m: &Machine, inner: i32) -> i32 {
-    let warden_ns = std::fs::read_link(format!("/proc/{}/ns/pid", m.warden_pid())).ok();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        if std::fs::read_link(entry.path().join("ns/pid")).ok() != warden_ns {
-            continue;
-        }
-        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
-            continue;
-        };
-        let Some(ns) = status.lines().find_map(|l| l.strip_prefix("NSpid:")) else {
-            continue;
-        };
-        let ids: Vec<i32> = ns
-            .split_whitespace()
-            .filter_map(|v| v.parse().ok())
-            .collect();
-        if ids.len() > 1 && ids.last() == Some(&inner) {
-            if let Some(host) = ids.first() {
-                return *host;
-            }
-        }
-    }
-    -1
 }

@@ -133,7 +133,25 @@ fn shell_cannot_reach_the_hosts_way_in_nor_spend_wardens_memory() {
     if !privileged("shell_cannot_reach_the_hosts_way_in_nor_spend_wardens_memory") {
         return;
     }
-    // This test holds 2000 connections itself.
+    raise_the_descriptor_limit();
+    let (m, host) = keyed(json!({}));
+    let pid = m.warden_pid();
+    let host_path = host.display().to_string();
+    shell_cannot_connect_to_the_hosts_socket(&m, &host_path);
+
+    // 2. Where the mode cannot tell (keep-id makes the owner shell), the
+    //    API refuses a peer inside the machine before reading a byte.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (rss_before, _) = footprint(pid);
+    let refused = a_flood_from_inside_is_refused(&m, &host_path);
+    connections_held_open_inside_take_no_place_at_the_door(&m, &host, &host_path);
+    strangers_outside_get_nothing_allocated(&m, &host, pid, rss_before);
+    the_log_names_shell_as_the_one_refused(m, refused);
+}
+
+/// This test holds 2000 connections itself.
+fn raise_the_descriptor_limit() {
     let (_, hard) =
         nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
     nix::sys::resource::setrlimit(
@@ -142,22 +160,20 @@ fn shell_cannot_reach_the_hosts_way_in_nor_spend_wardens_memory() {
         hard,
     )
     .unwrap();
-    let (m, host) = keyed(json!({}));
-    let pid = m.warden_pid();
-    let host_path = host.display().to_string();
-    // 1. The host's socket is the owner's: shell cannot even connect.
+}
+
+/// The host's socket is the owner's: shell cannot even connect.
+fn shell_cannot_connect_to_the_hosts_socket(m: &Machine, host_path: &str) {
     let probe = format!(
         "python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])' {host_path}"
     );
     let o = m.client().run(sh(&probe)).unwrap();
     assert_ne!(o.exit.status, 0, "shell connected: {}", printed(&o));
     assert!(printed(&o).contains("PermissionError"), "{}", printed(&o));
+}
 
-    // 2. Where the mode cannot tell (keep-id makes the owner shell), the
-    //    API refuses a peer inside the machine before reading a byte: a
-    //    flood of 1 MiB announcements from shell, 3000 connections.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o666)).unwrap();
+/// A flood of 1 MiB announcements from shell, 3000 connections.
+fn a_flood_from_inside_is_refused(m: &Machine, host_path: &str) -> u64 {
     let flood = format!(
         r#"python3 - {host_path} <<'EOF'
 import socket, sys, struct, time
@@ -176,7 +192,6 @@ for i in range(3000):
 print("refused", refused)
 EOF"#
     );
-    let (rss_before, _) = footprint(pid);
     let o = m.client().run(sh(&flood)).unwrap();
     assert_eq!(o.exit.status, 0, "{}", printed(&o));
     let refused: u64 = String::from_utf8_lossy(&o.stdout)
@@ -185,7 +200,16 @@ EOF"#
         .parse()
         .unwrap();
     assert!(refused >= 2900, "{}", printed(&o));
+    refused
+}
 
+/// 600 connections held open at once, in parallel, take no
+/// place at the door: the owner still gets in meanwhile.
+fn connections_held_open_inside_take_no_place_at_the_door(
+    m: &Machine,
+    host: &Path,
+    host_path: &str,
+) {
     //    ... and 600 connections held open at once, in parallel, take no
     //    place at the door: the owner still gets in meanwhile.
     let hold = format!(
@@ -208,24 +232,26 @@ EOF"#
         std::thread::spawn(move || Client::connect(&socket).unwrap().run(sh(&hold)).unwrap())
     };
     std::thread::sleep(Duration::from_millis(1500));
-    let mut owner = Client::connect_keyed(&host, Some(KEY), None).unwrap();
+    let mut owner = Client::connect_keyed(host, Some(KEY), None).unwrap();
     let o = owner.run(sh("echo owner got in")).unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "owner got in");
     drop(owner);
     let held = holder.join().unwrap();
     assert!(printed(&held).contains("holding"), "{}", printed(&held));
+}
 
-    // 3. Strangers outside the machine (this test, as the host) announce
-    //    1 MiB frames before any key: nothing is allocated for them.
+/// Strangers outside the machine (this test, as the host) announce
+/// 1 MiB frames before any key: nothing is allocated for them.
+fn strangers_outside_get_nothing_allocated(m: &Machine, host: &Path, pid: i32, rss_before: u64) {
     let mut held: Vec<UnixStream> = Vec::new();
     for _ in 0..1000 {
-        let mut s = UnixStream::connect(&host).unwrap();
+        let mut s = UnixStream::connect(host).unwrap();
         let _ = s.write_all(&[1, 0, 0, 0, 0, 0, 0x10, 0, 0]);
         held.push(s);
     }
     // ... and 1000 that say nothing at all, held open.
     for _ in 0..1000 {
-        held.push(UnixStream::connect(&host).unwrap());
+        held.push(UnixStream::connect(host).unwrap());
     }
     std::thread::sleep(Duration::from_millis(300));
     let (rss_during, fds_during) = footprint(pid);
@@ -238,14 +264,16 @@ EOF"#
     );
     assert!(fds_during < 400, "warden holds {fds_during} descriptors");
     // The owner still gets in, and commands still start.
-    let mut owner = Client::connect_keyed(&host, Some(KEY), None).unwrap();
+    let mut owner = Client::connect_keyed(host, Some(KEY), None).unwrap();
     let o = owner.run(sh("echo still here")).unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "still here");
     let o = m.client().run(sh("true")).unwrap();
     assert_eq!(o.exit.status, 0);
     drop(held);
+}
 
-    // 4. The log names shell as the one refused, as a burst and a count.
+/// The log names shell as the one refused, as a burst and a count.
+fn the_log_names_shell_as_the_one_refused(m: Machine, refused: u64) {
     let audit_dir = m.home.join("data/audit");
     let _kept = m.stop();
     let lines = lines_in(&audit_dir);
@@ -372,18 +400,7 @@ fn a_sample_fill_flood_hides_no_refused_host() {
     if !privileged("a_sample_fill_flood_hides_no_refused_host") {
         return;
     }
-    let runtime = format!(
-        r#"for i in $(seq 600); do [ -e "$HOME/go" ] && break; sleep 0.1; done
-exec > "$HOME/said.txt" 2>&1
-{}
-mv "$HOME/said.txt" "$HOME/done.txt"
-sleep 1000"#,
-        connect_script("runtime-refused.example")
-    );
-    let m = Machine::boot(Options {
-        main: vec!["bash".into(), "-c".into(), runtime],
-        ..Default::default()
-    });
+    let m = boot_a_runtime_refused_once_told_to_go();
     let flood = r#"python3 - <<'EOF'
 import os, socket, time
 def refuse(host):
@@ -408,9 +425,35 @@ EOF"#;
         let socket = m.socket.clone();
         std::thread::spawn(move || Client::connect(&socket).unwrap().run(sh(flood)).unwrap())
     };
-    // Once the burst is written and the flood fills the examples (the
-    // first refusals wait for the default host list), the runtime is
-    // refused a host, and another command tries its target.
+    the_runtime_and_another_command_are_refused_meanwhile(&m);
+    std::fs::write(m.shell_home.join("stop"), "").unwrap();
+    let o = flooding.join().unwrap();
+    assert_eq!(o.exit.status, 0, "{}", printed(&o));
+    let rounds: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    a_line_names_every_refused_host(m, rounds);
+}
+
+/// A machine whose runtime, once `go` is in its home, is refused
+/// runtime-refused.example and says so in done.txt.
+fn boot_a_runtime_refused_once_told_to_go() -> Machine {
+    let runtime = format!(
+        r#"for i in $(seq 600); do [ -e "$HOME/go" ] && break; sleep 0.1; done
+exec > "$HOME/said.txt" 2>&1
+{}
+mv "$HOME/said.txt" "$HOME/done.txt"
+sleep 1000"#,
+        connect_script("runtime-refused.example")
+    );
+    Machine::boot(Options {
+        main: vec!["bash".into(), "-c".into(), runtime],
+        ..Default::default()
+    })
+}
+
+/// Once the burst is written and the flood fills the examples (the
+/// first refusals wait for the default host list), the runtime is
+/// refused a host, and another command tries its target.
+fn the_runtime_and_another_command_are_refused_meanwhile(m: &Machine) {
     for _ in 0..300 {
         if m.audit_kinds("egress").len() >= 20 {
             break;
@@ -433,10 +476,12 @@ EOF"#;
     }
     let said = std::fs::read_to_string(&done).unwrap_or_default();
     assert!(said.contains("403"), "the runtime: {said:?}");
-    std::fs::write(m.shell_home.join("stop"), "").unwrap();
-    let o = flooding.join().unwrap();
-    assert_eq!(o.exit.status, 0, "{}", printed(&o));
-    let rounds: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+}
+
+/// Once `m` stopped, its audit log names each host refused, however
+/// many `rounds` of the flood there were; the runtime's refusal is a line
+/// of its own.
+fn a_line_names_every_refused_host(m: Machine, rounds: u64) {
     let audit_dir = m.home.join("data/audit");
     let _kept = m.stop();
     let lines = lines_in(&audit_dir);

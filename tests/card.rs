@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use warden::shared::spend::card_render;
+use warden::wire::client::Client;
 use warden::wire::RunRequest;
 
 /// Headless Chromium, where it is installed; under CI=true its absence
@@ -155,6 +156,33 @@ fn a_run_s_card_lists_its_commands_and_renders_as_a_page_that_reaches_nothing() 
     };
     let m = Machine::boot(Options::default());
     let mut client = m.client();
+    a_run_with_a_failing_and_a_stopped_command(&mut client);
+    let card = the_apis_card_says_how_each_command_ended(&mut client);
+
+    // As text, for a terminal.
+    let plain = card_render::text(&card);
+    for want in [
+        "run card-run  (ended)",
+        "spent  $0.000000 of a $0.250000 budget (0.0%)",
+        "exit 3",
+        "killed: timeout limit",
+        "sleep 30",
+    ] {
+        assert!(plain.contains(want), "text lacks {want:?}:\n{plain}");
+    }
+
+    // As a page, in a browser. Kept where cargo keeps tests' files, to be
+    // looked at.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("card");
+    std::fs::create_dir_all(&dir).unwrap();
+    the_page_reaches_nothing_and_reads_as_the_card(browser, &dir, &card);
+    the_net_logs_check_sees_a_page_that_reaches_out(browser, &dir);
+}
+
+/// The run card-run, with a budget of $0.25: a command that fails (its
+/// argv holds markup, as an agent's may) and one its timeout stops; then
+/// ended.
+fn a_run_with_a_failing_and_a_stopped_command(client: &mut Client) {
     assert_eq!(client.begin_run("card-run", Some(0.25)).unwrap(), 250_000);
     // A command that fails (its argv holds markup, as an agent's may) and
     // one its timeout stops.
@@ -173,8 +201,10 @@ fn a_run_s_card_lists_its_commands_and_renders_as_a_page_that_reaches_nothing() 
     assert_eq!(out.exit.limit.as_deref(), Some("timeout"), "{:?}", out.exit);
     let (spent, how) = client.end_run("card-run").unwrap();
     assert_eq!((spent, how.as_str()), (0, "ended"));
+}
 
-    // The API's card: both commands, how each ended, no spend.
+/// The API's card: both commands, how each ended, no spend.
+fn the_apis_card_says_how_each_command_ended(client: &mut Client) -> Value {
     let card = client.card("card-run").unwrap();
     assert_eq!(card["how"], "ended", "{card}");
     assert_eq!(card["spent_micro_usd"], 0, "{card}");
@@ -196,25 +226,14 @@ fn a_run_s_card_lists_its_commands_and_renders_as_a_page_that_reaches_nothing() 
     assert_eq!(card["models"].as_array().unwrap().len(), 0, "{card}");
     // A run not begun has no card.
     assert!(client.card("never").is_err());
+    card
+}
 
-    // As text, for a terminal.
-    let plain = card_render::text(&card);
-    for want in [
-        "run card-run  (ended)",
-        "spent  $0.000000 of a $0.250000 budget (0.0%)",
-        "exit 3",
-        "killed: timeout limit",
-        "sleep 30",
-    ] {
-        assert!(plain.contains(want), "text lacks {want:?}:\n{plain}");
-    }
-
-    // As a page, in a browser. Kept where cargo keeps tests' files, to be
-    // looked at.
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("card");
-    std::fs::create_dir_all(&dir).unwrap();
+/// The card as a page in `dir`: nothing in it points outside it; its
+/// screenshot and its text as Chromium read it, with no request made.
+fn the_page_reaches_nothing_and_reads_as_the_card(browser: &str, dir: &Path, card: &Value) {
     let page = dir.join("run-card.html");
-    let html = card_render::html(&card);
+    let html = card_render::html(card);
     std::fs::write(&page, &html).unwrap();
     // Nothing in it points outside it.
     for outside in [
@@ -228,7 +247,7 @@ fn a_run_s_card_lists_its_commands_and_renders_as_a_page_that_reaches_nothing() 
     browse(
         browser,
         &page,
-        &dir,
+        dir,
         &net_log,
         &[
             &format!("--screenshot={}", shot.display()),
@@ -242,7 +261,7 @@ fn a_run_s_card_lists_its_commands_and_renders_as_a_page_that_reaches_nothing() 
     assert_eq!(page_requests(&net_log), Vec::<String>::new());
 
     let net_log = dir.join("net-log-dom.json");
-    let dom = browse(browser, &page, &dir, &net_log, &["--dump-dom"]).unwrap();
+    let dom = browse(browser, &page, dir, &net_log, &["--dump-dom"]).unwrap();
     assert_eq!(page_requests(&net_log), Vec::<String>::new());
     // The markup in the argv stayed text: the browser made no script of it.
     assert!(!dom.contains("<script"), "{dom}");
@@ -263,8 +282,10 @@ fn a_run_s_card_lists_its_commands_and_renders_as_a_page_that_reaches_nothing() 
             "the page's text lacks {want:?}:\n{read}"
         );
     }
+}
 
-    // The net log's check sees a page that does reach out.
+/// The net log's check sees a page that does reach out.
+fn the_net_logs_check_sees_a_page_that_reaches_out(browser: &str, dir: &Path) {
     let leaky = dir.join("leaky.html");
     std::fs::write(
         &leaky,
@@ -272,7 +293,7 @@ fn a_run_s_card_lists_its_commands_and_renders_as_a_page_that_reaches_nothing() 
     )
     .unwrap();
     let net_log = dir.join("net-log-leaky.json");
-    browse(browser, &leaky, &dir, &net_log, &["--dump-dom"]).unwrap();
+    browse(browser, &leaky, dir, &net_log, &["--dump-dom"]).unwrap();
     let asked = page_requests(&net_log);
     assert!(
         asked.iter().any(|u| u.contains("leak.example.test")),

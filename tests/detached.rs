@@ -141,49 +141,8 @@ fn detached_commands_take_stdin_signals_and_limits_and_keep_a_bounded_backlog() 
     }
     let m = Machine::boot(Options::default());
     let mut client = m.client();
-    // stdin through an attachment.
-    let cat = detach(
-        &mut client,
-        1,
-        RunRequest {
-            argv: Some(vec!["cat".into()]),
-            stdin: StdinMode::Pipe,
-            ..Default::default()
-        },
-    );
-    client.send(2, &Request::Attach { command: cat }).unwrap();
-    let sender = client.sender();
-    sender.frame(Kind::Stdin, 2, b"typed later\n").unwrap();
-    sender.frame(Kind::Stdin, 2, b"").unwrap();
-    let (_, out, _, exit) = follow(&mut client, 2);
-    assert_eq!(
-        (out.as_slice(), exit.status),
-        (b"typed later\n".as_slice(), 0)
-    );
-
-    // A signal to its whole group.
-    let sleeper = detach(&mut client, 3, sh("sleep 100"));
-    client
-        .send(
-            0,
-            &Request::SignalCommand {
-                command: sleeper,
-                signal: "TERM".into(),
-            },
-        )
-        .unwrap();
-    loop {
-        match client.receive().unwrap() {
-            Message::Event(0, Event::CommandSignalled { command, signal }) => {
-                assert_eq!((command, signal.as_str()), (sleeper, "SIGTERM"));
-                break;
-            }
-            Message::Event(0, other) => panic!("{other:?}"),
-            _ => continue,
-        }
-    }
-    assert_eq!(wait(&mut client, 4, sleeper).status, 143);
-
+    stdin_reaches_it_through_an_attachment(&mut client);
+    a_signal_reaches_its_whole_group(&mut client);
     // Its own limits still end it.
     let slow = detach(
         &mut client,
@@ -219,6 +178,53 @@ fn detached_commands_take_stdin_signals_and_limits_and_keep_a_bounded_backlog() 
     let audit = std::fs::read_to_string(m.audit_path()).unwrap();
     assert!(audit.contains("\"command_signalled\""));
     std::thread::sleep(Duration::from_millis(10));
+}
+
+/// stdin through an attachment.
+fn stdin_reaches_it_through_an_attachment(client: &mut Client) {
+    let cat = detach(
+        client,
+        1,
+        RunRequest {
+            argv: Some(vec!["cat".into()]),
+            stdin: StdinMode::Pipe,
+            ..Default::default()
+        },
+    );
+    client.send(2, &Request::Attach { command: cat }).unwrap();
+    let sender = client.sender();
+    sender.frame(Kind::Stdin, 2, b"typed later\n").unwrap();
+    sender.frame(Kind::Stdin, 2, b"").unwrap();
+    let (_, out, _, exit) = follow(client, 2);
+    assert_eq!(
+        (out.as_slice(), exit.status),
+        (b"typed later\n".as_slice(), 0)
+    );
+}
+
+/// A signal to its whole group.
+fn a_signal_reaches_its_whole_group(client: &mut Client) {
+    let sleeper = detach(client, 3, sh("sleep 100"));
+    client
+        .send(
+            0,
+            &Request::SignalCommand {
+                command: sleeper,
+                signal: "TERM".into(),
+            },
+        )
+        .unwrap();
+    loop {
+        match client.receive().unwrap() {
+            Message::Event(0, Event::CommandSignalled { command, signal }) => {
+                assert_eq!((command, signal.as_str()), (sleeper, "SIGTERM"));
+                break;
+            }
+            Message::Event(0, other) => panic!("{other:?}"),
+            _ => continue,
+        }
+    }
+    assert_eq!(wait(client, 4, sleeper).status, 143);
 }
 
 /// warden's resident memory in KiB, as the kernel counts it.

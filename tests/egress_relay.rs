@@ -110,7 +110,36 @@ fn the_relay_decides_again_whatever_the_guest_asks() {
     );
 
     // What a hostile guest might ask, and the refusal each gets.
-    let refusals = [
+    let refusals = hostile_asks(&net);
+    for (line, want) in &refusals {
+        let (answer, mut conn) = ask(&relay, line);
+        assert!(answer.starts_with(want), "{line:.80}: {answer}");
+        // Nothing follows a refusal.
+        let mut rest = Vec::new();
+        let _ = conn.read_to_end(&mut rest);
+        assert!(rest.is_empty(), "{line:.80}: {rest:?}");
+    }
+
+    // Nothing reached the relay's own loopback, and the internet saw only
+    // the listed request.
+    listener.took_nothing("the relay namespace's loopback");
+    let seen = net.http_requests();
+    assert!(
+        seen.contains("http GET allowed.test /through-relay"),
+        "{seen}"
+    );
+    assert_eq!(seen.lines().count(), 1, "{seen}");
+
+    // Each decision is a line of the relay's log, and the key is in none.
+    let log = std::fs::read_to_string(&relay.log).unwrap();
+    assert!(!log.contains(KEY), "{log}");
+    let decisions = log.lines().filter(|l| l.contains("\"allowed\"")).count();
+    assert_eq!(decisions, 1 + refusals.len(), "{log}");
+}
+
+/// What a hostile guest might ask, and the refusal each gets.
+fn hostile_asks(net: &Internet) -> [(String, &'static str); 9] {
+    [
         (
             format!("EGRESS {} allowed.test 80\n", "f".repeat(48)),
             "REFUSED bad_request the machine's key is wrong",
@@ -141,29 +170,5 @@ fn the_relay_decides_again_whatever_the_guest_asks() {
             format!("EGRESS {KEY} {} 80\n", "a".repeat(2000)),
             "REFUSED bad_request",
         ),
-    ];
-    for (line, want) in &refusals {
-        let (answer, mut conn) = ask(&relay, line);
-        assert!(answer.starts_with(want), "{line:.80}: {answer}");
-        // Nothing follows a refusal.
-        let mut rest = Vec::new();
-        let _ = conn.read_to_end(&mut rest);
-        assert!(rest.is_empty(), "{line:.80}: {rest:?}");
-    }
-
-    // Nothing reached the relay's own loopback, and the internet saw only
-    // the listed request.
-    listener.took_nothing("the relay namespace's loopback");
-    let seen = net.http_requests();
-    assert!(
-        seen.contains("http GET allowed.test /through-relay"),
-        "{seen}"
-    );
-    assert_eq!(seen.lines().count(), 1, "{seen}");
-
-    // Each decision is a line of the relay's log, and the key is in none.
-    let log = std::fs::read_to_string(&relay.log).unwrap();
-    assert!(!log.contains(KEY), "{log}");
-    let decisions = log.lines().filter(|l| l.contains("\"allowed\"")).count();
-    assert_eq!(decisions, 1 + refusals.len(), "{log}");
+    ]
 }

@@ -175,8 +175,47 @@ fn the_readback_finds_what_was_changed_behind_warden() {
     let read_back = |scope| ns.enter(|| nft_readback::read_back(scope));
     let gone = read_back(scope).unwrap_err();
     assert_eq!(gone, "table inet warden is not there");
+    let cases = changes_behind_warden();
+    for (change, said) in cases {
+        assert_eq!(ns.enter(|| nft_netlink::apply(scope)), Ok(()));
+        assert_eq!(read_back(scope), Ok(()), "before {change:?}");
+        let change: Vec<String> = change
+            .iter()
+            .map(|a| match *a {
+                "HANDLE" => third_rule_handle(&ns),
+                a => a.to_string(),
+            })
+            .collect();
+        let args: Vec<&str> = change.iter().map(String::as_str).collect();
+        // `delete chain` needs the chain empty first.
+        if args[..2] == ["delete", "chain"] {
+            ns.nft(&["flush", "chain", "inet", "warden", "output"])
+                .unwrap();
+        }
+        ns.nft(&args).unwrap();
+        match (read_back(scope), said) {
+            (Ok(()), "") => {}
+            (Err(e), said) if !said.is_empty() && e.contains(said) => {}
+            (got, _) => panic!("after nft {args:?}: {got:?}, wanted {said:?}"),
+        }
+        ns.nft(&["delete", "table", "inet", "warden"]).unwrap();
+    }
+    // Another scope's table is not this scope's.
+    assert_eq!(ns.enter(|| nft_netlink::apply(scope)), Ok(()));
+    let other = Scope {
+        proxy_port: 8080,
+        ..scope
+    };
+    let differs = read_back(other).unwrap_err();
+    assert!(differs.contains("rule 1 differs"), "{differs}");
+}
+
+/// What nft does to the freshly applied table, and what the readback
+/// says of it (nothing: it holds); `HANDLE` stands for the third rule's
+/// handle.
+fn changes_behind_warden() -> [(&'static [&'static str], &'static str); 8] {
     // (what nft does to the freshly applied table, what the readback says)
-    let cases: [(&[&str], &str); 8] = [
+    [
         (&["list", "tables"], ""),
         (
             &["insert", "rule", "inet", "warden", "output", "accept"],
@@ -229,39 +268,7 @@ fn the_readback_finds_what_was_changed_behind_warden() {
             ],
             "is not hooked as applied",
         ),
-    ];
-    for (change, said) in cases {
-        assert_eq!(ns.enter(|| nft_netlink::apply(scope)), Ok(()));
-        assert_eq!(read_back(scope), Ok(()), "before {change:?}");
-        let change: Vec<String> = change
-            .iter()
-            .map(|a| match *a {
-                "HANDLE" => third_rule_handle(&ns),
-                a => a.to_string(),
-            })
-            .collect();
-        let args: Vec<&str> = change.iter().map(String::as_str).collect();
-        // `delete chain` needs the chain empty first.
-        if args[..2] == ["delete", "chain"] {
-            ns.nft(&["flush", "chain", "inet", "warden", "output"])
-                .unwrap();
-        }
-        ns.nft(&args).unwrap();
-        match (read_back(scope), said) {
-            (Ok(()), "") => {}
-            (Err(e), said) if !said.is_empty() && e.contains(said) => {}
-            (got, _) => panic!("after nft {args:?}: {got:?}, wanted {said:?}"),
-        }
-        ns.nft(&["delete", "table", "inet", "warden"]).unwrap();
-    }
-    // Another scope's table is not this scope's.
-    assert_eq!(ns.enter(|| nft_netlink::apply(scope)), Ok(()));
-    let other = Scope {
-        proxy_port: 8080,
-        ..scope
-    };
-    let differs = read_back(other).unwrap_err();
-    assert!(differs.contains("rule 1 differs"), "{differs}");
+    ]
 }
 
 /// The handle of the third rule of warden's chain, as `nft -a` lists it.

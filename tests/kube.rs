@@ -14,14 +14,21 @@
 
 mod common;
 
+use common::attacks::{
+    assert_no_secret, programs, shell_lines, Targets, DATA_CANARY, ENV_CANARY, ROUTINE_CANARY,
+};
 use common::kube::{has_catatonit, Played, DOOR};
 use common::machine::{podman, ready, show};
 use common::{text, warden_bin};
 use serde_json::Value;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 const CANARY: &str = "canary-kube-7f3a";
+
+/// The attack program, as shell runs it in the pod.
+const ATTACK: &str = "/tmp/warden-attack/attack";
 
 /// The layer named `name` of a status.
 fn layer<'a>(status: &'a Value, name: &str) -> &'a Value {
@@ -72,7 +79,18 @@ fn a_pod_runs_under_baseline_with_its_keys_and_keeps_its_data() {
     let docs = manifests(&fx, CANARY);
     let status = fx.up(&docs, "first.yaml");
 
-    // What holds without NET_ADMIN and SYS_ADMIN, as status says it.
+    what_holds_without_net_admin_and_sys_admin(&status);
+
+    commands_run_as_shell_and_the_keys_are_the_runtimes_alone(&fx);
+
+    // The owner's way in: the TCP door, with the key; refused without it.
+    the_owner_comes_in_through_the_door(&fx, &docs);
+
+    what_is_written_stays_in_the_claims(&fx, docs);
+}
+
+/// What holds without NET_ADMIN and SYS_ADMIN, as status says it.
+fn what_holds_without_net_admin_and_sys_admin(status: &Value) {
     for name in [
         "identity",
         "capabilities",
@@ -82,10 +100,10 @@ fn a_pod_runs_under_baseline_with_its_keys_and_keeps_its_data() {
         "rlimits",
         "lifetime",
     ] {
-        let l = layer(&status, name);
+        let l = layer(status, name);
         assert!(l["required"] == true && l["holds"] == true, "{l}");
     }
-    let l = layer(&status, "shell_space");
+    let l = layer(status, "shell_space");
     assert!(l["required"] == false && l["holds"] == false, "{l}");
     assert!(
         l["detail"].as_str().unwrap().contains("CAP_SYS_ADMIN"),
@@ -93,7 +111,7 @@ fn a_pod_runs_under_baseline_with_its_keys_and_keeps_its_data() {
     );
     // Without NET_ADMIN, nftables cannot hold: warden's connect gate holds
     // the (required) layer in its place, and says why.
-    let l = layer(&status, "firewall");
+    let l = layer(status, "firewall");
     assert!(l["required"] == true && l["holds"] == true, "{l}");
     let detail = l["detail"].as_str().unwrap();
     assert!(detail.contains("held by warden's connect gate"), "{l}");
@@ -102,8 +120,10 @@ fn a_pod_runs_under_baseline_with_its_keys_and_keeps_its_data() {
         status.get("refusing").is_none_or(Value::is_null),
         "{status}"
     );
+}
 
-    // Commands run as shell, and the keys are the runtime's alone.
+/// Commands run as shell, and the keys are the runtime's alone.
+fn commands_run_as_shell_and_the_keys_are_the_runtimes_alone(fx: &Played) {
     let out = fx.run("id -un");
     assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("id", &out));
     let out = fx.exec(&["cat", "/home/runtime/.env"]);
@@ -136,11 +156,10 @@ fn a_pod_runs_under_baseline_with_its_keys_and_keeps_its_data() {
         "{seen}"
     );
     assert!(seen.contains("Permission denied"), "{seen}");
+}
 
-    // The owner's way in: the TCP door, with the key; refused without it.
-    the_owner_comes_in_through_the_door(&fx, &docs);
-
-    // What is written stays in the claims across `kube down`.
+/// What is written stays in the claims across `kube down`.
+fn what_is_written_stays_in_the_claims(fx: &Played, docs: Vec<Value>) {
     let out = fx.run_in("kept", "echo kept-by-shell > marker");
     assert!(out.status.success(), "{}", show("write", &out));
     let out = fx.exec_as(
@@ -266,7 +285,6 @@ fn the_owner_comes_in_through_the_door(fx: &Played, docs: &[Value]) {
 /// not a timeout), and the log read through the door says so.
 #[test]
 fn the_attack_suite_fails_in_a_pod_under_baseline() {
-    use common::attacks::*;
     let test = "the_attack_suite_fails_in_a_pod_under_baseline";
     if !ready(test) || !has_catatonit(test) {
         return;
@@ -277,10 +295,60 @@ fn the_attack_suite_fails_in_a_pod_under_baseline() {
     let docs = manifests(&fx, ENV_CANARY);
     fx.up(&docs, "attacked.yaml");
     let key = fx.key_file(&docs, "owner.key");
+    plant_the_canaries(&fx);
+    let _bin_dir = hand_the_attack_program_to_shell(&fx);
+    let (status, main) = what_warden_says_holds(&fx, &key);
+    let targets = Targets {
+        home: "/home/runtime".into(),
+        main,
+        audit: "/home/runtime/data/audit/warden.jsonl".into(),
+        config: "/etc/warden/machine.json".into(),
+        socket: "/run/warden/api.sock".into(),
+        // The door itself listens on the pod's loopback.
+        port: DOOR.rsplit_once(':').unwrap().1.into(),
+        // The runtime here (sleep) has no abstract socket.
+        abstract_name: None,
+    };
+    let (mut tried, skipped) = every_shell_line_fails(&fx, &key, &targets, &status);
+    tried += every_program_is_blocked(&fx, &key, &targets);
 
-    // The canaries where the suite looks for them: the runtime's .env
-    // (written by warden from the Secret), its memory, a routine and a
-    // folder of its own in the workspace, all made as the runtime.
+    // A setuid-root binary runs, but as shell.
+    let shell_uid = fx.exec(&["id", "-u", "shell"]);
+    let o = fx.door(&key, "exec", &["--", "/tmp/warden-attack/id-suid", "-u"]);
+    assert_eq!(
+        text(&o.stdout),
+        text(&shell_uid.stdout),
+        "{}",
+        show("id-suid", &o)
+    );
+    tried += 1;
+
+    a_direct_connection_is_refused_by_the_gate(&fx, &key);
+    tried += 1;
+
+    eprintln!(
+        "{tried} attacks tried in the pod under baseline, all stopped; skipped \
+         (proc_hidden does not hold): {skipped:?}"
+    );
+    assert!(tried >= 40);
+    // What the suite found is what warden says.
+    let out = fx.door(&key, "status", &["--json"]);
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        status.get("refusing").is_none_or(Value::is_null),
+        "{status}"
+    );
+    for l in status["layers"].as_array().unwrap() {
+        if l["required"] == true {
+            assert_eq!(l["holds"], true, "{l}");
+        }
+    }
+}
+
+/// The canaries where the suite looks for them: the runtime's .env
+/// (written by warden from the Secret), its memory, a routine and a
+/// folder of its own in the workspace, all made as the runtime.
+fn plant_the_canaries(fx: &Played) {
     let out = fx.exec(&["cat", "/home/runtime/.env"]);
     assert!(
         text(&out.stdout).contains(ENV_CANARY),
@@ -302,13 +370,16 @@ fn the_attack_suite_fails_in_a_pod_under_baseline() {
         "mkdir /home/runtime/workspace/runtime-notes && \
          echo notes > /home/runtime/workspace/runtime-notes/n.txt",
     );
+}
 
-    // The attack program, linked statically (the image's C library need
-    // not be this host's, nor need it have a compiler), into the pod's
-    // /tmp: shell's /tmp, as shell has no mount namespace of its own
-    // without SYS_ADMIN (the layer shell_space, asserted below). A
-    // setuid-root id beside it, made from the image's own.
-    let (_bin_dir, bin) = build_attack_program_with(&["-static"]);
+/// The attack program, linked statically (the image's C library need
+/// not be this host's, nor need it have a compiler), into the pod's
+/// /tmp: shell's /tmp, as shell has no mount namespace of its own
+/// without SYS_ADMIN (the layer shell_space, asserted by
+/// `what_warden_says_holds`). A setuid-root id beside it, made from the
+/// image's own. Returns the program's folder on the host.
+fn hand_the_attack_program_to_shell(fx: &Played) -> tempfile::TempDir {
+    let (bin_dir, bin) = common::attacks::build_attack_program_with(&["-static"]);
     let out = fx.exec(&["mkdir", "-m", "755", "/tmp/warden-attack"]);
     assert!(out.status.success(), "{}", show("mkdir", &out));
     let into = format!("{}:/tmp/warden-attack/attack", fx.container());
@@ -321,10 +392,13 @@ fn the_attack_suite_fails_in_a_pod_under_baseline() {
          cp /usr/bin/id id-suid && chmod 4755 id-suid",
     ]);
     assert!(out.status.success(), "{}", show("chmod", &out));
-    const ATTACK: &str = "/tmp/warden-attack/attack";
+    bin_dir
+}
 
-    // What warden says holds in the pod, through the door.
-    let out = fx.door(&key, "status", &["--json"]);
+/// What warden says holds in the pod, through the door; its status and
+/// the runtime's main process, whose environ holds the canary.
+fn what_warden_says_holds(fx: &Played, key: &Path) -> (Value, String) {
+    let out = fx.door(key, "status", &["--json"]);
     assert!(out.status.success(), "{}", show("status", &out));
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     let l = layer(&status, "shell_space");
@@ -348,25 +422,25 @@ fn the_attack_suite_fails_in_a_pod_under_baseline() {
         "{}",
         show("environ", &out)
     );
+    (status, main)
+}
 
-    let targets = Targets {
-        home: "/home/runtime".into(),
-        main: main.clone(),
-        audit: "/home/runtime/data/audit/warden.jsonl".into(),
-        config: "/etc/warden/machine.json".into(),
-        socket: "/run/warden/api.sock".into(),
-        // The door itself listens on the pod's loopback.
-        port: DOOR.rsplit_once(':').unwrap().1.into(),
-        // The runtime here (sleep) has no abstract socket.
-        abstract_name: None,
-    };
+/// Every attack as a shell line fails through the door and shows no
+/// secret, and nothing they tried changed anything; how many were tried,
+/// and which were skipped.
+fn every_shell_line_fails(
+    fx: &Played,
+    key: &Path,
+    targets: &Targets,
+    status: &Value,
+) -> (usize, Vec<&'static str>) {
     // /proc with hidepid is a remount of /proc, which needs SYS_ADMIN:
     // under baseline status says proc_hidden (not required) does not
     // hold, and shell sees the runtime's process and its cmdline, as any
     // user's without hidepid. Those two attempts try that layer alone:
     // skipped while it says so. The runtime's environ, its memory and
     // ptrace stay refused, and are asserted with the rest.
-    let l = layer(&status, "proc_hidden");
+    let l = layer(status, "proc_hidden");
     assert_eq!(l["required"], false, "{l}");
     let proc_hidden = l["holds"] == true;
     if !proc_hidden {
@@ -375,12 +449,12 @@ fn the_attack_suite_fails_in_a_pod_under_baseline() {
     let needs_proc_hidden = ["read the runtime's cmdline", "see the runtime's process"];
     let mut tried = 0;
     let mut skipped = Vec::new();
-    for (name, line) in shell_lines(&targets) {
+    for (name, line) in shell_lines(targets) {
         if !proc_hidden && needs_proc_hidden.contains(&name) {
             skipped.push(name);
             continue;
         }
-        let o = fx.door(&key, "exec", &["--folder", "attacks", "--shell", &line]);
+        let o = fx.door(key, "exec", &["--folder", "attacks", "--shell", &line]);
         // 125 is warden's own refusal or a failed way in: the line never
         // ran, which proves nothing.
         let code = o.status.code();
@@ -404,11 +478,17 @@ fn the_attack_suite_fails_in_a_pod_under_baseline() {
         let out = fx.exec(&["test", "-e", path]);
         assert_eq!(out.status.success(), there, "{path}");
     }
+    (tried, skipped)
+}
 
-    for (name, args) in programs(&targets) {
+/// Every attack of the program is blocked through the door and shows no
+/// secret; how many were tried.
+fn every_program_is_blocked(fx: &Played, key: &Path, targets: &Targets) -> usize {
+    let mut tried = 0;
+    for (name, args) in programs(targets) {
         let mut argv = vec!["--folder", "attacks", "--", ATTACK];
         argv.extend(args.iter().map(String::as_str));
-        let o = fx.door(&key, "exec", &argv);
+        let o = fx.door(key, "exec", &argv);
         assert_eq!(o.status.code(), Some(0), "{}", show(name, &o));
         assert!(
             text(&o.stdout).starts_with("blocked: "),
@@ -418,23 +498,15 @@ fn the_attack_suite_fails_in_a_pod_under_baseline() {
         assert_no_secret(name, &o);
         tried += 1;
     }
+    tried
+}
 
-    // A setuid-root binary runs, but as shell.
-    let shell_uid = fx.exec(&["id", "-u", "shell"]);
-    let o = fx.door(&key, "exec", &["--", "/tmp/warden-attack/id-suid", "-u"]);
-    assert_eq!(
-        text(&o.stdout),
-        text(&shell_uid.stdout),
-        "{}",
-        show("id-suid", &o)
-    );
-    tried += 1;
-
-    // The firewall layer, through the gate: a direct connection to an
-    // address outside (TEST-NET-1, where nothing listens) is refused at
-    // once, EACCES, never a timeout; no packet leaves the pod.
+/// The firewall layer, through the gate: a direct connection to an
+/// address outside (TEST-NET-1, where nothing listens) is refused at
+/// once, EACCES, never a timeout; no packet leaves the pod.
+fn a_direct_connection_is_refused_by_the_gate(fx: &Played, key: &Path) {
     let o = fx.door(
-        &key,
+        key,
         "exec",
         &[
             "--folder",
@@ -453,12 +525,11 @@ fn the_attack_suite_fails_in_a_pod_under_baseline() {
         "{}",
         show("192.0.2.1:80", &o)
     );
-    tried += 1;
     // Landlock would say EACCES too: the log says it was the gate. Its
     // line is written by a thread of its own, so it is waited for.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let out = fx.door(&key, "audit", &[]);
+        let out = fx.door(key, "audit", &[]);
         let said = text(&out.stdout);
         assert!(out.status.success(), "{}", show("audit", &out));
         assert!(said.contains("chain intact"), "{said}");
@@ -470,23 +541,5 @@ fn the_attack_suite_fails_in_a_pod_under_baseline() {
         }
         assert!(Instant::now() < deadline, "no connect_refused line: {said}");
         std::thread::sleep(Duration::from_millis(200));
-    }
-
-    eprintln!(
-        "{tried} attacks tried in the pod under baseline, all stopped; skipped \
-         (proc_hidden does not hold): {skipped:?}"
-    );
-    assert!(tried >= 40);
-    // What the suite found is what warden says.
-    let out = fx.door(&key, "status", &["--json"]);
-    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(
-        status.get("refusing").is_none_or(Value::is_null),
-        "{status}"
-    );
-    for l in status["layers"].as_array().unwrap() {
-        if l["required"] == true {
-            assert_eq!(l["holds"], true, "{l}");
-        }
     }
 }

@@ -84,7 +84,25 @@ fn ps_and_down(m: &TestMachine, on: &On, ports: &dyn Fn() -> Vec<String>) {
     ]);
     assert!(out.status.success(), "{}", show("write", &out));
     let published = ports();
+    let idle = ps_says_its_columns_while_it_idles(m, on, &published);
+    ps_json_says_the_same_and_a_command_is_activity(m, on, &published, idle);
+    stopped_it_has_no_idle_time_nor_ports(m);
+    let lines = down_keeps_its_volumes_and_ps_lists_it_no_more(m, on);
+    up_again_finds_the_workspace_the_data_and_the_chain(m, lines);
 
+    // Down of what is not there is refused, saying so.
+    let out = m.warden(&["machine", "down", "t0-no-such-machine"]);
+    assert!(!out.status.success(), "{}", show("down nothing", &out));
+    assert!(
+        text(&out.stderr).contains("no such machine"),
+        "{}",
+        show("down nothing", &out)
+    );
+}
+
+/// Idle for three seconds: the table says so, in its columns; the idle
+/// seconds it says.
+fn ps_says_its_columns_while_it_idles(m: &TestMachine, on: &On, published: &[String]) -> u64 {
     // Idle for three seconds: the table says so, in its columns.
     std::thread::sleep(Duration::from_secs(3));
     let row = table_row(m).expect("the machine in ps");
@@ -102,8 +120,16 @@ fn ps_and_down(m: &TestMachine, on: &On, ports: &dyn Fn() -> Vec<String>) {
         p => p,
     };
     assert_eq!(row[7..].join(" "), ports_said, "{row:?}");
+    idle
+}
 
-    // The same in JSON, and the first `ps` did not reset the idle time.
+/// The same in JSON, and the first `ps` did not reset the idle time.
+fn ps_json_says_the_same_and_a_command_is_activity(
+    m: &TestMachine,
+    on: &On,
+    published: &[String],
+    idle: u64,
+) {
     let json = json_row(m).expect("the machine in ps --json");
     let want = serde_json::json!({
         "id": m.id, "name": m.container(), "kind": "container",
@@ -128,8 +154,10 @@ fn ps_and_down(m: &TestMachine, on: &On, ports: &dyn Fn() -> Vec<String>) {
         after < idle_ms,
         "{after} ms idle after a command, {idle_ms} before"
     );
+}
 
-    // Stopped: no idle time, no ports.
+/// Stopped: no idle time, no ports.
+fn stopped_it_has_no_idle_time_nor_ports(m: &TestMachine) {
     let out = m.warden(&["machine", "stop", &m.id]);
     assert!(out.status.success(), "{}", show("stop", &out));
     let row = table_row(m).expect("a stopped machine is listed");
@@ -144,7 +172,12 @@ fn ps_and_down(m: &TestMachine, on: &On, ports: &dyn Fn() -> Vec<String>) {
         (&Value::Bool(false), &Value::Null, &serde_json::json!([])),
         "{json}"
     );
+}
 
+/// Down from running: the container goes, its volumes and the state
+/// folder stay, and `ps` lists it no more. The audit log's last line before
+/// it.
+fn down_keeps_its_volumes_and_ps_lists_it_no_more(m: &TestMachine, on: &On) -> u64 {
     // Down from running: the container goes, its volumes and the state
     // folder stay, and `ps` lists it no more.
     let out = m.warden(&["machine", "exec", &m.id, "--start", "--", "true"]);
@@ -176,7 +209,12 @@ fn ps_and_down(m: &TestMachine, on: &On, ports: &dyn Fn() -> Vec<String>) {
         table_row(m).is_none() && json_row(m).is_none(),
         "listed after down"
     );
+    lines
+}
 
+/// Up again: a new container on the same workspace and data; the audit
+/// log goes on from `lines`, its chain whole.
+fn up_again_finds_the_workspace_the_data_and_the_chain(m: &TestMachine, lines: u64) {
     // Up again: a new container on the same workspace and data.
     let out = m.up();
     assert!(out.status.success(), "{}", show("up after down", &out));
@@ -199,15 +237,6 @@ fn ps_and_down(m: &TestMachine, on: &On, ports: &dyn Fn() -> Vec<String>) {
     assert!(now > lines, "{now} lines, {lines} before down");
     let row = json_row(m).expect("listed again");
     assert_eq!(row["state"], "running", "{row}");
-
-    // Down of what is not there is refused, saying so.
-    let out = m.warden(&["machine", "down", "t0-no-such-machine"]);
-    assert!(!out.status.success(), "{}", show("down nothing", &out));
-    assert!(
-        text(&out.stderr).contains("no such machine"),
-        "{}",
-        show("down nothing", &out)
-    );
 }
 
 #[test]

@@ -42,7 +42,47 @@ fn reloads_without_remaking(m: &TestMachine, container_id: &dyn Fn() -> String, 
     let said = up(m, "first up");
     assert!(said.contains(size), "{said}");
     assert!(said.contains("setup.sh ran"), "{said}");
-    // The clients the image carries, importable where a runtime is.
+    the_clients_the_image_carries_are_importable(m);
+    let first = container_id();
+    assert!(!first.is_empty());
+    let out = m.exec(&["sleep", "2"]);
+    assert!(out.status.success(), "{}", show("sleep 2", &out));
+
+    hosts_limits_and_idle_stop_are_reloaded(m, container_id, &first);
+
+    // Nothing changed: kept, nothing said of a reload.
+    let said = up(m, "up unchanged");
+    assert!(
+        said.contains("unchanged, kept") && !said.contains("reloaded"),
+        "{said}"
+    );
+    assert!(said.contains(size), "{said}");
+
+    // What the engine holds (here `requires`, checked at up) makes it
+    // again, saying why, over the same volumes; the setup, unchanged, does
+    // not run again.
+    m.edit(|d| d["requires"] = serde_json::json!(["sh"]));
+    let said = up(m, "up after a change of requires");
+    assert!(
+        said.contains("made again: the definition's requires changed"),
+        "{said}"
+    );
+    assert!(
+        said.contains("setup.sh: unchanged since it ran, not run again"),
+        "{said}"
+    );
+    assert_ne!(container_id(), first, "made again");
+    // The new container keeps the reloaded fields too.
+    let out = m.warden(&["machine", "status", &m.id]);
+    assert!(
+        text(&out.stdout).contains("stops itself after 3600 s idle"),
+        "{}",
+        show("status", &out)
+    );
+}
+
+/// The clients the image carries, importable where a runtime is.
+fn the_clients_the_image_carries_are_importable(m: &TestMachine) {
     let out = m.exec(&[
         "sh",
         "-c",
@@ -50,13 +90,15 @@ fn reloads_without_remaking(m: &TestMachine, container_id: &dyn Fn() -> String, 
     ]);
     let version = format!("{0}\n{0}\n", env!("CARGO_PKG_VERSION"));
     assert_eq!(text(&out.stdout), version, "{}", show("the clients", &out));
-    let first = container_id();
-    assert!(!first.is_empty());
-    let out = m.exec(&["sleep", "2"]);
-    assert!(out.status.success(), "{}", show("sleep 2", &out));
+}
 
-    // Hosts, limits and an idle stop changed, and a log beside the
-    // definition: the same container, its warden told.
+/// Hosts, limits and an idle stop changed, and a log beside the
+/// definition: the same container (`first`), its warden told.
+fn hosts_limits_and_idle_stop_are_reloaded(
+    m: &TestMachine,
+    container_id: &dyn Fn() -> String,
+    first: &str,
+) {
     std::fs::write(m.dir.path().join("up.log"), "the owner's log\n").unwrap();
     m.edit(|d| {
         d["hosts"] = serde_json::json!(["one.example", "two.example"]);
@@ -89,36 +131,6 @@ fn reloads_without_remaking(m: &TestMachine, container_id: &dyn Fn() -> String, 
         "{status}"
     );
     assert!(status.contains("one.example two.example"), "{status}");
-
-    // Nothing changed: kept, nothing said of a reload.
-    let said = up(m, "up unchanged");
-    assert!(
-        said.contains("unchanged, kept") && !said.contains("reloaded"),
-        "{said}"
-    );
-    assert!(said.contains(size), "{said}");
-
-    // What the engine holds (here `requires`, checked at up) makes it
-    // again, saying why, over the same volumes; the setup, unchanged, does
-    // not run again.
-    m.edit(|d| d["requires"] = serde_json::json!(["sh"]));
-    let said = up(m, "up after a change of requires");
-    assert!(
-        said.contains("made again: the definition's requires changed"),
-        "{said}"
-    );
-    assert!(
-        said.contains("setup.sh: unchanged since it ran, not run again"),
-        "{said}"
-    );
-    assert_ne!(container_id(), first, "made again");
-    // The new container keeps the reloaded fields too.
-    let out = m.warden(&["machine", "status", &m.id]);
-    assert!(
-        text(&out.stdout).contains("stops itself after 3600 s idle"),
-        "{}",
-        show("status", &out)
-    );
 }
 
 #[test]

@@ -35,6 +35,81 @@ fn a_machine_is_made_keyed_kept_stopped_and_removed() {
         show("ssh -G", &out)
     );
 
+    only_the_runtimes_env_holds_the_named_key(&fx);
+
+    // The setup script ran once, as runtime, writing in the workspace.
+    let out = podman(&[
+        "exec",
+        "-u",
+        "0",
+        &fx.container(),
+        "stat",
+        "-c",
+        "%u %n",
+        "/home/runtime/workspace/setup-marker",
+    ]);
+    assert!(
+        text(&out.stdout).starts_with("2000 "),
+        "{}",
+        show("stat", &out)
+    );
+
+    the_lend_is_read_only_for_root_and_shell(&fx);
+
+    a_build_runs_in_a_workspace_folder_and_the_firewall_holds(&fx);
+
+    // Nothing changed: the container is kept.
+    let out = fx.up();
+    assert!(out.status.success(), "{}", show("second up", &out));
+    assert!(text(&out.stdout).contains("unchanged, kept"));
+    assert_eq!(inspect(&fx.container(), "{{.Id}}"), first_id);
+
+    wrong_key_is_refused_and_audited(&fx);
+
+    let out = warden(&["machine", "stop", &fx.id]);
+    assert!(out.status.success(), "{}", show("stop", &out));
+    assert_eq!(inspect(&fx.container(), "{{.State.ExitCode}}"), "143");
+
+    let out = warden(&["machine", "rm", &fx.id, "--volumes"]);
+    assert!(out.status.success(), "{}", show("rm", &out));
+    assert_eq!(leftovers(&fx.id), "");
+    assert!(!Path::new("/var/lib/warden/machines").join(&fx.id).exists());
+}
+
+/// A build in a workspace folder: the one place shell may write; status
+/// says the firewall holds.
+fn a_build_runs_in_a_workspace_folder_and_the_firewall_holds(fx: &TestMachine) {
+    // A build in a workspace folder: the one place shell may write.
+    let out = warden(&[
+        "machine",
+        "exec",
+        &fx.id,
+        "--folder",
+        "build",
+        "--shell",
+        "echo built > out.txt && cat out.txt && pwd",
+    ]);
+    assert_eq!(
+        text(&out.stdout),
+        "built\n/home/runtime/workspace/build\n",
+        "{}",
+        show("build", &out)
+    );
+
+    let out = warden(&["machine", "status", &fx.id]);
+    let status = text(&out.stdout);
+    assert!(out.status.success(), "{}", show("status", &out));
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("layer firewall") && l.contains(" holds ")),
+        "{status}"
+    );
+}
+
+/// shell's environment and the runtime's .env are shut to shell; the
+/// runtime's .env holds the named key only.
+fn only_the_runtimes_env_holds_the_named_key(fx: &TestMachine) {
     let out = fx.exec(&["env"]);
     assert!(out.status.success(), "{}", show("env", &out));
     let env = text(&out.stdout);
@@ -56,25 +131,10 @@ fn a_machine_is_made_keyed_kept_stopped_and_removed() {
     let dotenv = text(&out.stdout);
     assert!(dotenv.contains(&format!("API_TOKEN={CANARY}")), "{dotenv}");
     assert!(!dotenv.contains("OTHER"), "{dotenv}");
+}
 
-    // The setup script ran once, as runtime, writing in the workspace.
-    let out = podman(&[
-        "exec",
-        "-u",
-        "0",
-        &fx.container(),
-        "stat",
-        "-c",
-        "%u %n",
-        "/home/runtime/workspace/setup-marker",
-    ]);
-    assert!(
-        text(&out.stdout).starts_with("2000 "),
-        "{}",
-        show("stat", &out)
-    );
-
-    // The lend is mounted read-only.
+/// The lend is mounted read-only.
+fn the_lend_is_read_only_for_root_and_shell(fx: &TestMachine) {
     let out = podman(&[
         "exec",
         "-u",
@@ -102,50 +162,6 @@ fn a_machine_is_made_keyed_kept_stopped_and_removed() {
     );
     let out = fx.exec(&["touch", "/lent/src/by-shell"]);
     assert!(!out.status.success(), "{}", show("write lend", &out));
-
-    // A build in a workspace folder: the one place shell may write.
-    let out = warden(&[
-        "machine",
-        "exec",
-        &fx.id,
-        "--folder",
-        "build",
-        "--shell",
-        "echo built > out.txt && cat out.txt && pwd",
-    ]);
-    assert_eq!(
-        text(&out.stdout),
-        "built\n/home/runtime/workspace/build\n",
-        "{}",
-        show("build", &out)
-    );
-
-    let out = warden(&["machine", "status", &fx.id]);
-    let status = text(&out.stdout);
-    assert!(out.status.success(), "{}", show("status", &out));
-    assert!(
-        status
-            .lines()
-            .any(|l| l.starts_with("layer firewall") && l.contains(" holds ")),
-        "{status}"
-    );
-
-    // Nothing changed: the container is kept.
-    let out = fx.up();
-    assert!(out.status.success(), "{}", show("second up", &out));
-    assert!(text(&out.stdout).contains("unchanged, kept"));
-    assert_eq!(inspect(&fx.container(), "{{.Id}}"), first_id);
-
-    wrong_key_is_refused_and_audited(&fx);
-
-    let out = warden(&["machine", "stop", &fx.id]);
-    assert!(out.status.success(), "{}", show("stop", &out));
-    assert_eq!(inspect(&fx.container(), "{{.State.ExitCode}}"), "143");
-
-    let out = warden(&["machine", "rm", &fx.id, "--volumes"]);
-    assert!(out.status.success(), "{}", show("rm", &out));
-    assert_eq!(leftovers(&fx.id), "");
-    assert!(!Path::new("/var/lib/warden/machines").join(&fx.id).exists());
 }
 
 /// The last `up` records the container by id; the next `up` of the
@@ -338,25 +354,7 @@ fn a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data() {
     assert_eq!(image_id(&tag), first_image);
     eprintln!("up timings: first (build) {first_s:.2} s, second (unchanged) {second_s:.2} s");
 
-    // `up > up.log` beside the Dockerfile, and a change of the definition
-    // there that warden reads again: neither image nor container is made
-    // again; a change it does not read again makes the container again
-    // (saying why), not the image.
-    std::fs::write(fx.dir.path().join("up.log"), "the owner's log of up\n").unwrap();
-    fx.edit(|d| d["idle_stop_minutes"] = 30.into());
-    let (logged, _) = timed_up(&fx, "up after a log and a definition change");
-    assert!(logged.contains("context unchanged"), "{logged}");
-    assert!(!logged.contains(": built"), "{logged}");
-    assert!(logged.contains("reloaded: idle_stop_minutes"), "{logged}");
-    assert_eq!(inspect(&fx.container(), "{{.Id}}"), first_container);
-    fx.edit(|d| d["requires"] = serde_json::json!(["sh"]));
-    let (remade, _) = timed_up(&fx, "up after a change that makes the container");
-    assert!(!remade.contains(": built"), "{remade}");
-    assert!(
-        remade.contains("made again: the definition's requires changed"),
-        "{remade}"
-    );
-    assert_eq!(image_id(&tag), first_image);
+    a_change_of_the_definition_builds_no_image(&fx, &tag, &first_container, &first_image);
 
     // The Dockerfile changed: rebuilt, recreated, the data volume kept.
     write_dockerfile("two");
@@ -375,6 +373,33 @@ fn a_dockerfile_is_built_once_and_rebuilt_when_changed_keeping_data() {
     assert_eq!(text(&out.stdout), "two\n", "{}", show("marker", &out));
     let out = sh_in(&fx, "0", "cat /home/runtime/data/kept");
     assert_eq!(text(&out.stdout), "keep\n", "{}", show("kept", &out));
+}
+
+/// `up > up.log` beside the Dockerfile, and a change of the definition
+/// there that warden reads again: neither image nor container is made
+/// again; a change it does not read again makes the container again
+/// (saying why), not the image (`first_image` of `tag`).
+fn a_change_of_the_definition_builds_no_image(
+    fx: &TestMachine,
+    tag: &str,
+    first_container: &str,
+    first_image: &str,
+) {
+    std::fs::write(fx.dir.path().join("up.log"), "the owner's log of up\n").unwrap();
+    fx.edit(|d| d["idle_stop_minutes"] = 30.into());
+    let (logged, _) = timed_up(fx, "up after a log and a definition change");
+    assert!(logged.contains("context unchanged"), "{logged}");
+    assert!(!logged.contains(": built"), "{logged}");
+    assert!(logged.contains("reloaded: idle_stop_minutes"), "{logged}");
+    assert_eq!(inspect(&fx.container(), "{{.Id}}"), first_container);
+    fx.edit(|d| d["requires"] = serde_json::json!(["sh"]));
+    let (remade, _) = timed_up(fx, "up after a change that makes the container");
+    assert!(!remade.contains(": built"), "{remade}");
+    assert!(
+        remade.contains("made again: the definition's requires changed"),
+        "{remade}"
+    );
+    assert_eq!(image_id(tag), first_image);
 }
 
 #[test]

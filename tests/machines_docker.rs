@@ -83,31 +83,7 @@ fn a_docker_machine_is_built_confined_keyed_stopped_and_removed() {
         show("exec", &out)
     );
     assert!(!listed.contains(".env"), "{listed}");
-    // Commands run as shell, every required layer holds, the key stays the runtime's.
-    let out = warden(&["machine", "exec", id, "--", "id", "-un"]);
-    assert_eq!(text(&out.stdout), "shell\n", "{}", show("exec", &out));
-    let out = warden(&[
-        "machine",
-        "exec",
-        id,
-        "--shell",
-        "env; cat /home/runtime/.env; cat /proc/1/environ",
-    ]);
-    assert!(
-        !text(&out.stdout).contains(CANARY) && !text(&out.stderr).contains(CANARY),
-        "{}",
-        show("exec", &out)
-    );
-    let status = warden(&["machine", "status", id]);
-    let said = text(&status.stdout);
-    assert!(status.status.success(), "{}", show("status", &status));
-    for line in said.lines().filter(|l| l.starts_with("layer ")) {
-        assert!(
-            !(line.contains("DOES NOT HOLD") && line.contains("required")),
-            "{line}"
-        );
-    }
-    assert!(said.contains("layer firewall      holds"), "{said}");
+    commands_run_as_shell_and_the_key_stays_the_runtimes(id);
     // Nothing changed: kept, not rebuilt.
     let out = m.up();
     assert!(
@@ -137,6 +113,34 @@ fn a_docker_machine_is_built_confined_keyed_stopped_and_removed() {
         "the machine's image is removed with it"
     );
     assert!(m.definition().exists());
+}
+
+/// Commands run as shell, every required layer holds, the key stays the runtime's.
+fn commands_run_as_shell_and_the_key_stays_the_runtimes(id: &str) {
+    let out = warden(&["machine", "exec", id, "--", "id", "-un"]);
+    assert_eq!(text(&out.stdout), "shell\n", "{}", show("exec", &out));
+    let out = warden(&[
+        "machine",
+        "exec",
+        id,
+        "--shell",
+        "env; cat /home/runtime/.env; cat /proc/1/environ",
+    ]);
+    assert!(
+        !text(&out.stdout).contains(CANARY) && !text(&out.stderr).contains(CANARY),
+        "{}",
+        show("exec", &out)
+    );
+    let status = warden(&["machine", "status", id]);
+    let said = text(&status.stdout);
+    assert!(status.status.success(), "{}", show("status", &status));
+    for line in said.lines().filter(|l| l.starts_with("layer ")) {
+        assert!(
+            !(line.contains("DOES NOT HOLD") && line.contains("required")),
+            "{line}"
+        );
+    }
+    assert!(said.contains("layer firewall      holds"), "{said}");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::machine::{ps_row, ready, show};
+use common::machine::{ps_row, ready, show, TestMachine};
 use common::rootless::{owner, rootless_machine};
 use common::text;
 use std::path::PathBuf;
@@ -241,9 +241,15 @@ fn a_rootless_machine_on_the_hosts_network_is_held_by_the_connect_gate() {
     let out = m.exec(&["id", "-un"]);
     assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("exec", &out));
 
-    // On the host's own loopback: shell makes no UDP socket at all
-    // (nothing arrives), and its TCP connect to a host port is refused by
-    // the gate (nothing is accepted).
+    nothing_of_shells_reaches_the_hosts_loopback(&m);
+
+    shell_listens_on_unix_sockets_only(&m);
+}
+
+/// On the host's own loopback: shell makes no UDP socket at all
+/// (nothing arrives), and its TCP connect to a host port is refused by
+/// the gate (nothing is accepted).
+fn nothing_of_shells_reaches_the_hosts_loopback(m: &TestMachine) {
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     udp.set_nonblocking(true).unwrap();
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -277,10 +283,12 @@ fn a_rootless_machine_on_the_hosts_network_is_held_by_the_connect_gate() {
     let mut buf = [0u8; 16];
     assert!(udp.recv(&mut buf).is_err(), "a datagram from shell arrived");
     assert!(tcp.accept().is_err(), "shell connected to a host port");
+}
 
-    // listen(2) without bind(2) would bind a port on every address of the
-    // host's network, a server its processes reach: warden refuses it,
-    // and a unix socket still listens.
+/// listen(2) without bind(2) would bind a port on every address of the
+/// host's network, a server its processes reach: warden refuses it,
+/// and a unix socket still listens.
+fn shell_listens_on_unix_sockets_only(m: &TestMachine) {
     let listen =
         "import socket; s = socket.socket(); s.listen(); print('listening on', s.getsockname())";
     let out = m.exec(&["python3", "-c", listen]);

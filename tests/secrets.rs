@@ -6,6 +6,7 @@ mod common;
 
 use base64::Engine;
 use common::{privileged, Machine, Options, RUNTIME_UID};
+use std::path::{Path, PathBuf};
 use warden::wire::RunRequest;
 
 const ENV_CANARY: &str = "canary-sk-5f7e9a1c";
@@ -23,21 +24,7 @@ fn secrets_are_redacted_from_every_audit_line_and_error() {
     if !privileged("secrets_are_redacted_from_every_audit_line_and_error") {
         return;
     }
-    let dir = Machine::folder("");
-    let policy = dir.path().join("policy");
-    std::fs::create_dir(&policy).unwrap();
-    let m = Machine::start_in(
-        dir,
-        Options {
-            env: vec![("GITHUB_TOKEN".into(), TOKEN_CANARY.into())],
-            config: serde_json::json!({"policy_dir": policy}),
-            ..Default::default()
-        },
-    );
-    m.wait_ready();
-    let env = m.home.join(".env");
-    std::fs::write(&env, format!("# keys\nAPI_KEY={ENV_CANARY}\n")).unwrap();
-    std::os::unix::fs::chown(&env, Some(RUNTIME_UID), Some(RUNTIME_UID)).unwrap();
+    let (m, policy) = boot_with_a_token_and_the_runtimes_key();
 
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let url = format!("https://registry.invalid/pkg?token={ENV_CANARY}&v=1");
@@ -64,8 +51,56 @@ fn secrets_are_redacted_from_every_audit_line_and_error() {
         "{error}"
     );
 
-    // A broken host list quoting the secret: the reload error, the audit
-    // line and warden's own diagnostic line all carry the mark instead.
+    a_broken_host_list_quoting_the_secret_is_said_with_the_mark(&m, &policy);
+
+    let audit = std::fs::read_to_string(m.audit_path()).unwrap();
+    for secret in [
+        ENV_CANARY,
+        TOKEN_CANARY,
+        &b64(ENV_CANARY),
+        b64(ENV_CANARY).trim_end_matches('='),
+    ] {
+        assert!(!audit.contains(secret), "{secret} is in the audit log");
+    }
+    assert!(
+        !audit.contains(&bearer),
+        "the base64 text carrying the secret survived whole"
+    );
+    assert!(
+        audit.matches(warden::shared::redact::MARK).count() >= 7,
+        "{audit}"
+    );
+    // And the chain still verifies: lines are redacted before they are sealed.
+    let mut prev = "0".repeat(64);
+    for line in audit.lines() {
+        prev = warden::shared::audit_chain::check_line(line, &prev).unwrap();
+    }
+}
+
+/// A machine with TOKEN_CANARY in warden's environment, ENV_CANARY in the
+/// runtime's .env, and a policy folder of its own; the folder.
+fn boot_with_a_token_and_the_runtimes_key() -> (Machine, PathBuf) {
+    let dir = Machine::folder("");
+    let policy = dir.path().join("policy");
+    std::fs::create_dir(&policy).unwrap();
+    let m = Machine::start_in(
+        dir,
+        Options {
+            env: vec![("GITHUB_TOKEN".into(), TOKEN_CANARY.into())],
+            config: serde_json::json!({"policy_dir": policy}),
+            ..Default::default()
+        },
+    );
+    m.wait_ready();
+    let env = m.home.join(".env");
+    std::fs::write(&env, format!("# keys\nAPI_KEY={ENV_CANARY}\n")).unwrap();
+    std::os::unix::fs::chown(&env, Some(RUNTIME_UID), Some(RUNTIME_UID)).unwrap();
+    (m, policy)
+}
+
+/// A broken host list quoting the secret: the reload error, the audit
+/// line and warden's own diagnostic line all carry the mark instead.
+fn a_broken_host_list_quoting_the_secret_is_said_with_the_mark(m: &Machine, policy: &Path) {
     std::fs::write(
         policy.join("network.json"),
         format!("{{\"hosts\": [\"bad!{ENV_CANARY}.example\"]}}"),
@@ -106,27 +141,4 @@ fn secrets_are_redacted_from_every_audit_line_and_error() {
         !log.contains(ENV_CANARY) && !log.contains(TOKEN_CANARY),
         "{log}"
     );
-
-    let audit = std::fs::read_to_string(m.audit_path()).unwrap();
-    for secret in [
-        ENV_CANARY,
-        TOKEN_CANARY,
-        &b64(ENV_CANARY),
-        b64(ENV_CANARY).trim_end_matches('='),
-    ] {
-        assert!(!audit.contains(secret), "{secret} is in the audit log");
-    }
-    assert!(
-        !audit.contains(&bearer),
-        "the base64 text carrying the secret survived whole"
-    );
-    assert!(
-        audit.matches(warden::shared::redact::MARK).count() >= 7,
-        "{audit}"
-    );
-    // And the chain still verifies: lines are redacted before they are sealed.
-    let mut prev = "0".repeat(64);
-    for line in audit.lines() {
-        prev = warden::shared::audit_chain::check_line(line, &prev).unwrap();
-    }
 }

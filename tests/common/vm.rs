@@ -161,106 +161,11 @@ impl Vm {
             .unwrap();
         let run = dir.path();
         let key = random_key();
-        // The machine's own files, appended to the initramfs as a second
-        // cpio archive: warden moves them onto the root disk.
-        let stage = run.join("stage/etc/warden");
-        std::fs::create_dir_all(&stage).unwrap();
-        std::fs::write(stage.join("key"), &key).unwrap();
-        std::fs::set_permissions(stage.join("key"), std::fs::Permissions::from_mode(0o600))
-            .unwrap();
-        if let Some(config) = &opts.machine_json {
-            std::fs::write(stage.join("machine.json"), config.to_string()).unwrap();
-        }
-        let initrd = run.join("initrd.gz");
-        std::fs::copy(kit.dir.join("initrd.gz"), &initrd).unwrap();
-        let pack = format!(
-            "cd {} && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet | gzip >> {}",
-            run.join("stage").display(),
-            initrd.display()
-        );
-        assert!(Command::new("sh")
-            .args(["-c", &pack])
-            .status()
-            .unwrap()
-            .success());
-        for volume in ["data.ext4", "workspace.ext4"] {
-            let copied = Command::new("cp")
-                .arg("--sparse=always")
-                .arg(kit.dir.join(volume))
-                .arg(run.join(volume))
-                .status()
-                .unwrap();
-            assert!(copied.success());
-        }
-        let vhost_sock = run.join("vhost.sock");
-        let vhost = Command::new(&kit.vhost)
-            .args(["--guest-cid", &GUEST_CID.to_string(), "--socket"])
-            .arg(&vhost_sock)
-            .arg("--uds-path")
-            .arg(run.join("vsock.sock"))
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(run.join("vhost.log")).unwrap())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("vhost-device-vsock");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !vhost_sock.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "vhost-device-vsock made no socket"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let mut cmdline = vec![
-            "console=ttyS0".to_string(),
-            "quiet".into(),
-            "pci=off".into(),
-            "panic=-1".into(),
-            format!("tsc_early_khz={}", tsc_khz()),
-            "root=/dev/vda".into(),
-            "rw".into(),
-            "warden.data=/dev/vdb".into(),
-            "warden.workspace=/dev/vdc".into(),
-            "warden.hostname=warden-test-vm".into(),
-        ];
-        cmdline.extend(opts.cmdline);
-        let drive = |file: &Path, id: &str, extra: &str| {
-            format!("file={},format=raw,if=none,id={id}{extra}", file.display())
-        };
-        let mut qemu = Command::new(&kit.qemu);
-        // cx16=off: QEMU 7.2's emulation of cmpxchg16b (the guest's slab
-        // allocator's fast path) corrupts flags and panics about one boot
-        // in three; without it the kernel uses its fallback.
-        qemu.args(["-accel", "tcg", "-cpu", "max,cx16=off"])
-            .args(["-M", "microvm,memory-backend=mem"])
-            .args(["-m", "512", "-smp", "1"])
-            .args(["-object", "memory-backend-memfd,id=mem,size=512M,share=on"])
-            .args(["-display", "none", "-no-reboot", "-net", "none"])
-            .arg("-serial")
-            .arg(format!("file:{}", run.join("serial.log").display()))
-            .arg("-chardev")
-            .arg(format!("socket,id=vhu,path={}", vhost_sock.display()))
-            .args(["-device", "vhost-user-vsock-device,chardev=vhu"])
-            // The root disk is shared by every test VM: their writes go to
-            // a throwaway overlay.
-            .arg("-drive")
-            .arg(drive(&kit.dir.join("rootfs.ext4"), "root", ",snapshot=on"))
-            .args(["-device", "virtio-blk-device,drive=root"])
-            .arg("-drive")
-            .arg(drive(&run.join("data.ext4"), "data", ""))
-            .args(["-device", "virtio-blk-device,drive=data"])
-            .arg("-drive")
-            .arg(drive(&run.join("workspace.ext4"), "work", ""))
-            .args(["-device", "virtio-blk-device,drive=work"])
-            .arg("-kernel")
-            .arg(kit.dir.join("vmlinuz"))
-            .arg("-initrd")
-            .arg(&initrd)
-            .arg("-append")
-            .arg(cmdline.join(" "))
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(run.join("qemu.log")).unwrap())
-            .stderr(std::fs::File::create(run.join("qemu.err")).unwrap());
+        let initrd = initramfs_with_the_machines_files(kit, run, &key, &opts);
+        copy_the_volumes(kit, run);
+        let (vhost, vhost_sock) = start_vhost_device_vsock(kit, run);
+        let cmdline = kernel_command_line(opts.cmdline);
+        let mut qemu = qemu_command(kit, run, &initrd, &vhost_sock, &cmdline);
         let launched = Instant::now();
         let qemu = qemu.spawn().expect("qemu-system-x86_64");
         Vm {
@@ -396,6 +301,138 @@ impl Drop for Vm {
         let _ = self.vhost.kill();
         let _ = self.vhost.wait();
     }
+}
+
+/// The kit's initramfs in `run`, with the machine's own files appended as
+/// a second cpio archive: its `key`, and `opts`' machine.json.
+fn initramfs_with_the_machines_files(kit: &Kit, run: &Path, key: &str, opts: &Options) -> PathBuf {
+    // The machine's own files, appended to the initramfs as a second
+    // cpio archive: warden moves them onto the root disk.
+    let stage = run.join("stage/etc/warden");
+    std::fs::create_dir_all(&stage).unwrap();
+    std::fs::write(stage.join("key"), key).unwrap();
+    std::fs::set_permissions(stage.join("key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    if let Some(config) = &opts.machine_json {
+        std::fs::write(stage.join("machine.json"), config.to_string()).unwrap();
+    }
+    let initrd = run.join("initrd.gz");
+    std::fs::copy(kit.dir.join("initrd.gz"), &initrd).unwrap();
+    let pack = format!(
+        "cd {} && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet | gzip >> {}",
+        run.join("stage").display(),
+        initrd.display()
+    );
+    assert!(Command::new("sh")
+        .args(["-c", &pack])
+        .status()
+        .unwrap()
+        .success());
+    initrd
+}
+
+/// The kit's data and workspace volumes, copied (sparse) into `run`.
+fn copy_the_volumes(kit: &Kit, run: &Path) {
+    for volume in ["data.ext4", "workspace.ext4"] {
+        let copied = Command::new("cp")
+            .arg("--sparse=always")
+            .arg(kit.dir.join(volume))
+            .arg(run.join(volume))
+            .status()
+            .unwrap();
+        assert!(copied.success());
+    }
+}
+
+/// vhost-device-vsock for the guest, its socket in `run` (waited for), its
+/// unix socket for the host's end `run`/vsock.sock.
+fn start_vhost_device_vsock(kit: &Kit, run: &Path) -> (Child, PathBuf) {
+    let vhost_sock = run.join("vhost.sock");
+    let vhost = Command::new(&kit.vhost)
+        .args(["--guest-cid", &GUEST_CID.to_string(), "--socket"])
+        .arg(&vhost_sock)
+        .arg("--uds-path")
+        .arg(run.join("vsock.sock"))
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(run.join("vhost.log")).unwrap())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("vhost-device-vsock");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !vhost_sock.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "vhost-device-vsock made no socket"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (vhost, vhost_sock)
+}
+
+/// The guest kernel's command line, with `extra` words at its end.
+fn kernel_command_line(extra: Vec<String>) -> Vec<String> {
+    let mut cmdline = vec![
+        "console=ttyS0".to_string(),
+        "quiet".into(),
+        "pci=off".into(),
+        "panic=-1".into(),
+        format!("tsc_early_khz={}", tsc_khz()),
+        "root=/dev/vda".into(),
+        "rw".into(),
+        "warden.data=/dev/vdb".into(),
+        "warden.workspace=/dev/vdc".into(),
+        "warden.hostname=warden-test-vm".into(),
+    ];
+    cmdline.extend(extra);
+    cmdline
+}
+
+/// QEMU for the kit's kernel and `initrd`, its disks and logs in `run`, its
+/// vsock through `vhost_sock`.
+fn qemu_command(
+    kit: &Kit,
+    run: &Path,
+    initrd: &Path,
+    vhost_sock: &Path,
+    cmdline: &[String],
+) -> Command {
+    let drive = |file: &Path, id: &str, extra: &str| {
+        format!("file={},format=raw,if=none,id={id}{extra}", file.display())
+    };
+    let mut qemu = Command::new(&kit.qemu);
+    // cx16=off: QEMU 7.2's emulation of cmpxchg16b (the guest's slab
+    // allocator's fast path) corrupts flags and panics about one boot
+    // in three; without it the kernel uses its fallback.
+    qemu.args(["-accel", "tcg", "-cpu", "max,cx16=off"])
+        .args(["-M", "microvm,memory-backend=mem"])
+        .args(["-m", "512", "-smp", "1"])
+        .args(["-object", "memory-backend-memfd,id=mem,size=512M,share=on"])
+        .args(["-display", "none", "-no-reboot", "-net", "none"])
+        .arg("-serial")
+        .arg(format!("file:{}", run.join("serial.log").display()))
+        .arg("-chardev")
+        .arg(format!("socket,id=vhu,path={}", vhost_sock.display()))
+        .args(["-device", "vhost-user-vsock-device,chardev=vhu"])
+        // The root disk is shared by every test VM: their writes go to
+        // a throwaway overlay.
+        .arg("-drive")
+        .arg(drive(&kit.dir.join("rootfs.ext4"), "root", ",snapshot=on"))
+        .args(["-device", "virtio-blk-device,drive=root"])
+        .arg("-drive")
+        .arg(drive(&run.join("data.ext4"), "data", ""))
+        .args(["-device", "virtio-blk-device,drive=data"])
+        .arg("-drive")
+        .arg(drive(&run.join("workspace.ext4"), "work", ""))
+        .args(["-device", "virtio-blk-device,drive=work"])
+        .arg("-kernel")
+        .arg(kit.dir.join("vmlinuz"))
+        .arg("-initrd")
+        .arg(initrd)
+        .arg("-append")
+        .arg(cmdline.join(" "))
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(run.join("qemu.log")).unwrap())
+        .stderr(std::fs::File::create(run.join("qemu.err")).unwrap());
+    qemu
 }
 
 /// A fresh machine key: 48 hex characters from the kernel's random pool.
