@@ -1,12 +1,14 @@
-"""Shared fixtures: the package from src/, the skip-or-fail rule, and the
-live wardens (booted once per session, stopped with SIGTERM at the end)."""
+"""Shared fixtures: the package from src/, the skip-or-fail rule, the
+scripted peers (scriptedpeer.py), and the live wardens (booted once per
+session, stopped with SIGTERM at the end)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE))
 
 import wardenbox  # noqa: E402
+from scriptedpeer import Peer  # noqa: E402
 
 #: The host socket's key in the keyed warden (at least 32 characters).
 HOST_KEY = "pyclient-key-0123456789abcdef0123456789abcdef"
@@ -27,6 +30,20 @@ def unavailable(reason: str) -> None:
         pytest.fail(f"{reason}, and CI=true forbids skipping", pytrace=False)
     print(f"SKIPPED {reason}", file=sys.stderr)
     pytest.skip(reason)
+
+
+@pytest.fixture
+def peer() -> Iterator[Callable[[Callable[[socket.socket], None]], Peer]]:
+    made: list[Peer] = []
+
+    def make(script: Callable[[socket.socket], None]) -> Peer:
+        p = Peer(script)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.close()
 
 
 @pytest.fixture(scope="session")

@@ -14,23 +14,10 @@ import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from . import core
 from . import frames as fr
-from .client import (
-    _BOTH,
-    _END,
-    _NAMES,
-    DEFAULT,
-    Stream,
-    _Default,
-    _deadline,
-    _detached,
-    _remaining,
-    _resized,
-    _Route,
-)
 from .common import (
     FRAME_TIMEOUT,
-    REFUSED_IN_PLACE,
     STDIN_CHUNK,
     SUPPORTED_VERSIONS,
     Detached,
@@ -40,28 +27,21 @@ from .common import (
     Result,
     RunEnded,
     ShellStopped,
-    Started,
     TerminalSize,
     client_name,
     command_number,
     default_socket,
     detach_request,
-    detached_commands,
-    error_of,
-    begin_run_request,
-    card_of,
-    hold_until,
-    ready_since,
-    next_job_of,
     read_key,
-    result_of,
-    run_ended,
-    run_name,
     run_request,
-    signal_name,
     terminal_size,
 )
-from .errors import FATAL_CODES, ConnectionError, ProtocolError, TimeoutError, WardenError
+from .core import BOTH as _BOTH
+from .core import DEFAULT, Stream, _Default
+from .core import Route as _Route
+from .core import deadline as _deadline
+from .core import remaining as _remaining
+from .errors import ConnectionError, TimeoutError, WardenError
 
 __all__ = ["AsyncAttachment", "AsyncClient", "AsyncProcess"]
 
@@ -70,7 +50,10 @@ T = TypeVar("T")
 _READ_LIMIT = 2 * fr.MAX_FRAME
 
 
-class _AsyncLink:
+class _AsyncLink(core.Switchboard):
+    """One connection's streams: frames in and out, for an event loop. Its
+    routes are the core's (:class:`~warden_client.core.Switchboard`)."""
+
     def __init__(
         self,
         reader: asyncio.StreamReader,
@@ -78,41 +61,11 @@ class _AsyncLink:
         timeout: float | None,
         name: str,
     ) -> None:
+        super().__init__(timeout, name)
         self.reader = reader
         self.writer = writer
-        self.timeout = timeout
-        self.name = name
-        self._routes: dict[int, _Route] = {0: _Route()}
-        self._failure: WardenError | None = None
         self._reading: asyncio.Task[None] | None = None
         self._wlock = asyncio.Lock()
-        #: The type of the request awaiting its answer on id 0 (one at a time).
-        self.asking: str | None = None
-
-    @property
-    def failure(self) -> WardenError | None:
-        return self._failure
-
-    def route(self, id: int) -> _Route:
-        route = self._routes.get(id)
-        if route is None:
-            route = self._routes[id] = _Route()
-            route.command = True
-        return route
-
-    def drop(self, id: int) -> None:
-        if id != 0:
-            self._routes.pop(id, None)
-
-    def discard(self, route: _Route, kinds: frozenset[int]) -> None:
-        route.discard = route.discard | kinds
-        kept = [item for item in route.output if item[0] not in kinds]
-        route.output.clear()
-        route.output.extend(kept)
-
-    def _fail(self, error: WardenError) -> None:
-        if self._failure is None:
-            self._failure = error
 
     async def _read_one(self) -> None:
         """Reads one frame and dispatches it; never raises: a failure ends
@@ -139,26 +92,6 @@ class _AsyncLink:
             self._fail(e)
         except OSError as e:
             self._fail(ConnectionError(f"{self.name}: read: {e.strerror or e}", e.errno))
-
-    def _dispatch(self, frame: fr.Frame) -> None:
-        if frame.kind == fr.CONTROL:
-            event = frame.json()
-            code = event.get("code")
-            # A refusal of the request it answers (hand_keys on the
-            # machine's own socket) leaves the connection open.
-            in_place = frame.id == 0 and code == "refused" and self.asking in REFUSED_IN_PLACE
-            if event["type"] == "error" and code in FATAL_CODES and not in_place:
-                self._fail(error_of(event))
-                return
-            route = self._routes.get(frame.id)
-            if route is not None:
-                route.on_control(event)
-        elif frame.kind in _BOTH:
-            route = self._routes.get(frame.id)
-            if route is not None and frame.kind not in route.discard:
-                route.output.append((frame.kind, frame.payload))
-        else:
-            raise ProtocolError(f"warden sent a {fr.KIND_NAMES[frame.kind]} frame")
 
     def _reader(self) -> asyncio.Task[None]:
         if self._reading is None or self._reading.done():
@@ -240,15 +173,13 @@ class _AsyncLink:
 async def _hybrid_vsock(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, port: int
 ) -> None:
-    writer.write(f"CONNECT {port}\n".encode())
+    writer.write(core.vsock_request(port))
     await writer.drain()
     try:
         line = await reader.readuntil(b"\n")
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
         raise ConnectionError(f"{path}: CONNECT {port}: no answer; is the VM up and listening?") from None
-    answer = line[:-1].decode("utf-8", "replace")
-    if not (answer.startswith("OK ") and answer[3:].isdigit()):
-        raise ConnectionError(f"{path}: CONNECT {port}: answered {answer!r}, not OK <port>")
+    core.vsock_answered(path, port, line[:-1])
 
 
 class AsyncClient:
@@ -288,30 +219,16 @@ class AsyncClient:
         try:
             if vsock_port is not None:
                 await asyncio.wait_for(_hybrid_vsock(reader, writer, path, vsock_port), connect_timeout)
-            hello: dict[str, Any] = {
-                "type": "hello",
-                "versions": [int(v) for v in versions],
-                "client": client or client_name(),
-            }
-            if secret is not None:
-                hello["key"] = secret
             replies = link.route(0)
-            await link.send(fr.encode_control(0, hello), connect_timeout)
-            event = await link.wait(
-                lambda: replies.events.popleft() if replies.events else None, connect_timeout
-            )
-            if event["type"] == "error":
-                raise error_of(event)
-            if event["type"] != "hello" or not isinstance(event.get("version"), int):
-                raise ProtocolError(f"{path}: expected warden's hello, got {event!r:.200}")
+            await link.send(core.hello_message(versions, client or client_name(), secret), connect_timeout)
+            hello = core.hello_of(path, await link.wait(core.first_event(replies), connect_timeout))
         except asyncio.TimeoutError:
             await link.close()
             raise ConnectionError(f"{path}: no answer in {connect_timeout} s") from None
         except BaseException:
             await link.close()
             raise
-        extra = {k: v for k, v in event.items() if k not in ("type", "version", "server")}
-        return cls(link, Hello(event["version"], str(event.get("server", "")), extra))
+        return cls(link, hello)
 
     @property
     def version(self) -> int:
@@ -332,9 +249,7 @@ class AsyncClient:
         await self.close()
 
     def _next_id(self) -> int:
-        self._ids += 1
-        if self._ids > fr.MAX_ID:
-            raise WardenError("internal", "this connection has used every frame id")
+        self._ids = core.next_id(self._ids)
         return self._ids
 
     async def _request(self, message: dict[str, Any], answer: str) -> dict[str, Any]:
@@ -343,17 +258,20 @@ class AsyncClient:
             self._link.asking = message["type"]
             try:
                 await self._link.send(fr.encode_control(0, message), self._link.timeout)
-                event = await self._link.wait(
-                    lambda: replies.events.popleft() if replies.events else None, self._link.timeout
-                )
+                event = await self._link.wait(core.first_event(replies), self._link.timeout)
             finally:
                 self._link.asking = None
-        if event["type"] == "error":
-            # It answered this request: the connection goes on.
-            raise error_of(event, fatal=False)
-        if event["type"] != answer:
-            raise ProtocolError(f"{message['type']}: expected {answer}, got {event!r:.200}")
-        return event
+        return core.answer_of(message, answer, event)
+
+    async def _call(self, call: core.Call[T]) -> T:
+        """A request on id 0 as the core builds it, and what its answer gives."""
+        try:
+            event = await self._request(call.message, call.answer)
+        except WardenError as e:
+            if call.gone is not None and e.code == "unknown_id":
+                return call.gone()
+            raise
+        return call.parse(event)
 
     async def run(
         self,
@@ -409,137 +327,86 @@ class AsyncClient:
         request = run_request(
             argv, shell, folder, timeout, env, stdin, limits, keep_background, extra, size
         )
-        id = self._next_id()
-        route = self._link.route(id)
-        try:
-            await self._link.send(fr.encode_control(id, request), self._link.timeout)
-            await self._link.wait(
-                lambda: True if (route.started or route.ended) else None, self._link.timeout
-            )
-        except BaseException:
-            self._link.drop(id)
-            raise
-        if route.refused is not None:
-            self._link.drop(id)
-            raise route.refused
+        id, route = await self._ask_on_id(request)
         if route.exit is not None:
             self._link.drop(id)
         return AsyncProcess(self, id, route, stdin, size)
 
     async def status(self) -> dict[str, Any]:
-        return await self._request({"type": "status"}, "status")
+        return await self._call(core.status())
 
     async def reload(self) -> dict[str, Any]:
-        return await self._request({"type": "reload"}, "reloaded")
+        return await self._call(core.reload())
 
     async def audit(self, kind: str, fields: Any = None) -> int:
-        message: dict[str, Any] = {"type": "audit", "kind": kind}
-        if fields is not None:
-            message["fields"] = fields
-        event = await self._request(message, "recorded")
-        seq = event.get("seq")
-        if not isinstance(seq, int):
-            raise ProtocolError(f"recorded without a seq: {event!r:.200}")
-        return seq
+        return await self._call(core.audit(kind, fields))
 
     async def stop_shell(self, signal: str | int = "KILL") -> ShellStopped:
-        event = await self._request(
-            {"type": "stop_shell", "signal": signal_name(signal)}, "shell_stopped"
-        )
-        return ShellStopped(int(event.get("signalled", 0)), int(event.get("left", 0)))
+        return await self._call(core.stop_shell(signal))
 
     async def close_gate(self, reason: str) -> dict[str, Any]:
-        return await self._request({"type": "close_gate", "reason": reason}, "gate")
+        return await self._call(core.close_gate(reason))
 
     async def open_gate(self) -> dict[str, Any]:
-        return await self._request({"type": "open_gate"}, "gate")
+        return await self._call(core.open_gate())
 
     async def hold(self, until_ms: int) -> int:
         """See :meth:`Client.hold`."""
-        event = await self._request({"type": "hold", "until_ms": hold_until(until_ms)}, "held")
-        until = event.get("until_ms")
-        if isinstance(until, bool) or not isinstance(until, int):
-            raise ProtocolError(f"held without an until_ms: {event!r:.200}")
-        return until
+        return await self._call(core.hold(until_ms))
 
     async def ready(self) -> int:
         """See :meth:`Client.ready`."""
-        return ready_since(await self._request({"type": "ready"}, "ready_noted"))
+        return await self._call(core.ready())
 
     async def next_job(self, at_ms: int) -> int:
         """See :meth:`Client.next_job`."""
-        event = await self._request({"type": "next_job", "at_ms": hold_until(at_ms)}, "next_job_at")
-        return next_job_of(event)
+        return await self._call(core.next_job(at_ms))
 
     async def hand_keys(self, text: str) -> list[str]:
         """See :meth:`Client.hand_keys`."""
-        if not isinstance(text, str):
-            raise TypeError(f"text is a .env text (a str), not {type(text).__name__}")
-        event = await self._request({"type": "hand_keys", "text": text}, "keys_handed")
-        names = event.get("names")
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise ProtocolError(f"keys_handed without names: {event!r:.200}")
-        return names
+        return await self._call(core.hand_keys(text))
 
     async def begin_run(self, run: str, budget_usd: float | None = None) -> int:
         """See :meth:`Client.begin_run`."""
-        event = await self._request(begin_run_request(run, budget_usd), "run_begun")
-        budget = event.get("budget_micro_usd")
-        if isinstance(budget, bool) or not isinstance(budget, int):
-            raise ProtocolError(f"run_begun without budget_micro_usd: {event!r:.200}")
-        return budget
+        return await self._call(core.begin_run(run, budget_usd))
 
     async def end_run(self, run: str) -> RunEnded:
         """See :meth:`Client.end_run`."""
-        return run_ended(await self._request({"type": "end_run", "run": run_name(run)}, "run_ended"))
+        return await self._call(core.end_run(run))
 
     async def card(self, run: str) -> dict[str, Any]:
         """See :meth:`Client.card`."""
-        return card_of(await self._request({"type": "card", "run": run_name(run)}, "card"))
+        return await self._call(core.card(run))
 
     async def shutdown(self) -> None:
         try:
-            await self._request({"type": "shutdown"}, "shutting_down")
+            await self._call(core.shutdown())
         except ConnectionError:
             pass
 
     async def signal(self, id: int, signal: str | int = "TERM") -> str | None:
         """See :meth:`Client.signal`."""
-        try:
-            event = await self._request(
-                {"type": "signal", "target": id, "signal": signal_name(signal)}, "signalled"
-            )
-        except WardenError as e:
-            if e.code == "unknown_id":
-                return None
-            raise
-        return str(event.get("signal", signal))
+        return await self._call(core.signal(id, signal))
 
     async def resize(self, id: int, rows: int, cols: int) -> TerminalSize:
         """See :meth:`Client.resize`."""
-        size = terminal_size((rows, cols))
-        event = await self._request(
-            {"type": "resize", "target": id, "rows": size.rows, "cols": size.cols}, "resized"
-        )
-        return _resized(event)
+        return await self._call(core.resize(id, rows, cols))
 
     # -- detached commands (protocol version 4) ------------------------------
 
     async def _ask_on_id(self, request: dict[str, Any], follows: bool = False,
                          timeout: float | None | _Default = DEFAULT) -> tuple[int, _Route]:
-        wait = self._link.timeout if isinstance(timeout, _Default) else timeout
+        wait = core.own_timeout(timeout, self._link.timeout)
         id = self._next_id()
         route = self._link.route(id)
         route.follows = follows
         try:
             await self._link.send(fr.encode_control(id, request), self._link.timeout)
-            await self._link.wait(lambda: True if (route.started or route.ended) else None, wait)
+            await self._link.wait(core.first_answer(route), wait)
         except BaseException:
             self._link.drop(id)
             raise
-        if route.refused is not None:
-            self._link.drop(id)
-            raise route.refused
+        core.settle(self._link, id, route)
         return id, route
 
     async def detach(
@@ -565,11 +432,11 @@ class AsyncClient:
         )
         id, route = await self._ask_on_id(request)
         self._link.drop(id)
-        return _detached(route, tag)
+        return core.detached_of(route, tag)
 
     async def list_commands(self) -> list[DetachedCommand]:
         """See :meth:`Client.list_commands`."""
-        return detached_commands(await self._request({"type": "list"}, "commands"))
+        return await self._call(core.list_commands())
 
     async def attach(self, command: int) -> AsyncAttachment:
         """See :meth:`Client.attach`."""
@@ -582,29 +449,20 @@ class AsyncClient:
         request = {"type": "wait", "command": command_number(command)}
         id, route = await self._ask_on_id(request, True, timeout)
         self._link.drop(id)
-        assert route.exit is not None
-        result = result_of(route.exit)
-        result.command = command
-        return result
+        return core.waited(route, command)
 
     async def signal_command(self, command: int, signal: str | int = "TERM") -> str | None:
         """See :meth:`Client.signal_command`."""
-        try:
-            event = await self._request(
-                {"type": "signal_command", "command": command_number(command),
-                 "signal": signal_name(signal)},
-                "command_signalled",
-            )
-        except WardenError as e:
-            if e.code == "unknown_id":
-                return None
-            raise
-        return str(event.get("signal", signal))
+        return await self._call(core.signal_command(command, signal))
 
 
-class AsyncProcess:
+class AsyncProcess(core.Command):
     """A command started by :meth:`AsyncClient.spawn`; ``async for stream,
     chunk in process`` reads its output. See :class:`~warden_client.Process`."""
+
+    _label = "AsyncProcess"
+    _client: AsyncClient
+    _link: _AsyncLink
 
     def __init__(
         self,
@@ -614,50 +472,17 @@ class AsyncProcess:
         stdin: bool,
         pty: TerminalSize | None = None,
     ) -> None:
-        self._client = client
-        self._link = client._link
-        self._route = route
-        self.id = id
-        started = route.started or {}
-        self.command: int | None = started.get("command")
-        self.pid: int | None = started.get("pid")
-        #: Its terminal's size as last asked for (None: no terminal).
-        self.terminal: TerminalSize | None = pty
-        self._piped = stdin or pty is not None
-        self._stdin_open = self._piped
-        self._result: Result | None = None
-
-    @property
-    def ended(self) -> bool:
-        return self._route.exit is not None
-
-    @property
-    def result(self) -> Result | None:
-        return self._result
+        super().__init__(client, id, route, stdin, pty)
 
     async def _take(self, kinds: frozenset[int], timeout: float | None) -> tuple[int, bytes] | None:
-        route = self._route
-
-        def ready() -> tuple[int, bytes] | object | None:
-            for i, item in enumerate(route.output):
-                if item[0] in kinds:
-                    del route.output[i]
-                    return item
-            return _END if route.ended else None
-
-        got = await self._link.wait(ready, timeout)
-        if got is _END:
-            self._link.drop(self.id)
-            return None
-        assert isinstance(got, tuple)
-        return got
+        return self._took(await self._link.wait(self._ready(kinds), timeout))
 
     async def output(
         self, timeout: float | None | _Default = DEFAULT
     ) -> AsyncIterator[tuple[Stream, bytes]]:
-        wait = self._link.timeout if isinstance(timeout, _Default) else timeout
+        wait = core.own_timeout(timeout, self._link.timeout)
         while (item := await self._take(_BOTH, wait)) is not None:
-            yield _NAMES[item[0]], item[1]
+            yield core.NAMES[item[0]], item[1]
 
     def __aiter__(self) -> AsyncIterator[tuple[Stream, bytes]]:
         return self.output()
@@ -674,26 +499,14 @@ class AsyncProcess:
     def stderr(self) -> AsyncIterator[bytes]:
         return self._stream(fr.STDERR)
 
-    def discard(self, stream: Stream) -> None:
-        kind = fr.STDOUT if stream == "stdout" else fr.STDERR
-        self._link.discard(self._route, frozenset((kind,)))
-
     async def wait(self, timeout: float | None | _Default = DEFAULT, collect: bool = False) -> Result:
         if self._result is not None:
             return self._result
-        wait = self._link.timeout if isinstance(timeout, _Default) else timeout
-        out: list[bytes] = []
-        err: list[bytes] = []
-        if not collect:
-            self._link.discard(self._route, _BOTH)
+        wait = core.own_timeout(timeout, self._link.timeout)
+        out, err = self._collecting(collect)
         while (item := await self._take(_BOTH, wait)) is not None:
             (out if item[0] == fr.STDOUT else err).append(item[1])
-        exit = self._route.exit
-        assert exit is not None
-        started = Started(self.command, self.pid or 0) if self.command is not None else None
-        self._result = result_of(exit, b"".join(out), b"".join(err), started)
-        self._result.pid = self.pid
-        return self._result
+        return self._ended_with(out, err)
 
     async def kill(self, signal: str | int = "TERM") -> str | None:
         """See :meth:`Process.kill`."""
@@ -703,42 +516,31 @@ class AsyncProcess:
 
     async def resize(self, rows: int, cols: int) -> TerminalSize | None:
         """See :meth:`Process.resize`."""
-        if self.ended and self.terminal is not None:
+        if self._resize_moot():
             return None
         try:
             size = await self._client.resize(self.id, rows, cols)
         except WardenError as e:
-            if e.code == "unknown_id" and self.terminal is not None:
+            if self._resize_gone(e):
                 return None
             raise
-        self.terminal = size
-        return size
+        return self._resized(size)
 
     async def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not self._piped:
-            raise ValueError("stdin is not a pipe: spawn(..., stdin=True) or pty=(rows, cols)")
-        if not self._stdin_open:
-            raise ValueError("stdin is closed")
-        view = memoryview(data).cast("B")
+        view = self._stdin(data)
         for start in range(0, len(view), STDIN_CHUNK):
-            if self._route.exit is not None or self._route.late_errors:
-                why = self._route.late_errors[0] if self._route.late_errors else "it has ended"
-                raise BrokenPipeError(f"command {self.id}: stdin: {why}")
-            frame = fr.encode(fr.STDIN, self.id, view[start : start + STDIN_CHUNK])
-            await self._link.send(frame, self._link.timeout)
+            await self._link.send(self._stdin_frame(view, start), self._link.timeout)
 
     async def close_stdin(self) -> None:
-        if not self._piped or not self._stdin_open:
-            return
-        self._stdin_open = False
-        if self._route.exit is None:
-            await self._link.send(fr.encode(fr.STDIN, self.id), self._link.timeout)
+        frame = self._stdin_end()
+        if frame is not None:
+            await self._link.send(frame, self._link.timeout)
 
     async def __aenter__(self) -> AsyncProcess:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._result is not None or self._link.failure is not None:
+        if self._keeps():
             return
         if not self.ended:
             try:
@@ -750,24 +552,18 @@ class AsyncProcess:
         except WardenError:
             pass
 
-    def __repr__(self) -> str:
-        state = "ended" if self.ended else "running"
-        return f"<warden AsyncProcess id={self.id} command={self.command} pid={self.pid} {state}>"
 
-
-class AsyncAttachment(AsyncProcess):
+class AsyncAttachment(core.Following, AsyncProcess):
     """A detached command followed on a frame id of this connection
     (:meth:`AsyncClient.attach`); ``async for stream, chunk in attachment``
     reads what it printed, then its output live. See
     :class:`~warden_client.Attachment`."""
 
+    _label = "AsyncAttachment"
+
     def __init__(self, client: AsyncClient, id: int, route: _Route, command: int) -> None:
         super().__init__(client, id, route, True)
-        event = route.started or {}
-        self.command = command
-        self.pid = None
-        self._number = command
-        self.dropped_bytes: int = int(event.get("dropped_bytes", 0) or 0)
+        self._follow(route, command)
 
     async def kill(self, signal: str | int = "TERM") -> str | None:
         """See :meth:`Attachment.kill`."""
@@ -777,26 +573,8 @@ class AsyncAttachment(AsyncProcess):
 
     async def resize(self, rows: int, cols: int) -> TerminalSize | None:
         """See :meth:`Attachment.resize`."""
-        if self.ended:
-            return None
-        try:
-            size = await self._client.resize(self.id, rows, cols)
-        except WardenError as e:
-            if e.code == "unknown_id" and self.ended:
-                return None
-            raise
-        self.terminal = size
-        return size
-
-    def close(self) -> None:
-        """See :meth:`Attachment.close`."""
-        self._link.discard(self._route, _BOTH)
-        self._link.drop(self.id)
+        return await super().resize(rows, cols)
 
     async def __aexit__(self, *exc: object) -> None:
         if self._result is None:
             self.close()
-
-    def __repr__(self) -> str:
-        state = "ended" if self.ended else "running"
-        return f"<warden AsyncAttachment id={self.id} command={self.command} {state}>"
