@@ -6,24 +6,34 @@
 //! definition is refused with one line naming the file, the field and the
 //! problem, for example `demo.json: lend[1].at: /etc/x shadows a system
 //! path (/etc)`.
+//!
+//! Beside it in `definition/`: the fields that stand alone (`fields.rs`),
+//! paths and lends (`paths.rs`), the opened hosts, readiness and sleep,
+//! and the strict JSON reader (`strict.rs`).
 
+mod fields;
 mod opened;
+mod paths;
 mod ready;
 mod sleep;
+mod strict;
 
 use super::agent::{self, KeepId, Port, Restart, Size};
 use crate::shared::policy::{Limits, Requirement};
 pub use opened::Opened;
+#[cfg(test)]
+use paths::LEND_FIELDS;
+pub use paths::SYSTEM_PATHS;
 pub use ready::Ready;
-use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 pub use sleep::{Idle, Sleep};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::IpAddr;
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
+use strict::Strict;
 
 /// The largest definition file, in bytes.
 pub const MAX_BYTES: usize = 1 << 20;
@@ -33,16 +43,6 @@ pub const MAX_KEYS: usize = 64;
 
 /// resolv.conf holds at most three name servers.
 pub const MAX_DNS: usize = 3;
-
-/// A lend may not land on or beneath these (only on `/` itself for `/`):
-/// it would shadow the machine's own files. The users' homes under
-/// `/home` are refused too (`agent::in_a_home`), but for the agent's
-/// folder; the rest of `/home` is free, so a project can be lent at the
-/// path it has on the host.
-pub const SYSTEM_PATHS: [&str; 16] = [
-    "/", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys",
-    "/dev", "/run", "/var", "/boot", "/root",
-];
 
 /// The longest idle time a machine may be given before it stops itself:
 /// a week.
@@ -90,8 +90,6 @@ const FIELDS: [&str; 35] = [
     "memory",
     "pids",
 ];
-
-const LEND_FIELDS: [&str; 3] = ["host", "at", "mode"];
 
 /// Each limit's least value (as in `policy/limits.schema.json`).
 const LIMIT_MINIMUMS: [(&str, u64); 7] = [
@@ -373,123 +371,33 @@ impl Parser<'_> {
 
     fn definition(&self, mut object: Map<String, Value>) -> Result<Definition, DefinitionError> {
         self.known_only(&object, &FIELDS, "")?;
-        let id: String = self
-            .take(&mut object, "id", "id")?
-            .ok_or_else(|| self.invalid("id", "missing; every definition needs one"))?;
-        if !valid_id(&id) {
-            return Err(self.invalid(
-                "id",
-                format!(
-                    "{id:?} must match [a-z0-9][a-z0-9-]{{0,30}} (it names containers and volumes)"
-                ),
-            ));
-        }
-        let image: Option<String> = self.take(&mut object, "image", "image")?.flatten();
-        let dockerfile: Option<String> = self
-            .take(&mut object, "dockerfile", "dockerfile")?
-            .flatten();
-        let source = match (image, dockerfile) {
-            (Some(_), Some(_)) => {
-                return Err(self.invalid("image and dockerfile", "give one of them, not both"))
-            }
-            (None, None) => return Err(self.invalid("image", "missing; give image or dockerfile")),
-            (Some(image), None) => Source::Image(self.image(image)?),
-            (None, Some(file)) => Source::Dockerfile(self.resolve("dockerfile", &file)?),
-        };
+        // In the order of the fields' errors: the first one wrong is said.
+        let id = self.id(&mut object)?;
+        let source = self.source(&mut object)?;
         let lends: Vec<Value> = self.take(&mut object, "lend", "lend")?.unwrap_or_default();
         let lend = self.lends(lends)?;
-        let env: BTreeMap<String, String> =
-            self.take(&mut object, "env", "env")?.unwrap_or_default();
-        for (name, value) in &env {
-            self.name("env", name)?;
-            if value.contains('\0') {
-                return Err(self.invalid(format!("env.{name}"), "the value holds a NUL byte"));
-            }
-        }
-        let keys: Vec<String> = self.take(&mut object, "keys", "keys")?.unwrap_or_default();
-        if keys.len() > MAX_KEYS {
-            return Err(self.invalid("keys", format!("{} names, at most {MAX_KEYS}", keys.len())));
-        }
-        for (i, key) in keys.iter().enumerate() {
-            let field = format!("keys[{i}]");
-            self.name(&field, key)?;
-            if let Some(j) = keys[..i].iter().position(|k| k == key) {
-                return Err(self.invalid(field, format!("{key} is also keys[{j}]")));
-            }
-            if env.contains_key(key) {
-                return Err(self.invalid(field, format!("{key} is also set in env")));
-            }
-        }
-        let hosts: Option<Vec<String>> = self.take(&mut object, "hosts", "hosts")?.flatten();
-        if let Some(hosts) = &hosts {
-            crate::shared::egress::hosts::HostList::parse(hosts, &[80, 443])
-                .map_err(|e| self.invalid("hosts", e))?;
-        }
-        let runtime_hosts: Option<Vec<String>> = self
-            .take(&mut object, "runtime_hosts", "runtime_hosts")?
-            .flatten();
-        if let Some(hosts) = &runtime_hosts {
-            crate::shared::egress::hosts::HostList::parse(hosts, &[80, 443])
-                .map_err(|e| self.invalid("runtime_hosts", e))?;
-        }
+        let (env, keys) = self.env_and_keys(&mut object)?;
+        let hosts = self.host_list(&mut object, "hosts")?;
+        let runtime_hosts = self.host_list(&mut object, "runtime_hosts")?;
         let setup: Option<String> = self.take(&mut object, "setup", "setup")?.flatten();
         let setup = setup.map(|s| self.resolve("setup", &s)).transpose()?;
-        let workspace: Option<String> = self.take(&mut object, "workspace", "workspace")?;
-        let workspace = match workspace.as_deref() {
-            None | Some("volume") => Workspace::Volume,
-            Some(folder) if folder.starts_with('/') => {
-                Workspace::Folder(self.mount_path("workspace", folder)?)
-            }
-            Some(other) => {
-                return Err(self.invalid(
-                    "workspace",
-                    format!("{other:?} is neither \"volume\" nor an absolute folder"),
-                ))
-            }
-        };
+        let workspace = self.workspace(&mut object)?;
         let limits: Limits = self
             .take(&mut object, "limits", "limits")?
             .unwrap_or_default();
         self.limits(&limits)?;
-        let network: Option<String> = self.take(&mut object, "network", "network")?;
-        let network = match network.as_deref() {
-            None | Some("none") => Network::None,
-            Some("private") => Network::Private,
-            Some("host") => Network::Host,
-            Some(path) if path.starts_with('/') => {
-                Network::Namespace(self.mount_path("network", path)?)
-            }
-            Some(other) => {
-                return Err(self.invalid(
-                    "network",
-                    format!("{other:?} is none of \"none\", \"private\", \"host\" or the absolute path of a network namespace"),
-                ))
-            }
-        };
+        let network = self.network(&mut object)?;
         let keep_id: Value = self
             .take(&mut object, "keep_id", "keep_id")?
             .unwrap_or(Value::Null);
         let keep_id = KeepId::parse(&keep_id).map_err(|e| self.invalid("keep_id", e))?;
-        let firewall: Option<Requirement> = self.take(&mut object, "firewall", "firewall")?;
-        if firewall == Some(Requirement::Off) {
-            return Err(self.invalid(
-                "firewall",
-                "\"off\" is for measuring warden, not for a machine: required or best-effort",
-            ));
-        }
+        let firewall = self.firewall(&mut object)?;
         let dns: Vec<IpAddr> = self.take(&mut object, "dns", "dns")?.unwrap_or_default();
         if dns.len() > MAX_DNS {
             return Err(self.invalid("dns", format!("{} servers, at most {MAX_DNS}", dns.len())));
         }
         let kind: Kind = self.take(&mut object, "kind", "kind")?.unwrap_or_default();
-        let allow_addresses: Vec<String> = self
-            .take(&mut object, "allow_addresses", "allow_addresses")?
-            .unwrap_or_default();
-        for (i, block) in allow_addresses.iter().enumerate() {
-            block
-                .parse::<crate::shared::egress::addr::Cidr>()
-                .map_err(|e| self.invalid(format!("allow_addresses[{i}]"), e.to_string()))?;
-        }
+        let allow_addresses = self.allow_addresses(&mut object)?;
         let opened = self.opened(&mut object)?;
         let ready = self.ready(&mut object)?;
         let agent = self.agent(&mut object, &network, &lend, keep_id, kind)?;
@@ -633,127 +541,6 @@ impl Parser<'_> {
         Err(self.invalid("image", format!("{image:?}: {problem}")))
     }
 
-    /// A file of the host: absolute as written, or relative to the
-    /// definition's folder. `.` and doubled slashes are dropped; `..` is
-    /// kept (the parser does not know the host's links).
-    fn resolve(&self, field: &str, written: &str) -> Result<PathBuf, DefinitionError> {
-        if written.is_empty() {
-            return Err(self.invalid(field, "empty path"));
-        }
-        if written.chars().any(|c| c.is_control()) {
-            return Err(self.invalid(field, format!("{written:?} holds a control character")));
-        }
-        let written = Path::new(written);
-        let joined = if written.is_absolute() {
-            written.to_path_buf()
-        } else {
-            match self.path.parent() {
-                Some(folder) if folder.is_absolute() => folder.join(written),
-                _ => {
-                    return Err(self.invalid(
-                        field,
-                        format!(
-                            "{} is relative, and the definition's own path {} is not absolute to resolve it against",
-                            written.display(),
-                            self.path.display()
-                        ),
-                    ))
-                }
-            }
-        };
-        Ok(joined.components().collect())
-    }
-
-    /// A path that becomes one side of a podman mount: absolute, and free
-    /// of what would split or garble mount options.
-    fn mount_path(&self, field: &str, written: &str) -> Result<PathBuf, DefinitionError> {
-        if !written.starts_with('/') {
-            return Err(self.invalid(field, format!("{written:?} is not an absolute path")));
-        }
-        if written.chars().any(|c| c.is_control()) {
-            return Err(self.invalid(field, format!("{written:?} holds a control character")));
-        }
-        if written.contains([':', ',']) {
-            return Err(self.invalid(
-                field,
-                format!("{written:?} holds ':' or ',', which separate podman's mount options"),
-            ));
-        }
-        Ok(PathBuf::from(written))
-    }
-
-    fn lends(&self, lends: Vec<Value>) -> Result<Vec<Lend>, DefinitionError> {
-        let mut out: Vec<Lend> = Vec::with_capacity(lends.len());
-        let mut seen: BTreeMap<PathBuf, usize> = BTreeMap::new();
-        for (i, lend) in lends.into_iter().enumerate() {
-            let field = format!("lend[{i}]");
-            let Value::Object(mut object) = lend else {
-                return Err(self.invalid(field, "must be an object with host, at and mode"));
-            };
-            self.known_only(&object, &LEND_FIELDS, &format!("{field}."))?;
-            let mut required = |key: &str| -> Result<String, DefinitionError> {
-                let name = format!("{field}.{key}");
-                self.take(&mut object, key, &name)?
-                    .ok_or_else(|| self.invalid(name, "missing"))
-            };
-            let host = required("host")?;
-            let at = required("at")?;
-            let mode_field = format!("{field}.mode");
-            let mode: LendMode = self
-                .take(&mut object, "mode", &mode_field)?
-                .ok_or_else(|| self.invalid(&mode_field, "missing; \"read\" or \"write\""))?;
-            let host = self.mount_path(&format!("{field}.host"), &host)?;
-            let at_field = format!("{field}.at");
-            let text = at.as_str();
-            let at = self.mount_path(&at_field, text)?;
-            if text != "/"
-                && text[1..]
-                    .split('/')
-                    .any(|part| part.is_empty() || part == "." || part == "..")
-            {
-                return Err(self.invalid(
-                    at_field,
-                    format!("{text} is not normalized (no '.', '..', '//' or trailing '/')"),
-                ));
-            }
-            if let Some(system) = shadowed(&at) {
-                return Err(
-                    self.invalid(at_field, format!("{text} shadows a system path ({system})"))
-                );
-            }
-            if let Some(home) = agent::in_a_home(&at) {
-                return Err(self.invalid(
-                    at_field,
-                    format!(
-                        "{text} overlaps a user's home ({home}); only {} may be lent there",
-                        agent::ROUTINES
-                    ),
-                ));
-            }
-            // No two earlier ones nest, so at most one is `at` or above
-            // it; those below it come right after it in path order.
-            let above = at.ancestors().find_map(|a| seen.get_key_value(a));
-            let below = || {
-                seen.range::<Path, _>((Bound::Excluded(at.as_path()), Bound::Unbounded))
-                    .next()
-                    .filter(|(other, _)| other.starts_with(&at))
-            };
-            if let Some((other, j)) = above.or_else(below) {
-                let problem = if *other == at {
-                    format!("{text} is also lend[{j}].at")
-                } else if at.starts_with(other) {
-                    format!("{text} is under lend[{j}].at {}", other.display())
-                } else {
-                    format!("{text} holds lend[{j}].at {}", other.display())
-                };
-                return Err(self.invalid(at_field, problem));
-            }
-            seen.insert(at.clone(), i);
-            out.push(Lend { host, at, mode });
-        }
-        Ok(out)
-    }
-
     /// A variable's name, in `env` or `keys`.
     fn name(&self, field: &str, name: &str) -> Result<(), DefinitionError> {
         let mut chars = name.chars();
@@ -802,84 +589,6 @@ pub fn valid_id(id: &str) -> bool {
     (1..=31).contains(&bytes.len())
         && allowed(&bytes[0])
         && bytes.iter().all(|b| allowed(b) || *b == b'-')
-}
-
-/// The system path `at` would shadow, if any.
-fn shadowed(at: &Path) -> Option<&'static str> {
-    SYSTEM_PATHS.into_iter().find(|system| match *system {
-        "/" => at == Path::new("/"),
-        system => at.starts_with(system),
-    })
-}
-
-/// A JSON value in which no object gives a key twice (serde_json keeps
-/// the last silently, and other readers of the file might keep the first).
-struct Strict(Value);
-
-impl<'de> Deserialize<'de> for Strict {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Strict, D::Error> {
-        deserializer.deserialize_any(StrictVisitor).map(Strict)
-    }
-}
-
-struct StrictVisitor;
-
-impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        serde_json::Number::from_f64(v)
-            .map(Value::Number)
-            .ok_or_else(|| E::custom("a number out of range"))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_string()))
-    }
-
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut out = Vec::new();
-        while let Some(Strict(v)) = seq.next_element()? {
-            out.push(v);
-        }
-        Ok(Value::Array(out))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if out.contains_key(&key) {
-                return Err(de::Error::custom(format!("the key {key:?} is given twice")));
-            }
-            let Strict(v) = map.next_value()?;
-            out.insert(key, v);
-        }
-        Ok(Value::Object(out))
-    }
 }
 
 #[cfg(test)]
