@@ -10,6 +10,7 @@
 //! (a credential's form, the rules by method and path, which hosts are
 //! opened) is `shared::egress`, which the host's launcher checks too.
 
+mod bodies;
 pub mod ca;
 pub mod exchange;
 pub mod http1;
