@@ -2,17 +2,17 @@
 //! supervise until the main process ends or a shutdown signal arrives.
 //! The phases that prepare the machine are `phases`, the network's is
 //! `net_phase`; where the boot's time goes is `phase_clock`, and the
-//! boot's code given back once it is over `footprint`.
+//! boot's code given back once it is over `footprint`; the API's ways in
+//! `doors`.
 
+mod doors;
 mod footprint;
 mod net_phase;
 mod phase_clock;
 pub mod phases;
 
 use crate::guest::accounts::users;
-use crate::guest::api;
 use crate::guest::audit::Event;
-use crate::guest::command::detached::Registry;
 use crate::guest::confine::spawn::{self, SpawnError, Stdio};
 use crate::guest::process::reaper::Exit;
 use crate::guest::supervisor::Supervisor;
@@ -29,8 +29,6 @@ use phases::{
 };
 use serde_json::json;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -155,7 +153,7 @@ fn phases(
         .map_err(BootError::Runtime)?;
     clock.mark("async_runtime");
     let signals = start_signal_loop(sup.clone(), waited);
-    let doors = open_doors(&sup, &runtime, vm)?;
+    let doors = doors::open(&sup, &runtime, vm)?;
     if vm.is_some() {
         // A VM's published ports: the host's connections come over vsock.
         let _inside = runtime.enter();
@@ -184,7 +182,8 @@ fn phases(
                                         "vsock_port": doors.vsock_port})),
                "boot_ms": boot_ms, "boot_phases_ms": clock.said()}),
     );
-    serve(&sup, &runtime, doors);
+    upkeep(&sup, &runtime);
+    doors::serve(&sup, &runtime, doors);
     announce(&sup, &layers, clock.start(), vm.and(sup.config.vsock_port));
     if let Some(vm) = vm {
         vm.inject_fault();
@@ -204,103 +203,11 @@ fn phases(
     Ok(leave_the_books_in_order(&sup, status)) // 14
 }
 
-/// The API's ways in, bound (served only once the boot line is written).
-struct Doors {
-    local: tokio::net::UnixListener,
-    host: Option<(
-        tokio::net::UnixListener,
-        Arc<crate::shared::machine_key::Key>,
-    )>,
-    vsock: Option<(
-        crate::guest::vm::vsock::Listener,
-        Arc<crate::shared::machine_key::Key>,
-    )>,
-    vsock_port: Option<u32>,
-    tcp: Option<(
-        tokio::net::TcpListener,
-        Arc<crate::shared::machine_key::Key>,
-    )>,
-}
-
-/// 9. The machine's own socket (root and the runtime's group), and the
-///    host's ways in: its socket when the machine has one, vsock in a VM,
-///    the TCP door on loopback when the config names one (a pod's).
-///    Anyone who reaches those may try; only the machine's key, loaded
-///    once for all, lets them in.
-fn open_doors(
-    sup: &Arc<Supervisor>,
-    runtime: &tokio::runtime::Runtime,
-    vm: Option<&Vm>,
-) -> Result<Doors, BootError> {
-    let socket = &sup.config.socket;
-    let local = runtime
-        .block_on(async { bind(socket, SocketOwner::Group(sup.runtime.gid), 0o660) })
-        .map_err(|error| BootError::ApiSocket {
-            path: socket.clone(),
-            error,
-        })?;
-    let vsock_port = vm.and(sup.config.vsock_port);
-    let key = match (&sup.config.host_socket, vsock_port, sup.config.tcp_door) {
-        (None, None, None) => None,
-        _ => Some(Arc::new(
-            crate::shared::machine_key::Key::load(&sup.config.key_file)
-                .map_err(|e| BootError::Key(e.to_string()))?,
-        )),
-    };
-    let host = match (&sup.config.host_socket, &key) {
-        // The owner's alone: shell cannot even connect (where keep-id
-        // makes it the owner, the API refuses it by its pid).
-        (Some(path), Some(key)) => {
-            let listener = runtime
-                .block_on(async { bind(path, SocketOwner::OfFolder, 0o600) })
-                .map_err(|error| BootError::HostSocket {
-                    path: path.clone(),
-                    error,
-                })?;
-            Some((listener, key.clone()))
-        }
-        _ => None,
-    };
-    let vsock = match (vsock_port, &key) {
-        (Some(port), Some(key)) => {
-            let listener = runtime
-                .block_on(async { crate::guest::vm::vsock::bind_any(port) })
-                .map_err(|e| BootError::Vsock {
-                    port,
-                    error: e.to_string(),
-                })?;
-            Some((listener, key.clone()))
-        }
-        _ => None,
-    };
-    let vsock_port = vsock.as_ref().map(|(l, _)| l.port);
-    // The config allows loopback addresses only: reached from inside the
-    // machine's network (where shell's connects reach the proxy alone) or
-    // through `kubectl port-forward`, never from the network.
-    let tcp = match (sup.config.tcp_door, &key) {
-        (Some(address), Some(key)) => {
-            let listener = runtime
-                .block_on(async { tokio::net::TcpListener::bind(address).await })
-                .map_err(|error| BootError::TcpDoor { address, error })?;
-            Some((listener, key.clone()))
-        }
-        _ => None,
-    };
-    Ok(Doors {
-        local,
-        host,
-        vsock,
-        vsock_port,
-        tcp,
-    })
-}
-
-/// 11, then: the doors are served, and the refusal counts written once
-///     their window is over, even on a machine that writes nothing else;
-///     once the machine was used and then went idle, what its requests
-///     freed and the code they mapped back go (once: an idle machine does
-///     no work for it).
-fn serve(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime, doors: Doors) {
+/// 11, then: the refusal counts written once their window is over, even
+///     on a machine that writes nothing else; once the machine was used
+///     and then went idle, what its requests freed and the code they
+///     mapped back go (once: an idle machine does no work for it).
+fn upkeep(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime) {
     let counting = Arc::downgrade(sup);
     runtime.spawn(async move {
         let mut trimmed_after = None;
@@ -320,42 +227,6 @@ fn serve(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime, doors: Doors)
             }
         }
     });
-    // One registry of detached commands for every door.
-    let detached = Arc::new(Registry::default());
-    let local = api::Listener::Unix(doors.local);
-    runtime.spawn(api::serve(
-        sup.clone(),
-        detached.clone(),
-        local,
-        api::Door::Local,
-    ));
-    if let Some((host, key)) = doors.host {
-        let door = api::Door::Host(key, "host_socket");
-        runtime.spawn(api::serve(
-            sup.clone(),
-            detached.clone(),
-            api::Listener::Unix(host),
-            door,
-        ));
-    }
-    if let Some((listener, key)) = doors.vsock {
-        let door = api::Door::Host(key, "vsock");
-        runtime.spawn(api::serve(
-            sup.clone(),
-            detached.clone(),
-            api::Listener::Vsock(listener),
-            door,
-        ));
-    }
-    if let Some((listener, key)) = doors.tcp {
-        let door = api::Door::Host(key, "tcp");
-        runtime.spawn(api::serve(
-            sup.clone(),
-            detached,
-            api::Listener::Tcp(listener),
-            door,
-        ));
-    }
 }
 
 /// 12. The main process, as runtime: now, or once the host has handed
@@ -435,52 +306,6 @@ fn start_signal_loop(sup: Arc<Supervisor>, set: SigSet) -> mpsc::UnboundedReceiv
         crate::say!("cannot start the signal thread: {e}; signals will not be handled");
     }
     rx
-}
-
-/// Binds an API socket: root's, group `gid`, mode `mode` (0660 for the
-/// machine's own: the runtime's group only).
-/// Who owns a socket file warden binds.
-enum SocketOwner {
-    /// root, with this group.
-    Group(u32),
-    /// Whoever owns the folder it is in: the host's folder lent for the
-    /// host's way in belongs to the owner as the machine sees them (root,
-    /// or shell's uid under keep-id).
-    OfFolder,
-}
-
-fn bind(path: &Path, owner: SocketOwner, mode: u32) -> std::io::Result<tokio::net::UnixListener> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let (uid, gid) = match owner {
-        SocketOwner::Group(gid) => (0, gid),
-        SocketOwner::OfFolder => {
-            use std::os::unix::fs::MetadataExt;
-            let dir = path.parent().unwrap_or(Path::new("/"));
-            let meta = std::fs::metadata(dir)?;
-            (meta.uid(), meta.gid())
-        }
-    };
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
-        Ok(_) => {
-            return Err(std::io::Error::other(
-                "exists and is not a socket; refusing to replace it",
-            ))
-        }
-        Err(_) => {}
-    }
-    // The socket is made with its final mode at once: no moment where
-    // anyone else could connect.
-    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o777 & !mode));
-    let bound = std::os::unix::net::UnixListener::bind(path);
-    nix::sys::stat::umask(old);
-    let listener = bound?;
-    std::os::unix::fs::chown(path, Some(uid), Some(gid))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    listener.set_nonblocking(true)?;
-    tokio::net::UnixListener::from_std(listener)
 }
 
 struct Main {
