@@ -7,6 +7,7 @@
 
 pub mod admission;
 mod audit_read;
+mod commands;
 mod credentials;
 mod detached;
 mod gate;
@@ -26,11 +27,11 @@ use crate::guest::audit;
 use crate::guest::command::detached::Registry;
 use crate::guest::command::output::{write_frames, Out};
 use crate::guest::command::request;
-use crate::guest::command::{self, Running, Sink};
+
 use crate::guest::supervisor::Supervisor;
 use crate::guest::vm::vsock::Capped;
 use crate::wire::{
-    ErrorCode, Event, Header, Kind, Request, StdinMode, HEADER_LEN, MAX_FRAME, SUPPORTED_VERSIONS,
+    ErrorCode, Event, Header, Kind, Request, HEADER_LEN, MAX_FRAME, SUPPORTED_VERSIONS,
 };
 use nix::sys::signal::Signal;
 use nix::sys::socket::sockopt::SndBufForce;
@@ -570,163 +571,6 @@ impl Conn {
         match self.sup.audit.record_seq(audit::Event::Runtime, line) {
             Some(seq) => Event::Recorded { seq },
             None => error(ErrorCode::AuditFailing, "the audit log cannot be written"),
-        }
-    }
-
-    fn signal(&self, target: u32, name: &str) -> Event {
-        let sig = match request::parse_signal(name) {
-            Ok(sig) => sig,
-            Err(e) => return error(ErrorCode::BadRequest, e),
-        };
-        let pid = self.slots().by_id.get(&target).and_then(|s| s.pid);
-        match pid {
-            Some(pid) if self.sup.reaper.signal(pid, sig, true) => Event::Signalled {
-                target,
-                signal: sig.as_str().to_string(),
-            },
-            _ => error(
-                ErrorCode::UnknownId,
-                format!("no running command with id {target}"),
-            ),
-        }
-    }
-
-    /// Checks a run request and starts its task; returns an error event if
-    /// it cannot start.
-    fn start(self: &Arc<Self>, id: u32, run: crate::wire::RunRequest) -> Option<Event> {
-        if id == 0 {
-            return Some(error(
-                ErrorCode::BadRequest,
-                "a run needs a non-zero frame id",
-            ));
-        }
-        if self.sup.shutting_down() {
-            return Some(error(ErrorCode::ShuttingDown, "warden is shutting down"));
-        }
-        if let Some(reason) = self.sup.audit_refusal() {
-            return Some(error(ErrorCode::AuditFailing, reason));
-        }
-        if let Some(reason) = self.sup.gate().reason {
-            self.sup.audit.record(
-                audit::Event::CommandRefused,
-                json!({"requester_uid": self.requester(), "reason": format!("the gate is closed: {reason}")}),
-            );
-            return Some(error(
-                ErrorCode::GateClosed,
-                format!("the gate is closed: {reason}"),
-            ));
-        }
-        if let Some(reason) = self.sup.confinement.refusal() {
-            self.sup.audit.record(
-                audit::Event::CommandRefused,
-                json!({"requester_uid": self.requester(), "reason": reason}),
-            );
-            return Some(error(
-                ErrorCode::NotConfined,
-                format!("commands are refused: {reason}"),
-            ));
-        }
-        if run.pty.is_some() && self.version.load(Ordering::SeqCst) < 4 {
-            return Some(error(
-                ErrorCode::BadRequest,
-                "pty is a protocol version 4 field",
-            ));
-        }
-        if (run.detach || run.tag.is_some()) && self.version.load(Ordering::SeqCst) < 4 {
-            return Some(error(
-                ErrorCode::BadRequest,
-                "detach is a protocol version 4 field",
-            ));
-        }
-        let run = match request::validate(run) {
-            Ok(run) => run,
-            Err(e) => return Some(error(ErrorCode::BadRequest, e)),
-        };
-        if run.detach.is_some() {
-            return self.start_detached(id, run);
-        }
-        // A terminal always takes input: it is what is typed.
-        let (stdin_tx, stdin_rx) = match (run.stdin, run.pty) {
-            (StdinMode::Pipe, _) | (_, Some(_)) => {
-                let (tx, rx) = mpsc::channel(8);
-                (Some(tx), Some(rx))
-            }
-            (StdinMode::Null, None) => (None, None),
-        };
-        {
-            let mut slots = self.slots();
-            if slots.by_id.contains_key(&id) {
-                return Some(error(
-                    ErrorCode::DuplicateId,
-                    format!("id {id} is already running"),
-                ));
-            }
-            slots.by_id.insert(
-                id,
-                Slot {
-                    pid: None,
-                    stdin: stdin_tx,
-                    terminal: None,
-                    attached: None,
-                },
-            );
-        }
-        let conn = self.clone();
-        tokio::spawn(async move {
-            let sink = Sink {
-                tx: conn.tx.clone(),
-                id,
-            };
-            let requester = conn.requester();
-            let report = command::execute(&conn.sup, run, requester, sink, stdin_rx, |running| {
-                conn.spawned(id, running)
-            })
-            .await;
-            conn.slots().by_id.remove(&id);
-            conn.send(id, Event::Exit(report)).await;
-        });
-        None
-    }
-
-    /// Records the running command under its frame id; false when the
-    /// client is already gone (the command is then killed).
-    fn spawned(&self, id: u32, running: &Running) -> bool {
-        let mut slots = self.slots();
-        if let Some(slot) = slots.by_id.get_mut(&id) {
-            slot.pid = Some(running.pid);
-            slot.terminal = running.terminal.clone();
-        }
-        !slots.closed
-    }
-
-    async fn stdin(&self, id: u32, bytes: Vec<u8>) {
-        let attached = self.slots().by_id.get(&id).and_then(|s| s.attached.clone());
-        if let Some(detached) = attached {
-            if !detached.stdin(bytes).await {
-                let msg = format!("id {id} has no open stdin");
-                self.send(id, error(ErrorCode::UnknownId, msg)).await;
-            }
-            return;
-        }
-        let sender = {
-            let mut slots = self.slots();
-            match slots.by_id.get_mut(&id) {
-                None => None,
-                Some(slot) if bytes.is_empty() => {
-                    slot.stdin = None;
-                    return;
-                }
-                Some(slot) => slot.stdin.clone(),
-            }
-        };
-        match sender {
-            Some(tx) => {
-                let _ = tx.send(bytes).await;
-            }
-            None => {
-                let msg = format!("id {id} has no open stdin");
-                self.send(id, error(ErrorCode::UnknownId, msg)).await;
-            }
         }
     }
 
