@@ -59,7 +59,29 @@ footer{color:var(--muted);font-size:13px;text-align:center;margin-top:8px}
 /// against the budget, a timeline, and tables of models, commands,
 /// requests and hosts.
 pub fn html(card: &Value) -> String {
-    let s = |v: &Value| esc(str_of(v));
+    let run = str_of(&card["run"]);
+    let mut p = String::new();
+    let _ = write!(
+        p,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\
+<title>Run {} — warden</title><style>{STYLE}</style></head><body><main>",
+        esc(run)
+    );
+    header(&mut p, card);
+    let _ = write!(p, "<section><h2>Timeline</h2>{}</section>", timeline(card));
+    models(&mut p, card);
+    commands(&mut p, card);
+    requests(&mut p, card);
+    hosts(&mut p, card);
+    p.push_str("<footer>Built from the machine's audit log (lines <code>run_begin</code>, <code>provider_request</code>, <code>command_start</code>, <code>command_end</code>, <code>egress</code>, <code>run_end</code>): <code>warden machine audit</code> verifies its chain.</footer>");
+    p.push_str("</main></body></html>\n");
+    p
+}
+
+/// The run, how it ended, when, and its spend against its budget.
+fn header(p: &mut String, card: &Value) {
     let run = str_of(&card["run"]);
     let how = str_of(&card["how"]);
     let how_class = match how {
@@ -84,18 +106,6 @@ pub fn html(card: &Value) -> String {
         .zip(began)
         .map(|(e, b)| duration(e - b))
         .unwrap_or_else(|| "—".into());
-    let requests = list(&card["requests"]);
-    let commands = list(&card["commands"]);
-    let mut p = String::new();
-    let _ = write!(
-        p,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\
-<title>Run {} — warden</title><style>{STYLE}</style></head><body><main>",
-        esc(run)
-    );
-    // Header: the run, how it ended, when, and spend against budget.
     let _ = write!(
         p,
         r#"<header><div class="top"><div><div class="kicker">warden · run card</div><h1>{}<span class="badge b-{how_class}">{}</span></h1>"#,
@@ -119,8 +129,11 @@ pub fn html(card: &Value) -> String {
         },
         dollars(budget),
     );
-    let _ = write!(p, "<section><h2>Timeline</h2>{}</section>", timeline(card));
-    // Per model.
+}
+
+/// Spend and tokens per model.
+fn models(p: &mut String, card: &Value) {
+    let s = |v: &Value| esc(str_of(v));
     p.push_str("<section><h2>Models</h2>");
     let models = list(&card["models"]);
     if models.is_empty() {
@@ -147,7 +160,12 @@ pub fn html(card: &Value) -> String {
         p.push_str("</table>");
     }
     p.push_str("</section>");
-    // Commands.
+}
+
+/// Each command, how it ended and what it cost.
+fn commands(p: &mut String, card: &Value) {
+    let began = epoch_ms(str_of(&card["began"]));
+    let commands = list(&card["commands"]);
     let _ = write!(p, "<section><h2>Commands ({})</h2>", commands.len());
     if commands.is_empty() {
         p.push_str(r#"<p class="empty">No command was started during this run.</p>"#);
@@ -174,7 +192,13 @@ pub fn html(card: &Value) -> String {
         p.push_str("</table>");
     }
     p.push_str("</section>");
-    // Requests, one by one.
+}
+
+/// The provider's requests, one by one.
+fn requests(p: &mut String, card: &Value) {
+    let s = |v: &Value| esc(str_of(v));
+    let began = epoch_ms(str_of(&card["began"]));
+    let requests = list(&card["requests"]);
     if !requests.is_empty() {
         let _ = write!(p, "<section><h2>Requests ({})</h2>", requests.len());
         p.push_str(r#"<table><tr><th class="n">at</th><th>model</th><th class="n">status</th><th class="n">input</th><th class="n">output</th><th class="n">took</th><th class="n">cost</th><th></th></tr>"#);
@@ -211,7 +235,11 @@ pub fn html(card: &Value) -> String {
         }
         p.push_str("</table></section>");
     }
-    // Hosts.
+}
+
+/// The hosts reached and refused.
+fn hosts(p: &mut String, card: &Value) {
+    let s = |v: &Value| esc(str_of(v));
     p.push_str(r#"<div class="cols"><section><h2>Hosts reached</h2>"#);
     let reached = list(&card["hosts"]["reached"]);
     if reached.is_empty() {
@@ -246,7 +274,4 @@ pub fn html(card: &Value) -> String {
         p.push_str("</table>");
     }
     p.push_str("</section></div>");
-    p.push_str("<footer>Built from the machine's audit log (lines <code>run_begin</code>, <code>provider_request</code>, <code>command_start</code>, <code>command_end</code>, <code>egress</code>, <code>run_end</code>): <code>warden machine audit</code> verifies its chain.</footer>");
-    p.push_str("</main></body></html>\n");
-    p
 }

@@ -36,10 +36,20 @@ fn table(out: &mut String, rows: &[Vec<String>], right: &[bool]) {
 /// The card as plain text, aligned for a terminal (every string from the
 /// card with its control characters escaped).
 pub fn text(card: &Value) -> String {
-    let t = |v: &Value| escape_controls(str_of(v));
     let mut out = String::new();
-    let how = str_of(&card["how"]);
+    header(&mut out, card);
+    models(&mut out, card);
+    requests(&mut out, card);
+    commands(&mut out, card);
+    hosts(&mut out, card);
+    out
+}
+
+/// The run, how it ended, when, and its spend against its budget.
+fn header(out: &mut String, card: &Value) {
+    let t = |v: &Value| escape_controls(str_of(v));
     let began = epoch_ms(str_of(&card["began"]));
+    let how = str_of(&card["how"]);
     let _ = writeln!(out, "run {}  ({})", t(&card["run"]), how_words(how));
     let _ = writeln!(out, "  began  {}", t(&card["began"]));
     let ended = match card["ended"].as_str() {
@@ -66,7 +76,11 @@ pub fn text(card: &Value) -> String {
         dollars(spent),
         dollars(budget)
     );
+}
 
+/// Spend and tokens per model.
+fn models(out: &mut String, card: &Value) {
+    let t = |v: &Value| escape_controls(str_of(v));
     let models = list(&card["models"]);
     let _ = writeln!(out, "\nmodels");
     if models.is_empty() {
@@ -97,13 +111,14 @@ pub fn text(card: &Value) -> String {
             row.push(dollars(u64_of(&m["micro_usd"])));
             rows.push(row);
         }
-        table(
-            &mut out,
-            &rows,
-            &[false, true, true, true, true, true, true],
-        );
+        table(out, &rows, &[false, true, true, true, true, true, true]);
     }
+}
 
+/// The provider's requests, one by one.
+fn requests(out: &mut String, card: &Value) {
+    let t = |v: &Value| escape_controls(str_of(v));
+    let began = epoch_ms(str_of(&card["began"]));
     let requests = list(&card["requests"]);
     if !requests.is_empty() {
         let _ = writeln!(out, "\nrequests");
@@ -127,13 +142,12 @@ pub fn text(card: &Value) -> String {
                 request_note(r),
             ]);
         }
-        table(
-            &mut out,
-            &rows,
-            &[true, false, true, true, true, true, false],
-        );
+        table(out, &rows, &[true, false, true, true, true, true, false]);
     }
+}
 
+/// Each command, how it ended and what it cost.
+fn commands(out: &mut String, card: &Value) {
     let commands = list(&card["commands"]);
     let _ = writeln!(out, "\ncommands");
     if commands.is_empty() {
@@ -150,9 +164,13 @@ pub fn text(card: &Value) -> String {
                 escape_controls(&argv_line(&c["argv"])),
             ]);
         }
-        table(&mut out, &rows, &[true, false, true, false]);
+        table(out, &rows, &[true, false, true, false]);
     }
+}
 
+/// The hosts reached and refused.
+fn hosts(out: &mut String, card: &Value) {
+    let t = |v: &Value| escape_controls(str_of(v));
     let reached = list(&card["hosts"]["reached"]);
     let refused = list(&card["hosts"]["refused"]);
     let _ = writeln!(out, "\nhosts reached");
@@ -167,7 +185,7 @@ pub fn text(card: &Value) -> String {
                 vec![t(&h["host"]), format!("{n} connection{s}")]
             })
             .collect();
-        table(&mut out, &rows, &[false, true]);
+        table(out, &rows, &[false, true]);
     }
     let _ = writeln!(out, "\nhosts refused");
     if refused.is_empty() {
@@ -181,7 +199,6 @@ pub fn text(card: &Value) -> String {
                 vec![t(&h["host"]), t(&h["refusal"]), format!("{n} time{s}")]
             })
             .collect();
-        table(&mut out, &rows, &[false, false, true]);
+        table(out, &rows, &[false, false, true]);
     }
-    out
 }
