@@ -23,7 +23,6 @@ use crate::shared::policy::{Limits, Requirement};
 pub use opened::Opened;
 #[cfg(test)]
 use paths::LEND_FIELDS;
-pub use paths::SYSTEM_PATHS;
 pub use ready::Ready;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

@@ -182,9 +182,10 @@ fn phases(
                                         "vsock_port": doors.vsock_port})),
                "boot_ms": boot_ms, "boot_phases_ms": clock.said()}),
     );
+    let vsock_port = doors.vsock_port;
     upkeep(&sup, &runtime);
     doors::serve(&sup, &runtime, doors);
-    announce(&sup, &layers, clock.start(), vm.and(sup.config.vsock_port));
+    announce(&sup, &layers, clock.start(), vsock_port);
     if let Some(vm) = vm {
         vm.inject_fault();
     }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// `/home` are refused too (`agent::in_a_home`), but for the agent's
 /// folder; the rest of `/home` is free, so a project can be lent at the
 /// path it has on the host.
-pub const SYSTEM_PATHS: [&str; 16] = [
+const SYSTEM_PATHS: [&str; 16] = [
     "/", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys",
     "/dev", "/run", "/var", "/boot", "/root",
 ];

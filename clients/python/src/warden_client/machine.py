@@ -7,8 +7,8 @@ the launcher keeps them. ``stop()`` stops what this adapter started, and
 nothing else; the workspace and volumes are never removed here (that is
 ``warden machine rm --volumes ID``, the owner's call).
 
-Where the launcher keeps a machine (src/launcher/host.rs ``state_root``,
-src/launcher/machine.rs ``state_dir``, ``socket``, ``key``):
+Where the launcher keeps a machine (src/host/this_host.rs ``state_root``,
+src/host/state.rs ``state_dir``, ``socket``, ``key``):
 
 - the state folder ``<root>/<id>/`` (mode 0700), ``<root>`` being
   ``/var/lib/warden/machines`` for root, else
