@@ -20,11 +20,8 @@ impl Conn {
     /// and the runtime on the machine's own socket, the key's holder on
     /// the host's doors), never shell.
     pub(super) fn read_audit(self: &Arc<Self>, id: u32, from_seq: u64) -> Option<Event> {
-        if self.version.load(Ordering::SeqCst) < 5 {
-            return Some(error(
-                ErrorCode::BadRequest,
-                "read_audit is a protocol version 5 request",
-            ));
+        if let Some(refused) = self.needs(5, "read_audit") {
+            return Some(refused);
         }
         if id == 0 {
             return Some(error(

@@ -8,15 +8,11 @@ use super::{error, Conn, Door};
 use crate::guest::audit;
 use crate::wire::{ErrorCode, Event};
 use serde_json::json;
-use std::sync::atomic::Ordering;
 
 impl Conn {
     pub(super) fn hand_credentials(&self, text: &str) -> Event {
-        if self.version.load(Ordering::SeqCst) < 7 {
-            return error(
-                ErrorCode::BadRequest,
-                "hand_credentials is a protocol version 7 request",
-            );
+        if let Some(refused) = self.needs(7, "hand_credentials") {
+            return refused;
         }
         if matches!(self.door, Door::Local) {
             return error(

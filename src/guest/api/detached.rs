@@ -8,7 +8,6 @@ use crate::guest::audit;
 use crate::guest::command::request;
 use crate::wire::{ErrorCode, Event, StdinMode};
 use serde_json::json;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -45,7 +44,7 @@ impl Conn {
     /// stdin frames and `resize` reach it; closing the connection leaves it
     /// running.
     pub(super) async fn attach(self: &Arc<Self>, id: u32, command: u64) -> Option<Event> {
-        if let Some(e) = self.v4("attach") {
+        if let Some(e) = self.needs(4, "attach") {
             return Some(e);
         }
         let Some(detached) = self.detached.get(command) else {
@@ -96,7 +95,7 @@ impl Conn {
     /// `wait` (version 4): this frame id gets the detached command's exit
     /// once it has ended.
     pub(super) fn wait(self: &Arc<Self>, id: u32, command: u64) -> Option<Event> {
-        if let Some(e) = self.v4("wait") {
+        if let Some(e) = self.needs(4, "wait") {
             return Some(e);
         }
         let Some(detached) = self.detached.get(command) else {
@@ -124,7 +123,7 @@ impl Conn {
 
     /// `signal_command` (version 4): a detached command's whole group.
     pub(super) fn signal_command(&self, command: u64, name: &str) -> Event {
-        if let Some(e) = self.v4("signal_command") {
+        if let Some(e) = self.needs(4, "signal_command") {
             return e;
         }
         let sig = match request::parse_signal(name) {
@@ -148,15 +147,5 @@ impl Conn {
                 format!("no running detached command {command}"),
             ),
         }
-    }
-
-    /// An error unless this connection speaks version 4.
-    pub(super) fn v4(&self, what: &str) -> Option<Event> {
-        (self.version.load(Ordering::SeqCst) < 4).then(|| {
-            error(
-                ErrorCode::BadRequest,
-                format!("{what} is a protocol version 4 request"),
-            )
-        })
     }
 }

@@ -9,7 +9,6 @@ use super::{error, Conn, Door};
 use crate::guest::audit;
 use crate::wire::{ErrorCode, Event};
 use serde_json::json;
-use std::sync::atomic::Ordering;
 
 /// The causes a wake may give.
 const WAKE_CAUSES: [&str; 4] = ["port", "job", "start", "door"];
@@ -18,11 +17,8 @@ impl Conn {
     /// Refuses a version 9 request on an older connection, or one of the
     /// host's door's on the machine's own socket.
     fn v9(&self, what: &str, host_only: bool) -> Option<Event> {
-        if self.version.load(Ordering::SeqCst) < 9 {
-            return Some(error(
-                ErrorCode::BadRequest,
-                format!("{what} is a protocol version 9 request"),
-            ));
+        if let Some(refused) = self.needs(9, what) {
+            return Some(refused);
         }
         (host_only && matches!(self.door, Door::Local)).then(|| {
             error(
@@ -89,11 +85,8 @@ impl Conn {
 
     /// `hold` (version 4): keeps the machine awake until a time.
     pub(super) fn hold(&self, until_ms: u64) -> Event {
-        if self.version.load(Ordering::SeqCst) < 4 {
-            return error(
-                ErrorCode::BadRequest,
-                "hold is a protocol version 4 request",
-            );
+        if let Some(refused) = self.needs(4, "hold") {
+            return refused;
         }
         match self.sup.activity.hold(until_ms) {
             Ok(until_ms) => {

@@ -476,7 +476,7 @@ impl Conn {
             Request::Card { run } => Some(self.card(&run)),
             Request::RunSetup { script } => self.run_setup(id, script),
             Request::Resize { target, rows, cols } => Some(self.resize(target, rows, cols)),
-            Request::List => Some(match self.v4("list") {
+            Request::List => Some(match self.needs(4, "list") {
                 Some(e) => e,
                 None => Event::Commands {
                     commands: self.detached.list().await,
@@ -506,13 +506,21 @@ impl Conn {
         Ok(())
     }
 
+    /// An error unless this connection speaks `version`, the one that
+    /// brought `what`.
+    fn needs(&self, version: u32, what: &str) -> Option<Event> {
+        (self.version.load(Ordering::SeqCst) < version).then(|| {
+            error(
+                ErrorCode::BadRequest,
+                format!("{what} is a protocol version {version} request"),
+            )
+        })
+    }
+
     /// Checks and records a `shutdown` request (version 2).
     fn shutdown(&self) -> Event {
-        if self.version.load(Ordering::SeqCst) < 2 {
-            return error(
-                ErrorCode::BadRequest,
-                "shutdown is a protocol version 2 request",
-            );
+        if let Some(refused) = self.needs(2, "shutdown") {
+            return refused;
         }
         let door = match &self.door {
             Door::Local => "local",
@@ -528,11 +536,8 @@ impl Conn {
     /// Signals every process of shell (version 3), on a blocking thread:
     /// it walks /proc, round after round.
     async fn stop_shell(&self, name: &str) -> Event {
-        if self.version.load(Ordering::SeqCst) < 3 {
-            return error(
-                ErrorCode::BadRequest,
-                "stop_shell is a protocol version 3 request",
-            );
+        if let Some(refused) = self.needs(3, "stop_shell") {
+            return refused;
         }
         let sig = match request::parse_signal(name) {
             Ok(sig) => sig,

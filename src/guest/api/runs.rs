@@ -8,18 +8,8 @@ use crate::guest::audit;
 use crate::shared::spend::ledger::{micro_usd, Ending, Ledger};
 use crate::wire::{ErrorCode, Event};
 use serde_json::json;
-use std::sync::atomic::Ordering;
 
 impl Conn {
-    fn v8(&self, what: &str) -> Option<Event> {
-        (self.version.load(Ordering::SeqCst) < 8).then(|| {
-            error(
-                ErrorCode::BadRequest,
-                format!("{what} is a protocol version 8 request"),
-            )
-        })
-    }
-
     fn ledger(&self) -> Result<&Ledger, Box<Event>> {
         match &self.sup.network.opener {
             Ok(opener) => Ok(&opener.ledger),
@@ -31,7 +21,7 @@ impl Conn {
     }
 
     pub(super) fn begin_run(&self, run: &str, budget_usd: Option<f64>) -> Event {
-        if let Some(refused) = self.v8("begin_run") {
+        if let Some(refused) = self.needs(8, "begin_run") {
             return refused;
         }
         let ledger = match self.ledger() {
@@ -59,7 +49,7 @@ impl Conn {
     }
 
     pub(super) fn end_run(&self, run: &str) -> Event {
-        if let Some(refused) = self.v8("end_run") {
+        if let Some(refused) = self.needs(8, "end_run") {
             return refused;
         }
         let ledger = match self.ledger() {
@@ -86,7 +76,7 @@ impl Conn {
     }
 
     pub(super) fn card(&self, run: &str) -> Event {
-        if let Some(refused) = self.v8("card") {
+        if let Some(refused) = self.needs(8, "card") {
             return refused;
         }
         match crate::shared::spend::card::of_log(self.sup.audit.path(), run) {

@@ -6,17 +6,13 @@ use super::{error, Conn, Door};
 use crate::guest::audit;
 use crate::wire::{ErrorCode, Event};
 use serde_json::json;
-use std::sync::atomic::Ordering;
 
 impl Conn {
     /// `hand_keys` (version 4, the host's door only): the runtime's keys
     /// become its `.env` and the main process's; only names are audited.
     pub(super) fn hand_keys(&self, text: &str) -> Event {
-        if self.version.load(Ordering::SeqCst) < 4 {
-            return error(
-                ErrorCode::BadRequest,
-                "hand_keys is a protocol version 4 request",
-            );
+        if let Some(refused) = self.needs(4, "hand_keys") {
+            return refused;
         }
         if matches!(self.door, Door::Local) {
             return error(

@@ -27,11 +27,8 @@ static RUNNING: AtomicBool = AtomicBool::new(false);
 
 impl Conn {
     pub(super) fn run_setup(self: &Arc<Self>, id: u32, script: String) -> Option<Event> {
-        if self.version.load(Ordering::SeqCst) < 6 {
-            return Some(error(
-                ErrorCode::BadRequest,
-                "run_setup is a protocol version 6 request",
-            ));
+        if let Some(refused) = self.needs(6, "run_setup") {
+            return Some(refused);
         }
         if matches!(self.door, Door::Local) {
             return Some(error(

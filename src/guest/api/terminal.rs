@@ -3,17 +3,13 @@
 
 use super::{error, Conn};
 use crate::wire::{ErrorCode, Event};
-use std::sync::atomic::Ordering;
 
 impl Conn {
     /// `resize` (version 4): the terminal of a running command of this
     /// connection takes a new size.
     pub(super) fn resize(&self, target: u32, rows: u16, cols: u16) -> Event {
-        if self.version.load(Ordering::SeqCst) < 4 {
-            return error(
-                ErrorCode::BadRequest,
-                "resize is a protocol version 4 request",
-            );
+        if let Some(refused) = self.needs(4, "resize") {
+            return refused;
         }
         if let Err(e) = crate::guest::command::pty::valid_size(rows, cols) {
             return error(ErrorCode::BadRequest, e);
