@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{privileged, Machine, Options};
+use common::{privileged, Machine, Options, HOST_KEY};
 use std::time::Duration;
 use warden::wire::client::{Client, Message};
 use warden::wire::{Event, ExitReport, Kind, Request, RunRequest, StdinMode};
@@ -132,6 +132,38 @@ fn a_detached_command_outlives_its_connection_and_is_followed_by_another() {
         assert!(audit.contains(&format!("\"{kind}\"")), "{kind} missing");
     }
     assert!(audit.contains("\"tag\":\"nightly build\""));
+}
+
+/// One registry of detached commands for every door: a command detached
+/// through the machine's own socket is listed, followed and waited for
+/// through the host's door, and the other way round.
+#[test]
+fn a_detached_command_is_the_same_through_every_door() {
+    if !privileged("a_detached_command_is_the_same_through_every_door") {
+        return;
+    }
+    let (m, host) = Machine::keyed(0o600);
+    m.wait_ready();
+    let owner = || Client::connect_keyed(&host, Some(HOST_KEY), None).unwrap();
+    let inside = detach(&mut m.client(), 1, sh("echo from-inside"));
+    let outside = detach(&mut owner(), 2, sh("echo from-outside"));
+    for (mut client, command, said) in [
+        (owner(), inside, "from-inside\n"),
+        (m.client(), outside, "from-outside\n"),
+    ] {
+        client.send(0, &Request::List).unwrap();
+        let listed = match client.receive().unwrap() {
+            Message::Event(_, Event::Commands { commands }) => commands,
+            other => panic!("{other:?}"),
+        };
+        assert!(listed.iter().any(|c| c.command == command), "{listed:?}");
+        let (_, out, _, exit) = attach(&mut client, 5, command);
+        assert_eq!(
+            (String::from_utf8_lossy(&out).as_ref(), exit.status),
+            (said, 0)
+        );
+        assert_eq!(wait(&mut client, 6, command).status, 0);
+    }
 }
 
 #[test]
