@@ -501,13 +501,7 @@ fn every_attack_is_stopped(
                 ..Default::default()
             },
         );
-        assert_eq!(o.exit.status, 0, "{name}: {}", printed(&o));
-        assert!(
-            printed(&o).starts_with("blocked: "),
-            "{name}: {}",
-            printed(&o)
-        );
-        assert_no_secret(name, &o);
+        assert_blocked(name, &o);
         tried += 1;
     }
     tried

@@ -10,8 +10,8 @@ mod common;
 mod left_behind;
 
 use common::attacks::{
-    assert_no_secret, build_attack_program, hand_to_shell, programs, shell_lines, Targets,
-    DATA_CANARY, ENV_CANARY, ROUTINE_CANARY,
+    assert_blocked, assert_no_secret, build_attack_program, hand_to_shell, programs, shell_lines,
+    Targets, DATA_CANARY, ENV_CANARY, ROUTINE_CANARY,
 };
 use common::{printed, privileged, Machine, Options, RUNTIME_UID, SHELL_UID};
 use serde_json::json;
@@ -205,13 +205,7 @@ fn every_program_is_blocked(s: &Scene, targets: &Targets) -> usize {
     for (name, args) in &programs {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let o = s.attack(&args);
-        assert_eq!(o.exit.status, 0, "{name}: {}", printed(&o));
-        assert!(
-            printed(&o).starts_with("blocked: "),
-            "{name}: {}",
-            printed(&o)
-        );
-        assert_no_secret(name, &o);
+        assert_blocked(name, &o);
         tried += 1;
     }
     tried
@@ -244,7 +238,7 @@ fn status_says_every_layer_holds(s: &Scene) {
         "seccomp",
         "proc_hidden",
     ] {
-        let l = status.layers.iter().find(|l| l.layer == layer).unwrap();
+        let l = common::layer(&status, layer);
         assert!(
             l.holds,
             "status says {layer} does not hold, yet the attacks failed: {l:?}"

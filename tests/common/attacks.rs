@@ -220,6 +220,15 @@ pub fn programs(t: &Targets) -> Vec<(&'static str, Vec<String>)> {
 }
 
 /// No canary may ever appear in a command's output.
+/// An attack program's run: it ran (status 0), every attempt of it was
+/// blocked, and it shows no secret.
+pub fn assert_blocked(name: &str, o: &impl super::Printed) {
+    let t = super::printed(o);
+    assert!(o.succeeded(), "{name}: {t}");
+    assert!(t.starts_with("blocked: "), "{name}: {t}");
+    assert_no_secret(name, o);
+}
+
 pub fn assert_no_secret(name: &str, o: &impl super::Printed) {
     let t = super::printed(o);
     for canary in [ENV_CANARY, DATA_CANARY] {

@@ -65,17 +65,25 @@ pub fn printed(out: &impl Printed) -> String {
 /// A command's output, run on the host or through warden.
 pub trait Printed {
     fn streams(&self) -> (&[u8], &[u8]);
+    /// Whether it exited with status 0.
+    fn succeeded(&self) -> bool;
 }
 
 impl Printed for std::process::Output {
     fn streams(&self) -> (&[u8], &[u8]) {
         (&self.stdout, &self.stderr)
     }
+    fn succeeded(&self) -> bool {
+        self.status.code() == Some(0)
+    }
 }
 
 impl Printed for warden::wire::client::Output {
     fn streams(&self) -> (&[u8], &[u8]) {
         (&self.stdout, &self.stderr)
+    }
+    fn succeeded(&self) -> bool {
+        self.exit.status == 0
     }
 }
 

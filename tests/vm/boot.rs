@@ -132,11 +132,7 @@ fn every_layer_that_matters_holds(client: &mut Client) -> Status {
         "proc_hidden",
         "firewall",
     ] {
-        let state = status
-            .layers
-            .iter()
-            .find(|l| l.layer == layer)
-            .unwrap_or_else(|| panic!("no layer {layer} in {:?}", status.layers));
+        let state = common::layer(&status, layer);
         assert!(state.holds, "{layer} does not hold: {}", state.detail);
     }
     assert_eq!(status.refusing, None);

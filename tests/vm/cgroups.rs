@@ -36,14 +36,7 @@ fn in_a_vm_every_command_has_a_cgroup_that_holds() {
 /// cgroup.kill.
 fn the_cgroup_layers_are_proven_at_boot(client: &mut Client) {
     let status = client.status().unwrap();
-    let layer = |name: &str| {
-        status
-            .layers
-            .iter()
-            .find(|l| l.layer == name)
-            .unwrap_or_else(|| panic!("no layer {name} in {:?}", status.layers))
-            .clone()
-    };
+    let layer = |name: &str| crate::common::layer(&status, name);
     let cgroups = layer("cgroups");
     eprintln!("cgroups: {}", cgroups.detail);
     assert!(cgroups.holds, "{}", cgroups.detail);
