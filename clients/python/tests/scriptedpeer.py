@@ -73,3 +73,11 @@ def read_json(conn: socket.socket) -> tuple[int, dict[str, Any]]:
     kind, id, body = read_frame(conn)
     assert kind == fr.CONTROL
     return id, json.loads(body)
+
+
+def until_closed(conn: socket.socket) -> None:
+    """Waits for the client's next frame, or for it to close."""
+    try:
+        read_frame(conn)
+    except EOFError:
+        pass

@@ -23,7 +23,7 @@ from warden_client import (
 )
 from warden_client import frames as fr
 
-from scriptedpeer import HELLO, control, read_frame, read_json
+from scriptedpeer import HELLO, control, read_frame, read_json, until_closed
 
 
 def test_partial_reads_byte_by_byte(peer: Any) -> None:
@@ -53,10 +53,7 @@ def test_partial_reads_byte_by_byte(peer: Any) -> None:
             n = cuts[at % len(cuts)]
             conn.sendall(out[at : at + n])
             at += n
-        try:
-            read_frame(conn)
-        except EOFError:
-            pass
+        until_closed(conn)
 
     p = peer(script)
     with Client.connect(p.path, timeout=10) as c:
@@ -84,10 +81,7 @@ def test_commands_interleave_and_each_gets_its_own(peer: Any) -> None:
             + control(2, {"type": "exit", "status": 143, "signal": "SIGTERM", "duration_ms": 2,
                           "stdout_bytes": 10, "stderr_bytes": 7, "drained": True})
         )
-        try:
-            read_frame(conn)
-        except EOFError:
-            pass
+        until_closed(conn)
 
     p = peer(script)
     with Client.connect(p.path, timeout=10) as c:
@@ -137,10 +131,7 @@ def test_non_fatal_errors_answer_their_request(peer: Any) -> None:
         _, run = read_json(conn)
         assert run == {"type": "run", "shell": "x", "extra_field": True}
         conn.sendall(control(1, {"type": "error", "code": "bad_request", "message": "unknown field"}))
-        try:
-            read_frame(conn)
-        except EOFError:
-            pass
+        until_closed(conn)
 
     p = peer(script)
     with Client.connect(p.path, timeout=10) as c:
@@ -162,10 +153,7 @@ def test_timeouts_leave_the_connection_usable(peer: Any) -> None:
         read_json(conn)
         go.wait(10)
         conn.sendall(control(0, {"type": "status", "protocol": 3}))
-        try:
-            read_frame(conn)
-        except EOFError:
-            pass
+        until_closed(conn)
 
     p = peer(script)
     with Client.connect(p.path, timeout=0.2) as c:
@@ -281,10 +269,7 @@ def test_async_client_streams_and_interleaves(peer: Any) -> None:
             conn.sendall(fr.encode(fr.STDOUT, 1, body))
         conn.sendall(control(1, {"type": "exit", "status": 0, "code": 0, "duration_ms": 1,
                                  "stdout_bytes": len(got), "stderr_bytes": 0, "drained": True}))
-        try:
-            read_frame(conn)
-        except EOFError:
-            pass
+        until_closed(conn)
 
     data = os.urandom(3 * 1024 * 1024 + 5)
 
@@ -312,10 +297,7 @@ def test_unknown_id_on_a_run_never_refuses_it(peer: Any) -> None:
             + control(1, {"type": "exit", "status": 0, "code": 0, "duration_ms": 1,
                           "stdout_bytes": 3, "stderr_bytes": 0, "drained": True})
         )
-        try:
-            read_frame(conn)
-        except EOFError:
-            pass
+        until_closed(conn)
 
     p = peer(script)
     with Client.connect(p.path, timeout=10) as c:

@@ -18,7 +18,7 @@ from warden_client import (
 )
 from warden_client import frames as fr
 
-from scriptedpeer import control, read_frame, read_json
+from scriptedpeer import control, read_frame, read_json, until_closed
 
 
 HELLO_4 = control(0, {"type": "hello", "version": 4, "server": "warden test"})
@@ -51,10 +51,7 @@ def _version_4_script(conn: socket.socket) -> None:
     conn.sendall(fr.encode(fr.STDOUT, 1, b"still\n")
                  + control(1, {"type": "exit", "status": 0, "code": 0, "duration_ms": 1,
                                "stdout_bytes": 6, "stderr_bytes": 0, "drained": True}))
-    try:
-        read_frame(conn)
-    except EOFError:
-        pass
+    until_closed(conn)
 
 
 def test_hold_and_hand_keys_and_a_refusal_that_is_not_fatal(peer: Any) -> None:
@@ -145,10 +142,7 @@ def _pty_script(conn: socket.socket) -> None:
     conn.sendall(control(0, RESIZE_UNKNOWN))
     conn.sendall(control(2, {"type": "exit", "status": 0, "code": 0, "duration_ms": 1,
                              "stdout_bytes": 0, "stderr_bytes": 0, "drained": True}))
-    try:
-        read_frame(conn)
-    except EOFError:
-        pass
+    until_closed(conn)
 
 
 def test_a_terminal_types_resizes_and_has_one_stream(peer: Any) -> None:
@@ -253,10 +247,7 @@ def _detached_script(conn: socket.socket) -> None:
     assert read_json(conn) == (0, {"type": "signal_command", "command": 7, "signal": "KILL"})
     conn.sendall(control(0, {"type": "error", "code": "unknown_id",
                              "message": "no running detached command 7"}))
-    try:
-        read_frame(conn)
-    except EOFError:
-        pass
+    until_closed(conn)
 
 
 def _check_listed(listed: list[warden_client.DetachedCommand]) -> None:
@@ -354,10 +345,7 @@ def _version_8_script(conn: socket.socket) -> None:
     assert read_json(conn) == (0, {"type": "card", "run": "nope"})
     conn.sendall(control(0, {"type": "error", "code": "bad_request",
                              "message": 'card: no run "nope" in the audit log'}))
-    try:
-        read_frame(conn)
-    except EOFError:
-        pass
+    until_closed(conn)
 
 
 def test_runs_and_their_card_frames_and_answers(peer: Any) -> None:

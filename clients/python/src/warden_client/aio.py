@@ -29,7 +29,6 @@ from .common import (
     ShellStopped,
     TerminalSize,
     client_name,
-    command_number,
     default_socket,
     detach_request,
     read_key,
@@ -148,7 +147,7 @@ class _AsyncLink(core.Switchboard):
         refusal); that is the error, else the socket's."""
         strerror = getattr(e, "strerror", None)
         error = ConnectionError(f"{self.name}: write: {strerror or e}", getattr(e, "errno", None))
-        deadline = _deadline(2.0)
+        deadline = _deadline(core.LAST_WORDS)
         while self._failure is None:
             left = _remaining(deadline)
             if left is not None and left <= 0:
@@ -440,14 +439,12 @@ class AsyncClient:
 
     async def attach(self, command: int) -> AsyncAttachment:
         """See :meth:`Client.attach`."""
-        request = {"type": "attach", "command": command_number(command)}
-        id, route = await self._ask_on_id(request, True)
+        id, route = await self._ask_on_id(core.attach_request(command), True)
         return AsyncAttachment(self, id, route, command)
 
     async def wait_command(self, command: int, timeout: float | None | _Default = DEFAULT) -> Result:
         """See :meth:`Client.wait_command`."""
-        request = {"type": "wait", "command": command_number(command)}
-        id, route = await self._ask_on_id(request, True, timeout)
+        id, route = await self._ask_on_id(core.wait_request(command), True, timeout)
         self._link.drop(id)
         return core.waited(route, command)
 

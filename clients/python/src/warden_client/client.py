@@ -33,7 +33,6 @@ from .common import (
     ShellStopped,
     TerminalSize,
     client_name,
-    command_number,
     default_socket,
     detach_request,
     read_key,
@@ -413,7 +412,7 @@ class Client:
         for what it printed while nobody was attached (the last MiB), then
         its output live, until its exit. ``unknown_id`` when warden has no
         such command."""
-        id, route = self._ask_on_id({"type": "attach", "command": command_number(command)}, True)
+        id, route = self._ask_on_id(core.attach_request(command), True)
         return Attachment(self, id, route, command)
 
     def wait_command(self, command: int, timeout: float | None | _Default = DEFAULT) -> Result:
@@ -421,8 +420,7 @@ class Client:
         output: :meth:`attach` gives it), at once if it has ended (protocol
         version 4). ``timeout`` bounds the wait (the client's own by
         default). ``unknown_id`` when warden has no such command (any more)."""
-        request = {"type": "wait", "command": command_number(command)}
-        id, route = self._ask_on_id(request, True, timeout)
+        id, route = self._ask_on_id(core.wait_request(command), True, timeout)
         self._link.drop(id)
         return core.waited(route, command)
 

@@ -45,6 +45,9 @@ from .common import (
 )
 from .errors import FATAL_CODES, ConnectionError, ProtocolError, WardenError
 
+#: A refusal may be sent just before warden closes: how long to look for it.
+LAST_WORDS = 2.0
+
 Stream = Literal["stdout", "stderr"]
 NAMES: dict[int, Stream] = {fr.STDOUT: "stdout", fr.STDERR: "stderr"}
 BOTH = frozenset((fr.STDOUT, fr.STDERR))
@@ -426,6 +429,16 @@ def detached_of(route: Route, tag: str | None) -> Detached:
         raise ProtocolError(f"a detached run answered with {event!r:.200}")
     answered = event.get("tag", tag)
     return Detached(command, pid, None if answered is None else str(answered))
+
+
+def attach_request(command: int) -> dict[str, Any]:
+    """An ``attach`` to a detached command (protocol version 4)."""
+    return {"type": "attach", "command": command_number(command)}
+
+
+def wait_request(command: int) -> dict[str, Any]:
+    """A ``wait`` for a detached command's end (protocol version 4)."""
+    return {"type": "wait", "command": command_number(command)}
 
 
 def waited(route: Route, command: int) -> Result:

@@ -25,8 +25,6 @@ __all__ = ["Link", "connect_socket", "hybrid_vsock"]
 _NOSIGNAL = getattr(_socket, "MSG_NOSIGNAL", 0)
 #: How long one wait for room to write lasts before looking for frames.
 _WRITE_SLICE = 0.05
-#: A refusal may be sent just before warden closes: how long to look for it.
-_LAST_WORDS = 2.0
 
 T = TypeVar("T")
 
@@ -231,7 +229,7 @@ class Link(core.Switchboard):
     def _last_words(self) -> None:
         """After a failed write: warden may have said why before it closed
         (a refusal); read it, briefly, if no other thread is reading."""
-        deadline = _deadline(_LAST_WORDS)
+        deadline = _deadline(core.LAST_WORDS)
         while self._failure is None:
             with self._cond:
                 if self._reading:
