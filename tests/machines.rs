@@ -6,8 +6,8 @@
 mod common;
 
 use common::machine::{
-    fixture, image_id, inspect, leftovers, machine_id, podman, ready, sh_in, show, wait_exited,
-    warden, TestMachine, CANARY, IMAGE,
+    fixture, image_id, inspect, leftovers, machine_id, podman, ready, sh_in, show,
+    this_wardens_image, wait_exited, warden, Image, TestMachine, CANARY, IMAGE,
 };
 use common::{text, warden_bin};
 use std::path::Path;
@@ -676,15 +676,6 @@ fn a_machine_on_a_namespace_reaches_listed_hosts_through_its_proxy_only() {
     );
 }
 
-/// An image removed when dropped.
-struct Image(String);
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = podman(&["rmi", "-f", &self.0]);
-    }
-}
-
 /// `warden machine audit ID` reads a running machine's log through its
 /// warden (`read_audit`): the whole chain, to its last line, checked
 /// against the anchor; once the machine is stopped, from its volume, and
@@ -696,14 +687,7 @@ fn a_running_machines_log_is_read_through_its_warden() {
         return;
     }
     let fx = TestMachine::new("readlog");
-    let image = Image(format!("localhost/warden-readlog-{}:test", fx.id));
-    let context = fx.dir.path().join("image");
-    std::fs::create_dir(&context).unwrap();
-    std::fs::copy(warden_bin(), context.join("warden")).unwrap();
-    let file = format!("FROM {IMAGE}\nCOPY warden /sbin/warden\n");
-    std::fs::write(context.join("Containerfile"), file).unwrap();
-    let out = podman(&["build", "-q", "-t", &image.0, &context.to_string_lossy()]);
-    assert!(out.status.success(), "{}", show("build", &out));
+    let image = this_wardens_image(&fx, "readlog");
     fx.define(serde_json::json!({"image": image.0, "command": ["sleep", "infinity"]}));
     let out = fx.up();
     assert!(out.status.success(), "{}", show("up", &out));

@@ -351,3 +351,28 @@ pub fn ps_row(table: &str, id: &str) -> Option<Vec<String>> {
         .map(|l| l.split_whitespace().map(String::from).collect::<Vec<_>>())
         .find(|cells| cells.first().map(String::as_str) == Some(id))
 }
+
+/// An image removed when dropped: declared before the machine, it goes
+/// after it.
+pub struct Image(pub String);
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = podman(&["rmi", "-f", &self.0]);
+    }
+}
+
+/// The base image with this build's warden as /sbin/warden (the base
+/// image's may be older than what a test asks of it), named after `what`
+/// and the machine.
+pub fn this_wardens_image(fx: &TestMachine, what: &str) -> Image {
+    let image = Image(format!("localhost/warden-{what}-{}:test", fx.id));
+    let context = fx.dir.path().join("image");
+    std::fs::create_dir(&context).unwrap();
+    std::fs::copy(super::warden_bin(), context.join("warden")).unwrap();
+    let file = format!("FROM {IMAGE}\nCOPY warden /sbin/warden\n");
+    std::fs::write(context.join("Containerfile"), file).unwrap();
+    let out = podman(&["build", "-q", "-t", &image.0, &context.to_string_lossy()]);
+    assert!(out.status.success(), "{}", show("build", &out));
+    image
+}

@@ -8,8 +8,8 @@ use super::{
     RUNTIME_KEY, SECRET,
 };
 use crate::common::internet::Internet;
-use crate::common::machine::{podman, ready, sh_in, show, warden, TestMachine, IMAGE};
-use crate::common::{text, warden_bin};
+use crate::common::machine::{ready, sh_in, show, this_wardens_image, warden, TestMachine};
+use crate::common::text;
 use serde_json::json;
 use std::process::Output;
 use std::time::Instant;
@@ -19,31 +19,6 @@ use std::time::Instant;
 fn pattern() -> String {
     let (head, last) = SECRET.split_at(SECRET.len() - 1);
     format!("{head}[{last}]")
-}
-
-/// An image removed when dropped: declared before the machine, it goes
-/// after it.
-struct Image(String);
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = podman(&["rmi", "-f", &self.0]);
-    }
-}
-
-/// The base image with this build's warden as /sbin/warden: the base
-/// image's warden may be older than opened hosts (`hand_credentials`,
-/// protocol 7).
-fn this_wardens_image(fx: &TestMachine) -> Image {
-    let image = Image(format!("localhost/warden-opened-{}:test", fx.id));
-    let context = fx.dir.path().join("image");
-    std::fs::create_dir(&context).unwrap();
-    std::fs::copy(warden_bin(), context.join("warden")).unwrap();
-    let file = format!("FROM {IMAGE}\nCOPY warden /sbin/warden\n");
-    std::fs::write(context.join("Containerfile"), file).unwrap();
-    let out = podman(&["build", "-q", "-t", &image.0, &context.to_string_lossy()]);
-    assert!(out.status.success(), "{}", show("build", &out));
-    image
 }
 
 /// Rootful podman, on the internet's namespace: the credential from the
@@ -62,7 +37,7 @@ fn a_podman_machine_adds_the_owners_credential_and_holds_it_nowhere_else() {
     let started = Instant::now();
     let net = Internet::start();
     let fx = TestMachine::new("opened");
-    let image = this_wardens_image(&fx);
+    let image = this_wardens_image(&fx, "opened");
     let ca = owners_files(fx.dir.path(), &net);
     fx.define(merged(
         merged(json!({"image": image.0}), opened(&ca)),
