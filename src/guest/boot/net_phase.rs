@@ -122,7 +122,7 @@ pub(super) fn start(
     };
     sup.audit.record(
         Event::Network,
-        json!({"firewall": match &applied { Some(Ok(_)) => json!("applied"), Some(Err(e)) => json!({"error": e}), None => json!("off") },
+        json!({"firewall": match &applied { Some(Ok(_)) => json!("applied"), Some(Err(e)) => json!({"error": e.to_string()}), None => json!("off") },
                "firewall_via": applied.and_then(Result::ok).map(|()| crate::guest::net::firewall::VIA),
                "firewall_policy": policy.firewall, "proxy": sup.network.listening,
                "proxy_error": proxy_error, "hosts_from": if policy.hosts.is_some() { "network.json" } else { "default" }}),

@@ -28,17 +28,28 @@ use crate::guest::process::reaper::Reaper;
 use crate::shared::policy::{NetworkPolicy, Requirement};
 use crate::wire::{LayerState, ProxyState};
 use firewall::{Findings, Scope, Verdict};
+use nft_netlink::BatchError;
 use proxy::{Proxy, Rules};
 use std::net::{TcpListener, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+/// Why warden's table is not applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FirewallError {
+    /// Until the boot applies it; for good with the firewall off.
+    #[error("not applied")]
+    NotApplied,
+    #[error("over netlink: {0}")]
+    Netlink(#[source] BatchError),
+}
+
 pub struct Network {
     pub policy: NetworkPolicy,
     pub scope: Scope,
     /// How applying the rules went: applied, or why they are not there.
-    applied: Mutex<Result<(), String>>,
+    applied: Mutex<Result<(), FirewallError>>,
     proxy: Mutex<Option<Arc<Proxy>>>,
     /// Where the proxy listens, and what it could not bind.
     pub listening: Vec<String>,
@@ -122,7 +133,7 @@ impl Network {
             policy,
             scope,
             // Set once, by `apply`; with the firewall off it stays so.
-            applied: Mutex::new(Err("not applied".into())),
+            applied: Mutex::new(Err(FirewallError::NotApplied)),
             proxy: Mutex::new(None),
             listening: Vec::new(),
             opener: Err("not made yet".into()),
@@ -136,12 +147,11 @@ impl Network {
     /// Applies warden's table over netlink (unless the policy turns the
     /// firewall off: then None). No `nft` is run: the image need not have
     /// one, and the boot does not wait for a program's start.
-    pub fn apply(&self) -> Option<Result<(), String>> {
+    pub fn apply(&self) -> Option<Result<(), FirewallError>> {
         if self.policy.firewall == Requirement::Off {
             return None;
         }
-        let result = crate::guest::net::nft_netlink::apply(self.scope)
-            .map_err(|e| format!("over netlink: {e}"));
+        let result = nft_netlink::apply(self.scope).map_err(FirewallError::Netlink);
         *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = result.clone();
         Some(result)
     }
@@ -158,7 +168,7 @@ impl Network {
         {
             return;
         }
-        if let Err(e) = crate::guest::net::nft_netlink::delete_table() {
+        if let Err(e) = nft_netlink::delete_table() {
             crate::say!("cannot remove its firewall table: {e}");
         }
     }
@@ -337,10 +347,11 @@ impl Network {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        // Not applied: the verdict says so, and nothing is read back.
+        // Not applied: the verdict says so, and nothing is read back (the
+        // verdict does not look at the readback then).
         let readback = match &applied {
-            Ok(()) => crate::guest::net::nft_readback::read_back(self.scope),
-            Err(e) => Err(e.clone()),
+            Ok(()) => nft_readback::read_back(self.scope),
+            Err(_) => Ok(()),
         };
         let findings = knock(port, probe);
         match firewall::judge(self.scope, &applied, &readback, &findings) {
