@@ -30,6 +30,7 @@ use crate::wire::{LayerState, ProxyState};
 use firewall::{Findings, Scope, Verdict};
 use nft_netlink::BatchError;
 use proxy::{Proxy, Rules};
+use std::io;
 use std::net::{TcpListener, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -43,6 +44,29 @@ pub enum FirewallError {
     NotApplied,
     #[error("over netlink: {0}")]
     Netlink(#[source] BatchError),
+}
+
+/// Why the probe found nothing: the ports it knocks on could not be
+/// opened, it did not run (as confinement says), or not as its user.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("cannot open a loopback port to knock on: {0}")]
+    Knock(#[source] io::Error),
+    #[error("{0}")]
+    Probe(String),
+    #[error("the probe did not run as the user it was forked as")]
+    NotItsUser,
+}
+
+/// Why the loopback interface could not be brought up.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopbackError {
+    #[error("no socket to configure lo with: {0}")]
+    Socket(#[source] io::Error),
+    #[error("lo: {0}")]
+    Flags(#[source] io::Error),
+    #[error("cannot bring lo up: {0}")]
+    Up(#[source] io::Error),
 }
 
 pub struct Network {
@@ -430,8 +454,8 @@ fn knock(
     probe: impl FnOnce(
         crate::guest::confine::probe::NetProbe,
     ) -> Result<crate::guest::confine::probe::Probe, String>,
-) -> Result<Findings, String> {
-    let bound = |e: std::io::Error| format!("cannot open a loopback port to knock on: {e}");
+) -> Result<Findings, ProbeError> {
+    let bound = ProbeError::Knock;
     let tcp4 = TcpListener::bind("127.0.0.1:0").map_err(bound)?;
     let udp4 = UdpSocket::bind("127.0.0.1:0").map_err(bound)?;
     // IPv6 is tested where the machine has a loopback for it.
@@ -451,9 +475,9 @@ fn knock(
             .map(|a| a.port()),
         proxy: proxy_port,
     };
-    let found = probe(plan)?;
+    let found = probe(plan).map_err(ProbeError::Probe)?;
     if !found.has(crate::guest::confine::probe::Probe::IDENTITY) {
-        return Err("the probe did not run as the user it was forked as".into());
+        return Err(ProbeError::NotItsUser);
     }
     let arrived = |s: &UdpSocket| {
         let _ = s.set_nonblocking(true);
@@ -530,11 +554,11 @@ fn host_list(found: &[registries::Found]) -> Vec<String> {
 
 /// Brings the loopback interface up: a VM's init must, a container's is
 /// up already. Returns whether it had to.
-pub fn loopback_up() -> Result<bool, String> {
+pub fn loopback_up() -> Result<bool, LoopbackError> {
     use std::os::fd::AsRawFd;
     let sock = UdpSocket::bind("0.0.0.0:0")
         .or_else(|_| UdpSocket::bind("[::]:0"))
-        .map_err(|e| format!("no socket to configure lo with: {e}"))?;
+        .map_err(LoopbackError::Socket)?;
     // SAFETY: ifreq is plain data; all zeroes is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
@@ -543,7 +567,7 @@ pub fn loopback_up() -> Result<bool, String> {
     // SAFETY: SIOCGIFFLAGS reads the named interface's flags into `req`,
     // which lives for the call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
-        return Err(format!("lo: {}", std::io::Error::last_os_error()));
+        return Err(LoopbackError::Flags(io::Error::last_os_error()));
     }
     // SAFETY: the union's flags member is what SIOCGIFFLAGS filled in.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
@@ -553,10 +577,7 @@ pub fn loopback_up() -> Result<bool, String> {
     req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
     // SAFETY: SIOCSIFFLAGS reads `req`, which lives for the call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
-        return Err(format!(
-            "cannot bring lo up: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(LoopbackError::Up(io::Error::last_os_error()));
     }
     Ok(true)
 }
