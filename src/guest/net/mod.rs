@@ -25,13 +25,16 @@ pub mod userns;
 
 use crate::guest::confine::spawn::Identity;
 use crate::guest::process::reaper::Reaper;
-use crate::shared::policy::{NetworkPolicy, Requirement};
+use crate::shared::policy::{NetworkPolicy, PolicyError, Requirement};
 use crate::wire::{LayerState, ProxyState};
 use firewall::{Findings, Scope, Verdict};
 use nft_netlink::BatchError;
-use proxy::{Proxy, Rules};
+use opened::trust::{Published, TrustError};
+use opened::OpenerError;
+use proxy::{Proxy, Rules, RulesError};
 use std::io;
-use std::net::{TcpListener, UdpSocket};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -69,6 +72,51 @@ pub enum LoopbackError {
     Up(#[source] io::Error),
 }
 
+/// Why the network policy was not reloaded (the last good one holds).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("the proxy is not running")]
+    NotRunning,
+    #[error(transparent)]
+    Rules(#[from] RulesError),
+}
+
+/// Why `warden proxy` could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StandaloneError {
+    #[error("{0} is not a loopback address")]
+    NotLoopback(SocketAddr),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("audit log in {}: {error}", dir.display())]
+    Audit {
+        dir: PathBuf,
+        #[source]
+        error: io::Error,
+    },
+    #[error(transparent)]
+    Opener(#[from] OpenerError),
+    #[error("{}: {error}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        error: io::Error,
+    },
+    /// The credentials' file, as the vault says.
+    #[error("{}: {error}", path.display())]
+    Credentials { path: PathBuf, error: String },
+    #[error(transparent)]
+    Runtime(io::Error),
+    #[error("{address}: {error}")]
+    Bind {
+        address: SocketAddr,
+        #[source]
+        error: io::Error,
+    },
+    #[error(transparent)]
+    Start(#[from] proxy::StartError),
+}
+
 pub struct Network {
     pub policy: NetworkPolicy,
     pub scope: Scope,
@@ -81,10 +129,10 @@ pub struct Network {
     pub env: Vec<(String, String)>,
     /// What opens hosts (the machine's authority, the credentials'
     /// values), or why there is none: made at boot, before any command.
-    pub opener: Result<Arc<crate::guest::net::proxy::Opener>, String>,
+    pub opener: Result<Arc<crate::guest::net::proxy::Opener>, OpenerError>,
     /// The bundle that makes the machine's authority trusted (as tools
     /// see it), or why it could not be published: set at boot.
-    pub trust: Result<crate::guest::net::opened::trust::Published, String>,
+    pub trust: Result<Published, TrustError>,
     /// warden's connect gate, where it stands in for the firewall.
     gate: OnceLock<Gate>,
     gate_tried: std::sync::atomic::AtomicBool,
@@ -160,8 +208,8 @@ impl Network {
             applied: Mutex::new(Err(FirewallError::NotApplied)),
             proxy: Mutex::new(None),
             listening: Vec::new(),
-            opener: Err("not made yet".into()),
-            trust: Err("not published yet".into()),
+            opener: Err(OpenerError::NotMade),
+            trust: Err(TrustError::NotPublished),
             gate: OnceLock::new(),
             gate_tried: Default::default(),
             listens: OnceLock::new(),
@@ -407,8 +455,8 @@ impl Network {
     }
 
     /// Reloads the network policy for the proxy (the API's `reload`).
-    pub fn reload(&self) -> Result<ProxyState, String> {
-        let proxy = self.proxy().ok_or("the proxy is not running")?;
+    pub fn reload(&self) -> Result<ProxyState, ReloadError> {
+        let proxy = self.proxy().ok_or(ReloadError::NotRunning)?;
         let rules = proxy.reload()?;
         Ok(state_of(
             &proxy,
@@ -423,7 +471,7 @@ fn state_of(
     proxy: &Proxy,
     rules: Option<&Rules>,
     listening: &[String],
-    trust: &Result<crate::guest::net::opened::trust::Published, String>,
+    trust: &Result<Published, TrustError>,
 ) -> ProxyState {
     ProxyState {
         listening: listening.to_vec(),
@@ -620,16 +668,16 @@ pub fn standalone(
     audit_dir: Option<&std::path::Path>,
     opened: Option<(&std::path::Path, Option<&std::path::Path>)>,
 ) -> i32 {
-    let fail = |e: String| {
+    let fail = |e: StandaloneError| {
         crate::say!("proxy: {e}");
         1
     };
     if let Some(a) = listen.iter().find(|a| !a.ip().is_loopback()) {
-        return fail(format!("{a} is not a loopback address"));
+        return fail(StandaloneError::NotLoopback(*a));
     }
     let policy = match NetworkPolicy::load(policy_dir) {
         Ok(p) => p,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return fail(e.into()),
     };
     let record = match standalone_recorder(audit_dir) {
         Ok(record) => record,
@@ -653,7 +701,7 @@ pub fn standalone(
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return fail(StandaloneError::Runtime(e)),
     };
     let listeners = match runtime.block_on(bind_each(listen)) {
         Ok(listeners) => listeners,
@@ -679,7 +727,7 @@ pub fn standalone(
         proxy::Through::Direct,
     ) {
         Ok((_, serving)) => serving,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e.into()),
     };
     crate::say!("proxy listening on {}", shown.join(" "));
     let _ = runtime.block_on(serving);
@@ -690,27 +738,34 @@ pub fn standalone(
 /// this run, its certificate written to `ca`, the credentials' values read
 /// from `values` (kept in memory only, as a machine's warden keeps them).
 fn standalone_opener(
-    ca: &std::path::Path,
-    values: Option<&std::path::Path>,
-    policy_dir: &std::path::Path,
+    ca: &Path,
+    values: Option<&Path>,
+    policy_dir: &Path,
     spend: crate::shared::spend::Spend,
-) -> Result<Arc<proxy::Opener>, String> {
+) -> Result<Arc<proxy::Opener>, StandaloneError> {
+    let on = |path: &Path| {
+        let path = path.to_path_buf();
+        move |error| StandaloneError::File { path, error }
+    };
     let prices = crate::shared::spend::prices::load(policy_dir);
     let opener = proxy::Opener::new("proxy", &spend, prices)?;
     if let Some(file) = values {
-        let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let text = std::fs::read_to_string(file).map_err(on(file))?;
         opener
             .vault
             .hand(&text)
-            .map_err(|e| format!("{}: {e}", file.display()))?;
+            .map_err(|error| StandaloneError::Credentials {
+                path: file.to_path_buf(),
+                error,
+            })?;
     }
-    std::fs::write(ca, opener.ca.pem()).map_err(|e| format!("{}: {e}", ca.display()))?;
+    std::fs::write(ca, opener.ca.pem()).map_err(on(ca))?;
     Ok(Arc::new(opener))
 }
 
 /// Where the standalone proxy's audit lines go: an audit log in `dir`,
 /// else stdout, one JSON object a line.
-fn standalone_recorder(dir: Option<&std::path::Path>) -> Result<proxy::Recorder, String> {
+fn standalone_recorder(dir: Option<&Path>) -> Result<proxy::Recorder, StandaloneError> {
     let Some(dir) = dir else {
         return Ok(Arc::new(|kind, mut fields| {
             fields["kind"] = kind.word().into();
@@ -719,19 +774,22 @@ fn standalone_recorder(dir: Option<&std::path::Path>) -> Result<proxy::Recorder,
     };
     match crate::guest::audit::Audit::open_with(dir, None, None, Default::default()) {
         Ok(audit) => Ok(Arc::new(move |kind, fields| audit.record(kind, fields))),
-        Err(e) => Err(format!("audit log in {}: {e}", dir.display())),
+        Err(error) => Err(StandaloneError::Audit {
+            dir: dir.to_path_buf(),
+            error,
+        }),
     }
 }
 
 /// Binds each address given to `warden proxy`. Bound the way tokio binds
 /// (its listen backlog, address reuse), then handed over as std listeners,
 /// which is what the proxy starts on.
-async fn bind_each(listen: &[std::net::SocketAddr]) -> Result<Vec<TcpListener>, String> {
+async fn bind_each(listen: &[SocketAddr]) -> Result<Vec<TcpListener>, StandaloneError> {
     let mut listeners = Vec::new();
-    for addr in listen {
-        let bound = tokio::net::TcpListener::bind(addr).await;
+    for &address in listen {
+        let bound = tokio::net::TcpListener::bind(address).await;
         let listener = bound.and_then(|l| l.into_std());
-        listeners.push(listener.map_err(|e| format!("{addr}: {e}"))?);
+        listeners.push(listener.map_err(|error| StandaloneError::Bind { address, error })?);
     }
     Ok(listeners)
 }
