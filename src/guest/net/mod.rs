@@ -27,6 +27,7 @@ use crate::guest::confine::spawn::Identity;
 use crate::guest::process::reaper::Reaper;
 use crate::shared::policy::{NetworkPolicy, PolicyError, Requirement};
 use crate::wire::{LayerState, ProxyState};
+use connect_gate::OpenError;
 use firewall::{Findings, Scope, Verdict};
 use nft_netlink::BatchError;
 use opened::trust::{Published, TrustError};
@@ -148,7 +149,7 @@ pub struct Gate {
     pub why_not_firewall: String,
     /// The runtime's own gate, where `runtime_hosts` limits it (or why it
     /// could not open); None when the runtime is not limited.
-    pub runtime: Option<Result<RuntimeGate, String>>,
+    pub runtime: Option<Result<RuntimeGate, OpenError>>,
 }
 
 /// The gate of the runtime's processes: they are forked from `spawner`,
