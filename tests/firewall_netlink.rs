@@ -128,7 +128,11 @@ fn netlink_applies_the_table_nft_lists() {
     for i in 0..2 {
         assert_eq!(ns.enter(|| nft_netlink::apply(scope)), Ok(()), "apply {i}");
         let listing = ns.listing().unwrap();
-        assert_eq!(firewall::compare(&listing, scope), Ok(()), "{listing}");
+        assert_eq!(
+            firewall::compare(&listing, scope).map_err(|e| e.to_string()),
+            Ok(()),
+            "{listing}"
+        );
     }
     let text = ns.nft(&["list", "table", "inet", "warden"]).unwrap();
     assert_eq!(text.matches("meta skuid 2001").count(), 4, "{text}");
@@ -137,7 +141,10 @@ fn netlink_applies_the_table_nft_lists() {
         .unwrap();
     assert!(firewall::compare(&ns.listing().unwrap(), scope).is_err());
     assert_eq!(ns.enter(|| nft_netlink::apply(scope)), Ok(()));
-    assert_eq!(firewall::compare(&ns.listing().unwrap(), scope), Ok(()));
+    assert_eq!(
+        firewall::compare(&ns.listing().unwrap(), scope).map_err(|e| e.to_string()),
+        Ok(())
+    );
     // Another scope replaces the rules: the listing names its uid and port.
     let other = Scope {
         shell_uid: 1234,
@@ -146,14 +153,19 @@ fn netlink_applies_the_table_nft_lists() {
         proxy_port: 8080,
     };
     assert_eq!(ns.enter(|| nft_netlink::apply(other)), Ok(()));
-    assert_eq!(firewall::compare(&ns.listing().unwrap(), other), Ok(()));
+    assert_eq!(
+        firewall::compare(&ns.listing().unwrap(), other).map_err(|e| e.to_string()),
+        Ok(())
+    );
     assert!(firewall::compare(&ns.listing().unwrap(), scope).is_err());
     // Deleting: the table is gone; deleting it again names the errno.
     assert_eq!(ns.enter(nft_netlink::delete_table), Ok(()));
     assert!(ns.listing().is_err());
     let again = ns.enter(nft_netlink::delete_table).unwrap_err();
     assert!(
-        again.contains("delete table inet warden: ENOENT"),
+        again
+            .to_string()
+            .contains("delete table inet warden: ENOENT"),
         "{again}"
     );
 }
@@ -174,7 +186,7 @@ fn the_readback_finds_what_was_changed_behind_warden() {
     };
     let read_back = |scope| ns.enter(|| nft_readback::read_back(scope));
     let gone = read_back(scope).unwrap_err();
-    assert_eq!(gone, "table inet warden is not there");
+    assert_eq!(gone.to_string(), "table inet warden is not there");
     let cases = changes_behind_warden();
     for (change, said) in cases {
         assert_eq!(ns.enter(|| nft_netlink::apply(scope)), Ok(()));
@@ -195,7 +207,7 @@ fn the_readback_finds_what_was_changed_behind_warden() {
         ns.nft(&args).unwrap();
         match (read_back(scope), said) {
             (Ok(()), "") => {}
-            (Err(e), said) if !said.is_empty() && e.contains(said) => {}
+            (Err(e), said) if !said.is_empty() && e.to_string().contains(said) => {}
             (got, _) => panic!("after nft {args:?}: {got:?}, wanted {said:?}"),
         }
         ns.nft(&["delete", "table", "inet", "warden"]).unwrap();
@@ -207,7 +219,7 @@ fn the_readback_finds_what_was_changed_behind_warden() {
         ..scope
     };
     let differs = read_back(other).unwrap_err();
-    assert!(differs.contains("rule 1 differs"), "{differs}");
+    assert!(differs.to_string().contains("rule 1 differs"), "{differs}");
 }
 
 /// What nft does to the freshly applied table, and what the readback
@@ -298,7 +310,10 @@ fn netlink_names_the_message_the_kernel_refused() {
     .unwrap();
     let scope = SHELLS;
     let e = ns.enter(|| nft_netlink::apply(scope)).unwrap_err();
-    assert!(e.starts_with("add chain inet warden output"), "{e}");
+    assert!(
+        e.to_string().starts_with("add chain inet warden output"),
+        "{e}"
+    );
     let text = ns.nft(&["list", "table", "inet", "warden"]).unwrap();
     assert!(
         !text.contains("skuid"),
@@ -315,7 +330,7 @@ fn netlink_names_the_message_the_kernel_refused() {
         nft_netlink::apply(scope)
     });
     assert_eq!(
-        e,
+        e.map_err(|e| e.to_string()),
         Err("the batch: EPERM: Operation not permitted".to_string())
     );
 }
@@ -465,7 +480,10 @@ fn warden_without_nft_applies_its_firewall_over_netlink() {
         .unwrap();
     assert_eq!(out.exit.status, 0);
     let scope = SHELLS;
-    assert_eq!(firewall::compare(&ns.listing().unwrap(), scope), Ok(()));
+    assert_eq!(
+        firewall::compare(&ns.listing().unwrap(), scope).map_err(|e| e.to_string()),
+        Ok(())
+    );
     // At shutdown warden deletes its table over netlink too.
     let dir = machine.stop();
     let log = std::fs::read_to_string(dir.path().join("warden.log")).unwrap();

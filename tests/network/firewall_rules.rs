@@ -135,6 +135,6 @@ fn applying_the_rules_twice_leaves_one_copy() {
     nft(&["-j", "-f", "-"], &batch);
     let again = firewall::compare(&nft(&["-j", "list", "table", "inet", "warden"], ""), scope);
     ip(&["netns", "del", &ns]);
-    assert_eq!(result, Ok(()));
-    assert_eq!(again, Ok(()));
+    assert_eq!(result.map_err(|e| e.to_string()), Ok(()));
+    assert_eq!(again.map_err(|e| e.to_string()), Ok(()));
 }

@@ -40,7 +40,7 @@ impl Conn {
                 self.sup.apply_settings(settings);
                 Event::Reloaded(state)
             }
-            Err(e) => refused(e),
+            Err(e) => refused(e.to_string()),
         }
     }
 }

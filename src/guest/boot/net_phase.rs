@@ -6,7 +6,24 @@ use crate::guest::audit::Event;
 use crate::guest::net::proxy::{self, Proxy};
 use crate::guest::supervisor::Supervisor;
 use serde_json::json;
+use std::path::PathBuf;
 use std::sync::Arc;
+
+/// Why the egress proxy did not start.
+#[derive(Debug, thiserror::Error)]
+enum ProxyError {
+    /// The machine's key, as loading it says.
+    #[error("{0}")]
+    Key(String),
+    #[error("{}: {error}", file.display())]
+    KeyFile {
+        file: PathBuf,
+        #[source]
+        error: std::io::Error,
+    },
+    #[error(transparent)]
+    Start(#[from] proxy::StartError),
+}
 
 /// Who opened a connection to the proxy: the uid owning its client end,
 /// the process holding it, and the command whose lifetime tag that
@@ -49,13 +66,16 @@ fn origin(sup: &Arc<Supervisor>) -> proxy::Origin {
 
 /// How the proxy reaches upstreams: itself, or in a VM with a network
 /// its host's relay, with the machine's key (root's alone to read).
-fn upstream_way(sup: &Supervisor, in_vm: bool) -> Result<proxy::Through, String> {
+fn upstream_way(sup: &Supervisor, in_vm: bool) -> Result<proxy::Through, ProxyError> {
     let Some(port) = sup.config.egress_vsock_port.filter(|_| in_vm) else {
         return Ok(proxy::Through::Direct);
     };
     let file = &sup.config.key_file;
-    crate::shared::machine_key::Key::load(file)?;
-    let key = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    crate::shared::machine_key::Key::load(file).map_err(ProxyError::Key)?;
+    let key = std::fs::read_to_string(file).map_err(|error| ProxyError::KeyFile {
+        file: file.clone(),
+        error,
+    })?;
     Ok(proxy::Through::HostRelay {
         port,
         key: key.trim().to_string(),
@@ -99,17 +119,18 @@ pub(super) fn start(
     };
     let policy = &sup.network.policy;
     let dir = &sup.config.policy_dir;
-    let started: Result<(Arc<Proxy>, _), String> = upstream_way(sup, in_vm).and_then(|through| {
-        proxy::start(
-            runtime,
-            policy,
-            dir,
-            defaults.clone(),
-            hooks,
-            listeners,
-            through,
-        )
-    });
+    let started: Result<(Arc<Proxy>, _), ProxyError> =
+        upstream_way(sup, in_vm).and_then(|through| {
+            Ok(proxy::start(
+                runtime,
+                policy,
+                dir,
+                defaults.clone(),
+                hooks,
+                listeners,
+                through,
+            )?)
+        });
     let proxy_error = match started {
         Ok((p, _serving)) => {
             sup.network.set_proxy(p);
@@ -117,12 +138,12 @@ pub(super) fn start(
         }
         Err(e) => {
             crate::say!("the egress proxy did not start: {e}");
-            Some(e)
+            Some(e.to_string())
         }
     };
     sup.audit.record(
         Event::Network,
-        json!({"firewall": match &applied { Some(Ok(_)) => json!("applied"), Some(Err(e)) => json!({"error": e}), None => json!("off") },
+        json!({"firewall": match &applied { Some(Ok(_)) => json!("applied"), Some(Err(e)) => json!({"error": e.to_string()}), None => json!("off") },
                "firewall_via": applied.and_then(Result::ok).map(|()| crate::guest::net::firewall::VIA),
                "firewall_policy": policy.firewall, "proxy": sup.network.listening,
                "proxy_error": proxy_error, "hosts_from": if policy.hosts.is_some() { "network.json" } else { "default" }}),

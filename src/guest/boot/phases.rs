@@ -203,7 +203,7 @@ pub fn open_hosts(network: &mut Network, config: &MachineConfig, audit: &Audit) 
         Err(e) => {
             crate::say!("opened hosts: {e}");
             network.opener = Err(e.clone());
-            network.trust = Err(e);
+            network.trust = Err(e.into());
             return;
         }
     };

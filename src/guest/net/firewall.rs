@@ -19,6 +19,7 @@ use nftables::schema::{Chain, FlushObject, NfCmd, NfListObject, Nftables, Rule, 
 use nftables::stmt::{Match, Operator, Reject, RejectType, Statement};
 use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook, RejectCode};
 use std::borrow::Cow;
+use std::fmt::Display;
 
 pub const TABLE: &str = "warden";
 pub const CHAIN: &str = "output";
@@ -154,11 +155,34 @@ pub fn batch(scope: Scope) -> Nftables<'static> {
     batch.to_nftables()
 }
 
+/// How an `nft -j list` of warden's table differs from what was applied,
+/// or why it could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ListingError {
+    #[error("cannot read nft's listing: {0}")]
+    Unreadable(#[source] serde_json::Error),
+    #[error("table inet {TABLE} has no chain")]
+    NoChain,
+    #[error("chain {name} is not hooked as applied (type {kind:?}, hook {hook:?}, priority {prio:?}, policy {policy:?})")]
+    NotHooked {
+        name: String,
+        kind: Option<NfChainType>,
+        hook: Option<NfHook>,
+        prio: Option<i32>,
+        policy: Option<NfChainPolicy>,
+    },
+    #[error("table inet {TABLE} has {0} chains, not 1")]
+    Chains(usize),
+    #[error("{found} rules found, {applied} applied")]
+    RuleCount { found: usize, applied: usize },
+    #[error("rule {0} differs from what was applied")]
+    RuleDiffers(usize),
+}
+
 /// Compares `nft -j list table inet warden` with what warden applied: the
 /// one chain, hooked as it should be, holding exactly the rules in order.
-pub fn compare(listing: &str, scope: Scope) -> Result<(), String> {
-    let listed: Nftables =
-        serde_json::from_str(listing).map_err(|e| format!("cannot read nft's listing: {e}"))?;
+pub fn compare(listing: &str, scope: Scope) -> Result<(), ListingError> {
+    let listed: Nftables = serde_json::from_str(listing).map_err(ListingError::Unreadable)?;
     let mut chains = Vec::new();
     let mut found = Vec::new();
     for object in listed.objects.iter() {
@@ -175,31 +199,28 @@ pub fn compare(listing: &str, scope: Scope) -> Result<(), String> {
             && c.hook == want.hook
             && c.prio == want.prio
             && c.policy == want.policy => {}
-        [] => return Err(format!("table inet {TABLE} has no chain")),
+        [] => return Err(ListingError::NoChain),
         [c] => {
-            return Err(format!(
-            "chain {} is not hooked as applied (type {:?}, hook {:?}, priority {:?}, policy {:?})",
-            c.name, c._type, c.hook, c.prio, c.policy
-        ))
+            return Err(ListingError::NotHooked {
+                name: c.name.to_string(),
+                kind: c._type,
+                hook: c.hook,
+                prio: c.prio,
+                policy: c.policy,
+            })
         }
-        more => {
-            return Err(format!(
-                "table inet {TABLE} has {} chains, not 1",
-                more.len()
-            ))
-        }
+        more => return Err(ListingError::Chains(more.len())),
     }
     let expected = rules(scope);
     if found.len() != expected.len() {
-        return Err(format!(
-            "{} rules found, {} applied",
-            found.len(),
-            expected.len()
-        ));
+        return Err(ListingError::RuleCount {
+            found: found.len(),
+            applied: expected.len(),
+        });
     }
     for (i, (rule, want)) in found.iter().zip(&expected).enumerate() {
         if rule.chain != CHAIN || rule.expr.as_ref() != want.as_slice() {
-            return Err(format!("rule {} differs from what was applied", i + 1));
+            return Err(ListingError::RuleDiffers(i + 1));
         }
     }
     Ok(())
@@ -250,9 +271,9 @@ fn why_refused(error: &str) -> &'static str {
 /// back, and the probe (`readback` is not looked at when applying failed).
 pub fn judge(
     scope: Scope,
-    applied: &Result<(), String>,
-    readback: &Result<(), String>,
-    probe: &Result<Findings, String>,
+    applied: &Result<(), impl Display>,
+    readback: &Result<(), impl Display>,
+    probe: &Result<Findings, impl Display>,
 ) -> Verdict {
     let Scope {
         shell_uid,
@@ -265,7 +286,8 @@ pub fn judge(
         false => format!(" ({network_uid} to this network, whose namespace belongs to the parent user namespace)"),
     };
     if let Err(e) = applied {
-        return Verdict::DidNotHold(format!("cannot apply the rules: {e}{}", why_refused(e)));
+        let e = e.to_string();
+        return Verdict::DidNotHold(format!("cannot apply the rules: {e}{}", why_refused(&e)));
     }
     let findings = match probe {
         Ok(f) => f,
@@ -333,7 +355,11 @@ fn said(findings: &Findings) -> (&'static str, &'static str) {
 /// The verdict where warden's connect gate stands in for the table
 /// (`why_not` says why the table could not hold): the probe ran as a
 /// command, under the gate.
-pub fn judge_gate(proxy_port: u16, why_not: &str, probe: &Result<Findings, String>) -> Verdict {
+pub fn judge_gate(
+    proxy_port: u16,
+    why_not: &str,
+    probe: &Result<Findings, impl Display>,
+) -> Verdict {
     let findings = match probe {
         Ok(f) => f,
         Err(e) => return Verdict::DidNotHold(format!("the connect gate's probe failed: {e}")),
@@ -475,15 +501,16 @@ mod tests {
         for (name, edit, want) in cases {
             let got = compare(&edited(edit), SCOPE);
             match want {
-                None => assert_eq!(got, Ok(()), "{name}"),
+                None => assert_eq!(got.map_err(|e| e.to_string()), Ok(()), "{name}"),
                 Some(w) => {
                     let e = got.expect_err(name);
-                    assert!(e.contains(w), "{name}: {e}");
+                    assert!(e.to_string().contains(w), "{name}: {e}");
                 }
             }
         }
         assert!(compare("not json", SCOPE)
             .unwrap_err()
+            .to_string()
             .contains("cannot read"));
     }
 

@@ -25,20 +25,104 @@ pub mod userns;
 
 use crate::guest::confine::spawn::Identity;
 use crate::guest::process::reaper::Reaper;
-use crate::shared::policy::{NetworkPolicy, Requirement};
+use crate::shared::policy::{NetworkPolicy, PolicyError, Requirement};
 use crate::wire::{LayerState, ProxyState};
+use connect_gate::OpenError;
 use firewall::{Findings, Scope, Verdict};
-use proxy::{Proxy, Rules};
-use std::net::{TcpListener, UdpSocket};
+use nft_netlink::BatchError;
+use opened::trust::{Published, TrustError};
+use opened::OpenerError;
+use proxy::{Proxy, Rules, RulesError};
+use std::io;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+/// Why warden's table is not applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FirewallError {
+    /// Until the boot applies it; for good with the firewall off.
+    #[error("not applied")]
+    NotApplied,
+    #[error("over netlink: {0}")]
+    Netlink(#[source] BatchError),
+}
+
+/// Why the probe found nothing: the ports it knocks on could not be
+/// opened, it did not run (as confinement says), or not as its user.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("cannot open a loopback port to knock on: {0}")]
+    Knock(#[source] io::Error),
+    #[error("{0}")]
+    Probe(String),
+    #[error("the probe did not run as the user it was forked as")]
+    NotItsUser,
+}
+
+/// Why the loopback interface could not be brought up.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopbackError {
+    #[error("no socket to configure lo with: {0}")]
+    Socket(#[source] io::Error),
+    #[error("lo: {0}")]
+    Flags(#[source] io::Error),
+    #[error("cannot bring lo up: {0}")]
+    Up(#[source] io::Error),
+}
+
+/// Why the network policy was not reloaded (the last good one holds).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("the proxy is not running")]
+    NotRunning,
+    #[error(transparent)]
+    Rules(#[from] RulesError),
+}
+
+/// Why `warden proxy` could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StandaloneError {
+    #[error("{0} is not a loopback address")]
+    NotLoopback(SocketAddr),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("audit log in {}: {error}", dir.display())]
+    Audit {
+        dir: PathBuf,
+        #[source]
+        error: io::Error,
+    },
+    #[error(transparent)]
+    Opener(#[from] OpenerError),
+    #[error("{}: {error}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        error: io::Error,
+    },
+    /// The credentials' file, as the vault says.
+    #[error("{}: {error}", path.display())]
+    Credentials { path: PathBuf, error: String },
+    #[error(transparent)]
+    Runtime(io::Error),
+    #[error("{address}: {error}")]
+    Bind {
+        address: SocketAddr,
+        #[source]
+        error: io::Error,
+    },
+    #[error(transparent)]
+    Start(#[from] proxy::StartError),
+}
 
 pub struct Network {
     pub policy: NetworkPolicy,
     pub scope: Scope,
     /// How applying the rules went: applied, or why they are not there.
-    applied: Mutex<Result<(), String>>,
+    applied: Mutex<Result<(), FirewallError>>,
     proxy: Mutex<Option<Arc<Proxy>>>,
     /// Where the proxy listens, and what it could not bind.
     pub listening: Vec<String>,
@@ -46,10 +130,10 @@ pub struct Network {
     pub env: Vec<(String, String)>,
     /// What opens hosts (the machine's authority, the credentials'
     /// values), or why there is none: made at boot, before any command.
-    pub opener: Result<Arc<crate::guest::net::proxy::Opener>, String>,
+    pub opener: Result<Arc<crate::guest::net::proxy::Opener>, OpenerError>,
     /// The bundle that makes the machine's authority trusted (as tools
     /// see it), or why it could not be published: set at boot.
-    pub trust: Result<crate::guest::net::opened::trust::Published, String>,
+    pub trust: Result<Published, TrustError>,
     /// warden's connect gate, where it stands in for the firewall.
     gate: OnceLock<Gate>,
     gate_tried: std::sync::atomic::AtomicBool,
@@ -65,7 +149,7 @@ pub struct Gate {
     pub why_not_firewall: String,
     /// The runtime's own gate, where `runtime_hosts` limits it (or why it
     /// could not open); None when the runtime is not limited.
-    pub runtime: Option<Result<RuntimeGate, String>>,
+    pub runtime: Option<Result<RuntimeGate, OpenError>>,
 }
 
 /// The gate of the runtime's processes: they are forked from `spawner`,
@@ -122,11 +206,11 @@ impl Network {
             policy,
             scope,
             // Set once, by `apply`; with the firewall off it stays so.
-            applied: Mutex::new(Err("not applied".into())),
+            applied: Mutex::new(Err(FirewallError::NotApplied)),
             proxy: Mutex::new(None),
             listening: Vec::new(),
-            opener: Err("not made yet".into()),
-            trust: Err("not published yet".into()),
+            opener: Err(OpenerError::NotMade),
+            trust: Err(TrustError::NotPublished),
             gate: OnceLock::new(),
             gate_tried: Default::default(),
             listens: OnceLock::new(),
@@ -136,12 +220,11 @@ impl Network {
     /// Applies warden's table over netlink (unless the policy turns the
     /// firewall off: then None). No `nft` is run: the image need not have
     /// one, and the boot does not wait for a program's start.
-    pub fn apply(&self) -> Option<Result<(), String>> {
+    pub fn apply(&self) -> Option<Result<(), FirewallError>> {
         if self.policy.firewall == Requirement::Off {
             return None;
         }
-        let result = crate::guest::net::nft_netlink::apply(self.scope)
-            .map_err(|e| format!("over netlink: {e}"));
+        let result = nft_netlink::apply(self.scope).map_err(FirewallError::Netlink);
         *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = result.clone();
         Some(result)
     }
@@ -158,7 +241,7 @@ impl Network {
         {
             return;
         }
-        if let Err(e) = crate::guest::net::nft_netlink::delete_table() {
+        if let Err(e) = nft_netlink::delete_table() {
             crate::say!("cannot remove its firewall table: {e}");
         }
     }
@@ -337,10 +420,11 @@ impl Network {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        // Not applied: the verdict says so, and nothing is read back.
+        // Not applied: the verdict says so, and nothing is read back (the
+        // verdict does not look at the readback then).
         let readback = match &applied {
-            Ok(()) => crate::guest::net::nft_readback::read_back(self.scope),
-            Err(e) => Err(e.clone()),
+            Ok(()) => nft_readback::read_back(self.scope),
+            Err(_) => Ok(()),
         };
         let findings = knock(port, probe);
         match firewall::judge(self.scope, &applied, &readback, &findings) {
@@ -372,8 +456,8 @@ impl Network {
     }
 
     /// Reloads the network policy for the proxy (the API's `reload`).
-    pub fn reload(&self) -> Result<ProxyState, String> {
-        let proxy = self.proxy().ok_or("the proxy is not running")?;
+    pub fn reload(&self) -> Result<ProxyState, ReloadError> {
+        let proxy = self.proxy().ok_or(ReloadError::NotRunning)?;
         let rules = proxy.reload()?;
         Ok(state_of(
             &proxy,
@@ -388,7 +472,7 @@ fn state_of(
     proxy: &Proxy,
     rules: Option<&Rules>,
     listening: &[String],
-    trust: &Result<crate::guest::net::opened::trust::Published, String>,
+    trust: &Result<Published, TrustError>,
 ) -> ProxyState {
     ProxyState {
         listening: listening.to_vec(),
@@ -419,8 +503,8 @@ fn knock(
     probe: impl FnOnce(
         crate::guest::confine::probe::NetProbe,
     ) -> Result<crate::guest::confine::probe::Probe, String>,
-) -> Result<Findings, String> {
-    let bound = |e: std::io::Error| format!("cannot open a loopback port to knock on: {e}");
+) -> Result<Findings, ProbeError> {
+    let bound = ProbeError::Knock;
     let tcp4 = TcpListener::bind("127.0.0.1:0").map_err(bound)?;
     let udp4 = UdpSocket::bind("127.0.0.1:0").map_err(bound)?;
     // IPv6 is tested where the machine has a loopback for it.
@@ -440,9 +524,9 @@ fn knock(
             .map(|a| a.port()),
         proxy: proxy_port,
     };
-    let found = probe(plan)?;
+    let found = probe(plan).map_err(ProbeError::Probe)?;
     if !found.has(crate::guest::confine::probe::Probe::IDENTITY) {
-        return Err("the probe did not run as the user it was forked as".into());
+        return Err(ProbeError::NotItsUser);
     }
     let arrived = |s: &UdpSocket| {
         let _ = s.set_nonblocking(true);
@@ -519,11 +603,11 @@ fn host_list(found: &[registries::Found]) -> Vec<String> {
 
 /// Brings the loopback interface up: a VM's init must, a container's is
 /// up already. Returns whether it had to.
-pub fn loopback_up() -> Result<bool, String> {
+pub fn loopback_up() -> Result<bool, LoopbackError> {
     use std::os::fd::AsRawFd;
     let sock = UdpSocket::bind("0.0.0.0:0")
         .or_else(|_| UdpSocket::bind("[::]:0"))
-        .map_err(|e| format!("no socket to configure lo with: {e}"))?;
+        .map_err(LoopbackError::Socket)?;
     // SAFETY: ifreq is plain data; all zeroes is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
@@ -532,7 +616,7 @@ pub fn loopback_up() -> Result<bool, String> {
     // SAFETY: SIOCGIFFLAGS reads the named interface's flags into `req`,
     // which lives for the call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
-        return Err(format!("lo: {}", std::io::Error::last_os_error()));
+        return Err(LoopbackError::Flags(io::Error::last_os_error()));
     }
     // SAFETY: the union's flags member is what SIOCGIFFLAGS filled in.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
@@ -542,10 +626,7 @@ pub fn loopback_up() -> Result<bool, String> {
     req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
     // SAFETY: SIOCSIFFLAGS reads `req`, which lives for the call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
-        return Err(format!(
-            "cannot bring lo up: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(LoopbackError::Up(io::Error::last_os_error()));
     }
     Ok(true)
 }
@@ -588,16 +669,16 @@ pub fn standalone(
     audit_dir: Option<&std::path::Path>,
     opened: Option<(&std::path::Path, Option<&std::path::Path>)>,
 ) -> i32 {
-    let fail = |e: String| {
+    let fail = |e: StandaloneError| {
         crate::say!("proxy: {e}");
         1
     };
     if let Some(a) = listen.iter().find(|a| !a.ip().is_loopback()) {
-        return fail(format!("{a} is not a loopback address"));
+        return fail(StandaloneError::NotLoopback(*a));
     }
     let policy = match NetworkPolicy::load(policy_dir) {
         Ok(p) => p,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return fail(e.into()),
     };
     let record = match standalone_recorder(audit_dir) {
         Ok(record) => record,
@@ -621,7 +702,7 @@ pub fn standalone(
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return fail(StandaloneError::Runtime(e)),
     };
     let listeners = match runtime.block_on(bind_each(listen)) {
         Ok(listeners) => listeners,
@@ -647,7 +728,7 @@ pub fn standalone(
         proxy::Through::Direct,
     ) {
         Ok((_, serving)) => serving,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e.into()),
     };
     crate::say!("proxy listening on {}", shown.join(" "));
     let _ = runtime.block_on(serving);
@@ -658,27 +739,34 @@ pub fn standalone(
 /// this run, its certificate written to `ca`, the credentials' values read
 /// from `values` (kept in memory only, as a machine's warden keeps them).
 fn standalone_opener(
-    ca: &std::path::Path,
-    values: Option<&std::path::Path>,
-    policy_dir: &std::path::Path,
+    ca: &Path,
+    values: Option<&Path>,
+    policy_dir: &Path,
     spend: crate::shared::spend::Spend,
-) -> Result<Arc<proxy::Opener>, String> {
+) -> Result<Arc<proxy::Opener>, StandaloneError> {
+    let on = |path: &Path| {
+        let path = path.to_path_buf();
+        move |error| StandaloneError::File { path, error }
+    };
     let prices = crate::shared::spend::prices::load(policy_dir);
     let opener = proxy::Opener::new("proxy", &spend, prices)?;
     if let Some(file) = values {
-        let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let text = std::fs::read_to_string(file).map_err(on(file))?;
         opener
             .vault
             .hand(&text)
-            .map_err(|e| format!("{}: {e}", file.display()))?;
+            .map_err(|error| StandaloneError::Credentials {
+                path: file.to_path_buf(),
+                error,
+            })?;
     }
-    std::fs::write(ca, opener.ca.pem()).map_err(|e| format!("{}: {e}", ca.display()))?;
+    std::fs::write(ca, opener.ca.pem()).map_err(on(ca))?;
     Ok(Arc::new(opener))
 }
 
 /// Where the standalone proxy's audit lines go: an audit log in `dir`,
 /// else stdout, one JSON object a line.
-fn standalone_recorder(dir: Option<&std::path::Path>) -> Result<proxy::Recorder, String> {
+fn standalone_recorder(dir: Option<&Path>) -> Result<proxy::Recorder, StandaloneError> {
     let Some(dir) = dir else {
         return Ok(Arc::new(|kind, mut fields| {
             fields["kind"] = kind.word().into();
@@ -687,19 +775,22 @@ fn standalone_recorder(dir: Option<&std::path::Path>) -> Result<proxy::Recorder,
     };
     match crate::guest::audit::Audit::open_with(dir, None, None, Default::default()) {
         Ok(audit) => Ok(Arc::new(move |kind, fields| audit.record(kind, fields))),
-        Err(e) => Err(format!("audit log in {}: {e}", dir.display())),
+        Err(error) => Err(StandaloneError::Audit {
+            dir: dir.to_path_buf(),
+            error,
+        }),
     }
 }
 
 /// Binds each address given to `warden proxy`. Bound the way tokio binds
 /// (its listen backlog, address reuse), then handed over as std listeners,
 /// which is what the proxy starts on.
-async fn bind_each(listen: &[std::net::SocketAddr]) -> Result<Vec<TcpListener>, String> {
+async fn bind_each(listen: &[SocketAddr]) -> Result<Vec<TcpListener>, StandaloneError> {
     let mut listeners = Vec::new();
-    for addr in listen {
-        let bound = tokio::net::TcpListener::bind(addr).await;
+    for &address in listen {
+        let bound = tokio::net::TcpListener::bind(address).await;
         let listener = bound.and_then(|l| l.into_std());
-        listeners.push(listener.map_err(|e| format!("{addr}: {e}"))?);
+        listeners.push(listener.map_err(|error| StandaloneError::Bind { address, error })?);
     }
     Ok(listeners)
 }

@@ -4,6 +4,7 @@
 //! `nft_netlink` (the table sent) and `nft_readback` (the table read) speak
 //! through it.
 
+use nix::errno::Errno;
 use nix::sys::socket::{
     setsockopt, socket, sockopt, AddressFamily, SockFlag, SockProtocol, SockType,
 };
@@ -30,6 +31,20 @@ pub(super) const NFNL_SUBSYS_NFTABLES: u16 = 10;
 pub(super) const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 pub(super) const NFNL_MSG_BATCH_END: u16 = 0x11;
 pub(super) const AF_UNSPEC: u8 = 0;
+
+/// Why the netlink socket could not be had, or what the kernel sent over
+/// it could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NetlinkError {
+    #[error("cannot open a netfilter netlink socket: {0}")]
+    Socket(#[source] Errno),
+    #[error("netlink socket: {0}")]
+    Deadline(#[source] Errno),
+    #[error("a malformed answer ({len} bytes of {left})")]
+    Malformed { len: usize, left: usize },
+    #[error("a truncated error message")]
+    TruncatedError,
+}
 
 /// `len` rounded up to netlink's 4-byte alignment.
 pub fn align(len: usize) -> usize {
@@ -97,7 +112,7 @@ pub fn message(
 pub type Received<'a> = (u16, u32, &'a [u8]);
 
 /// The messages in a datagram. Err: one is malformed.
-pub fn messages(mut datagram: &[u8]) -> Result<Vec<Received<'_>>, String> {
+pub fn messages(mut datagram: &[u8]) -> Result<Vec<Received<'_>>, NetlinkError> {
     let mut out = Vec::new();
     while datagram.len() >= NLMSG_HDRLEN {
         let word = |at: usize| {
@@ -110,10 +125,10 @@ pub fn messages(mut datagram: &[u8]) -> Result<Vec<Received<'_>>, String> {
         };
         let len = word(0) as usize;
         if len < NLMSG_HDRLEN || len > datagram.len() {
-            return Err(format!(
-                "a malformed answer ({len} bytes of {})",
-                datagram.len()
-            ));
+            return Err(NetlinkError::Malformed {
+                len,
+                left: datagram.len(),
+            });
         }
         let kind = u16::from_ne_bytes([datagram[4], datagram[5]]);
         out.push((kind, word(8), &datagram[NLMSG_HDRLEN..len]));
@@ -123,26 +138,26 @@ pub fn messages(mut datagram: &[u8]) -> Result<Vec<Received<'_>>, String> {
 }
 
 /// The errno an NLMSG_ERROR's body carries (0: an acknowledgement).
-pub fn error_of(body: &[u8]) -> Result<i32, String> {
-    let error = body.get(..4).ok_or("a truncated error message")?;
+pub fn error_of(body: &[u8]) -> Result<i32, NetlinkError> {
+    let error = body.get(..4).ok_or(NetlinkError::TruncatedError)?;
     Ok(i32::from_ne_bytes([error[0], error[1], error[2], error[3]]).saturating_neg())
 }
 
 /// A NETLINK_NETFILTER socket whose reads give up after `DEADLINE`.
-pub(super) fn open() -> Result<OwnedFd, String> {
+pub(super) fn open() -> Result<OwnedFd, NetlinkError> {
     let fd = socket(
         AddressFamily::Netlink,
         SockType::Raw,
         SockFlag::SOCK_CLOEXEC,
         SockProtocol::NetlinkNetFilter,
     )
-    .map_err(|e| format!("cannot open a netfilter netlink socket: {e}"))?;
+    .map_err(NetlinkError::Socket)?;
     setsockopt(
         &fd,
         sockopt::ReceiveTimeout,
         &TimeVal::milliseconds(DEADLINE.as_millis() as i64),
     )
-    .map_err(|e| format!("netlink socket: {e}"))?;
+    .map_err(NetlinkError::Deadline)?;
     Ok(fd)
 }
 

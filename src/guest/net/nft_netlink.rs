@@ -334,6 +334,39 @@ pub fn delete_batch() -> Vec<Message> {
     )])
 }
 
+/// Why the kernel did not take a batch whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    #[error("cannot send the batch: {0}")]
+    Send(#[source] Errno),
+    #[error("sent {sent} bytes of the batch's {len}")]
+    ShortSend { sent: usize, len: usize },
+    /// The messages the kernel did not answer before the deadline.
+    #[error("no answer from the kernel for: {}", .0.join(", "))]
+    Unanswered(Vec<String>),
+    #[error("reading the kernel's answer: {0}")]
+    Read(#[source] Errno),
+    /// Every message the kernel refused, in the batch's order.
+    #[error("{}", refusals(.0))]
+    Refused(Vec<Refusal>),
+}
+
+/// One message the kernel refused, and its errno.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: {errno}")]
+pub struct Refusal {
+    pub what: String,
+    #[source]
+    pub errno: Errno,
+}
+
+fn refusals(each: &[Refusal]) -> String {
+    let said: Vec<String> = each.iter().map(Refusal::to_string).collect();
+    said.join("; ")
+}
+
 /// The kernel's answer to one message: 0 (done) or an errno.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {
@@ -343,7 +376,7 @@ pub struct Reply {
 
 /// The acknowledgements and errors in what the kernel sent (other
 /// messages are skipped). Err: the datagram is malformed.
-pub fn replies(datagram: &[u8]) -> Result<Vec<Reply>, String> {
+pub fn replies(datagram: &[u8]) -> Result<Vec<Reply>, NetlinkError> {
     let mut out = Vec::new();
     for (kind, seq, body) in messages(datagram)? {
         if kind == NLMSG_ERROR {
@@ -359,12 +392,15 @@ pub fn replies(datagram: &[u8]) -> Result<Vec<Reply>, String> {
 /// What the replies so far say of the batch: None while an acknowledged
 /// message has no answer yet; else Ok, or every error, each naming its
 /// message.
-pub fn outcome(batch: &[Message], replies: &[Reply]) -> Option<Result<(), String>> {
+pub fn outcome(batch: &[Message], replies: &[Reply]) -> Option<Result<(), BatchError>> {
     let answer = |m: &Message| replies.iter().find(|r| r.seq == m.seq);
-    let errors: Vec<String> = batch
+    let errors: Vec<Refusal> = batch
         .iter()
         .filter_map(|m| match answer(m) {
-            Some(r) if r.errno != 0 => Some(format!("{}: {}", m.what, Errno::from_raw(r.errno))),
+            Some(r) if r.errno != 0 => Some(Refusal {
+                what: m.what.clone(),
+                errno: Errno::from_raw(r.errno),
+            }),
             _ => None,
         })
         .collect();
@@ -373,24 +409,27 @@ pub fn outcome(batch: &[Message], replies: &[Reply]) -> Option<Result<(), String
     let whole = batch.first().and_then(answer).is_some_and(|r| r.errno != 0);
     let waiting = batch.iter().any(|m| m.acked && answer(m).is_none());
     match (errors.is_empty(), whole, waiting) {
-        (_, true, _) | (false, _, false) => Some(Err(errors.join("; "))),
+        (_, true, _) | (false, _, false) => Some(Err(BatchError::Refused(errors))),
         (_, false, true) => None,
         (true, false, false) => Some(Ok(())),
     }
 }
 
 /// Sends `batch` in one datagram and waits for the kernel's answers.
-fn talk(batch: &[Message]) -> Result<(), String> {
+fn talk(batch: &[Message]) -> Result<(), BatchError> {
     let fd = open()?;
     let bytes = batch
         .iter()
         .flat_map(|m| m.bytes.iter().copied())
         .collect::<Vec<u8>>();
     let kernel = NetlinkAddr::new(0, 0);
-    let sent = sendto(fd.as_raw_fd(), &bytes, &kernel, MsgFlags::empty())
-        .map_err(|e| format!("cannot send the batch: {e}"))?;
+    let sent =
+        sendto(fd.as_raw_fd(), &bytes, &kernel, MsgFlags::empty()).map_err(BatchError::Send)?;
     if sent != bytes.len() {
-        return Err(format!("sent {sent} bytes of the batch's {}", bytes.len()));
+        return Err(BatchError::ShortSend {
+            sent,
+            len: bytes.len(),
+        });
     }
     let until = Instant::now() + DEADLINE;
     let mut got = Vec::new();
@@ -400,12 +439,12 @@ fn talk(batch: &[Message]) -> Result<(), String> {
             return done;
         }
         let unanswered = || {
-            let names: Vec<&str> = batch
+            let names: Vec<String> = batch
                 .iter()
                 .filter(|m| m.acked && !got.iter().any(|r: &Reply| r.seq == m.seq))
-                .map(|m| m.what.as_str())
+                .map(|m| m.what.clone())
                 .collect();
-            format!("no answer from the kernel for: {}", names.join(", "))
+            BatchError::Unanswered(names)
         };
         if Instant::now() > until {
             return Err(unanswered());
@@ -415,19 +454,19 @@ fn talk(batch: &[Message]) -> Result<(), String> {
             Ok((n, Some(from))) if from.pid() == 0 => got.extend(replies(&buf[..n])?),
             Ok(_) | Err(Errno::EINTR) => {}
             Err(Errno::EAGAIN) => return Err(unanswered()),
-            Err(e) => return Err(format!("reading the kernel's answer: {e}")),
+            Err(e) => return Err(BatchError::Read(e)),
         }
     }
 }
 
 /// Applies warden's table (see `batch`) in the calling thread's network
 /// namespace. Err names each message the kernel refused, with its errno.
-pub fn apply(scope: Scope) -> Result<(), String> {
+pub fn apply(scope: Scope) -> Result<(), BatchError> {
     talk(&batch(scope))
 }
 
 /// Deletes warden's table, if it is there (Err says ENOENT if not).
-pub fn delete_table() -> Result<(), String> {
+pub fn delete_table() -> Result<(), BatchError> {
     talk(&delete_batch())
 }
 
@@ -660,7 +699,10 @@ mod tests {
         assert_eq!(replies(&other), Ok(vec![]));
         let mut short = error(3, 0);
         short[0] = 200;
-        assert!(replies(&short).unwrap_err().contains("malformed"));
+        assert!(replies(&short)
+            .unwrap_err()
+            .to_string()
+            .contains("malformed"));
         assert_eq!(replies(&[]), Ok(vec![]));
     }
 
@@ -714,7 +756,9 @@ mod tests {
         for (name, got, want) in cases {
             match (outcome(&b, &got), want) {
                 (None, None) | (Some(Ok(())), Some(Ok(()))) => {}
-                (Some(Err(e)), Some(Err(w))) => assert!(e.starts_with(w), "{name}: {e}"),
+                (Some(Err(e)), Some(Err(w))) => {
+                    assert!(e.to_string().starts_with(w), "{name}: {e}")
+                }
                 (g, w) => panic!("{name}: {g:?} but wanted {w:?}"),
             }
         }

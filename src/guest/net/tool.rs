@@ -6,8 +6,11 @@
 //! child of PID 1. It runs on the calling thread, never the spawner thread,
 //! whose seccomp filter denies the netlink sockets `nft` needs.
 
-use crate::guest::confine::spawn::{self, Grouping, Identity, Launch, Stdio, Workdir};
+use crate::guest::confine::spawn::{
+    self, Grouping, Identity, Launch, LaunchError, SpawnError, Stdio, Workdir,
+};
 use crate::guest::process::reaper::{Exit, Reaper};
+use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -15,6 +18,31 @@ use std::time::{Duration, Instant};
 
 /// The most output kept from a helper: nft's listing is a few KiB.
 const MAX_OUTPUT: usize = 1 << 20;
+
+/// Why a helper did not run to its end. `program` is its argv[0].
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("pipe: {0}")]
+    Pipe(#[source] Errno),
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    #[error("no end of output before the deadline")]
+    NoEnd,
+    #[error("poll: {0}")]
+    Poll(#[source] Errno),
+    #[error("{program}: writing its input: {error}")]
+    Input {
+        program: String,
+        #[source]
+        error: Errno,
+    },
+    #[error("{program}: its exit was lost")]
+    ExitLost { program: String },
+    #[error("{program}: killed after {ms} ms")]
+    Killed { program: String, ms: u128 },
+}
 
 #[derive(Debug)]
 pub struct Output {
@@ -32,7 +60,7 @@ pub fn run(
     identity: Identity,
     stdin: &[u8],
     deadline: Duration,
-) -> Result<Output, String> {
+) -> Result<Output, ToolError> {
     let path = env
         .iter()
         .find(|(k, _)| k == "PATH")
@@ -46,8 +74,7 @@ pub fn run(
         Grouping::Session,
         Workdir::At(c"/".to_owned()),
         None,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let (in_read, in_write) = pipe()?;
     let (out_read, out_write) = pipe()?;
     let (err_read, err_write) = pipe()?;
@@ -57,31 +84,38 @@ pub fn run(
         stderr: err_write,
         terminal: false,
     };
-    let spawned = spawn::spawn(&launch, stdio, reaper, true).map_err(|e| e.to_string())?;
+    let spawned = spawn::spawn(&launch, stdio, reaper, true)?;
     let until = Instant::now() + deadline;
     // Small inputs only (a ruleset): the pipe buffer takes them at once.
     let wrote = nix::unistd::write(&in_write, stdin);
     drop(in_write);
     let collected = collect(out_read, err_read, until);
     let mut exit = spawned.exit;
+    let program = || argv[0].clone();
     let status = loop {
         match exit.try_recv() {
             Ok(e) => break Ok(e),
             Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
-                break Err("its exit was lost".to_string())
+                break Err(ToolError::ExitLost { program: program() })
             }
             Err(_) if Instant::now() > until => {
                 reaper.signal(spawned.pid, Signal::SIGKILL, true);
-                break Err(format!("killed after {} ms", deadline.as_millis()));
+                break Err(ToolError::Killed {
+                    program: program(),
+                    ms: deadline.as_millis(),
+                });
             }
             Err(_) => std::thread::sleep(Duration::from_millis(1)),
         }
     };
     let (stdout, stderr) = collected?;
-    if let Err(e) = wrote {
-        return Err(format!("{}: writing its input: {e}", argv[0]));
+    if let Err(error) = wrote {
+        return Err(ToolError::Input {
+            program: program(),
+            error,
+        });
     }
-    let status = status.map_err(|e| format!("{}: {e}", argv[0]))?;
+    let status = status?;
     Ok(Output {
         status: Exit::status(status),
         stdout,
@@ -89,19 +123,19 @@ pub fn run(
     })
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
+fn pipe() -> Result<(OwnedFd, OwnedFd), ToolError> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(ToolError::Pipe)
 }
 
 /// Reads both pipes to their end (the program has exited or closed them).
-fn collect(out: OwnedFd, err: OwnedFd, until: Instant) -> Result<(String, String), String> {
+fn collect(out: OwnedFd, err: OwnedFd, until: Instant) -> Result<(String, String), ToolError> {
     let mut bufs = [Vec::new(), Vec::new()];
     let mut open = [true, true];
     let fds = [out, err];
     while open[0] || open[1] {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err("no end of output before the deadline".into());
+            return Err(ToolError::NoEnd);
         }
         let mut polled: Vec<PollFd> = fds
             .iter()
@@ -113,7 +147,7 @@ fn collect(out: OwnedFd, err: OwnedFd, until: Instant) -> Result<(String, String
             PollTimeout::try_from(left.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::MAX);
         match poll(&mut polled, ms) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(format!("poll: {e}")),
+            Err(e) => return Err(ToolError::Poll(e)),
         }
         drop(polled);
         for i in 0..2 {

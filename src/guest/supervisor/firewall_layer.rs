@@ -5,7 +5,7 @@
 use super::Supervisor;
 use crate::guest::audit::Event;
 use crate::guest::confine::runtime_spawner::RuntimeSpawner;
-use crate::guest::net::connect_gate::{self, Listener, Refusal};
+use crate::guest::net::connect_gate::{self, Listener, OpenError, Refusal};
 use crate::guest::net::{Gate, RuntimeGate};
 use crate::wire::LayerState;
 use serde_json::json;
@@ -40,7 +40,7 @@ impl Supervisor {
         let why_not = why_not.unwrap_or_default();
         let opened = match landlock_tcp {
             true => self.open_gate(why_not),
-            false => Err("it needs Landlock's TCP rules (ABI 4), which do not hold here".into()),
+            false => Err(OpenError::NoLandlockTcp),
         };
         match opened {
             Ok(()) => match self.network.gate() {
@@ -98,15 +98,15 @@ impl Supervisor {
     /// Opens the connect gate: commands lose their own TCP connects to
     /// Landlock first, then the spawner thread takes the gate's filter, and
     /// the gate's thread answers its listener.
-    fn open_gate(self: &Arc<Self>, why_not_firewall: String) -> Result<(), String> {
-        let program = crate::guest::confine::seccomp::gate_program()?;
+    fn open_gate(self: &Arc<Self>, why_not_firewall: String) -> Result<(), OpenError> {
+        let program = crate::guest::confine::seccomp::gate_program().map_err(OpenError::Filter)?;
         let on_refusal = self.gate_recorder(None)?;
         self.confinement.set_gated(true);
         let listener = match self.spawner.install_gate(program) {
             Ok(fd) => Self::listener(fd),
             Err(e) => {
                 self.confinement.set_gated(false);
-                return Err(e);
+                return Err(OpenError::Spawner(e));
             }
         };
         let settings = connect_gate::Settings {
@@ -117,8 +117,8 @@ impl Supervisor {
         };
         // From here on commands carry the filter: without the gate's
         // thread, their connects fail (closed, not open).
-        let ledger = connect_gate::start(listener, settings, on_refusal)
-            .map_err(|e| format!("{e}; commands can make no TCP connection at all"))?;
+        let ledger =
+            connect_gate::start(listener, settings, on_refusal).map_err(OpenError::Closed)?;
         self.network.set_listens(Ok(
             "warden's connect gate takes every listen(2): refused on a network socket".into(),
         ));
@@ -152,17 +152,20 @@ impl Supervisor {
             self.network.set_listens(Err(why.into()));
             return;
         }
-        let guarded = crate::guest::confine::seccomp::listen_program().and_then(|program| {
-            let on_refusal = self.gate_recorder(None)?;
-            let listener = Self::listener(self.spawner.install_gate(program)?);
-            let settings = connect_gate::Settings {
-                proxy_port: self.network.policy.proxy_port,
-                uid: self.shell.uid,
-                gid: self.shell.gid,
-                listen_ports: Vec::new(),
-            };
-            connect_gate::start(listener, settings, on_refusal)
-        });
+        let guarded = crate::guest::confine::seccomp::listen_program()
+            .map_err(OpenError::Filter)
+            .and_then(|program| {
+                let on_refusal = self.gate_recorder(None)?;
+                let installed = self.spawner.install_gate(program);
+                let listener = Self::listener(installed.map_err(OpenError::Spawner)?);
+                let settings = connect_gate::Settings {
+                    proxy_port: self.network.policy.proxy_port,
+                    uid: self.shell.uid,
+                    gid: self.shell.gid,
+                    listen_ports: Vec::new(),
+                };
+                Ok(connect_gate::start(listener, settings, on_refusal)?)
+            });
         let held = match guarded {
             Ok(_) => Ok("every listen(2) of a command goes to warden: refused on a network socket, done by warden on a unix one".into()),
             Err(e) => {
@@ -186,11 +189,12 @@ impl Supervisor {
     /// The runtime's gate, where `runtime_hosts` limits it: a thread to
     /// fork its processes from, carrying the filter that sends their
     /// connects to a gate thread that acts with the runtime's ids.
-    fn open_runtime_gate(self: &Arc<Self>) -> Result<RuntimeGate, String> {
+    fn open_runtime_gate(self: &Arc<Self>) -> Result<RuntimeGate, OpenError> {
         // Landlock's refusal, which the gate relies on, must be possible.
-        crate::guest::confine::landlock::no_tcp_connect()?;
-        let program = crate::guest::confine::seccomp::runtime_gate_program()?;
-        let (spawner, listener) = RuntimeSpawner::start(program)?;
+        crate::guest::confine::landlock::no_tcp_connect().map_err(OpenError::Landlock)?;
+        let program =
+            crate::guest::confine::seccomp::runtime_gate_program().map_err(OpenError::Filter)?;
+        let (spawner, listener) = RuntimeSpawner::start(program).map_err(OpenError::Spawner)?;
         let settings = connect_gate::Settings {
             proxy_port: self.network.policy.proxy_port,
             uid: self.runtime.uid,
@@ -209,7 +213,7 @@ impl Supervisor {
     fn gate_recorder(
         self: &Arc<Self>,
         user: Option<&'static str>,
-    ) -> Result<connect_gate::OnRefusal, String> {
+    ) -> Result<connect_gate::OnRefusal, OpenError> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<(Refusal, Named)>(REFUSALS_QUEUED);
         let weak = Arc::downgrade(self);
         std::thread::Builder::new()
@@ -222,7 +226,7 @@ impl Supervisor {
                     }
                 }
             })
-            .map_err(|e| format!("cannot start the connect gate's audit thread: {e}"))?;
+            .map_err(OpenError::AuditThread)?;
         let weak = Arc::downgrade(self);
         // Called by the gate while the caller waits: its command is named
         // now, while it surely runs; the line is written by the thread.

@@ -149,6 +149,43 @@ pub struct Refusal {
 
 pub type OnRefusal = Arc<dyn Fn(Refusal) + Send + Sync>;
 
+/// Why the gate's thread could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("warden is not PID 1 of its PID namespace, so the commands could end it through the gate's thread, which has their real ids")]
+    NotPid1,
+    #[error("the connect gate cannot block signals: {0}")]
+    Signals(#[source] io::Error),
+    #[error("the connect gate cannot take the commands' real ids: {0}")]
+    Ids(#[source] io::Error),
+    #[error("cannot start the connect gate's thread: {0}")]
+    Thread(#[source] io::Error),
+    #[error("the connect gate's thread died")]
+    Died,
+}
+
+/// Why a gate (the commands', the runtime's, or the guard of commands'
+/// listens) could not open. What confinement says (Landlock, the seccomp
+/// programs, the spawner threads) comes as it says it.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("it needs Landlock's TCP rules (ABI 4), which do not hold here")]
+    NoLandlockTcp,
+    #[error("{0}")]
+    Landlock(String),
+    #[error("{0}")]
+    Filter(String),
+    #[error("{0}")]
+    Spawner(String),
+    #[error("cannot start the connect gate's audit thread: {0}")]
+    AuditThread(#[source] io::Error),
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The commands' filter is installed, and no thread answers it.
+    #[error("{0}; commands can make no TCP connection at all")]
+    Closed(#[source] StartError),
+}
+
 /// Starts the gate's thread on `listener`; its ledger, or why it could
 /// not start (then the listener is closed, and every gated connect fails
 /// with ENOSYS: closed, not open).
@@ -156,9 +193,9 @@ pub fn start(
     listener: Listener,
     settings: Settings,
     on_refusal: OnRefusal,
-) -> Result<Arc<Ledger>, String> {
+) -> Result<Arc<Ledger>, StartError> {
     if std::process::id() != 1 {
-        return Err("warden is not PID 1 of its PID namespace, so the commands could end it through the gate's thread, which has their real ids".into());
+        return Err(StartError::NotPid1);
     }
     let ledger = Arc::new(Ledger::default());
     let mine = ledger.clone();
@@ -169,11 +206,9 @@ pub fn start(
             notify::short_slices();
             // Signals first: once it has the commands' ids, they may send some.
             let ready = notify::block_signals()
-                .map_err(|e| format!("the connect gate cannot block signals: {e}"))
+                .map_err(StartError::Signals)
                 .and_then(|()| {
-                    notify::take_callers_ids(settings.uid, settings.gid).map_err(|e| {
-                        format!("the connect gate cannot take the commands' real ids: {e}")
-                    })
+                    notify::take_callers_ids(settings.uid, settings.gid).map_err(StartError::Ids)
                 });
             let failed = ready.is_err();
             let _ = ready_tx.send(ready);
@@ -181,10 +216,8 @@ pub fn start(
                 serve(&listener, &settings, &mine, &on_refusal);
             }
         })
-        .map_err(|e| format!("cannot start the connect gate's thread: {e}"))?;
-    ready
-        .recv()
-        .map_err(|_| "the connect gate's thread died".to_string())??;
+        .map_err(StartError::Thread)?;
+    ready.recv().map_err(|_| StartError::Died)??;
     Ok(ledger)
 }
 

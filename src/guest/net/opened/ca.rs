@@ -27,7 +27,7 @@ const VALID_FOR: Duration = Duration::days(397);
 const VALID_BEFORE: Duration = Duration::days(1);
 
 /// Why a certificate could not be made.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum CaError {
     #[error("making the machine's certificate authority: {0}")]
     Authority(rcgen::Error),

@@ -19,3 +19,17 @@ pub mod streams;
 pub mod tls;
 pub mod trust;
 pub mod vault;
+
+/// Why nothing opens hosts on this machine: what would (the proxy's
+/// `Opener`: the machine's authority, the credentials' values, the
+/// budgets) could not be made.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OpenerError {
+    /// Until the boot makes it.
+    #[error("not made yet")]
+    NotMade,
+    #[error(transparent)]
+    Authority(#[from] ca::CaError),
+    #[error(transparent)]
+    Budget(#[from] crate::shared::spend::ledger::SpendError),
+}

@@ -9,6 +9,7 @@
 //! mounted, status says so.
 
 use super::tls::SYSTEM_BUNDLES;
+use super::OpenerError;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -48,6 +49,39 @@ pub fn bundle(system: &str, ca_pem: &str) -> String {
 /// the image's own `/etc`, which every user reads, named by the variables.
 pub const BESIDE: &str = "/etc/ssl/warden-machine-bundle.pem";
 
+/// Why the machine's authority is not published.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    /// Until the boot publishes it.
+    #[error("not published yet")]
+    NotPublished,
+    /// There is no authority to publish.
+    #[error(transparent)]
+    NoAuthority(#[from] OpenerError),
+    #[error("no system bundle to add the machine's authority to (looked for {})", SYSTEM_BUNDLES.join(", "))]
+    NoSystemBundle,
+    #[error("{}: {error}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        error: std::io::Error,
+    },
+    #[error("mounting the machine's bundle over {}: {error}", target.display())]
+    Mount {
+        target: PathBuf,
+        #[source]
+        error: nix::Error,
+    },
+}
+
+/// `error` on `path`.
+fn file(path: &Path) -> impl Fn(std::io::Error) -> TrustError + '_ {
+    move |error| TrustError::File {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
 /// How the bundle is published.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Published {
@@ -61,24 +95,17 @@ pub struct Published {
 /// mode 0644) and mounted read-only over the first system bundle found;
 /// where nothing can be mounted, written beside it (`BESIDE`), which only
 /// the tools that read the variables then trust.
-pub fn publish(ca_pem: &str, own_dir: &Path) -> Result<Published, String> {
+pub fn publish(ca_pem: &str, own_dir: &Path) -> Result<Published, TrustError> {
     let target = SYSTEM_BUNDLES
         .iter()
         .map(Path::new)
         .find(|p| p.is_file())
-        .ok_or_else(|| {
-            format!(
-                "no system bundle to add the machine's authority to (looked for {})",
-                SYSTEM_BUNDLES.join(", ")
-            )
-        })?;
-    let system =
-        std::fs::read_to_string(target).map_err(|e| format!("{}: {e}", target.display()))?;
+        .ok_or(TrustError::NoSystemBundle)?;
+    let system = std::fs::read_to_string(target).map_err(file(target))?;
     let own = own_dir.join(OWN_NAME);
-    std::fs::create_dir_all(own_dir).map_err(|e| format!("{}: {e}", own_dir.display()))?;
-    std::fs::write(&own, bundle(&system, ca_pem)).map_err(|e| format!("{}: {e}", own.display()))?;
-    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o644))
-        .map_err(|e| format!("{}: {e}", own.display()))?;
+    std::fs::create_dir_all(own_dir).map_err(file(own_dir))?;
+    std::fs::write(&own, bundle(&system, ca_pem)).map_err(file(&own))?;
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o644)).map_err(file(&own))?;
     match mount_over(&own, target) {
         Ok(()) => Ok(Published {
             bundle: target.to_path_buf(),
@@ -88,30 +115,28 @@ pub fn publish(ca_pem: &str, own_dir: &Path) -> Result<Published, String> {
             write_beside(&own, Path::new(BESIDE))?;
             Ok(Published {
                 bundle: PathBuf::from(BESIDE),
-                beside_because: Some(why),
+                beside_because: Some(why.to_string()),
             })
         }
     }
 }
 
 /// The bundle copied to `to` (root's, 0644), replacing what is there.
-fn write_beside(own: &Path, to: &Path) -> Result<(), String> {
-    let fail = |e: std::io::Error| format!("{}: {e}", to.display());
-    let text = std::fs::read(own).map_err(|e| format!("{}: {e}", own.display()))?;
+fn write_beside(own: &Path, to: &Path) -> Result<(), TrustError> {
+    let text = std::fs::read(own).map_err(file(own))?;
     let temporary = to.with_extension("pem.new");
-    std::fs::write(&temporary, text).map_err(fail)?;
-    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o644)).map_err(fail)?;
-    std::fs::rename(&temporary, to).map_err(fail)
+    std::fs::write(&temporary, text).map_err(file(to))?;
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o644))
+        .map_err(file(to))?;
+    std::fs::rename(&temporary, to).map_err(file(to))
 }
 
 /// Binds `source` over `target`, then makes the bind read-only.
-fn mount_over(source: &Path, target: &Path) -> Result<(), String> {
+fn mount_over(source: &Path, target: &Path) -> Result<(), TrustError> {
     use nix::mount::{mount, MsFlags};
-    let fail = |e: nix::Error| {
-        format!(
-            "mounting the machine's bundle over {}: {e}",
-            target.display()
-        )
+    let fail = |error: nix::Error| TrustError::Mount {
+        target: target.to_path_buf(),
+        error,
     };
     mount(
         Some(source),

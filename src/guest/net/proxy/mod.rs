@@ -25,9 +25,9 @@ pub(crate) mod upstream;
 
 pub use http::{parse_request, Plain, Request};
 pub use opened::Opener;
-pub use rules::{decide, Defaults, Rules, Settings};
+pub use rules::{decide, Defaults, Rules, RulesError, Settings};
 pub use runtime::{ClientUid, Runtime, Traffic};
-pub use start::{bind, start};
+pub use start::{bind, start, BindError, StartError};
 pub use upstream::Through;
 
 use crate::guest::audit::Event;
@@ -109,7 +109,7 @@ impl Proxy {
         policy: &NetworkPolicy,
         default_hosts: Defaults,
         hooks: Hooks,
-    ) -> Result<Proxy, String> {
+    ) -> Result<Proxy, StartError> {
         let Hooks {
             record,
             origin,
@@ -143,7 +143,7 @@ impl Proxy {
 
     /// Reads network.json now (the API's `reload`); the answer says what
     /// holds.
-    pub fn reload(&self) -> Result<Option<Arc<Rules>>, String> {
+    pub fn reload(&self) -> Result<Option<Arc<Rules>>, RulesError> {
         self.source.reload()
     }
 

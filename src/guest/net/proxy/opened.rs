@@ -11,9 +11,10 @@ use super::upstream::Upstream;
 use crate::guest::net::opened::ca::MachineCa;
 use crate::guest::net::opened::exchange::{self, Added, Exchange, Outcome};
 use crate::guest::net::opened::streams::{Capped, Prefixed};
-use crate::guest::net::opened::tls::{self, Upstreams};
-use crate::guest::net::opened::trust::Published;
+use crate::guest::net::opened::tls::{self, TlsError, Upstreams};
+use crate::guest::net::opened::trust::{Published, TrustError};
 use crate::guest::net::opened::vault::Vault;
+use crate::guest::net::opened::OpenerError;
 use crate::shared::egress::credential::Holder;
 use crate::shared::egress::refusal::{Kind, Refused};
 use crate::shared::egress::request_rules::{self, Rule};
@@ -48,35 +49,38 @@ impl Opener {
         name: &str,
         spend: &Spend,
         prices: Result<Prices, String>,
-    ) -> Result<Opener, String> {
-        let micro = |usd| micro_usd(usd).map_err(|e| e.to_string());
+    ) -> Result<Opener, OpenerError> {
         Ok(Opener {
-            ca: MachineCa::new(name).map_err(|e| e.to_string())?,
+            ca: MachineCa::new(name)?,
             vault: Arc::new(Vault::default()),
             upstreams: Mutex::new(None),
             ledger: Arc::new(Ledger::new(
-                micro(spend.per_run_usd)?,
-                micro(spend.per_day_usd)?,
+                micro_usd(spend.per_run_usd)?,
+                micro_usd(spend.per_day_usd)?,
             )),
             prices: prices.map(Arc::new),
         })
     }
 
-    fn upstreams(&self, extra: &[PathBuf]) -> Result<Arc<Upstreams>, String> {
+    fn upstreams(&self, extra: &[PathBuf]) -> Result<Arc<Upstreams>, TlsError> {
         let mut held = self.upstreams.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((files, made)) = held.as_ref() {
             if files == extra {
                 return Ok(made.clone());
             }
         }
-        let made = Arc::new(Upstreams::new(extra, &self.ca).map_err(|e| e.to_string())?);
+        let made = Arc::new(Upstreams::new(extra, &self.ca)?);
         *held = Some((extra.to_vec(), made.clone()));
         Ok(made)
     }
 
     /// For status: the authority, where tools find it, the opened hosts,
     /// and per credential how many requests got it (never a value).
-    pub fn state(&self, rules: Option<&Rules>, trust: &Result<Published, String>) -> OpenedState {
+    pub fn state(
+        &self,
+        rules: Option<&Rules>,
+        trust: &Result<Published, TrustError>,
+    ) -> OpenedState {
         let counts = self.vault.counts();
         let held = self.vault.names();
         let credentials = rules
@@ -100,7 +104,7 @@ impl Opener {
             trust: trust
                 .as_ref()
                 .map(|p| p.bundle.display().to_string())
-                .map_err(String::clone),
+                .map_err(TrustError::to_string),
             trust_beside: trust.as_ref().ok().and_then(|p| p.beside_because.clone()),
             hosts: rules.map(|r| r.opened.hosts()).unwrap_or_default(),
             credentials,
@@ -203,7 +207,7 @@ pub(super) fn plan(
         .values_of(opening.host_credentials.iter().map(|c| c.key.as_str()));
     let upstreams = opener
         .upstreams(&rules.upstream_ca)
-        .map_err(|e| Refused::new(Kind::CannotOpen, e))?;
+        .map_err(|e| Refused::new(Kind::CannotOpen, e.to_string()))?;
     Ok(Plan {
         host: name.to_string(),
         rules: opening.rules.map(<[Rule]>::to_vec),

@@ -7,7 +7,7 @@ use crate::guest::audit::Event;
 use crate::shared::egress::addr::Cidr;
 use crate::shared::egress::decide::{decide_on, Allowed};
 use crate::shared::egress::hosts::HostList;
-use crate::shared::egress::opened_hosts::OpenedHosts;
+use crate::shared::egress::opened_hosts::{OpenedError, OpenedHosts};
 use crate::shared::egress::refusal::Refused;
 use crate::shared::egress::target::Target;
 use crate::shared::policy::{NetworkPolicy, PolicyError};
@@ -16,6 +16,19 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// Why the network policy gives no rules: it does not read, or a list in
+/// it does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// An entry of `hosts` or `runtime_hosts`, as the host list says.
+    #[error("{0}")]
+    Hosts(String),
+    #[error(transparent)]
+    Opened(#[from] OpenedError),
+}
 
 /// What the proxy may reach, as of the last good read of the policy.
 #[derive(Debug)]
@@ -40,7 +53,7 @@ impl Rules {
     pub fn new(
         policy: &NetworkPolicy,
         default_hosts: Option<&[String]>,
-    ) -> Result<Option<Rules>, String> {
+    ) -> Result<Option<Rules>, RulesError> {
         let (list, from) = match (&policy.hosts, default_hosts) {
             (Some(list), _) => (list.as_slice(), "network.json"),
             (None, Some(defaults)) => (defaults, "default"),
@@ -50,13 +63,14 @@ impl Rules {
             .runtime_hosts
             .as_ref()
             .map(|list| HostList::parse(list, &policy.ports))
-            .transpose()?;
+            .transpose()
+            .map_err(RulesError::Hosts)?;
         Ok(Some(Rules {
-            hosts: HostList::parse(list, &policy.ports)?,
+            hosts: HostList::parse(list, &policy.ports).map_err(RulesError::Hosts)?,
             runtime,
             allow: policy.allow_addresses.clone(),
             from,
-            opened: policy.opened().map_err(|e| e.to_string())?,
+            opened: policy.opened()?,
             upstream_ca: policy.upstream_ca.clone(),
             providers: policy.providers.clone(),
         }))
@@ -131,7 +145,7 @@ impl Source {
         policy: &NetworkPolicy,
         default_hosts: Defaults,
         record: Recorder,
-    ) -> Result<Source, String> {
+    ) -> Result<Source, RulesError> {
         let rules = Rules::new(policy, default_hosts.get().map(Vec::as_slice))?;
         let key = file_key(&policy_dir.join("network.json"));
         Ok(Source {
@@ -185,7 +199,7 @@ impl Source {
 
     /// Reads network.json now (the API's `reload`); the answer says what
     /// holds.
-    pub(super) fn reload(&self) -> Result<Option<Arc<Rules>>, String> {
+    pub(super) fn reload(&self) -> Result<Option<Arc<Rules>>, RulesError> {
         {
             let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
             loaded.key = file_key(&self.path());
@@ -194,9 +208,9 @@ impl Source {
         Ok(self.current())
     }
 
-    fn load(&self, loaded: &mut Loaded) -> Result<(), String> {
+    fn load(&self, loaded: &mut Loaded) -> Result<(), RulesError> {
         let parsed = NetworkPolicy::load(&self.policy_dir)
-            .map_err(|e: PolicyError| e.to_string())
+            .map_err(RulesError::from)
             .and_then(|policy| {
                 let rules = Rules::new(&policy, self.default_hosts.get().map(Vec::as_slice))?;
                 Ok((policy, rules))
@@ -211,7 +225,7 @@ impl Source {
             Err(e) => {
                 (self.record)(
                     Event::PolicyReloadFailed,
-                    json!({"file": self.path(), "error": e, "kept": "the last good network policy"}),
+                    json!({"file": self.path(), "error": e.to_string(), "kept": "the last good network policy"}),
                 );
                 Err(e)
             }

@@ -2,6 +2,7 @@
 //! proxy`: its loopback listeners, and the proxy built and serving on
 //! them in the runtime.
 
+use super::rules::RulesError;
 use super::{Defaults, Hooks, Proxy, Settings, Through};
 use crate::shared::policy::NetworkPolicy;
 use std::net::SocketAddr;
@@ -10,14 +11,34 @@ use std::sync::Arc;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
+/// An address the proxy could not listen on.
+#[derive(Debug, thiserror::Error)]
+#[error("proxy on {address}: {error}")]
+pub struct BindError {
+    pub address: SocketAddr,
+    #[source]
+    pub error: std::io::Error,
+}
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Rules(#[from] RulesError),
+    /// The resolver, as reaching upstreams says.
+    #[error("{0}")]
+    Resolver(String),
+    #[error("proxy: {0}")]
+    Listener(#[source] std::io::Error),
+}
+
 /// Binds the proxy on loopback: 127.0.0.1 always, ::1 when this machine
 /// has an IPv6 loopback. Returns the listeners and what could not be bound.
-pub fn bind(port: u16) -> Result<(Vec<std::net::TcpListener>, Option<String>), String> {
+pub fn bind(port: u16) -> Result<(Vec<std::net::TcpListener>, Option<BindError>), BindError> {
     let v4 = SocketAddr::from(([127, 0, 0, 1], port));
-    let first = std::net::TcpListener::bind(v4).map_err(|e| format!("proxy on {v4}: {e}"))?;
-    first
-        .set_nonblocking(true)
-        .map_err(|e| format!("proxy on {v4}: {e}"))?;
+    let failed = |address| move |error| BindError { address, error };
+    let first = std::net::TcpListener::bind(v4).map_err(failed(v4))?;
+    first.set_nonblocking(true).map_err(failed(v4))?;
     defer_accept(&first);
     let mut listeners = vec![first];
     let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
@@ -28,7 +49,7 @@ pub fn bind(port: u16) -> Result<(Vec<std::net::TcpListener>, Option<String>), S
             listeners.push(l);
             None
         }
-        Err(e) => Some(format!("proxy on {v6}: {e}")),
+        Err(error) => Some(BindError { address: v6, error }),
     };
     Ok((listeners, missing))
 }
@@ -68,7 +89,7 @@ pub fn start(
     hooks: Hooks,
     listeners: Vec<std::net::TcpListener>,
     through: Through,
-) -> Result<(Arc<Proxy>, JoinHandle<()>), String> {
+) -> Result<(Arc<Proxy>, JoinHandle<()>), StartError> {
     let settings = Settings {
         through,
         ..Settings::from_policy(policy, policy_dir)
@@ -80,7 +101,7 @@ pub fn start(
         .into_iter()
         .map(tokio::net::TcpListener::from_std)
         .collect::<std::io::Result<Vec<_>>>()
-        .map_err(|e| format!("proxy: {e}"))?;
+        .map_err(StartError::Listener)?;
     let serving = runtime.spawn(proxy.clone().serve(listeners));
     Ok((proxy, serving))
 }

@@ -28,8 +28,8 @@ pub(super) struct Upstream {
 
 /// The resolver for every name the proxy reaches: IPv4 and IPv6, and the
 /// machine's /etc/hosts first.
-pub(super) fn resolver() -> Result<TokioResolver, String> {
-    resolver_with(&[])
+pub(super) fn resolver() -> Result<TokioResolver, super::StartError> {
+    resolver_with(&[]).map_err(super::StartError::Resolver)
 }
 
 /// Asks the host's relay (over vsock, from inside a VM) to reach
