@@ -174,13 +174,13 @@ pub fn prepare_confinement(
     let proc_hidden = if pid1 {
         confine::hide_processes()
     } else {
-        Err("not PID 1: /proc belongs to the host; shell can list other processes".to_string())
+        Err(confine::ProcHiddenError::NotPid1)
     };
     // Only a hierarchy that is the machine's own: on a host's, warden
     // would move the host's processes about.
     let cgroups = match own_cgroups && pid1 {
         true => Cgroups::set_up(Path::new(cgroups::ROOT)),
-        false => Err("the machine has no cgroup v2 hierarchy of its own (command_cgroups is off; a VM always has one)".to_string()),
+        false => Err(cgroups::CgroupsError::NotOwn),
     };
     let network = Network::new(policy.network.clone(), shell_uid, runtime_uid);
     (Confinement::new(policy, proc_hidden, cgroups), network)

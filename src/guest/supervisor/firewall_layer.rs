@@ -25,7 +25,8 @@ impl Supervisor {
         landlock_tcp: bool,
         seccomp_sockets: bool,
     ) -> LayerState {
-        let knock = |plan| self.run_net_probe(plan);
+        // The network layer takes the probe's error as the text it reports.
+        let knock = |plan| self.run_net_probe(plan).map_err(|e| e.to_string());
         if let Some(gate) = self.network.gate() {
             return self.network.prove_gate(gate, knock);
         }
@@ -44,9 +45,9 @@ impl Supervisor {
         };
         match opened {
             Ok(()) => match self.network.gate() {
-                Some(gate) => self
-                    .network
-                    .prove_gate(gate, |plan| self.run_net_probe(plan)),
+                Some(gate) => self.network.prove_gate(gate, |plan| {
+                    self.run_net_probe(plan).map_err(|e| e.to_string())
+                }),
                 None => firewall,
             },
             Err(e) => {
@@ -77,8 +78,12 @@ impl Supervisor {
                 None => return None,
             };
             let knock = |plan| {
-                let confine = self.confinement.for_gated_runtime(Some(plan))?;
+                let confine = self
+                    .confinement
+                    .for_gated_runtime(Some(plan))
+                    .map_err(|e| e.to_string())?;
                 self.spawn_probe_as("warden-runtime-probe", confine, &self.runtime)
+                    .map_err(|e| e.to_string())
             };
             return Some(
                 self.network
@@ -88,6 +93,7 @@ impl Supervisor {
         let knock = |plan| {
             let confine = self.confinement.for_runtime_network_probe(plan);
             self.spawn_probe_as("warden-runtime-probe", confine, &self.runtime)
+                .map_err(|e| e.to_string())
         };
         Some(
             self.network
@@ -99,14 +105,14 @@ impl Supervisor {
     /// Landlock first, then the spawner thread takes the gate's filter, and
     /// the gate's thread answers its listener.
     fn open_gate(self: &Arc<Self>, why_not_firewall: String) -> Result<(), String> {
-        let program = crate::guest::confine::seccomp::gate_program()?;
+        let program = crate::guest::confine::seccomp::gate_program().map_err(|e| e.to_string())?;
         let on_refusal = self.gate_recorder(None)?;
         self.confinement.set_gated(true);
         let listener = match self.spawner.install_gate(program) {
             Ok(fd) => Self::listener(fd),
             Err(e) => {
                 self.confinement.set_gated(false);
-                return Err(e);
+                return Err(e.to_string());
             }
         };
         let settings = connect_gate::Settings {
@@ -152,17 +158,23 @@ impl Supervisor {
             self.network.set_listens(Err(why.into()));
             return;
         }
-        let guarded = crate::guest::confine::seccomp::listen_program().and_then(|program| {
-            let on_refusal = self.gate_recorder(None)?;
-            let listener = Self::listener(self.spawner.install_gate(program)?);
-            let settings = connect_gate::Settings {
-                proxy_port: self.network.policy.proxy_port,
-                uid: self.shell.uid,
-                gid: self.shell.gid,
-                listen_ports: Vec::new(),
-            };
-            connect_gate::start(listener, settings, on_refusal)
-        });
+        let guarded = crate::guest::confine::seccomp::listen_program()
+            .map_err(|e| e.to_string())
+            .and_then(|program| {
+                let on_refusal = self.gate_recorder(None)?;
+                let listener = Self::listener(
+                    self.spawner
+                        .install_gate(program)
+                        .map_err(|e| e.to_string())?,
+                );
+                let settings = connect_gate::Settings {
+                    proxy_port: self.network.policy.proxy_port,
+                    uid: self.shell.uid,
+                    gid: self.shell.gid,
+                    listen_ports: Vec::new(),
+                };
+                connect_gate::start(listener, settings, on_refusal)
+            });
         let held = match guarded {
             Ok(_) => Ok("every listen(2) of a command goes to warden: refused on a network socket, done by warden on a unix one".into()),
             Err(e) => {
@@ -188,9 +200,10 @@ impl Supervisor {
     /// connects to a gate thread that acts with the runtime's ids.
     fn open_runtime_gate(self: &Arc<Self>) -> Result<RuntimeGate, String> {
         // Landlock's refusal, which the gate relies on, must be possible.
-        crate::guest::confine::landlock::no_tcp_connect()?;
-        let program = crate::guest::confine::seccomp::runtime_gate_program()?;
-        let (spawner, listener) = RuntimeSpawner::start(program)?;
+        crate::guest::confine::landlock::no_tcp_connect().map_err(|e| e.to_string())?;
+        let program =
+            crate::guest::confine::seccomp::runtime_gate_program().map_err(|e| e.to_string())?;
+        let (spawner, listener) = RuntimeSpawner::start(program).map_err(|e| e.to_string())?;
         let settings = connect_gate::Settings {
             proxy_port: self.network.policy.proxy_port,
             uid: self.runtime.uid,
