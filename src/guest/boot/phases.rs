@@ -123,13 +123,13 @@ pub fn make_layout(
     match layout::hand_over_keys(Path::new(layout::HANDED_KEYS), &paths.env_file) {
         Ok(true) => crate::say!("the runtime's keys were handed over"),
         Ok(false) => {}
-        Err(e) => return Err(BootError::Keys(e)),
+        Err(e) => return Err(BootError::Keys(e.to_string())),
     }
     if let Some(from) = &config.keys_from {
         let r = &accounts[0];
         let names =
             crate::guest::accounts::runtime_keys::copy_mounted(from, &paths.env_file, r.uid, r.gid)
-                .map_err(BootError::Keys)?;
+                .map_err(|e| BootError::Keys(e.to_string()))?;
         crate::say!(
             "the runtime's keys were read from {}: {}",
             from.display(),
