@@ -535,7 +535,7 @@ impl Conn {
         }
         let sig = match request::parse_signal(name) {
             Ok(sig) => sig,
-            Err(e) => return error(ErrorCode::BadRequest, e),
+            Err(e) => return error(ErrorCode::BadRequest, e.to_string()),
         };
         let sup = self.sup.clone();
         let (signalled, left) = tokio::task::spawn_blocking(move || {
@@ -576,7 +576,7 @@ impl Conn {
     fn signal(&self, target: u32, name: &str) -> Event {
         let sig = match request::parse_signal(name) {
             Ok(sig) => sig,
-            Err(e) => return error(ErrorCode::BadRequest, e),
+            Err(e) => return error(ErrorCode::BadRequest, e.to_string()),
         };
         let pid = self.slots().by_id.get(&target).and_then(|s| s.pid);
         match pid {
@@ -640,7 +640,7 @@ impl Conn {
         }
         let run = match request::validate(run) {
             Ok(run) => run,
-            Err(e) => return Some(error(ErrorCode::BadRequest, e)),
+            Err(e) => return Some(error(ErrorCode::BadRequest, e.to_string())),
         };
         if run.detach.is_some() {
             return self.start_detached(id, run);
