@@ -54,7 +54,7 @@ fn upstream_way(sup: &Supervisor, in_vm: bool) -> Result<proxy::Through, String>
         return Ok(proxy::Through::Direct);
     };
     let file = &sup.config.key_file;
-    crate::shared::machine_key::Key::load(file)?;
+    crate::shared::machine_key::Key::load(file).map_err(|e| e.to_string())?;
     let key = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     Ok(proxy::Through::HostRelay {
         port,
