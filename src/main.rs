@@ -8,6 +8,8 @@ mod audit_cli;
 mod card_cli;
 #[path = "main/describe.rs"]
 mod describe;
+#[path = "main/error.rs"]
+mod error;
 #[path = "main/sessions.rs"]
 mod sessions;
 #[path = "main/target.rs"]
@@ -17,6 +19,7 @@ mod terminal;
 #[path = "main/tunnel.rs"]
 mod tunnel;
 use describe::describe;
+use error::CliError;
 use target::Target;
 
 use clap::{Parser, Subcommand};
@@ -265,7 +268,7 @@ struct CommandArgs {
 }
 
 impl CommandArgs {
-    fn request(self) -> Result<RunRequest, String> {
+    fn request(self) -> Result<RunRequest, CliError> {
         Ok(RunRequest {
             argv: (!self.argv.is_empty()).then_some(self.argv),
             shell: self.shell,
@@ -284,8 +287,7 @@ impl CommandArgs {
             pty: match self.tty {
                 false => None,
                 true => {
-                    let (rows, cols) =
-                        crate::terminal::own_size().ok_or("-t: this is not run on a terminal")?;
+                    let (rows, cols) = crate::terminal::own_size().ok_or(CliError::NoTerminal)?;
                     Some(warden::wire::PtySize { rows, cols })
                 }
             },
@@ -489,19 +491,21 @@ fn main() {
         Command::Run(RunArgs { socket, command }) => command
             .request()
             .and_then(|request| run(&socket, request))
-            .unwrap_or_else(|e| fail(&e)),
+            .unwrap_or_else(|e| fail(&e.to_string())),
         Command::Status { socket, json } => {
-            asked::status(&socket, json).unwrap_or_else(|e| fail(&e))
+            asked::status(&socket, json).unwrap_or_else(|e| fail(&e.to_string()))
         }
         Command::Commands { socket } => connect(&socket)
             .and_then(list_commands)
-            .unwrap_or_else(|e| fail(&e)),
+            .unwrap_or_else(|e| fail(&e.to_string())),
         Command::Attach { socket, command } => connect(&socket)
             .and_then(|c| attach(c, command))
-            .unwrap_or_else(|e| fail(&e)),
-        Command::Reload { socket } => asked::reload(&socket).unwrap_or_else(|e| fail(&e)),
-        Command::Ready { socket } => asked::ready(&socket).unwrap_or_else(|e| fail(&e)),
-        Command::Machine { action } => machine(action).unwrap_or_else(|e| fail(&e)),
+            .unwrap_or_else(|e| fail(&e.to_string())),
+        Command::Reload { socket } => {
+            asked::reload(&socket).unwrap_or_else(|e| fail(&e.to_string()))
+        }
+        Command::Ready { socket } => asked::ready(&socket).unwrap_or_else(|e| fail(&e.to_string())),
+        Command::Machine { action } => machine(action).unwrap_or_else(|e| fail(&e.to_string())),
         Command::Connect { host, port, proxy } => {
             let proxy =
                 proxy.unwrap_or_else(|| crate::tunnel::proxy_from(|name| std::env::var(name).ok()));
@@ -538,7 +542,8 @@ fn main() {
                     kind,
                     lines,
                 },
-        } => audit_cli::tail(&file, follow, kind.as_deref(), lines).unwrap_or_else(|e| fail(&e)),
+        } => audit_cli::tail(&file, follow, kind.as_deref(), lines)
+            .unwrap_or_else(|e| fail(&e.to_string())),
     };
     std::process::exit(status);
 }
@@ -548,25 +553,32 @@ fn fail(message: &str) -> ! {
     std::process::exit(125);
 }
 
-fn parse_env(items: &[String]) -> Result<std::collections::BTreeMap<String, String>, String> {
+fn parse_env(items: &[String]) -> Result<std::collections::BTreeMap<String, String>, CliError> {
     items
         .iter()
         .map(|item| match item.split_once('=') {
             Some((k, v)) => Ok((k.to_string(), v.to_string())),
-            None => Err(format!("--env {item:?}: expected NAME=VALUE")),
+            None => Err(CliError::Env(item.clone())),
         })
         .collect()
 }
 
-fn connect(socket: &Path) -> Result<Client, String> {
-    Client::connect_keyed(socket, KEY.get().map(String::as_str), None)
-        .map_err(|e| format!("{}: {e}", socket.display()))
+fn connect(socket: &Path) -> Result<Client, CliError> {
+    Client::connect_keyed(socket, KEY.get().map(String::as_str), None).map_err(|source| {
+        CliError::Socket {
+            path: socket.into(),
+            source,
+        }
+    })
 }
 
-fn run(socket: &Path, request: RunRequest) -> Result<i32, String> {
+fn run(socket: &Path, request: RunRequest) -> Result<i32, CliError> {
     let key = KEY.get().map(String::as_str);
     run_on(request, |first| {
-        Client::connect_keyed(socket, key, first).map_err(|e| format!("{}: {e}", socket.display()))
+        Client::connect_keyed(socket, key, first).map_err(|source| CliError::Socket {
+            path: socket.into(),
+            source,
+        })
     })
 }
 
@@ -574,8 +586,8 @@ fn run(socket: &Path, request: RunRequest) -> Result<i32, String> {
 /// hello), streaming its output; returns its exit status.
 fn run_on(
     request: RunRequest,
-    connect: impl FnOnce(Option<(u32, &Request)>) -> Result<Client, String>,
-) -> Result<i32, String> {
+    connect: impl FnOnce(Option<(u32, &Request)>) -> Result<Client, CliError>,
+) -> Result<i32, CliError> {
     const ID: u32 = 1;
     let on_terminal = request.pty.is_some();
     let pipe_stdin = request.stdin == StdinMode::Pipe || on_terminal;
@@ -608,7 +620,7 @@ fn run_on(
     }
     let mut stdout = std::io::stdout().lock();
     loop {
-        match client.receive().map_err(|e| e.to_string())? {
+        match client.receive()? {
             Message::Output(kind, _, bytes) => {
                 if !print_output(kind, &bytes, &mut stdout) {
                     return Ok(141);
@@ -630,7 +642,7 @@ fn run_on(
                 return Ok(report.status);
             }
             Message::Event(id, Event::Error { code, message }) if id == ID => {
-                return Err(format!("{code:?}: {message}"));
+                return Err(CliError::Refused { code, message });
             }
             // A request of our own beside the run (a resize) was refused:
             // said, and the run goes on (a lost connection ends it above).
@@ -642,7 +654,7 @@ fn run_on(
     }
 }
 
-fn machine(action: MachineAction) -> Result<i32, String> {
+fn machine(action: MachineAction) -> Result<i32, CliError> {
     use warden::host::machine as m;
     // Each action asks for what it needs: exec and status only the state
     // folder, never the engine.
@@ -665,9 +677,9 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             setup,
         } => m::up(&definition, env_file.as_deref(), vm, setup)
             .map(|()| 0)
-            .map_err(String::from),
+            .map_err(CliError::from),
         MachineAction::VmRelay { config } => {
-            warden::host::vm::relay::run(&config)?;
+            warden::host::vm::relay::run(&config).map_err(CliError::Relay)?;
             Ok(0)
         }
         MachineAction::Kube {
@@ -685,7 +697,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             print!("{text}");
             Ok(0)
         }
-        MachineAction::Ps { json } => m::ps(json).map(|()| 0).map_err(String::from),
+        MachineAction::Ps { json } => m::ps(json).map(|()| 0).map_err(CliError::from),
         MachineAction::Exec(ExecArgs {
             target,
             start,
@@ -693,7 +705,7 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         }) => {
             let id = target.id()?;
             if start {
-                m::start_asked(id.ok_or("--start: only a machine of this host can be started")?)?;
+                m::start_asked(id.ok_or(CliError::StartNeedsId)?)?;
             }
             run_on(command.request()?, |first| target.connect(first))
         }
@@ -704,14 +716,11 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         } => {
             let id = target.id()?;
             if start {
-                m::start_asked(id.ok_or("--start: only a machine of this host can be started")?)?;
+                m::start_asked(id.ok_or(CliError::StartNeedsId)?)?;
             }
-            let status = target.connect(None)?.status().map_err(|e| e.to_string())?;
+            let status = target.connect(None)?.status()?;
             match json {
-                true => println!(
-                    "{}",
-                    serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?
-                ),
+                true => println!("{}", serde_json::to_string_pretty(&status)?),
                 false => {
                     print!("{}", describe(&status));
                     // What the engine says of a machine of this host.
@@ -738,25 +747,25 @@ fn machine(action: MachineAction) -> Result<i32, String> {
         MachineAction::Stop { id } => m::check_id(&id)
             .and_then(|()| m::stop(&id))
             .map(|()| 0)
-            .map_err(String::from),
+            .map_err(CliError::from),
         MachineAction::Down { id } => m::check_id(&id)
             .and_then(|()| m::down(&id))
             .map(|()| 0)
-            .map_err(String::from),
+            .map_err(CliError::from),
         MachineAction::Serve { lead } => {
             warden::host::machine::serve::run(std::time::Duration::from_secs(lead))
                 .map(|()| 0)
-                .map_err(String::from)
+                .map_err(CliError::from)
         }
         MachineAction::Logs { id } => m::check_id(&id)
             .and_then(|()| m::logs(&id))
             .map(|()| 0)
-            .map_err(String::from),
+            .map_err(CliError::from),
         MachineAction::Rm { id, volumes } => m::check_id(&id)
             .and_then(|()| m::rm(&id, volumes))
             .map(|()| 0)
-            .map_err(String::from),
-        MachineAction::Prune => m::prune().map(|()| 0).map_err(String::from),
+            .map_err(CliError::from),
+        MachineAction::Prune => m::prune().map(|()| 0).map_err(CliError::from),
         MachineAction::Card(args) => card_cli::run(args),
         MachineAction::Audit {
             target,
@@ -764,18 +773,14 @@ fn machine(action: MachineAction) -> Result<i32, String> {
             anchor,
         } => {
             let (files, anchor, _copy) = match target.id()? {
-                Some(_) if anchor.is_some() => {
-                    return Err(
-                        "--anchor goes with --connect: a machine of this host keeps its own".into(),
-                    )
-                }
+                Some(_) if anchor.is_some() => return Err(CliError::AnchorNeedsConnect),
                 Some(id) => {
                     let (files, anchor) = m::copy_audit(id)?;
                     (files, anchor, None)
                 }
                 None => {
                     // Read through the door into a folder of this run's.
-                    let copy = tempfile::tempdir().map_err(|e| e.to_string())?;
+                    let copy = tempfile::tempdir().map_err(CliError::Io)?;
                     let mut client = target.connect(None)?;
                     let files = m::read_audit_into(&mut client, copy.path())?;
                     (files, anchor, Some(copy))

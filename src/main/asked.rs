@@ -3,29 +3,27 @@
 
 use crate::connect;
 use crate::describe::{describe, describe_proxy};
+use crate::error::CliError;
 use std::path::Path;
 
-pub fn reload(socket: &Path) -> Result<i32, String> {
+pub fn reload(socket: &Path) -> Result<i32, CliError> {
     let mut client = connect(socket)?;
-    let state = client.reload().map_err(|e| e.to_string())?;
+    let state = client.reload()?;
     print!("reloaded: {}", describe_proxy(&state));
     Ok(0)
 }
 
-pub fn ready(socket: &Path) -> Result<i32, String> {
-    let after_ms = connect(socket)?.ready().map_err(|e| e.to_string())?;
+pub fn ready(socket: &Path) -> Result<i32, CliError> {
+    let after_ms = connect(socket)?.ready()?;
     println!("ready since {after_ms} ms after warden started");
     Ok(0)
 }
 
-pub fn status(socket: &Path, json: bool) -> Result<i32, String> {
+pub fn status(socket: &Path, json: bool) -> Result<i32, CliError> {
     let mut client = connect(socket)?;
-    let status = client.status().map_err(|e| e.to_string())?;
+    let status = client.status()?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?
-        );
+        println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
         print!("{}", describe(&status));
     }

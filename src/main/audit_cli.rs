@@ -1,6 +1,7 @@
 //! `warden audit ...`: verifying a log (and an owner's anchor), and
 //! reading its last lines.
 
+use crate::error::CliError;
 use crate::fail;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -133,7 +134,7 @@ pub fn write_anchor(
     std::fs::rename(tmp, path)
 }
 
-pub fn tail(file: &Path, follow: bool, kind: Option<&str>, lines: usize) -> Result<i32, String> {
+pub fn tail(file: &Path, follow: bool, kind: Option<&str>, lines: usize) -> Result<i32, CliError> {
     use std::io::{BufRead, Seek};
     let show = |line: &str| {
         if let Some((k, text)) = warden::shared::audit_chain::describe(line) {
@@ -142,9 +143,12 @@ pub fn tail(file: &Path, follow: bool, kind: Option<&str>, lines: usize) -> Resu
             }
         }
     };
-    let mut f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut f = std::fs::File::open(file).map_err(|source| CliError::File {
+        path: file.into(),
+        source,
+    })?;
     let mut text = String::new();
-    f.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    f.read_to_string(&mut text).map_err(CliError::Io)?;
     let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
     let all: Vec<&str> = complete.lines().collect();
     for line in &all[all.len().saturating_sub(lines)..] {
@@ -158,10 +162,10 @@ pub fn tail(file: &Path, follow: bool, kind: Option<&str>, lines: usize) -> Resu
         let _ = std::io::stdout().flush();
         std::thread::sleep(std::time::Duration::from_millis(250));
         f.seek(std::io::SeekFrom::Start(offset))
-            .map_err(|e| e.to_string())?;
+            .map_err(CliError::Io)?;
         let mut reader = std::io::BufReader::new(&f);
         let mut line = String::new();
-        while reader.read_line(&mut line).map_err(|e| e.to_string())? > 0 && line.ends_with('\n') {
+        while reader.read_line(&mut line).map_err(CliError::Io)? > 0 && line.ends_with('\n') {
             offset += line.len() as u64;
             show(line.trim_end());
             line.clear();

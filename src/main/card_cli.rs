@@ -3,6 +3,7 @@
 //! (through its warden while it runs, from its volume or disk when it is
 //! stopped), as text, one JSON object or a self-contained HTML page.
 
+use crate::error::CliError;
 use serde_json::Value;
 use warden::host::machine as m;
 use warden::shared::spend::{card, card_render};
@@ -22,21 +23,16 @@ pub struct CardArgs {
     html: bool,
 }
 
-pub fn run(args: CardArgs) -> Result<i32, String> {
+pub fn run(args: CardArgs) -> Result<i32, CliError> {
     m::check_id(&args.id)?;
     let lines = read_log(&args.id)?;
     let run = match args.run {
         Some(run) => run,
-        None => last_run(&lines).ok_or_else(|| {
-            format!(
-                "no run has begun on {} (its audit log has no run_begin line)",
-                args.id
-            )
-        })?,
+        None => last_run(&lines).ok_or_else(|| CliError::NoRun(args.id.clone()))?,
     };
-    let card = card::build(&lines, &run)?;
+    let card = card::build(&lines, &run).map_err(CliError::Card)?;
     let out = match (args.json, args.html) {
-        (true, _) => serde_json::to_string_pretty(&card).map_err(|e| e.to_string())? + "\n",
+        (true, _) => serde_json::to_string_pretty(&card)? + "\n",
         (_, true) => card_render::html(&card),
         _ => card_render::text(&card),
     };
@@ -56,7 +52,7 @@ pub fn last_run(lines: &[Value]) -> Option<String> {
 
 /// The log's lines, in chain order (a line that is not JSON, such as a
 /// last one cut short, is left out).
-fn read_log(id: &str) -> Result<Vec<Value>, String> {
+fn read_log(id: &str) -> Result<Vec<Value>, CliError> {
     let parse = |text: &str| -> Vec<Value> {
         text.lines()
             .filter_map(|l| serde_json::from_str(l).ok())
@@ -69,15 +65,17 @@ fn read_log(id: &str) -> Result<Vec<Value>, String> {
             let mut bytes = Vec::new();
             client
                 .read_audit(1, &mut bytes)
-                .map_err(|e| format!("read the audit log through the API: {e}"))?;
+                .map_err(CliError::ReadAudit)?;
             return Ok(parse(&String::from_utf8_lossy(&bytes)));
         }
     }
     let (files, _anchor) = m::copy_audit(id)?;
     let mut lines = Vec::new();
     for file in files {
-        let text =
-            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let text = std::fs::read_to_string(&file).map_err(|source| CliError::File {
+            path: file.clone(),
+            source,
+        })?;
         lines.extend(parse(&text));
     }
     Ok(lines)

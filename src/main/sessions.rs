@@ -2,14 +2,15 @@
 //! and followed (`commands`, `attach`), and a terminal's size followed
 //! while a run has one (`run -t`, `machine exec -it`).
 
+use crate::error::CliError;
 use std::io::Write;
 use warden::wire::client::{Client, Message};
 use warden::wire::{Event, Kind, Request};
 
 /// Prints the detached commands, one a line.
-pub fn list_commands(mut client: Client) -> Result<i32, String> {
-    client.send(0, &Request::List).map_err(|e| e.to_string())?;
-    match client.receive().map_err(|e| e.to_string())? {
+pub fn list_commands(mut client: Client) -> Result<i32, CliError> {
+    client.send(0, &Request::List).map_err(CliError::Send)?;
+    match client.receive()? {
         Message::Event(_, Event::Commands { commands }) => {
             for c in commands {
                 let end = match &c.exit {
@@ -21,8 +22,10 @@ pub fn list_commands(mut client: Client) -> Result<i32, String> {
             }
             Ok(0)
         }
-        Message::Event(_, Event::Error { code, message }) => Err(format!("{code:?}: {message}")),
-        other => Err(format!("unexpected answer: {other:?}")),
+        Message::Event(_, Event::Error { code, message }) => {
+            Err(CliError::Refused { code, message })
+        }
+        other => Err(CliError::Unexpected(Box::new(other))),
     }
 }
 
@@ -43,14 +46,14 @@ pub fn print_output(kind: Kind, bytes: &[u8], stdout: &mut std::io::StdoutLock) 
 }
 
 /// Follows a detached command to its end; its exit status is ours.
-pub fn attach(mut client: Client, command: u64) -> Result<i32, String> {
+pub fn attach(mut client: Client, command: u64) -> Result<i32, CliError> {
     const ID: u32 = 1;
     client
         .send(ID, &Request::Attach { command })
-        .map_err(|e| e.to_string())?;
+        .map_err(CliError::Send)?;
     let mut stdout = std::io::stdout().lock();
     loop {
-        match client.receive().map_err(|e| e.to_string())? {
+        match client.receive()? {
             Message::Output(kind, _, bytes) => {
                 if !print_output(kind, &bytes, &mut stdout) {
                     return Ok(141);
@@ -61,7 +64,7 @@ pub fn attach(mut client: Client, command: u64) -> Result<i32, String> {
             }
             Message::Event(_, Event::Exit(report)) => return Ok(report.status),
             Message::Event(_, Event::Error { code, message }) => {
-                return Err(format!("{code:?}: {message}"))
+                return Err(CliError::Refused { code, message })
             }
             Message::Event(..) => {}
         }

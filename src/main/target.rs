@@ -1,6 +1,7 @@
 //! Which machine a `warden machine` command is for: one of this host's,
 //! by id, or a warden reached through its TCP door.
 
+use crate::error::CliError;
 use warden::wire::client::Client;
 use warden::wire::Request;
 
@@ -20,29 +21,29 @@ pub struct Target {
 
 impl Target {
     /// The machine's id, checked, when it is one of this host's.
-    pub fn id(&self) -> Result<Option<&str>, String> {
+    pub fn id(&self) -> Result<Option<&str>, CliError> {
         match (&self.id, &self.connect) {
             (Some(id), _) => {
                 warden::host::machine::check_id(id)?;
                 Ok(Some(id))
             }
             (None, Some(_)) => Ok(None),
-            (None, None) => Err("name a machine, or --connect HOST:PORT".into()),
+            (None, None) => Err(CliError::NoMachine),
         }
     }
 
     /// A client of the machine's warden, keyed.
-    pub fn connect(&self, first: Option<(u32, &Request)>) -> Result<Client, String> {
+    pub fn connect(&self, first: Option<(u32, &Request)>) -> Result<Client, CliError> {
         match (&self.id, &self.connect) {
-            (Some(id), _) => warden::host::machine::connect(id, first).map_err(String::from),
+            (Some(id), _) => Ok(warden::host::machine::connect(id, first)?),
             (None, Some(address)) => {
-                let key = super::KEY.get().ok_or(
-                    "--connect needs the machine's key: --key-file FILE (or WARDEN_KEY_FILE)",
-                )?;
-                Client::connect_tcp(address, Some(key), first)
-                    .map_err(|e| format!("{address}: {e}"))
+                let key = super::KEY.get().ok_or(CliError::NoKey)?;
+                Client::connect_tcp(address, Some(key), first).map_err(|source| CliError::Door {
+                    address: address.clone(),
+                    source,
+                })
             }
-            (None, None) => Err("name a machine, or --connect HOST:PORT".into()),
+            (None, None) => Err(CliError::NoMachine),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! terminal as typed: Ctrl-C there becomes SIGINT for its foreground
 //! group), restored however the run ends.
 
+use crate::error::CliError;
 use nix::sys::termios::{self, SetArg, Termios};
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -45,14 +46,12 @@ pub struct Raw {
 }
 
 impl Raw {
-    pub fn enter() -> Result<Raw, String> {
+    pub fn enter() -> Result<Raw, CliError> {
         let stdin = std::io::stdin();
-        let saved = termios::tcgetattr(stdin.as_fd())
-            .map_err(|e| format!("stdin is not a terminal: {e}"))?;
+        let saved = termios::tcgetattr(stdin.as_fd()).map_err(CliError::NotATerminal)?;
         let mut raw = saved.clone();
         termios::cfmakeraw(&mut raw);
-        termios::tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw)
-            .map_err(|e| format!("raw mode: {e}"))?;
+        termios::tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw).map_err(CliError::RawMode)?;
         Ok(Raw { saved })
     }
 }

@@ -3,6 +3,7 @@
 //! git over ssh reaches a listed `host:22` through the proxy, which decides
 //! as for any other connection, and nothing else.
 
+use crate::error::CliError;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
@@ -26,10 +27,10 @@ pub fn proxy_from(var: impl Fn(&str) -> Option<String>) -> String {
 
 /// Pure: the CONNECT request for `host:port`, or why the host cannot be
 /// asked for (only names and addresses: nothing that could end the line).
-pub fn request(host: &str, port: u16) -> Result<String, String> {
+pub fn request(host: &str, port: u16) -> Result<String, CliError> {
     let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']');
     if host.is_empty() || !host.chars().all(plain) {
-        return Err(format!("{host:?}: not a host name or address"));
+        return Err(CliError::NotAHost(host.to_string()));
     }
     let target = match host.contains(':') && !host.starts_with('[') {
         true => format!("[{host}]:{port}"),
@@ -42,12 +43,12 @@ pub fn request(host: &str, port: u16) -> Result<String, String> {
 
 /// Pure: whether the proxy's answer head lets the tunnel open; the error
 /// is its status and the proxy's reason.
-pub fn answer(head: &[u8]) -> Result<(), String> {
+pub fn answer(head: &[u8]) -> Result<(), CliError> {
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut response = httparse::Response::new(&mut headers);
     match response.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
-        _ => return Err("the proxy's answer is not HTTP".into()),
+        _ => return Err(CliError::NotHttp),
     }
     let status = response.code.unwrap_or(0);
     if status == 200 {
@@ -58,25 +59,25 @@ pub fn answer(head: &[u8]) -> Result<(), String> {
         .iter()
         .find(|h| h.name.eq_ignore_ascii_case("warden-reason"))
         .map(|h| String::from_utf8_lossy(h.value).into_owned());
-    Err(match reason {
-        Some(reason) => format!("refused by the proxy ({status}): {reason}"),
-        None => format!("refused by the proxy ({status})"),
-    })
+    Err(CliError::ProxyRefused { status, reason })
 }
 
 /// Opens the tunnel and carries stdin to it and it to stdout until both
 /// ends are done; the error says why it could not open.
-pub fn run(host: &str, port: u16, proxy: &str) -> Result<(), String> {
-    let mut upstream =
-        TcpStream::connect(proxy).map_err(|e| format!("the proxy at {proxy}: {e}"))?;
+pub fn run(host: &str, port: u16, proxy: &str) -> Result<(), CliError> {
+    let at_proxy = |source| CliError::Proxy {
+        proxy: proxy.to_string(),
+        source,
+    };
+    let mut upstream = TcpStream::connect(proxy).map_err(at_proxy)?;
     upstream
         .write_all(request(host, port)?.as_bytes())
-        .map_err(|e| format!("the proxy at {proxy}: {e}"))?;
+        .map_err(at_proxy)?;
     let (head, early) = read_head(&mut upstream)?;
     answer(&head)?;
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(&early).map_err(|e| e.to_string())?;
-    let mut to_upstream = upstream.try_clone().map_err(|e| e.to_string())?;
+    stdout.write_all(&early).map_err(CliError::Io)?;
+    let mut to_upstream = upstream.try_clone().map_err(CliError::Io)?;
     let sending = std::thread::spawn(move || {
         let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to_upstream);
         let _ = to_upstream.shutdown(std::net::Shutdown::Write);
@@ -102,7 +103,7 @@ pub fn run(host: &str, port: u16, proxy: &str) -> Result<(), String> {
 }
 
 /// The answer's head, and whatever came after it in the same reads.
-fn read_head(upstream: &mut TcpStream) -> Result<(Vec<u8>, Vec<u8>), String> {
+fn read_head(upstream: &mut TcpStream) -> Result<(Vec<u8>, Vec<u8>), CliError> {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -111,12 +112,12 @@ fn read_head(upstream: &mut TcpStream) -> Result<(Vec<u8>, Vec<u8>), String> {
             return Ok((got, early));
         }
         if got.len() > MAX_HEAD {
-            return Err("the proxy's answer head is too long".into());
+            return Err(CliError::HeadTooLong);
         }
         match upstream.read(&mut buf) {
-            Ok(0) => return Err("the proxy closed the connection without an answer".into()),
+            Ok(0) => return Err(CliError::ProxyClosed),
             Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) => return Err(format!("the proxy: {e}")),
+            Err(e) => return Err(CliError::ProxyRead(e)),
         }
     }
 }
@@ -182,7 +183,12 @@ mod tests {
             ),
         ];
         for (head, want) in cases {
-            assert_eq!(answer(head), want, "{:?}", String::from_utf8_lossy(head));
+            assert_eq!(
+                answer(head).map_err(|e| e.to_string()),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(head)
+            );
         }
     }
 }

@@ -23,24 +23,87 @@ pub struct Key {
     digest: [u8; 32],
 }
 
+/// A key file refused: its path, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("key file {}: {source}", path.display())]
+pub struct KeyFileError {
+    pub path: PathBuf,
+    pub source: KeyError,
+}
+
+/// Why a key, or the file it is read from, is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("a key has at least {MIN_LEN} characters")]
+    TooShort,
+    #[error("not a regular file (a link)")]
+    Link,
+    #[error("not a regular file")]
+    NotRegular,
+    #[error("must be root's and mode 0600 or 0400 (is uid {uid}, mode {mode:o})")]
+    NotPrivate { uid: u32, mode: u32 },
+    /// Opening or reading the file, or following the Secret's links.
+    #[error("{0}")]
+    Io(#[source] std::io::Error),
+    /// A step of a kubelet's shape ("the folder", "..data", "the
+    /// Secret's folder") could not be looked at.
+    #[error("{what}: {source}")]
+    Step {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{what} {} is uid {uid}'s, not root's", path.display())]
+    NotOwners {
+        what: &'static str,
+        path: PathBuf,
+        uid: u32,
+    },
+    #[error(
+        "a link, and not a kubelet's Secret file ({0}); only a regular file or that shape is taken"
+    )]
+    NotSecret(NotSecret),
+}
+
+/// How a link at the key's path differs from a kubelet's Secret.
+#[derive(Debug, thiserror::Error)]
+pub enum NotSecret {
+    #[error("no folder")]
+    NoFolder,
+    #[error("its folder may be written by others")]
+    FolderWritable,
+    #[error("the link is not root's")]
+    LinkNotRoots,
+    #[error("it points to {}, not {DATA_LINK}/{name}", target.display())]
+    PointsElsewhere { target: PathBuf, name: String },
+    #[error("{DATA_LINK} is not a link")]
+    DataNotALink,
+    #[error("{DATA_LINK} points to {}, not a ..<stamp> folder beside it", stamp.display())]
+    DataElsewhere { stamp: PathBuf },
+    #[error("{} is not a folder that root alone may write", version.display())]
+    VersionWritable { version: PathBuf },
+}
+
 impl Key {
     /// Reads the key file: root's, readable by nobody else, at least
     /// `MIN_LEN` characters (surrounding whitespace is not part of it).
-    pub fn load(path: &Path) -> Result<Key, String> {
+    pub fn load(path: &Path) -> Result<Key, KeyFileError> {
         Key::load_owned_by(path, 0)
     }
 
     /// As `load`, with the file (and the links and folders of a kubelet's
     /// shape) owned by `owner`.
-    fn load_owned_by(path: &Path, owner: u32) -> Result<Key, String> {
-        let text =
-            read_key_file(path, owner).map_err(|e| format!("key file {}: {e}", path.display()))?;
-        Key::from_text(text.trim()).map_err(|e| format!("key file {}: {e}", path.display()))
+    fn load_owned_by(path: &Path, owner: u32) -> Result<Key, KeyFileError> {
+        let refused = |source| KeyFileError {
+            path: path.into(),
+            source,
+        };
+        let text = read_key_file(path, owner).map_err(refused)?;
+        Key::from_text(text.trim()).map_err(refused)
     }
 
-    pub fn from_text(key: &str) -> Result<Key, String> {
+    pub fn from_text(key: &str) -> Result<Key, KeyError> {
         if key.len() < MIN_LEN {
-            return Err(format!("a key has at least {MIN_LEN} characters"));
+            return Err(KeyError::TooShort);
         }
         Ok(Key {
             digest: Sha256::digest(key.as_bytes()).into(),
@@ -64,7 +127,7 @@ impl Key {
 /// that no one else may read or write. The file is opened without
 /// following a last link and checked on the opened descriptor, so what is
 /// read is what was checked.
-fn read_key_file(path: &Path, owner: u32) -> Result<String, String> {
+fn read_key_file(path: &Path, owner: u32) -> Result<String, KeyError> {
     let file_path = resolve(path, owner)?;
     let mut file = std::fs::OpenOptions::new()
         .read(true)
@@ -72,54 +135,49 @@ fn read_key_file(path: &Path, owner: u32) -> Result<String, String> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(&file_path)
         .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => "not a regular file (a link)".to_string(),
-            _ => e.to_string(),
+            Some(libc::ELOOP) => KeyError::Link,
+            _ => KeyError::Io(e),
         })?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(KeyError::Io)?;
     if !meta.file_type().is_file() {
-        return Err("not a regular file".into());
+        return Err(KeyError::NotRegular);
     }
     if meta.uid() != owner || meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "must be root's and mode 0600 or 0400 (is uid {}, mode {:o})",
-            meta.uid(),
-            meta.mode() & 0o777
-        ));
+        return Err(KeyError::NotPrivate {
+            uid: meta.uid(),
+            mode: meta.mode() & 0o777,
+        });
     }
     let mut text = String::new();
     // A key is small; a huge file is not one.
     (&mut file)
         .take(64 * 1024)
         .read_to_string(&mut text)
-        .map_err(|e| e.to_string())?;
+        .map_err(KeyError::Io)?;
     Ok(text)
 }
 
 /// The path of the file itself: `path` when it is no link; for a link,
 /// the file of a kubelet's Secret shape, each step checked (see the
 /// module's text); any other link is refused.
-fn resolve(path: &Path, owner: u32) -> Result<PathBuf, String> {
-    let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+fn resolve(path: &Path, owner: u32) -> Result<PathBuf, KeyError> {
+    let meta = std::fs::symlink_metadata(path).map_err(KeyError::Io)?;
     if !meta.file_type().is_symlink() {
         return Ok(path.to_path_buf());
     }
-    let refuse = |why: &str| {
-        Err(format!(
-            "a link, and not a kubelet's Secret file ({why}); only a regular file or that shape is taken"
-        ))
-    };
+    let refuse = |why| Err(KeyError::NotSecret(why));
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-        return refuse("no folder");
+        return refuse(NotSecret::NoFolder);
     };
-    let owned = |p: &Path, what: &str| -> Result<std::fs::Metadata, String> {
-        let m = std::fs::symlink_metadata(p).map_err(|e| format!("{what}: {e}"))?;
+    let owned = |p: &Path, what: &'static str| -> Result<std::fs::Metadata, KeyError> {
+        let m = std::fs::symlink_metadata(p).map_err(|source| KeyError::Step { what, source })?;
         match m.uid() == owner {
             true => Ok(m),
-            false => Err(format!(
-                "{what} {} is uid {}'s, not root's",
-                p.display(),
-                m.uid()
-            )),
+            false => Err(KeyError::NotOwners {
+                what,
+                path: p.into(),
+                uid: m.uid(),
+            }),
         }
     };
     // The folder: others may not write it, or only with the sticky bit
@@ -127,32 +185,31 @@ fn resolve(path: &Path, owner: u32) -> Result<PathBuf, String> {
     // cannot be replaced by anyone else.
     let folder = owned(dir, "the folder")?;
     if folder.mode() & 0o022 != 0 && folder.mode() & 0o1000 == 0 {
-        return refuse("its folder may be written by others");
+        return refuse(NotSecret::FolderWritable);
     }
     if meta.uid() != owner {
-        return refuse("the link is not root's");
+        return refuse(NotSecret::LinkNotRoots);
     }
     // key -> ..data/key
-    let target = std::fs::read_link(path).map_err(|e| e.to_string())?;
+    let target = std::fs::read_link(path).map_err(KeyError::Io)?;
     let parts: Vec<Component> = target.components().collect();
     let expected = [
         Component::Normal(OsStr::new(DATA_LINK)),
         Component::Normal(name),
     ];
     if parts != expected {
-        return refuse(&format!(
-            "it points to {}, not {DATA_LINK}/{}",
-            target.display(),
-            name.to_string_lossy()
-        ));
+        return refuse(NotSecret::PointsElsewhere {
+            target,
+            name: name.to_string_lossy().into_owned(),
+        });
     }
     // ..data -> ..<stamp>, root's link, in the same folder.
     let data = dir.join(DATA_LINK);
     let data_meta = owned(&data, DATA_LINK)?;
     if !data_meta.file_type().is_symlink() {
-        return refuse(&format!("{DATA_LINK} is not a link"));
+        return refuse(NotSecret::DataNotALink);
     }
-    let stamp = std::fs::read_link(&data).map_err(|e| e.to_string())?;
+    let stamp = std::fs::read_link(&data).map_err(KeyError::Io)?;
     let stamp_name = match stamp.components().collect::<Vec<_>>().as_slice() {
         [Component::Normal(n)]
             if n.to_str()
@@ -160,21 +217,13 @@ fn resolve(path: &Path, owner: u32) -> Result<PathBuf, String> {
         {
             n.to_os_string()
         }
-        _ => {
-            return refuse(&format!(
-                "{DATA_LINK} points to {}, not a ..<stamp> folder beside it",
-                stamp.display()
-            ))
-        }
+        _ => return refuse(NotSecret::DataElsewhere { stamp }),
     };
     // ..<stamp>: a real folder, root's, that no one else may write.
     let version = dir.join(&stamp_name);
     let version_meta = owned(&version, "the Secret's folder")?;
     if !version_meta.file_type().is_dir() || version_meta.mode() & 0o022 != 0 {
-        return refuse(&format!(
-            "{} is not a folder that root alone may write",
-            version.display()
-        ));
+        return refuse(NotSecret::VersionWritable { version });
     }
     Ok(version.join(name))
 }
@@ -359,7 +408,7 @@ mod tests {
             let got = Key::load_owned_by(&dir.path().join("key"), me);
             match (got, want) {
                 (Ok(key), None) => assert!(key.matches(KEY), "{name}"),
-                (Err(e), Some(w)) => assert!(e.contains(w), "{name}: {e}"),
+                (Err(e), Some(w)) => assert!(e.to_string().contains(w), "{name}: {e}"),
                 (Ok(_), Some(w)) => panic!("{name}: taken, wanted {w:?}"),
                 (Err(e), None) => panic!("{name}: {e}"),
             }
@@ -370,13 +419,19 @@ mod tests {
             kubelet(dir.path());
             let link = dir.path().join("..data");
             std::os::unix::fs::lchown(&link, Some(1000), Some(1000)).unwrap();
-            let e = Key::load(&dir.path().join("key")).err().unwrap();
+            let e = Key::load(&dir.path().join("key"))
+                .err()
+                .unwrap()
+                .to_string();
             assert!(e.contains("uid 1000's, not root's"), "{e}");
             let dir = tempfile::tempdir().unwrap();
             kubelet(dir.path());
             let file = dir.path().join("..data/key");
             std::os::unix::fs::chown(&file, Some(1000), None).unwrap();
-            let e = Key::load(&dir.path().join("key")).err().unwrap();
+            let e = Key::load(&dir.path().join("key"))
+                .err()
+                .unwrap()
+                .to_string();
             assert!(e.contains("must be root's"), "{e}");
         }
     }

@@ -335,6 +335,33 @@ fn fix(spec: &Spec, fd: &OwnedFd, changes: &mut Vec<String>) -> Result<(), Layou
     Ok(())
 }
 
+/// Why a command's folder cannot be made or entered for it.
+#[derive(Debug, thiserror::Error)]
+pub enum FolderError {
+    #[error("{place} is not a place for commands: shell may never write there")]
+    Refused { place: String },
+    #[error("{}: {source}", base.display())]
+    Base { base: PathBuf, source: nix::Error },
+    #[error("fstat: {0}")]
+    Fstat(#[source] nix::Error),
+    #[error("shell may not enter {0}")]
+    MayNotEnter(String),
+    #[error("shell may not make folders in {0}")]
+    MayNotMake(String),
+    #[error("{0} is a link or not a folder")]
+    NotAFolder(String),
+    #[error("cannot open {name}: {source}")]
+    Open { name: String, source: nix::Error },
+    #[error("cannot make {name}: {source}")]
+    Make { name: String, source: nix::Error },
+    #[error("fstat {name}: {source}")]
+    FstatMade { name: String, source: nix::Error },
+    #[error("{0} changed while it was being made")]
+    Changed(String),
+    #[error("cannot give {name} to shell: {source}")]
+    GiveAway { name: String, source: nix::Error },
+}
+
 /// Who a command's folder is made for, as the kernel sees them.
 #[derive(Debug, Clone, Copy)]
 pub struct Who<'a> {
@@ -377,12 +404,11 @@ pub fn make_folder(
     parts: &[String],
     who: Who,
     refused: &[Vec<String>],
-) -> Result<OwnedFd, String> {
+) -> Result<OwnedFd, FolderError> {
     if let Some(place) = refused.iter().find(|r| parts.starts_with(r)) {
-        return Err(format!(
-            "{} is not a place for commands: shell may never write there",
-            place.join("/")
-        ));
+        return Err(FolderError::Refused {
+            place: place.join("/"),
+        });
     }
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let open_at = |dir: Option<&OwnedFd>, name: &Path| -> nix::Result<OwnedFd> {
@@ -393,8 +419,8 @@ pub fn make_folder(
         // SAFETY: `raw` was just returned by open(2) and is ours alone.
         Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
     };
-    let may = |dir: &OwnedFd, want: u32| -> Result<bool, String> {
-        let st = fstat(dir.as_raw_fd()).map_err(|e| format!("fstat: {e}"))?;
+    let may = |dir: &OwnedFd, want: u32| -> Result<bool, FolderError> {
+        let st = fstat(dir.as_raw_fd()).map_err(FolderError::Fstat)?;
         Ok(permits(
             who,
             st.st_uid,
@@ -403,7 +429,10 @@ pub fn make_folder(
             want,
         ))
     };
-    let mut dir = open_at(None, base).map_err(|e| format!("{}: {e}", base.display()))?;
+    let mut dir = open_at(None, base).map_err(|source| FolderError::Base {
+        base: base.into(),
+        source,
+    })?;
     for (i, part) in parts.iter().enumerate() {
         let here = if i == 0 {
             "the workspace".to_string()
@@ -411,33 +440,37 @@ pub fn make_folder(
             parts[..i].join("/")
         };
         if !may(&dir, MAY_ENTER)? {
-            return Err(format!("shell may not enter {here}"));
+            return Err(FolderError::MayNotEnter(here));
         }
         let name = Path::new(part);
+        let cannot_open = |source| FolderError::Open {
+            name: part.clone(),
+            source,
+        };
         let next = match open_at(Some(&dir), name) {
             Ok(next) => next,
             Err(nix::errno::Errno::ENOENT) => {
                 if !may(&dir, MAY_WRITE | MAY_ENTER)? {
-                    return Err(format!("shell may not make folders in {here}"));
+                    return Err(FolderError::MayNotMake(here));
                 }
                 make_one(&dir, part, who)?;
-                open_at(Some(&dir), name).map_err(|e| format!("cannot open {part}: {e}"))?
+                open_at(Some(&dir), name).map_err(cannot_open)?
             }
             Err(nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR) => {
-                return Err(format!("{part} is a link or not a folder"))
+                return Err(FolderError::NotAFolder(part.clone()))
             }
-            Err(e) => return Err(format!("cannot open {part}: {e}")),
+            Err(e) => return Err(cannot_open(e)),
         };
         dir = next;
     }
     if !may(&dir, MAY_ENTER)? {
-        return Err(format!("shell may not enter {}", parts.join("/")));
+        return Err(FolderError::MayNotEnter(parts.join("/")));
     }
     Ok(dir)
 }
 
 /// Makes `name` in `dir` for `who` (0755), tolerating a racing maker.
-fn make_one(dir: &OwnedFd, name: &str, who: Who) -> Result<(), String> {
+fn make_one(dir: &OwnedFd, name: &str, who: Who) -> Result<(), FolderError> {
     match nix::sys::stat::mkdirat(
         Some(dir.as_raw_fd()),
         Path::new(name),
@@ -446,18 +479,29 @@ fn make_one(dir: &OwnedFd, name: &str, who: Who) -> Result<(), String> {
         Ok(()) => {}
         // Made meanwhile by someone else: opened and checked like any other.
         Err(nix::errno::Errno::EEXIST) => return Ok(()),
-        Err(e) => return Err(format!("cannot make {name}: {e}")),
+        Err(source) => {
+            return Err(FolderError::Make {
+                name: name.into(),
+                source,
+            })
+        }
     }
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let raw = nix::fcntl::openat(Some(dir.as_raw_fd()), Path::new(name), flags, Mode::empty())
-        .map_err(|e| format!("cannot open {name}: {e}"))?;
+        .map_err(|source| FolderError::Open {
+            name: name.into(),
+            source,
+        })?;
     // SAFETY: `raw` was just returned by open(2) and is ours alone.
     let made = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
     // Still the folder just made (root's, 0700), not one renamed onto its
     // name meanwhile: only that one is handed over.
-    let st = fstat(made.as_raw_fd()).map_err(|e| format!("fstat {name}: {e}"))?;
+    let st = fstat(made.as_raw_fd()).map_err(|source| FolderError::FstatMade {
+        name: name.into(),
+        source,
+    })?;
     if st.st_uid != 0 || st.st_mode & 0o7777 != 0o700 {
-        return Err(format!("{name} changed while it was being made"));
+        return Err(FolderError::Changed(name.into()));
     }
     fchown(
         made.as_raw_fd(),
@@ -465,7 +509,10 @@ fn make_one(dir: &OwnedFd, name: &str, who: Who) -> Result<(), String> {
         Some(Gid::from_raw(who.gid)),
     )
     .and_then(|()| fchmod(made.as_raw_fd(), Mode::from_bits_truncate(0o755)))
-    .map_err(|e| format!("cannot give {name} to shell: {e}"))
+    .map_err(|source| FolderError::GiveAway {
+        name: name.into(),
+        source,
+    })
 }
 
 /// Measures each path as it is now, without changing anything.
@@ -620,21 +667,33 @@ pub const HANDED_KEYS: &str = "/etc/warden/runtime.env";
 /// Moves the keys at `from` into the runtime's `.env` at `to` (which the
 /// layout has made: the runtime's, mode 0600, no link), and removes
 /// `from`. False when there is nothing to hand over.
-pub fn hand_over_keys(from: &Path, to: &Path) -> Result<bool, String> {
+pub fn hand_over_keys(from: &Path, to: &Path) -> Result<bool, HandOverError> {
+    let on = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| HandOverError { path, source }
+    };
     let keys = match std::fs::read(from) {
         Ok(k) => k,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(format!("{}: {e}", from.display())),
+        Err(e) => return Err(on(from)(e)),
     };
     let mut env = std::fs::OpenOptions::new()
         .write(true)
         .truncate(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(to)
-        .map_err(|e| format!("{}: {e}", to.display()))?;
-    std::io::Write::write_all(&mut env, &keys).map_err(|e| format!("{}: {e}", to.display()))?;
-    std::fs::remove_file(from).map_err(|e| format!("{}: {e}", from.display()))?;
+        .map_err(on(to))?;
+    std::io::Write::write_all(&mut env, &keys).map_err(on(to))?;
+    std::fs::remove_file(from).map_err(on(from))?;
     Ok(true)
+}
+
+/// The keys could not be moved: the file it failed on, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+pub struct HandOverError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
 }
 
 #[cfg(test)]
@@ -645,10 +704,10 @@ mod hand_over_tests {
     fn keys_move_into_the_env_and_leave_nothing_behind() {
         let dir = tempfile::tempdir().unwrap();
         let (from, to) = (dir.path().join("runtime.env"), dir.path().join(".env"));
-        assert_eq!(hand_over_keys(&from, &to), Ok(false));
+        assert!(matches!(hand_over_keys(&from, &to), Ok(false)));
         std::fs::write(&to, "OLD=1\n").unwrap();
         std::fs::write(&from, "TOKEN=abc\n").unwrap();
-        assert_eq!(hand_over_keys(&from, &to), Ok(true));
+        assert!(matches!(hand_over_keys(&from, &to), Ok(true)));
         assert_eq!(std::fs::read_to_string(&to).unwrap(), "TOKEN=abc\n");
         assert!(!from.exists());
         // A link where the .env should be is refused, not followed.

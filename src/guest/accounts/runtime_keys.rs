@@ -4,22 +4,70 @@
 //! environment, which can wait for them to start (`main_waits_for_keys`).
 //! Only their names are ever audited.
 
-use std::ffi::CString;
+use std::ffi::{CString, NulError};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// The largest `.env` the host may hand over.
 pub const MAX_BYTES: usize = 64 * 1024;
 
+/// Why a text is not a `.env`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvTextError {
+    #[error("{len} bytes, at most {MAX_BYTES}")]
+    TooLarge { len: usize },
+    #[error("holds a NUL byte")]
+    Nul,
+    #[error("line {line} is not NAME=VALUE")]
+    NotNameValue { line: usize },
+}
+
+/// Callers that still take errors as text get the words it prints.
+/// Why the runtime's keys could not be read (`keys_from`) or written
+/// (its `.env`).
+#[derive(Debug, thiserror::Error)]
+pub enum KeysError {
+    #[error("keys_from {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("keys_from {}: not a regular file of root's", path.display())]
+    NotRoots { path: PathBuf },
+    #[error("keys_from {}: {source}", path.display())]
+    Text { path: PathBuf, source: EnvTextError },
+    #[error("no folder")]
+    NoFolder,
+    #[error("no file name")]
+    NoFileName,
+    /// A step of writing the `.env` ("open home", "create", "chown",
+    /// "rename").
+    #[error("{}: {step}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        step: &'static str,
+        source: nix::Error,
+    },
+    /// Its text written, or synced ("write", "sync").
+    #[error("{}: {step}: {source}", path.display())]
+    WriteText {
+        path: PathBuf,
+        step: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    TempName(#[source] NulError),
+}
+
 /// Pure: the names a `.env` text gives, in order, or why it is not one
 /// (every line is blank, a `#` comment, or `NAME=VALUE`).
-pub fn names(text: &str) -> Result<Vec<String>, String> {
+pub fn names(text: &str) -> Result<Vec<String>, EnvTextError> {
     if text.len() > MAX_BYTES {
-        return Err(format!("{} bytes, at most {MAX_BYTES}", text.len()));
+        return Err(EnvTextError::TooLarge { len: text.len() });
     }
     if text.contains('\0') {
-        return Err("holds a NUL byte".into());
+        return Err(EnvTextError::Nul);
     }
     let mut names = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -32,7 +80,7 @@ pub fn names(text: &str) -> Result<Vec<String>, String> {
         let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
-            return Err(format!("line {} is not NAME=VALUE", i + 1));
+            return Err(EnvTextError::NotNameValue { line: i + 1 });
         }
         names.push(name.to_string());
     }
@@ -112,20 +160,26 @@ pub fn copy_mounted(
     env_file: &Path,
     uid: u32,
     gid: u32,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, KeysError> {
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;
-    let fail = |e: &dyn std::fmt::Display| format!("keys_from {}: {e}", from.display());
-    let file = std::fs::File::open(from).map_err(|e| fail(&e))?;
-    let meta = file.metadata().map_err(|e| fail(&e))?;
+    let fail = |source| KeysError::Read {
+        path: from.into(),
+        source,
+    };
+    let file = std::fs::File::open(from).map_err(fail)?;
+    let meta = file.metadata().map_err(fail)?;
     if !meta.is_file() || meta.uid() != 0 {
-        return Err(fail(&"not a regular file of root's"));
+        return Err(KeysError::NotRoots { path: from.into() });
     }
     let mut text = String::new();
     file.take(MAX_BYTES as u64 + 1)
         .read_to_string(&mut text)
-        .map_err(|e| fail(&e))?;
-    let names = names(&text).map_err(|e| fail(&e))?;
+        .map_err(fail)?;
+    let names = names(&text).map_err(|source| KeysError::Text {
+        path: from.into(),
+        source,
+    })?;
     write_env(env_file, &text, uid, gid)?;
     Ok(names)
 }
@@ -133,12 +187,21 @@ pub fn copy_mounted(
 /// Writes `text` as the runtime's `.env`: a new file made in its home
 /// (never through a link the runtime left there), given to the runtime
 /// with mode 0600, then renamed over the old one.
-pub fn write_env(env_file: &Path, text: &str, uid: u32, gid: u32) -> Result<(), String> {
+pub fn write_env(env_file: &Path, text: &str, uid: u32, gid: u32) -> Result<(), KeysError> {
     use nix::fcntl::{openat, renameat, OFlag};
     use nix::sys::stat::Mode;
-    let home = env_file.parent().ok_or("no folder")?;
-    let name = env_file.file_name().ok_or("no file name")?;
-    let fail = |what: &str, e: nix::Error| format!("{}: {what}: {e}", env_file.display());
+    let home = env_file.parent().ok_or(KeysError::NoFolder)?;
+    let name = env_file.file_name().ok_or(KeysError::NoFileName)?;
+    let fail = |step: &'static str, source: nix::Error| KeysError::Write {
+        path: env_file.into(),
+        step,
+        source,
+    };
+    let fail_io = |step: &'static str, source: std::io::Error| KeysError::WriteText {
+        path: env_file.into(),
+        step,
+        source,
+    };
     let dir_flags = OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_RDONLY | OFlag::O_CLOEXEC;
     let dir = nix::fcntl::open(home, dir_flags, Mode::empty()).map_err(|e| fail("open home", e))?;
     // SAFETY: `dir` was just returned by open(2) and is owned by nobody else.
@@ -148,7 +211,7 @@ pub fn write_env(env_file: &Path, text: &str, uid: u32, gid: u32) -> Result<(), 
         .map(|d| d.as_nanos())
         .unwrap_or_default();
     let temp = format!(".env.warden-{}-{stamp}", std::process::id());
-    let temp_c = CString::new(temp.clone()).map_err(|e| e.to_string())?;
+    let temp_c = CString::new(temp.clone()).map_err(KeysError::TempName)?;
     let file_flags =
         OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let fd = openat(
@@ -170,9 +233,8 @@ pub fn write_env(env_file: &Path, text: &str, uid: u32, gid: u32) -> Result<(), 
         use std::io::Write;
         (&file)
             .write_all(text.as_bytes())
-            .map_err(|e| format!("{}: write: {e}", env_file.display()))?;
-        file.sync_all()
-            .map_err(|e| format!("{}: sync: {e}", env_file.display()))?;
+            .map_err(|e| fail_io("write", e))?;
+        file.sync_all().map_err(|e| fail_io("sync", e))?;
         renameat(
             Some(dir.as_raw_fd()),
             temp_c.as_c_str(),
@@ -268,8 +330,10 @@ mod tests {
                     assert!(from.exists(), "{what}: the mounted file stays");
                 }
                 // Not root: the file is not root's, and is refused.
-                (Ok(_), Err(e)) if !root => assert!(e.contains("of root's"), "{what}: {e}"),
-                (Err(w), Err(e)) => assert!(e.contains(w) || !root, "{what}: {e}"),
+                (Ok(_), Err(e)) if !root => {
+                    assert!(e.to_string().contains("of root's"), "{what}: {e}")
+                }
+                (Err(w), Err(e)) => assert!(e.to_string().contains(w) || !root, "{what}: {e}"),
                 (want, got) => panic!("{what}: wanted {want:?}, got {got:?}"),
             }
         }

@@ -39,8 +39,45 @@ pub enum UsersError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Conflict(String),
+    #[error(transparent)]
+    Conflict(#[from] UserConflict),
+}
+
+/// Why the machine's users cannot be as the config says (nothing is
+/// written then).
+#[derive(Debug, thiserror::Error)]
+pub enum UserConflict {
+    #[error("group {name} exists with gid {found}, but the config says {wanted}")]
+    GroupGid {
+        name: String,
+        found: u32,
+        wanted: u32,
+    },
+    #[error("gid {gid} is taken by group {by}, but the config gives it to {name}")]
+    GidTaken { gid: u32, by: String, name: String },
+    #[error("user {name} exists as {uid}:{gid}, but the config says {wanted_uid}:{wanted_gid}")]
+    UserIds {
+        name: String,
+        uid: u32,
+        gid: u32,
+        wanted_uid: u32,
+        wanted_gid: u32,
+    },
+    #[error("uid {uid} is taken by user {by}, but the config gives it to {name}")]
+    UidTaken { uid: u32, by: String, name: String },
+    /// `group` as "name (gid)".
+    #[error("/etc/group names {group} inside the command tags' range {first}-{last}: every command given that tag would be in it")]
+    TagGroup {
+        group: String,
+        first: u32,
+        last: u32,
+    },
+    #[error("{shell} is in group {group}, which {runtime} is in too: commands would reach what that group may (the API socket, the audit log)")]
+    SharedGroup {
+        shell: String,
+        group: String,
+        runtime: String,
+    },
 }
 
 /// Parses passwd(5) text. Lines that are not seven fields with numeric ids
@@ -95,39 +132,45 @@ pub fn plan(
     spec: &UserSpec,
     passwd: &[PasswdEntry],
     groups: &[GroupEntry],
-) -> Result<Plan, String> {
+) -> Result<Plan, UserConflict> {
     let group_line = match groups.iter().find(|g| g.name == spec.name) {
         Some(g) if g.gid != spec.gid => {
-            return Err(format!(
-                "group {} exists with gid {}, but the config says {}",
-                spec.name, g.gid, spec.gid
-            ))
+            return Err(UserConflict::GroupGid {
+                name: spec.name.clone(),
+                found: g.gid,
+                wanted: spec.gid,
+            })
         }
         Some(_) => None,
         None => {
             if let Some(other) = groups.iter().find(|g| g.gid == spec.gid) {
-                return Err(format!(
-                    "gid {} is taken by group {}, but the config gives it to {}",
-                    spec.gid, other.name, spec.name
-                ));
+                return Err(UserConflict::GidTaken {
+                    gid: spec.gid,
+                    by: other.name.clone(),
+                    name: spec.name.clone(),
+                });
             }
             Some(format!("{}:x:{}:\n", spec.name, spec.gid))
         }
     };
     let passwd_line = match passwd.iter().find(|p| p.name == spec.name) {
         Some(p) if p.uid != spec.uid || p.gid != spec.gid => {
-            return Err(format!(
-                "user {} exists as {}:{}, but the config says {}:{}",
-                spec.name, p.uid, p.gid, spec.uid, spec.gid
-            ))
+            return Err(UserConflict::UserIds {
+                name: spec.name.clone(),
+                uid: p.uid,
+                gid: p.gid,
+                wanted_uid: spec.uid,
+                wanted_gid: spec.gid,
+            })
         }
         Some(_) => None,
         None => {
             if let Some(other) = passwd.iter().find(|p| p.uid == spec.uid) {
-                return Err(format!(
-                    "uid {} is taken by user {}, but the config gives it to {}",
-                    spec.uid, other.name, spec.name
-                ));
+                return Err(UserConflict::UidTaken {
+                    uid: spec.uid,
+                    by: other.name.clone(),
+                    name: spec.name.clone(),
+                });
             }
             Some(format!(
                 "{}:x:{}:{}:warden {}:{}:/bin/sh\n",
@@ -167,7 +210,7 @@ pub fn apart(
     shell: &UserSpec,
     groups: &[GroupEntry],
     tags: std::ops::Range<u32>,
-) -> Result<(), String> {
+) -> Result<(), UserConflict> {
     let name = |gid: u32| {
         groups
             .iter()
@@ -175,24 +218,22 @@ pub fn apart(
             .map_or_else(|| gid.to_string(), |g| format!("{} ({gid})", g.name))
     };
     if let Some(g) = groups.iter().find(|g| tags.contains(&g.gid)) {
-        return Err(format!(
-            "/etc/group names {} inside the command tags' range {}-{}: every command given that tag would be in it",
-            name(g.gid),
-            tags.start,
-            tags.end - 1
-        ));
+        return Err(UserConflict::TagGroup {
+            group: name(g.gid),
+            first: tags.start,
+            last: tags.end - 1,
+        });
     }
     let theirs = groups_of(&runtime.name, runtime.gid, groups);
     let shared = groups_of(&shell.name, shell.gid, groups)
         .into_iter()
         .find(|gid| theirs.contains(gid));
     match shared {
-        Some(gid) => Err(format!(
-            "{} is in group {}, which {} is in too: commands would reach what that group may (the API socket, the audit log)",
-            shell.name,
-            name(gid),
-            runtime.name
-        )),
+        Some(gid) => Err(UserConflict::SharedGroup {
+            shell: shell.name.clone(),
+            group: name(gid),
+            runtime: runtime.name.clone(),
+        }),
         None => Ok(()),
     }
 }
@@ -211,8 +252,7 @@ pub fn ensure(etc: &Path, specs: [&UserSpec; 2]) -> Result<[Account; 2], UsersEr
     let plans = specs
         .map(|spec| plan(spec, &passwd, &groups))
         .into_iter()
-        .collect::<Result<Vec<Plan>, String>>()
-        .map_err(UsersError::Conflict)?;
+        .collect::<Result<Vec<Plan>, UserConflict>>()?;
     // The groups as they will be, checked before anything is written.
     let mut after = groups;
     after.extend(
@@ -226,8 +266,7 @@ pub fn ensure(etc: &Path, specs: [&UserSpec; 2]) -> Result<[Account; 2], UsersEr
         shell,
         &after,
         crate::guest::process::lifetime::TAGS,
-    )
-    .map_err(UsersError::Conflict)?;
+    )?;
     for (spec, plan) in specs.iter().zip(plans) {
         if let Some(line) = &plan.group_line {
             append(&group_path, line)?;
@@ -372,7 +411,7 @@ mod tests {
                         "{s:?}"
                     )
                 }
-                (Err(e), Err(w)) => assert!(e.contains(w), "{s:?}: {e}"),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{s:?}: {e}"),
                 (got, want) => panic!("{s:?}: got {got:?}, want {want:?}"),
             }
         }
@@ -411,6 +450,7 @@ mod tests {
             match (got, want) {
                 (Ok(()), Ok(())) => {}
                 (Err(e), Err(w)) => {
+                    let e = e.to_string();
                     assert!(e.contains(w), "{extra:?}: {e}");
                     assert!(!e.contains('\n'), "one line: {e}");
                 }

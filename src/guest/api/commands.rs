@@ -24,7 +24,7 @@ impl Conn {
         }
         let run = match request::validate(run) {
             Ok(run) => run,
-            Err(e) => return Some(error(ErrorCode::BadRequest, e)),
+            Err(e) => return Some(error(ErrorCode::BadRequest, e.to_string())),
         };
         if run.detach.is_some() {
             return self.start_detached(id, run);
@@ -178,7 +178,7 @@ impl Conn {
     pub(super) fn signal(&self, target: u32, name: &str) -> Event {
         let sig = match request::parse_signal(name) {
             Ok(sig) => sig,
-            Err(e) => return error(ErrorCode::BadRequest, e),
+            Err(e) => return error(ErrorCode::BadRequest, e.to_string()),
         };
         let pid = self.slots().by_id.get(&target).and_then(|s| s.pid);
         match pid {

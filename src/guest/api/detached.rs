@@ -128,7 +128,7 @@ impl Conn {
         }
         let sig = match request::parse_signal(name) {
             Ok(sig) => sig,
-            Err(e) => return error(ErrorCode::BadRequest, e),
+            Err(e) => return error(ErrorCode::BadRequest, e.to_string()),
         };
         match self.detached.get(command) {
             Some(d) if d.running() && self.sup.reaper.signal(d.pid, sig, true) => {

@@ -541,7 +541,7 @@ impl Conn {
         }
         let sig = match request::parse_signal(name) {
             Ok(sig) => sig,
-            Err(e) => return error(ErrorCode::BadRequest, e),
+            Err(e) => return error(ErrorCode::BadRequest, e.to_string()),
         };
         let sup = self.sup.clone();
         let (signalled, left) = tokio::task::spawn_blocking(move || {

@@ -33,7 +33,7 @@ impl Conn {
         ) {
             self.sup
                 .audit
-                .record(audit::Event::KeysFailed, json!({"error": e}));
+                .record(audit::Event::KeysFailed, json!({"error": e.to_string()}));
             return error(ErrorCode::Internal, format!("hand_keys: {e}"));
         }
         self.sup.keys.arrive(text);

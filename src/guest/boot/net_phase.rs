@@ -13,8 +13,8 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error)]
 enum ProxyError {
     /// The machine's key, as loading it says.
-    #[error("{0}")]
-    Key(String),
+    #[error(transparent)]
+    Key(crate::shared::machine_key::KeyFileError),
     #[error("{}: {error}", file.display())]
     KeyFile {
         file: PathBuf,

@@ -123,13 +123,13 @@ pub fn make_layout(
     match layout::hand_over_keys(Path::new(layout::HANDED_KEYS), &paths.env_file) {
         Ok(true) => crate::say!("the runtime's keys were handed over"),
         Ok(false) => {}
-        Err(e) => return Err(BootError::Keys(e)),
+        Err(e) => return Err(BootError::Keys(e.to_string())),
     }
     if let Some(from) = &config.keys_from {
         let r = &accounts[0];
         let names =
             crate::guest::accounts::runtime_keys::copy_mounted(from, &paths.env_file, r.uid, r.gid)
-                .map_err(BootError::Keys)?;
+                .map_err(|e| BootError::Keys(e.to_string()))?;
         crate::say!(
             "the runtime's keys were read from {}: {}",
             from.display(),
@@ -174,13 +174,13 @@ pub fn prepare_confinement(
     let proc_hidden = if pid1 {
         confine::hide_processes()
     } else {
-        Err("not PID 1: /proc belongs to the host; shell can list other processes".to_string())
+        Err(confine::ProcHiddenError::NotPid1)
     };
     // Only a hierarchy that is the machine's own: on a host's, warden
     // would move the host's processes about.
     let cgroups = match own_cgroups && pid1 {
         true => Cgroups::set_up(Path::new(cgroups::ROOT)),
-        false => Err("the machine has no cgroup v2 hierarchy of its own (command_cgroups is off; a VM always has one)".to_string()),
+        false => Err(cgroups::CgroupsError::NotOwn),
     };
     let network = Network::new(policy.network.clone(), shell_uid, runtime_uid);
     (Confinement::new(policy, proc_hidden, cgroups), network)
@@ -234,7 +234,7 @@ pub fn open_hosts(network: &mut Network, config: &MachineConfig, audit: &Audit) 
 /// refused, saying so.
 fn read_credentials(vault: &crate::guest::net::opened::vault::Vault, from: &Path, audit: &Audit) {
     let read = std::fs::read_to_string(from).map_err(|e| e.to_string());
-    match read.and_then(|text| vault.hand(&text)) {
+    match read.and_then(|text| vault.hand(&text).map_err(|e| e.to_string())) {
         Ok(names) => {
             audit.hide_also(vault.all_text());
             audit.record(

@@ -47,10 +47,12 @@ pub fn shell_launch(
     };
     let mut confine = sup
         .confinement
-        .for_command(folder.as_ref(), limits, false)?;
+        .for_command(folder.as_ref(), limits, false)
+        .map_err(|e| e.to_string())?;
     let cgroup = sup
         .confinement
-        .command_cgroup(&tag.to_string(), limits)?
+        .command_cgroup(&tag.to_string(), limits)
+        .map_err(|e| e.to_string())?
         .map(|(cgroup, procs)| {
             confine.join_cgroup(procs);
             cgroup

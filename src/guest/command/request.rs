@@ -32,43 +32,107 @@ pub const MAX_ARGS: usize = 4096;
 pub const MAX_ARG_BYTES: usize = 1 << 20;
 const MAX_FOLDER_DEPTH: usize = 32;
 
-pub fn validate(req: RunRequest) -> Result<ValidRun, String> {
+/// What a run request asks that warden refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    #[error("give either argv or shell, not both")]
+    ArgvAndShell,
+    #[error("give argv or shell")]
+    NoArgvNorShell,
+    #[error("argv must name a program")]
+    NoProgram,
+    #[error("argv has {0} items; the limit is {MAX_ARGS}")]
+    TooManyArgs(usize),
+    #[error("argv exceeds {MAX_ARG_BYTES} bytes")]
+    ArgsTooLong,
+    #[error("argv contains a NUL byte")]
+    ArgvNul,
+    #[error(transparent)]
+    Folder(#[from] FolderNameError),
+    #[error("environment name {0:?} is not [A-Za-z_][A-Za-z0-9_]*")]
+    EnvName(String),
+    #[error("environment value of {0} contains a NUL byte")]
+    EnvValueNul(String),
+    #[error("timeout_ms must be positive")]
+    ZeroTimeout,
+    /// The terminal's size, as `pty::valid_size` words it.
+    #[error("{0}")]
+    PtySize(String),
+    #[error("tag goes with detach")]
+    TagWithoutDetach,
+    #[error("tag must be 1 to 128 bytes of printable text")]
+    Tag,
+}
+
+/// A folder name that is not a relative path of plain components.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("folder {text:?} {problem}")]
+pub struct FolderNameError {
+    pub text: String,
+    pub problem: FolderProblem,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FolderProblem {
+    #[error("is empty")]
+    Empty,
+    #[error("must be relative to the workspace")]
+    Absolute,
+    #[error("is too deep")]
+    TooDeep,
+    #[error("has an empty component")]
+    EmptyComponent,
+    #[error("may not contain . or ..")]
+    Dots,
+    #[error("contains a NUL byte")]
+    Nul,
+    #[error("contains a control character")]
+    Control,
+    #[error("has a component longer than 255 bytes")]
+    LongComponent,
+}
+
+/// A signal's name or number that names none.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignalError {
+    #[error("no signal number {0}")]
+    NoNumber(i32),
+    #[error("unknown signal {0:?}")]
+    Unknown(String),
+}
+
+pub fn validate(req: RunRequest) -> Result<ValidRun, RunError> {
     let argv = match (req.argv, req.shell) {
         (Some(argv), None) => argv,
         (None, Some(line)) => vec!["/bin/sh".into(), "-c".into(), line],
-        (Some(_), Some(_)) => return Err("give either argv or shell, not both".into()),
-        (None, None) => return Err("give argv or shell".into()),
+        (Some(_), Some(_)) => return Err(RunError::ArgvAndShell),
+        (None, None) => return Err(RunError::NoArgvNorShell),
     };
     if argv.is_empty() || argv[0].is_empty() {
-        return Err("argv must name a program".into());
+        return Err(RunError::NoProgram);
     }
     if argv.len() > MAX_ARGS {
-        return Err(format!(
-            "argv has {} items; the limit is {MAX_ARGS}",
-            argv.len()
-        ));
+        return Err(RunError::TooManyArgs(argv.len()));
     }
     if argv.iter().map(String::len).sum::<usize>() > MAX_ARG_BYTES {
-        return Err(format!("argv exceeds {MAX_ARG_BYTES} bytes"));
+        return Err(RunError::ArgsTooLong);
     }
     if argv.iter().any(|a| a.contains('\0')) {
-        return Err("argv contains a NUL byte".into());
+        return Err(RunError::ArgvNul);
     }
     let folder = req.folder.as_deref().map(parse_folder).transpose()?;
     let mut env = Vec::with_capacity(req.env.len());
     for (name, value) in req.env {
         if !valid_env_name(&name) {
-            return Err(format!(
-                "environment name {name:?} is not [A-Za-z_][A-Za-z0-9_]*"
-            ));
+            return Err(RunError::EnvName(name));
         }
         if value.contains('\0') {
-            return Err(format!("environment value of {name} contains a NUL byte"));
+            return Err(RunError::EnvValueNul(name));
         }
         env.push((name, value));
     }
     let timeout = match req.timeout_ms {
-        Some(0) => return Err("timeout_ms must be positive".into()),
+        Some(0) => return Err(RunError::ZeroTimeout),
         Some(ms) => Some(Duration::from_millis(ms)),
         None => None,
     };
@@ -78,10 +142,10 @@ pub fn validate(req: RunRequest) -> Result<ValidRun, String> {
         (a, b) => a.or(b),
     };
     if let Some(size) = req.pty {
-        crate::guest::command::pty::valid_size(size.rows, size.cols)?;
+        crate::guest::command::pty::valid_size(size.rows, size.cols).map_err(RunError::PtySize)?;
     }
     let detach = match (req.detach, req.tag) {
-        (false, Some(_)) => return Err("tag goes with detach".into()),
+        (false, Some(_)) => return Err(RunError::TagWithoutDetach),
         (false, None) => None,
         (true, tag) => Some(tag.map(check_tag).transpose()?),
     };
@@ -99,39 +163,44 @@ pub fn validate(req: RunRequest) -> Result<ValidRun, String> {
 }
 
 /// A detached command's tag: 1 to 128 bytes of printable text.
-fn check_tag(tag: String) -> Result<String, String> {
+fn check_tag(tag: String) -> Result<String, RunError> {
     let printable = !tag.is_empty() && tag.len() <= 128 && !tag.chars().any(char::is_control);
     match printable {
         true => Ok(tag),
-        false => Err("tag must be 1 to 128 bytes of printable text".into()),
+        false => Err(RunError::Tag),
     }
 }
 
 /// A folder name is a relative path of plain components: it can only name
 /// a place inside the workspace.
-pub fn parse_folder(text: &str) -> Result<Vec<String>, String> {
-    let bad = |why: &str| Err(format!("folder {text:?} {why}"));
+pub fn parse_folder(text: &str) -> Result<Vec<String>, FolderNameError> {
+    let bad = |problem| {
+        Err(FolderNameError {
+            text: text.to_string(),
+            problem,
+        })
+    };
     if text.is_empty() {
-        return bad("is empty");
+        return bad(FolderProblem::Empty);
     }
     if text.starts_with('/') {
-        return bad("must be relative to the workspace");
+        return bad(FolderProblem::Absolute);
     }
     let parts: Vec<&str> = text.trim_end_matches('/').split('/').collect();
     if parts.len() > MAX_FOLDER_DEPTH {
-        return bad("is too deep");
+        return bad(FolderProblem::TooDeep);
     }
     for part in &parts {
         match *part {
-            "" => return bad("has an empty component"),
-            "." | ".." => return bad("may not contain . or .."),
-            p if p.contains('\0') => return bad("contains a NUL byte"),
+            "" => return bad(FolderProblem::EmptyComponent),
+            "." | ".." => return bad(FolderProblem::Dots),
+            p if p.contains('\0') => return bad(FolderProblem::Nul),
             // A name is shown in logs and terminals: no line breaks or
             // escape sequences that could forge or hide what is printed.
             p if p.chars().any(crate::shared::printable::hides_text) => {
-                return bad("contains a control character")
+                return bad(FolderProblem::Control)
             }
-            p if p.len() > 255 => return bad("has a component longer than 255 bytes"),
+            p if p.len() > 255 => return bad(FolderProblem::LongComponent),
             _ => {}
         }
     }
@@ -147,18 +216,18 @@ pub fn valid_env_name(name: &str) -> bool {
 }
 
 /// Accepts `TERM`, `SIGTERM` or `15`.
-pub fn parse_signal(text: &str) -> Result<nix::sys::signal::Signal, String> {
+pub fn parse_signal(text: &str) -> Result<nix::sys::signal::Signal, SignalError> {
     use nix::sys::signal::Signal;
     use std::str::FromStr;
     if let Ok(n) = text.parse::<i32>() {
-        return Signal::try_from(n).map_err(|_| format!("no signal number {n}"));
+        return Signal::try_from(n).map_err(|_| SignalError::NoNumber(n));
     }
     let name = if text.starts_with("SIG") {
         text.to_string()
     } else {
         format!("SIG{text}")
     };
-    Signal::from_str(&name).map_err(|_| format!("unknown signal {text:?}"))
+    Signal::from_str(&name).map_err(|_| SignalError::Unknown(text.to_string()))
 }
 
 #[cfg(test)]
@@ -193,7 +262,7 @@ mod tests {
         for (text, want) in cases {
             match (parse_folder(text), want) {
                 (Ok(got), Ok(w)) => assert_eq!(got, *w, "{text:?}"),
-                (Err(e), Err(w)) => assert!(e.contains(w), "{text:?}: {e}"),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{text:?}: {e}"),
                 (got, want) => panic!("{text:?}: got {got:?}, want {want:?}"),
             }
         }
@@ -247,7 +316,7 @@ mod tests {
             ),
         ];
         for (req, want) in errors {
-            let err = validate(req.clone()).unwrap_err();
+            let err = validate(req.clone()).unwrap_err().to_string();
             assert!(err.contains(want), "{req:?}: {err}");
         }
     }

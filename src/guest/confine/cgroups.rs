@@ -30,6 +30,37 @@ const CPU_PERIOD_US: u64 = 100_000;
 /// before leaving its cgroup to be removed later.
 const EMPTY_WAIT: Duration = Duration::from_secs(2);
 
+/// Why commands get no cgroup of their own here.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupsError {
+    #[error("{} is not a cgroup v2 hierarchy of the machine's own (cgroup v1 or none)", root.display())]
+    NotCgroup2 { root: PathBuf },
+    #[error("{}: no {missing} controller here (has: {available})", root.display())]
+    NoController {
+        root: PathBuf,
+        missing: &'static str,
+        available: String,
+    },
+    #[error("{}: cannot enable controllers: {source}", dir.display())]
+    Enable {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: cannot move warden aside: {source}", root.display())]
+    MoveAside {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", dir.display())]
+    Make {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    /// Not looked for: the hierarchy here is not the machine's own.
+    #[error("the machine has no cgroup v2 hierarchy of its own (command_cgroups is off; a VM always has one)")]
+    NotOwn,
+}
+
 /// The commands' parent cgroup, its controllers enabled.
 #[derive(Debug)]
 pub struct Cgroups {
@@ -56,42 +87,44 @@ impl Cgroups {
 
     /// Prepares the commands' parent cgroup under `root`; the error says
     /// why commands cannot have cgroups here.
-    pub fn set_up(root: &Path) -> Result<Cgroups, String> {
+    pub fn set_up(root: &Path) -> Result<Cgroups, CgroupsError> {
         if !is_cgroup2(root) {
-            return Err(format!(
-                "{} is not a cgroup v2 hierarchy of the machine's own (cgroup v1 or none)",
-                root.display()
-            ));
+            return Err(CgroupsError::NotCgroup2 { root: root.into() });
         }
         let available = read(&root.join("cgroup.controllers")).unwrap_or_default();
         let available: Vec<&str> = available.split_whitespace().collect();
         if let Some(missing) = NEEDED.iter().find(|c| !available.contains(c)) {
-            return Err(format!(
-                "{}: no {missing} controller here (has: {})",
-                root.display(),
-                available.join(" ")
-            ));
+            return Err(CgroupsError::NoController {
+                root: root.into(),
+                missing,
+                available: available.join(" "),
+            });
         }
         let cpu = available.contains(&"cpu");
         let wanted = enable_line(cpu);
+        let enable = |dir: &Path, source| CgroupsError::Enable {
+            dir: dir.into(),
+            source,
+        };
         if let Err(e) = write(&root.join("cgroup.subtree_control"), &wanted) {
             if e.raw_os_error() != Some(libc::EBUSY) {
-                return Err(format!(
-                    "{}: cannot enable controllers: {e}",
-                    root.display()
-                ));
+                return Err(enable(root, e));
             }
             // Processes live in this (non-root) cgroup: they move to a
             // leaf of their own first.
-            move_all(root, &root.join(SUPERVISOR))
-                .map_err(|e| format!("{}: cannot move warden aside: {e}", root.display()))?;
-            write(&root.join("cgroup.subtree_control"), &wanted)
-                .map_err(|e| format!("{}: cannot enable controllers: {e}", root.display()))?;
+            move_all(root, &root.join(SUPERVISOR)).map_err(|source| CgroupsError::MoveAside {
+                root: root.into(),
+                source,
+            })?;
+            write(&root.join("cgroup.subtree_control"), &wanted).map_err(|e| enable(root, e))?;
         }
         let commands = root.join("commands");
-        make_dir(&commands).map_err(|e| format!("{}: {e}", commands.display()))?;
+        make_dir(&commands).map_err(|source| CgroupsError::Make {
+            dir: commands.clone(),
+            source,
+        })?;
         write(&commands.join("cgroup.subtree_control"), &wanted)
-            .map_err(|e| format!("{}: cannot enable controllers: {e}", commands.display()))?;
+            .map_err(|e| enable(&commands, e))?;
         Ok(Cgroups { commands, cpu })
     }
 
@@ -348,7 +381,7 @@ mod tests {
     #[test]
     fn a_hierarchy_that_is_not_cgroup2_is_refused_with_the_reason() {
         let dir = std::env::temp_dir();
-        let e = Cgroups::set_up(&dir).unwrap_err();
+        let e = Cgroups::set_up(&dir).unwrap_err().to_string();
         assert!(e.contains("is not a cgroup v2 hierarchy"), "{e}");
     }
 }

@@ -11,10 +11,32 @@ use landlock::{
 };
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The newest Landlock ABI warden asks for (and is tested with).
 const WANTED: ABI = ABI::V7;
+
+/// Why a command's ruleset (or the runtime's) could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum LandlockError {
+    #[error("the Landlock rules were not opened")]
+    NotOpened,
+    /// The kernel or the crate refused a step of building it.
+    #[error("{0}")]
+    Ruleset(#[source] landlock::RulesetError),
+    /// The ruleset built once, for every command without a folder, could
+    /// not be shared with one more.
+    #[error("{0}")]
+    Clone(#[source] std::io::Error),
+    /// The ruleset built once failed: every command that would share it
+    /// gets the same error.
+    #[error(transparent)]
+    Shared(Arc<LandlockError>),
+    #[error("Landlock's TCP rules need ABI 4 (Linux 6.7); the kernel has {abi}")]
+    NoTcpRules { abi: i32 },
+    #[error("Landlock made no ruleset")]
+    NoRuleset,
+}
 
 /// The Landlock ABI the running kernel offers (0: none).
 pub fn kernel_abi() -> i32 {
@@ -85,9 +107,9 @@ pub struct StaticRules {
     /// The ruleset of a command without a folder, built once: a ruleset
     /// is never changed after it is built, so every such command can be
     /// restricted by the same one.
-    without_folder: Result<Option<OwnedFd>, String>,
+    without_folder: Result<Option<OwnedFd>, Arc<LandlockError>>,
     /// The same under the connect gate, built when first asked for.
-    without_folder_gated: OnceLock<Result<Option<OwnedFd>, String>>,
+    without_folder_gated: OnceLock<Result<Option<OwnedFd>, Arc<LandlockError>>>,
 }
 
 fn read_exec() -> BitFlags<AccessFs> {
@@ -111,7 +133,7 @@ impl StaticRules {
             tcp_bind: policy.tcp_bind.clone(),
             scopes: policy.scopes,
             skipped: Vec::new(),
-            without_folder: Err("the Landlock rules were not opened".into()),
+            without_folder: Err(Arc::new(LandlockError::NotOpened)),
             without_folder_gated: OnceLock::new(),
         }
     }
@@ -157,7 +179,7 @@ impl StaticRules {
             without_folder: Ok(None),
             without_folder_gated: OnceLock::new(),
         };
-        rules.without_folder = rules.build(None, false);
+        rules.without_folder = rules.build(None, false).map_err(Arc::new);
         rules
     }
 
@@ -169,7 +191,7 @@ impl StaticRules {
         &self,
         folder: Option<&OwnedFd>,
         gated: bool,
-    ) -> Result<Option<OwnedFd>, String> {
+    ) -> Result<Option<OwnedFd>, LandlockError> {
         if folder.is_some() {
             return self.build(folder, gated);
         }
@@ -177,7 +199,7 @@ impl StaticRules {
             true => self
                 .without_folder_gated
                 .get_or_init(|| match &self.without_folder {
-                    Ok(_) => self.build(None, true),
+                    Ok(_) => self.build(None, true).map_err(Arc::new),
                     Err(e) => Err(e.clone()),
                 }),
             false => &self.without_folder,
@@ -185,14 +207,18 @@ impl StaticRules {
         match shared {
             Ok(shared) => shared
                 .as_ref()
-                .map(|fd| fd.try_clone().map_err(|e| e.to_string()))
+                .map(|fd| fd.try_clone().map_err(LandlockError::Clone))
                 .transpose(),
-            Err(e) => Err(e.clone()),
+            Err(e) => Err(LandlockError::Shared(e.clone())),
         }
     }
 
-    fn build(&self, folder: Option<&OwnedFd>, gated: bool) -> Result<Option<OwnedFd>, String> {
-        let e = |e: landlock::RulesetError| e.to_string();
+    fn build(
+        &self,
+        folder: Option<&OwnedFd>,
+        gated: bool,
+    ) -> Result<Option<OwnedFd>, LandlockError> {
+        let e = LandlockError::Ruleset;
         let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::BestEffort)
             .handle_access(AccessFs::from_all(WANTED))
@@ -231,21 +257,19 @@ impl StaticRules {
 /// A ruleset that handles TCP connect alone and grants none: the
 /// runtime's own TCP connects refused, where warden's connect gate makes
 /// them for it. Nothing else of the runtime is restricted.
-pub fn no_tcp_connect() -> Result<OwnedFd, String> {
+pub fn no_tcp_connect() -> Result<OwnedFd, LandlockError> {
     let abi = kernel_abi();
     if abi < 4 {
-        return Err(format!(
-            "Landlock's TCP rules need ABI 4 (Linux 6.7); the kernel has {abi}"
-        ));
+        return Err(LandlockError::NoTcpRules { abi });
     }
-    let e = |e: landlock::RulesetError| e.to_string();
+    let e = LandlockError::Ruleset;
     let created = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessNet::ConnectTcp)
         .map_err(e)?
         .create()
         .map_err(e)?;
-    Option::<OwnedFd>::from(created).ok_or_else(|| "Landlock made no ruleset".to_string())
+    Option::<OwnedFd>::from(created).ok_or(LandlockError::NoRuleset)
 }
 
 fn grant(path: &Path, access: BitFlags<AccessFs>) -> Option<Grant> {

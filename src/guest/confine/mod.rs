@@ -16,15 +16,59 @@ pub mod spawner;
 
 use crate::shared::policy::{Limits, Policy, Requirement};
 use crate::wire::LayerState;
-use cgroups::{Cgroups, CommandCgroup};
-use landlock::{Coverage, StaticRules};
+use cgroups::{Cgroups, CgroupsError, CommandCgroup};
+use landlock::{Coverage, LandlockError, StaticRules};
 use probe::{NetProbe, Probe};
+use seccomp::SeccompError;
 use seccompiler::BpfProgram;
-use spawn::Confine;
+use spawn::{Confine, LaunchError, SpawnError};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+
+/// Why a command (or a probe, or the runtime) cannot have its layers.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    #[error("landlock ruleset: {0}")]
+    Ruleset(#[source] LandlockError),
+    /// The runtime's ruleset, which refuses it every TCP connect of its own.
+    #[error(transparent)]
+    RuntimeRuleset(LandlockError),
+    #[error("the command's cgroup {}/{name}: {source}", dir.display())]
+    Cgroup {
+        dir: PathBuf,
+        name: String,
+        source: std::io::Error,
+    },
+}
+
+/// Why /proc shows shell other users' processes.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcHiddenError {
+    #[error(
+        "cannot remount /proc with hidepid=invisible: {0}; shell can list the runtime's processes"
+    )]
+    Remount(#[source] nix::Error),
+    #[error("not PID 1: /proc belongs to the host; shell can list other processes")]
+    NotPid1,
+}
+
+/// Why a probe could not run to its findings: then nothing is proven.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(transparent)]
+    Confine(#[from] ConfineError),
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    /// /dev/null, its stdin, stdout and stderr.
+    #[error("{0}")]
+    Stdio(#[source] std::io::Error),
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    #[error("the probe ran past its checks")]
+    RanPast,
+}
 
 pub struct Confinement {
     /// The policy as read at boot; its limits are `limits()` from then on.
@@ -32,13 +76,13 @@ pub struct Confinement {
     /// The limits every command gets now: the policy's, or what a reload
     /// of limits.json read since (see `supervisor::settings`).
     limits: RwLock<Limits>,
-    seccomp: Result<Arc<Vec<BpfProgram>>, String>,
+    seccomp: Result<Arc<Vec<BpfProgram>>, SeccompError>,
     rules: StaticRules,
     pub coverage: Coverage,
     last_cap: u32,
-    proc_hidden: Result<(), String>,
+    proc_hidden: Result<(), ProcHiddenError>,
     /// Per-command cgroups, or why there are none.
-    cgroups: Result<Cgroups, String>,
+    cgroups: Result<Cgroups, CgroupsError>,
     /// The layers as the last probe found them.
     layers: Mutex<Vec<LayerState>>,
     /// Whether the connect gate is on: commands then get no TCP connect
@@ -51,8 +95,8 @@ impl Confinement {
     /// `open_rules`, once commands' mount namespace exists.
     pub fn new(
         policy: Policy,
-        proc_hidden: Result<(), String>,
-        cgroups: Result<Cgroups, String>,
+        proc_hidden: Result<(), ProcHiddenError>,
+        cgroups: Result<Cgroups, CgroupsError>,
     ) -> Confinement {
         let mut policy = policy;
         // Commands reach the network through the proxy: Landlock must let
@@ -132,13 +176,13 @@ impl Confinement {
         folder: Option<&OwnedFd>,
         limits: &Limits,
         probe: bool,
-    ) -> Result<Confine, String> {
+    ) -> Result<Confine, ConfineError> {
         let landlock = match self.policy.landlock.require {
             Requirement::Off => None,
             _ => self
                 .rules
                 .ruleset(folder, self.gated())
-                .map_err(|e| format!("landlock ruleset: {e}"))?,
+                .map_err(ConfineError::Ruleset)?,
         };
         Ok(Confine {
             landlock,
@@ -158,7 +202,7 @@ impl Confinement {
         &self,
         name: &str,
         limits: &Limits,
-    ) -> Result<Option<(CommandCgroup, OwnedFd)>, String> {
+    ) -> Result<Option<(CommandCgroup, OwnedFd)>, ConfineError> {
         let proven = self
             .layers()
             .iter()
@@ -173,7 +217,7 @@ impl Confinement {
     pub fn probe_cgroup(
         &self,
         limits: &Limits,
-    ) -> Result<Option<(CommandCgroup, OwnedFd)>, String> {
+    ) -> Result<Option<(CommandCgroup, OwnedFd)>, ConfineError> {
         self.cgroup("probe", limits)
     }
 
@@ -181,27 +225,29 @@ impl Confinement {
         &self,
         name: &str,
         limits: &Limits,
-    ) -> Result<Option<(CommandCgroup, OwnedFd)>, String> {
+    ) -> Result<Option<(CommandCgroup, OwnedFd)>, ConfineError> {
         let Ok(cgroups) = &self.cgroups else {
             return Ok(None);
         };
-        cgroups.for_command(name, limits).map(Some).map_err(|e| {
-            format!(
-                "the command's cgroup {}/{name}: {e}",
-                cgroups.dir().display()
-            )
-        })
+        cgroups
+            .for_command(name, limits)
+            .map(Some)
+            .map_err(|source| ConfineError::Cgroup {
+                dir: cgroups.dir().into(),
+                name: name.into(),
+                source,
+            })
     }
 
     /// The firewall probe's layers: those of a command but Landlock, whose
     /// TCP rule would hide whether the firewall holds. Under the connect
     /// gate, a command's exactly: the gate is what is proven then.
-    pub fn for_network_probe(&self, probe: NetProbe) -> Result<Confine, String> {
+    pub fn for_network_probe(&self, probe: NetProbe) -> Result<Confine, ConfineError> {
         let landlock = match self.gated() {
             true => self
                 .rules
                 .ruleset(None, true)
-                .map_err(|e| format!("landlock ruleset: {e}"))?,
+                .map_err(ConfineError::Ruleset)?,
             false => None,
         };
         Ok(Confine {
@@ -222,9 +268,9 @@ impl Confinement {
     /// network: Landlock refuses it every TCP connect of its own (the
     /// gate makes them for it), no capabilities, no_new_privs; nothing
     /// else of it is restricted. `probe`: knock instead of exec.
-    pub fn for_gated_runtime(&self, probe: Option<NetProbe>) -> Result<Confine, String> {
+    pub fn for_gated_runtime(&self, probe: Option<NetProbe>) -> Result<Confine, ConfineError> {
         Ok(Confine {
-            landlock: Some(landlock::no_tcp_connect()?),
+            landlock: Some(landlock::no_tcp_connect().map_err(ConfineError::RuntimeRuleset)?),
             rlimits: Vec::new(),
             last_cap: self.last_cap,
             bounding_set_empty: false,
@@ -250,7 +296,11 @@ impl Confinement {
     /// report, and keeps it.
     /// Keeps the layers the probe proved, with `more` proven elsewhere
     /// (the firewall, shell's own space).
-    pub fn record(&self, probe: Result<Probe, String>, more: Vec<LayerState>) -> Vec<LayerState> {
+    pub fn record(
+        &self,
+        probe: Result<Probe, ProbeError>,
+        more: Vec<LayerState>,
+    ) -> Vec<LayerState> {
         let mut layers = self.judge(probe);
         layers.extend(more);
         *self.layers.lock().unwrap_or_else(|e| e.into_inner()) = layers.clone();
@@ -275,7 +325,7 @@ impl Confinement {
         (!down.is_empty()).then(|| down.join("; "))
     }
 
-    fn judge(&self, probe: Result<Probe, String>) -> Vec<LayerState> {
+    fn judge(&self, probe: Result<Probe, ProbeError>) -> Vec<LayerState> {
         let probe = match probe {
             Ok(p) => p,
             Err(e) => {
@@ -336,7 +386,7 @@ impl Confinement {
         };
         let proc_detail = match &self.proc_hidden {
             Ok(()) => "/proc mounted with hidepid=invisible".to_string(),
-            Err(e) => e.clone(),
+            Err(e) => e.to_string(),
         };
         if self.policy.landlock.require == Requirement::Off {
             landlock_detail = "off by policy (landlock.json)".into();
@@ -469,11 +519,17 @@ fn last_capability() -> u32 {
 }
 
 /// Remounts /proc so that a user sees only its own processes.
-pub fn hide_processes() -> Result<(), String> {
+pub fn hide_processes() -> Result<(), ProcHiddenError> {
     use nix::mount::{mount, MsFlags};
     let flags = MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    mount(Some("proc"), "/proc", Some("proc"), flags, Some("hidepid=invisible"))
-        .map_err(|e| format!("cannot remount /proc with hidepid=invisible: {e}; shell can list the runtime's processes"))
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        flags,
+        Some("hidepid=invisible"),
+    )
+    .map_err(ProcHiddenError::Remount)
 }
 
 #[cfg(test)]

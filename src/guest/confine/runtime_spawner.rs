@@ -4,7 +4,7 @@
 //! every process forked from it inherits, as the spawner thread carries
 //! the commands' filters.
 
-use super::spawner::install_listening;
+use super::spawner::{install_listening, SpawnerError};
 use seccompiler::BpfProgram;
 use std::os::fd::OwnedFd;
 use std::sync::mpsc;
@@ -15,12 +15,10 @@ pub struct RuntimeSpawner {
     jobs: mpsc::Sender<Job>,
 }
 
-const GONE: &str = "the runtime's spawner thread is gone";
-
 impl RuntimeSpawner {
     /// Starts the thread with `program` installed on it (and
     /// no_new_privs, which its children keep); the gate's listener.
-    pub fn start(program: BpfProgram) -> Result<(RuntimeSpawner, OwnedFd), String> {
+    pub fn start(program: BpfProgram) -> Result<(RuntimeSpawner, OwnedFd), SpawnerError> {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready_tx, ready) = mpsc::channel();
         std::thread::Builder::new()
@@ -35,8 +33,8 @@ impl RuntimeSpawner {
                     }
                 }
             })
-            .map_err(|e| format!("cannot start the runtime's spawner thread: {e}"))?;
-        let listener = ready.recv().map_err(|_| GONE.to_string())??;
+            .map_err(SpawnerError::RuntimeStart)?;
+        let listener = ready.recv().map_err(|_| SpawnerError::RuntimeGone)??;
         Ok((RuntimeSpawner { jobs }, listener))
     }
 
@@ -44,13 +42,13 @@ impl RuntimeSpawner {
     pub fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, String> {
+    ) -> Result<T, SpawnerError> {
         let (tx, rx) = mpsc::channel();
         self.jobs
             .send(Box::new(move || {
                 let _ = tx.send(f());
             }))
-            .map_err(|_| GONE.to_string())?;
-        rx.recv().map_err(|_| GONE.to_string())
+            .map_err(|_| SpawnerError::RuntimeGone)?;
+        rx.recv().map_err(|_| SpawnerError::RuntimeGone)
     }
 }

@@ -14,6 +14,20 @@
 use seccompiler::{sock_filter, BpfProgram, TargetArch};
 use std::collections::HashMap;
 
+/// Why a filter could not be made: a jump of warden's own program that
+/// does not resolve, or the policy's additions that seccompiler refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("no label {0}")]
+    NoLabel(&'static str),
+    #[error("{0} is behind")]
+    Behind(&'static str),
+    #[error("{0} is too far")]
+    TooFar(&'static str),
+    #[error("{0}")]
+    Compile(#[source] seccompiler::Error),
+}
+
 /// Syscalls denied whatever their arguments, each with the threat it stops.
 const DENIED: &[(i64, &str, &str)] = &[
     (
@@ -303,14 +317,14 @@ impl Program {
         self
     }
 
-    fn assemble(&self) -> Result<BpfProgram, String> {
-        let resolve = |at: usize, to: To| -> Result<u8, String> {
+    fn assemble(&self) -> Result<BpfProgram, SeccompError> {
+        let resolve = |at: usize, to: To| -> Result<u8, SeccompError> {
             match to {
                 To::Next => Ok(0),
                 To::Label(l) => {
-                    let target = *self.labels.get(l).ok_or(format!("no label {l}"))?;
-                    let offset = target.checked_sub(at + 1).ok_or(format!("{l} is behind"))?;
-                    u8::try_from(offset).map_err(|_| format!("{l} is too far"))
+                    let target = *self.labels.get(l).ok_or(SeccompError::NoLabel(l))?;
+                    let offset = target.checked_sub(at + 1).ok_or(SeccompError::Behind(l))?;
+                    u8::try_from(offset).map_err(|_| SeccompError::TooFar(l))
                 }
             }
         };
@@ -330,7 +344,7 @@ impl Program {
 }
 
 /// The whole filter. Each conditional rule names the threat it stops.
-fn deny_program() -> Result<BpfProgram, String> {
+fn deny_program() -> Result<BpfProgram, SeccompError> {
     let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
     let mut p = Program::default();
     kill_foreign_abis(&mut p);
@@ -434,7 +448,7 @@ fn network_rules(p: &mut Program) {
 ///
 /// Its listen(2) calls go to warden too (see `listen_program`): a thread
 /// has one listener at most, so the gate's carries both.
-pub fn gate_program() -> Result<BpfProgram, String> {
+pub fn gate_program() -> Result<BpfProgram, SeccompError> {
     notify_program(&[libc::SYS_connect, libc::SYS_listen])
 }
 
@@ -444,12 +458,12 @@ pub fn gate_program() -> Result<BpfProgram, String> {
 /// Landlock's bind rule never sees) and listens on a unix socket itself
 /// (`net::connect_gate::listen`). The filter sees only a descriptor's
 /// number, not its family: hence warden.
-pub fn listen_program() -> Result<BpfProgram, String> {
+pub fn listen_program() -> Result<BpfProgram, SeccompError> {
     notify_program(&[libc::SYS_listen])
 }
 
 /// A filter sending `calls` to warden and letting everything else go.
-fn notify_program(calls: &[i64]) -> Result<BpfProgram, String> {
+fn notify_program(calls: &[i64]) -> Result<BpfProgram, SeccompError> {
     let mut p = Program::default();
     p.load(ARCH)
         .op(JEQ, AUDIT_ARCH_X86_64, To::Next, To::Label("allow"));
@@ -468,7 +482,7 @@ fn notify_program(calls: &[i64]) -> Result<BpfProgram, String> {
 /// refused (its operations make sockets and send without these calls;
 /// ENOSYS makes libuv and others fall back), and every connect(2) and
 /// listen(2) a user notification. A foreign ABI is killed, as it would dodge the rules.
-pub fn runtime_gate_program() -> Result<BpfProgram, String> {
+pub fn runtime_gate_program() -> Result<BpfProgram, SeccompError> {
     let mut p = Program::default();
     kill_foreign_abis(&mut p);
     p.jeq(libc::SYS_connect as u32, "notify");
@@ -490,7 +504,7 @@ pub fn runtime_gate_program() -> Result<BpfProgram, String> {
 
 /// The extra names of the policy, compiled by seccompiler's JSON front end
 /// (which resolves names to numbers).
-fn extra(names: &[String]) -> Result<Option<BpfProgram>, String> {
+fn extra(names: &[String]) -> Result<Option<BpfProgram>, SeccompError> {
     if names.is_empty() {
         return Ok(None);
     }
@@ -504,13 +518,13 @@ fn extra(names: &[String]) -> Result<Option<BpfProgram>, String> {
         "filter": filter,
     }});
     let mut map = seccompiler::compile_from_json(json.to_string().as_bytes(), TargetArch::x86_64)
-        .map_err(|e| e.to_string())?;
+        .map_err(SeccompError::Compile)?;
     Ok(map.remove("extra"))
 }
 
 /// Every filter a command gets, in the order they are installed: warden's
 /// own, and the policy's additions when it has some.
-pub fn build(extra_deny: &[String]) -> Result<Vec<BpfProgram>, String> {
+pub fn build(extra_deny: &[String]) -> Result<Vec<BpfProgram>, SeccompError> {
     let mut programs = vec![deny_program()?];
     programs.extend(extra(extra_deny)?);
     Ok(programs)

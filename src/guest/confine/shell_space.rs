@@ -12,7 +12,46 @@ use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::stat::stat;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Why shell has no corner of its own (or not all of it).
+#[derive(Debug, thiserror::Error)]
+pub enum ShellSpaceError {
+    #[error("{}: {source}", path.display())]
+    Stat { path: PathBuf, source: nix::Error },
+    #[error("{}: no parent folder", .0.display())]
+    NoParent(PathBuf),
+    #[error("{} is a link or not a folder", .0.display())]
+    NotAFolder(PathBuf),
+    #[error("{} is not root's", .0.display())]
+    NotRoots(PathBuf),
+    #[error("{} may be entered by others (mode {mode:04o}); it must be root's alone", path.display())]
+    OpenToOthers { path: PathBuf, mode: u32 },
+    #[error("{}: {source}", path.display())]
+    Make {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot make shell a mount and IPC namespace of its own: {0} (needs CAP_SYS_ADMIN)")]
+    Unshare(#[source] nix::Error),
+    #[error("cannot make shell's mounts its own: {0}")]
+    OwnMounts(#[source] nix::Error),
+    #[error("cannot mount shell's /tmp: {0}")]
+    MountTmp(#[source] nix::Error),
+    #[error("cannot remount shell's /tmp nosuid,nodev: {0}")]
+    RemountTmp(#[source] nix::Error),
+    #[error("cannot mount shell's /dev/shm: {0}")]
+    MountShm(#[source] nix::Error),
+    #[error("shell's /tmp is still the machine's after mounting")]
+    StillShared,
+}
+
+/// The kernel's protections that read 0, named.
+#[derive(Debug, thiserror::Error)]
+#[error("{} read 0 (the host's settings, in a container); shell's own /tmp and /dev/shm stand in", .off.join(", "))]
+pub struct LinksUnprotected {
+    pub off: Vec<&'static str>,
+}
 
 /// The size of shell's /dev/shm (a tmpfs of its own), as podman gives a
 /// container's.
@@ -20,12 +59,17 @@ const SHM_SIZE: &str = "64m";
 
 /// Enters shell's namespaces on the calling thread and mounts its /tmp
 /// (a bind of `backing`) and /dev/shm. Says what holds, or why not.
-pub fn enter(backing: &Path) -> Result<String, String> {
-    let before = stat("/tmp").map_err(|e| format!("/tmp: {e}"))?;
+pub fn enter(backing: &Path) -> Result<String, ShellSpaceError> {
+    let stat_of = |path: &Path| {
+        stat(path).map_err(|source| ShellSpaceError::Stat {
+            path: path.into(),
+            source,
+        })
+    };
+    let before = stat_of(Path::new("/tmp"))?;
     prepare(backing)?;
-    unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWIPC).map_err(|e| {
-        format!("cannot make shell a mount and IPC namespace of its own: {e} (needs CAP_SYS_ADMIN)")
-    })?;
+    unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWIPC)
+        .map_err(ShellSpaceError::Unshare)?;
     // Mounts of the machine still reach shell; shell's never leave.
     mount(
         None::<&str>,
@@ -34,7 +78,7 @@ pub fn enter(backing: &Path) -> Result<String, String> {
         MsFlags::MS_REC | MsFlags::MS_SLAVE,
         None::<&str>,
     )
-    .map_err(|e| format!("cannot make shell's mounts its own: {e}"))?;
+    .map_err(ShellSpaceError::OwnMounts)?;
     mount(
         Some(backing),
         "/tmp",
@@ -42,7 +86,7 @@ pub fn enter(backing: &Path) -> Result<String, String> {
         MsFlags::MS_BIND,
         None::<&str>,
     )
-    .map_err(|e| format!("cannot mount shell's /tmp: {e}"))?;
+    .map_err(ShellSpaceError::MountTmp)?;
     let quiet = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     mount(
         None::<&str>,
@@ -51,7 +95,7 @@ pub fn enter(backing: &Path) -> Result<String, String> {
         MsFlags::MS_BIND | MsFlags::MS_REMOUNT | quiet,
         None::<&str>,
     )
-    .map_err(|e| format!("cannot remount shell's /tmp nosuid,nodev: {e}"))?;
+    .map_err(ShellSpaceError::RemountTmp)?;
     let shm = match Path::new("/dev/shm").is_dir() {
         true => mount(
             Some("tmpfs"),
@@ -61,17 +105,17 @@ pub fn enter(backing: &Path) -> Result<String, String> {
             Some(format!("mode=1777,size={SHM_SIZE}").as_str()),
         )
         .map(|()| format!("own /dev/shm (tmpfs, {SHM_SIZE})"))
-        .map_err(|e| format!("cannot mount shell's /dev/shm: {e}"))?,
+        .map_err(ShellSpaceError::MountShm)?,
         false => "no /dev/shm".to_string(),
     };
     // Proven, not assumed: /tmp is now the backing folder, not the one
     // everyone else sees.
-    let after = stat("/tmp").map_err(|e| format!("/tmp: {e}"))?;
-    let want = stat(backing).map_err(|e| format!("{}: {e}", backing.display()))?;
+    let after = stat_of(Path::new("/tmp"))?;
+    let want = stat_of(backing)?;
     if (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
         || (after.st_dev, after.st_ino) != (want.st_dev, want.st_ino)
     {
-        return Err("shell's /tmp is still the machine's after mounting".into());
+        return Err(ShellSpaceError::StillShared);
     }
     Ok(format!(
         "own /tmp ({}), {shm}, own System V IPC namespace (emptied once shell has no live process left)",
@@ -82,29 +126,32 @@ pub fn enter(backing: &Path) -> Result<String, String> {
 /// Makes `backing` root's, mode 1777, inside a parent only root may
 /// enter. What exists already is checked, never changed: a link, a folder
 /// not root's, or a parent others may write or enter is refused.
-fn prepare(backing: &Path) -> Result<(), String> {
+fn prepare(backing: &Path) -> Result<(), ShellSpaceError> {
     let parent = backing
         .parent()
-        .ok_or_else(|| format!("{}: no parent folder", backing.display()))?;
+        .ok_or_else(|| ShellSpaceError::NoParent(backing.into()))?;
     // (folder, mode when made, mode bits it must not have when found)
     for (dir, mode, forbidden) in [(parent, 0o700, 0o077), (backing, 0o1777, 0)] {
         match std::fs::symlink_metadata(dir) {
             Ok(m) if m.file_type().is_symlink() || !m.is_dir() => {
-                return Err(format!("{} is a link or not a folder", dir.display()))
+                return Err(ShellSpaceError::NotAFolder(dir.into()))
             }
-            Ok(m) if m.uid() != 0 => return Err(format!("{} is not root's", dir.display())),
+            Ok(m) if m.uid() != 0 => return Err(ShellSpaceError::NotRoots(dir.into())),
             Ok(m) if m.mode() & forbidden != 0 => {
-                return Err(format!(
-                    "{} may be entered by others (mode {:04o}); it must be root's alone",
-                    dir.display(),
-                    m.mode() & 0o7777
-                ))
+                return Err(ShellSpaceError::OpenToOthers {
+                    path: dir.into(),
+                    mode: m.mode() & 0o7777,
+                })
             }
             Ok(_) => {}
             Err(_) => {
-                std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                let made = |source| ShellSpaceError::Make {
+                    path: dir.into(),
+                    source,
+                };
+                std::fs::create_dir_all(dir).map_err(made)?;
                 std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-                    .map_err(|e| format!("{}: {e}", dir.display()))?;
+                    .map_err(made)?;
             }
         }
     }
@@ -204,7 +251,7 @@ pub fn empty_ipc() -> usize {
 /// per namespace), so warden changes them only in a VM, where the kernel
 /// is its own (see `vm`); where they read 0, shell's own /tmp and /dev/shm
 /// are what stands in, and this says so.
-pub fn protect_links() -> Result<String, String> {
+pub fn protect_links() -> Result<String, LinksUnprotected> {
     const KNOBS: [&str; 4] = [
         "protected_symlinks",
         "protected_hardlinks",
@@ -220,9 +267,6 @@ pub fn protect_links() -> Result<String, String> {
         .collect();
     match off.is_empty() {
         true => Ok("the kernel refuses links and files planted in sticky folders".into()),
-        false => Err(format!(
-            "{} read 0 (the host's settings, in a container); shell's own /tmp and /dev/shm stand in",
-            off.join(", ")
-        )),
+        false => Err(LinksUnprotected { off }),
     }
 }

@@ -95,8 +95,8 @@ pub enum LaunchError {
     EmptyArgv,
     #[error("NUL byte in argument or environment")]
     Nul(#[from] NulError),
-    #[error("{0}")]
-    Confinement(String),
+    #[error(transparent)]
+    Confinement(#[from] super::ConfineError),
 }
 
 impl Launch {

@@ -14,7 +14,7 @@
 //! keeps its effective capabilities, which it needs to set children up;
 //! it never execs.
 
-use crate::guest::confine::shell_space;
+use crate::guest::confine::shell_space::{self, ShellSpaceError};
 use crate::guest::confine::spawn::{self, Launch, SpawnError, Spawned, Stdio};
 use crate::guest::process::reaper::Reaper;
 use seccompiler::BpfProgram;
@@ -25,16 +25,54 @@ use std::sync::Arc;
 
 type Reply = Box<dyn FnOnce(Result<Spawned, SpawnError>) + Send>;
 
+/// What a spawner thread (the commands', or the runtime's) could not do
+/// to itself, or that it is gone.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnerError {
+    /// shell's own namespaces, entered by the thread.
+    #[error(transparent)]
+    Space(#[from] ShellSpaceError),
+    #[error("cannot set no_new_privs on the spawner thread: {0}")]
+    NoNewPrivs(#[source] std::io::Error),
+    #[error("cannot install the seccomp filter: {0}")]
+    Filter(#[source] std::io::Error),
+    #[error("cannot install the connect gate's filter: {0}")]
+    GateFilter(#[source] std::io::Error),
+    #[error("seccomp returned no listener")]
+    NoListener,
+    #[error("cannot empty the spawner thread's bounding set (capability {cap}): {source}")]
+    BoundingSet { cap: u32, source: std::io::Error },
+    /// Said of all three things the thread would have done.
+    #[error("cannot start the spawner thread: {0}")]
+    Start(#[source] Arc<std::io::Error>),
+    #[error("the spawner thread died")]
+    Died,
+    #[error("the spawner thread is gone")]
+    Gone,
+    #[error("cannot start the runtime's spawner thread: {0}")]
+    RuntimeStart(#[source] std::io::Error),
+    #[error("the runtime's spawner thread is gone")]
+    RuntimeGone,
+}
+
+/// What the thread found when it set itself up, and its id.
+type Found = (
+    Result<String, SpawnerError>,
+    Result<(), SpawnerError>,
+    Result<(), SpawnerError>,
+    nix::unistd::Pid,
+);
+
 /// The spawner, with what its thread found when it set itself up.
 pub struct Started {
     pub spawner: Spawner,
     /// shell's own /tmp, /dev/shm and IPC namespace: what holds, or why not.
-    pub space: Result<String, String>,
+    pub space: Result<String, SpawnerError>,
     /// The seccomp filter installed on the thread, or why not.
-    pub filtered: Result<(), String>,
+    pub filtered: Result<(), SpawnerError>,
     /// The thread's bounding set emptied, or why not (each child then
     /// drops what is left itself, or fails to start).
-    pub bounded: Result<(), String>,
+    pub bounded: Result<(), SpawnerError>,
 }
 
 // Moved once through the channel; boxing the launch would add an
@@ -53,7 +91,7 @@ enum Job {
     /// Install the connect gate's filter, whose listener goes back.
     InstallGate {
         program: BpfProgram,
-        reply: mpsc::Sender<Result<OwnedFd, String>>,
+        reply: mpsc::Sender<Result<OwnedFd, SpawnerError>>,
     },
 }
 
@@ -82,10 +120,11 @@ impl Spawner {
         let started = std::thread::Builder::new()
             .name("spawner".into())
             .spawn(move || {
-                let space = shell_space::enter(&shell_tmp);
+                let space = shell_space::enter(&shell_tmp).map_err(SpawnerError::Space);
                 let tid = nix::unistd::gettid();
                 let bounded = drop_bounding_set(last_cap);
-                let _ = ready_tx.send((space, install(&filters), bounded.clone(), tid));
+                let bounded_ok = bounded.is_ok();
+                let _ = ready_tx.send((space, install(&filters), bounded, tid));
                 for job in queue {
                     match job {
                         Job::Spawn {
@@ -94,7 +133,7 @@ impl Spawner {
                             kill_group,
                             reply,
                         } => {
-                            if bounded.is_ok() {
+                            if bounded_ok {
                                 launch.inherits_empty_bounding_set();
                             }
                             let spawned = spawn::spawn(&launch, stdio, &reaper, kill_group);
@@ -117,15 +156,18 @@ impl Spawner {
                     }
                 }
             });
-        let failed = |why: String| {
+        let failed = |why: &dyn Fn() -> SpawnerError| -> Found {
             let none = nix::unistd::Pid::from_raw(0);
-            (Err(why.clone()), Err(why.clone()), Err(why), none)
+            (Err(why()), Err(why()), Err(why()), none)
         };
         let (space, filtered, bounded, tid) = match started {
             Ok(_) => ready
                 .recv()
-                .unwrap_or_else(|_| failed("the spawner thread died".into())),
-            Err(e) => failed(format!("cannot start the spawner thread: {e}")),
+                .unwrap_or_else(|_| failed(&|| SpawnerError::Died)),
+            Err(e) => {
+                let e = Arc::new(e);
+                failed(&|| SpawnerError::Start(e.clone()))
+            }
         };
         // The commands' namespace is the thread's, whatever became of
         // shell's own mounts (an unshare that worked, then a mount that
@@ -161,14 +203,12 @@ impl Spawner {
     /// Installs `program` on the thread (after its other filters, so
     /// every command forked from now on carries it) with a listener for
     /// its notifications, which is returned.
-    pub fn install_gate(&self, program: BpfProgram) -> Result<OwnedFd, String> {
+    pub fn install_gate(&self, program: BpfProgram) -> Result<OwnedFd, SpawnerError> {
         let (reply, answer) = mpsc::channel();
         self.jobs
             .send(Job::InstallGate { program, reply })
-            .map_err(|_| "the spawner thread is gone".to_string())?;
-        answer
-            .recv()
-            .map_err(|_| "the spawner thread is gone".to_string())?
+            .map_err(|_| SpawnerError::Gone)?;
+        answer.recv().map_err(|_| SpawnerError::Gone)?
     }
 
     /// Asks the thread to empty shell's System V IPC namespace once no
@@ -216,23 +256,23 @@ impl Spawner {
 /// thread first (it is per thread: warden's other threads and the main
 /// process keep their powers; every command sets it anyway): without it,
 /// installing a filter needs CAP_SYS_ADMIN, which a container may not have.
-fn install(filters: &[BpfProgram]) -> Result<(), String> {
+fn install(filters: &[BpfProgram]) -> Result<(), SpawnerError> {
     if filters.is_empty() {
         return Ok(());
     }
     no_new_privs()?;
     for program in filters {
-        seccomp(program, 0).map_err(|e| format!("cannot install the seccomp filter: {e}"))?;
+        seccomp(program, 0).map_err(SpawnerError::Filter)?;
     }
     Ok(())
 }
 
 /// Installs the gate's `program` with a new listener, and returns it.
-pub(super) fn install_listening(program: &BpfProgram) -> Result<OwnedFd, String> {
+pub(super) fn install_listening(program: &BpfProgram) -> Result<OwnedFd, SpawnerError> {
     no_new_privs()?;
     let fd = seccomp(program, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32)
-        .map_err(|e| format!("cannot install the connect gate's filter: {e}"))?;
-    let fd = i32::try_from(fd).map_err(|_| "seccomp returned no listener".to_string())?;
+        .map_err(SpawnerError::GateFilter)?;
+    let fd = i32::try_from(fd).map_err(|_| SpawnerError::NoListener)?;
     // SAFETY: with NEW_LISTENER, seccomp(2) returns a new descriptor that
     // nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -241,28 +281,25 @@ pub(super) fn install_listening(program: &BpfProgram) -> Result<OwnedFd, String>
 /// Empties the calling thread's capability bounding set (capabilities 0
 /// to `last_cap`). Dropping needs CAP_SETPCAP; where it is missing, each
 /// child's own drop fails the same way and the command does not start.
-fn drop_bounding_set(last_cap: u32) -> Result<(), String> {
+fn drop_bounding_set(last_cap: u32) -> Result<(), SpawnerError> {
     for cap in 0..=last_cap {
         // SAFETY: prctl(PR_CAPBSET_DROP) takes plain integers and changes
         // only the calling thread's credentials.
         if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } < 0 {
-            return Err(format!(
-                "cannot empty the spawner thread's bounding set (capability {cap}): {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(SpawnerError::BoundingSet {
+                cap,
+                source: std::io::Error::last_os_error(),
+            });
         }
     }
     Ok(())
 }
 
-fn no_new_privs() -> Result<(), String> {
+fn no_new_privs() -> Result<(), SpawnerError> {
     // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) takes plain integers and affects
     // only the calling thread.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
-        return Err(format!(
-            "cannot set no_new_privs on the spawner thread: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(SpawnerError::NoNewPrivs(std::io::Error::last_os_error()));
     }
     Ok(())
 }

@@ -105,7 +105,11 @@ pub enum StandaloneError {
     },
     /// The credentials' file, as the vault says.
     #[error("{}: {error}", path.display())]
-    Credentials { path: PathBuf, error: String },
+    Credentials {
+        path: PathBuf,
+        #[source]
+        error: crate::guest::accounts::runtime_keys::EnvTextError,
+    },
     #[error(transparent)]
     Runtime(io::Error),
     #[error("{address}: {error}")]

@@ -25,7 +25,8 @@ impl Supervisor {
         landlock_tcp: bool,
         seccomp_sockets: bool,
     ) -> LayerState {
-        let knock = |plan| self.run_net_probe(plan);
+        // The network layer takes the probe's error as the text it reports.
+        let knock = |plan| self.run_net_probe(plan).map_err(|e| e.to_string());
         if let Some(gate) = self.network.gate() {
             return self.network.prove_gate(gate, knock);
         }
@@ -44,9 +45,9 @@ impl Supervisor {
         };
         match opened {
             Ok(()) => match self.network.gate() {
-                Some(gate) => self
-                    .network
-                    .prove_gate(gate, |plan| self.run_net_probe(plan)),
+                Some(gate) => self.network.prove_gate(gate, |plan| {
+                    self.run_net_probe(plan).map_err(|e| e.to_string())
+                }),
                 None => firewall,
             },
             Err(e) => {
@@ -77,8 +78,12 @@ impl Supervisor {
                 None => return None,
             };
             let knock = |plan| {
-                let confine = self.confinement.for_gated_runtime(Some(plan))?;
+                let confine = self
+                    .confinement
+                    .for_gated_runtime(Some(plan))
+                    .map_err(|e| e.to_string())?;
                 self.spawn_probe_as("warden-runtime-probe", confine, &self.runtime)
+                    .map_err(|e| e.to_string())
             };
             return Some(
                 self.network
@@ -88,6 +93,7 @@ impl Supervisor {
         let knock = |plan| {
             let confine = self.confinement.for_runtime_network_probe(plan);
             self.spawn_probe_as("warden-runtime-probe", confine, &self.runtime)
+                .map_err(|e| e.to_string())
         };
         Some(
             self.network

@@ -9,9 +9,10 @@ use crate::guest::accounts::layout::{self, Paths, Spec};
 use crate::guest::accounts::users::Account;
 use crate::guest::audit::Audit;
 use crate::guest::confine::probe::Probe;
+use crate::guest::confine::shell_space::LinksUnprotected;
 use crate::guest::confine::spawn::{Grouping, Identity, Launch, LaunchError, Stdio, Workdir};
-use crate::guest::confine::spawner::Spawner;
-use crate::guest::confine::Confinement;
+use crate::guest::confine::spawner::{Spawner, SpawnerError};
+use crate::guest::confine::{Confinement, ProbeError};
 use crate::guest::process::reaper::Reaper;
 use crate::shared::config::MachineConfig;
 use crate::wire::Limits;
@@ -43,12 +44,12 @@ pub struct Supervisor {
     /// Forks every shell command (and the probe), under the seccomp filter.
     pub spawner: Spawner,
     /// shell's own /tmp, /dev/shm and IPC namespace: what holds, or why not.
-    shell_space: Result<String, String>,
+    shell_space: Result<String, SpawnerError>,
     /// The kernel's protections against planted links and files in shared
     /// sticky folders: what holds, or why not.
-    link_protections: Result<String, String>,
+    link_protections: Result<String, LinksUnprotected>,
     /// warden's (and so the runtime's) place for the OOM killer.
-    oom_order: Result<String, String>,
+    oom_order: Result<String, OomScoreError>,
     pub audit: Audit,
     pub confinement: Confinement,
     pub network: crate::guest::net::Network,
@@ -233,13 +234,13 @@ impl Supervisor {
         // The filter carries the socket rules: proven installed by the probe.
         let seccomp_sockets = found.as_ref().is_ok_and(|p| p.has(Probe::SECCOMP));
         let firewall = self.firewall_layer(landlock_tcp, seccomp_sockets);
-        let space = |layer, found: &Result<String, String>| {
+        fn space<E: std::fmt::Display>(layer: &str, found: &Result<String, E>) -> LayerState {
             let (holds, detail) = match found {
                 Ok(d) => (true, d.clone()),
-                Err(e) => (false, e.clone()),
+                Err(e) => (false, e.to_string()),
             };
             crate::guest::confine::state(layer, false, holds, detail)
-        };
+        }
         let commands_first = found.as_ref().is_ok_and(|p| p.has(Probe::OOM_FIRST));
         let more = vec![
             firewall,
@@ -257,12 +258,15 @@ impl Supervisor {
 
     /// The firewall probe: a child as shell knocking where `plan` says
     /// (without Landlock, but under the connect gate).
-    fn run_net_probe(&self, plan: crate::guest::confine::probe::NetProbe) -> Result<Probe, String> {
+    fn run_net_probe(
+        &self,
+        plan: crate::guest::confine::probe::NetProbe,
+    ) -> Result<Probe, ProbeError> {
         let confine = self.confinement.for_network_probe(plan)?;
         self.spawn_probe("warden-net-probe", confine)
     }
 
-    fn run_probe(&self) -> Result<Probe, String> {
+    fn run_probe(&self) -> Result<Probe, ProbeError> {
         let mut confine = self
             .confinement
             .for_command(None, &self.confinement.limits(), true)?;
@@ -287,7 +291,7 @@ impl Supervisor {
         &self,
         name: &str,
         confine: crate::guest::confine::spawn::Confine,
-    ) -> Result<Probe, String> {
+    ) -> Result<Probe, ProbeError> {
         self.spawn_probe_as(name, confine, &self.shell)
     }
 
@@ -299,8 +303,8 @@ impl Supervisor {
         name: &str,
         confine: crate::guest::confine::spawn::Confine,
         who: &Account,
-    ) -> Result<Probe, String> {
-        let home = c_path(&who.home).map_err(|e| e.to_string())?;
+    ) -> Result<Probe, ProbeError> {
+        let home = c_path(&who.home)?;
         let launch = Launch::new(
             &[name.to_string()],
             &[],
@@ -309,19 +313,19 @@ impl Supervisor {
             Grouping::Session,
             Workdir::At(home),
             Some(confine),
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let null = || {
             std::fs::File::options()
                 .read(true)
                 .write(true)
                 .open("/dev/null")
                 .map(OwnedFd::from)
+                .map_err(ProbeError::Stdio)
         };
         let stdio = Stdio {
-            stdin: null().map_err(|e| e.to_string())?,
-            stdout: null().map_err(|e| e.to_string())?,
-            stderr: null().map_err(|e| e.to_string())?,
+            stdin: null()?,
+            stdout: null()?,
+            stderr: null()?,
             terminal: false,
         };
         let spawned = match who.uid == self.shell.uid {
@@ -333,11 +337,9 @@ impl Supervisor {
                 // Gone before the answer: a probe is never seen among
                 // shell's processes (status lists them right after).
                 let _ = spawned.exit.blocking_recv();
-                spawned
-                    .probe
-                    .ok_or_else(|| "the probe ran past its checks".to_string())
+                spawned.probe.ok_or(ProbeError::RanPast)
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -602,29 +604,37 @@ fn gate_state((reason, since): &(Option<String>, Instant)) -> GateState {
 /// CAP_SYS_RESOURCE, which a container may not grant: then it says so.
 /// Asks for warden's (and so the runtime's) place last in the OOM
 /// killer's line; what it got.
-fn last_for_the_oom_killer() -> Result<String, String> {
+fn last_for_the_oom_killer() -> Result<String, OomScoreError> {
     match std::fs::write("/proc/self/oom_score_adj", "-1000") {
         Ok(()) => Ok("warden and the runtime last (-1000)".into()),
-        Err(e) => {
+        Err(source) => {
             let now = std::fs::read_to_string("/proc/self/oom_score_adj").unwrap_or_default();
-            Err(format!(
-                "warden and the runtime stay at {} (lowering needs CAP_SYS_RESOURCE: {e})",
-                now.trim()
-            ))
+            Err(OomScoreError {
+                now: now.trim().to_string(),
+                source,
+            })
         }
     }
 }
 
+/// warden's oom_score_adj could not be lowered: where it stays, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("warden and the runtime stay at {now} (lowering needs CAP_SYS_RESOURCE: {source})")]
+pub struct OomScoreError {
+    now: String,
+    source: std::io::Error,
+}
+
 /// The OOM order as proven: shell's commands first only when the probe,
 /// set up as a command is, read its own oom_score_adj back as 1000.
-fn oom_order(commands_first: bool, warden: &Result<String, String>) -> LayerState {
+fn oom_order(commands_first: bool, warden: &Result<String, OomScoreError>) -> LayerState {
     let commands = match commands_first {
         true => "shell's commands first (oom_score_adj 1000, read back by the probe)",
         false => "shell's commands NOT first: the probe did not read oom_score_adj 1000",
     };
     let (warden_last, said) = match warden {
-        Ok(d) => (true, d),
-        Err(e) => (false, e),
+        Ok(d) => (true, d.clone()),
+        Err(e) => (false, e.to_string()),
     };
     crate::guest::confine::state(
         "oom_order",

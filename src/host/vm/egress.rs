@@ -63,7 +63,8 @@ impl Relay {
     pub(super) fn new(config: &EgressConfig) -> Result<Relay, String> {
         let policy = NetworkPolicy::load(&config.policy_dir).map_err(|e| e.to_string())?;
         Ok(Relay {
-            key: crate::shared::machine_key::Key::load(&config.key_file)?,
+            key: crate::shared::machine_key::Key::load(&config.key_file)
+                .map_err(|e| e.to_string())?,
             hosts: machine_list(&policy)?,
             allow: policy.allow_addresses.clone(),
             connect_timeout: Duration::from_millis(policy.connect_timeout_ms),

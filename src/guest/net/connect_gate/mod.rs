@@ -171,12 +171,12 @@ pub enum StartError {
 pub enum OpenError {
     #[error("it needs Landlock's TCP rules (ABI 4), which do not hold here")]
     NoLandlockTcp,
-    #[error("{0}")]
-    Landlock(String),
-    #[error("{0}")]
-    Filter(String),
-    #[error("{0}")]
-    Spawner(String),
+    #[error(transparent)]
+    Landlock(#[from] crate::guest::confine::landlock::LandlockError),
+    #[error(transparent)]
+    Filter(#[from] crate::guest::confine::seccomp::SeccompError),
+    #[error(transparent)]
+    Spawner(#[from] crate::guest::confine::spawner::SpawnerError),
     #[error("cannot start the connect gate's audit thread: {0}")]
     AuditThread(#[source] io::Error),
     #[error(transparent)]

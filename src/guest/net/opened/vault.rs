@@ -6,6 +6,7 @@
 //!
 //! Beside the values, how many requests got each credential, for status.
 
+use crate::guest::accounts::runtime_keys::EnvTextError;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, RwLock};
 
@@ -29,7 +30,7 @@ pub struct Vault {
 impl Vault {
     /// Takes the values of a `.env` text (every earlier value is dropped:
     /// what the owner hands is the whole set). Returns their names.
-    pub fn hand(&self, text: &str) -> Result<Vec<String>, String> {
+    pub fn hand(&self, text: &str) -> Result<Vec<String>, EnvTextError> {
         let names = crate::guest::accounts::runtime_keys::names(text)?;
         let values: BTreeMap<String, Secret> = crate::shared::redact::env_pairs(text)
             .map(|(k, v)| (k.to_string(), Secret(unquoted(v).as_bytes().to_vec())))
