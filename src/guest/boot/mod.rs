@@ -221,7 +221,7 @@ fn upkeep(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime) {
             // Idle for a second at least: never between the commands of
             // a stream, whose next one would map the code back at once.
             let last = sup.activity.last();
-            let idle = last.elapsed() >= Duration::from_secs(1) && sup.running_count() == 0;
+            let idle = last.elapsed() >= Duration::from_secs(1) && sup.commands.count() == 0;
             if trimmed_after != Some(last) && idle {
                 give_back_freed_memory();
                 trimmed_after = Some(last);
@@ -604,7 +604,7 @@ async fn stop_everything(sup: &Supervisor, mut main: Option<&mut Main>) {
     let deadline = Instant::now() + sup.grace_period();
     loop {
         let main_done = main.as_mut().is_none_or(|m| m.has_ended());
-        if main_done && sup.running_count() == 0 {
+        if main_done && sup.commands.count() == 0 {
             break;
         }
         if Instant::now() >= deadline {
@@ -630,7 +630,7 @@ async fn stop_everything(sup: &Supervisor, mut main: Option<&mut Main>) {
     }
     // Let every command's task write its end to the audit log.
     let deadline = Instant::now() + sup.drain_period() + Duration::from_secs(1);
-    while sup.running_count() > 0 && Instant::now() < deadline {
+    while sup.commands.count() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     sup.audit.record(

@@ -55,7 +55,7 @@ fn origin(sup: &Arc<Supervisor>) -> proxy::Origin {
         }
         let command = holder
             .tag
-            .and_then(|tag| weak.upgrade()?.command_digest_of_tag(tag));
+            .and_then(|tag| weak.upgrade()?.commands.digest_of_tag(tag));
         if let Some((command, digest)) = command {
             found["command"] = command.into();
             found["argv_sha256"] = digest.into();

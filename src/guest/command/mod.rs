@@ -23,6 +23,7 @@ use crate::guest::audit;
 use crate::guest::confine::cgroups::CommandCgroup;
 use crate::guest::confine::spawn::{SpawnError, Spawned, Stdio};
 use crate::guest::process::reaper::Exit;
+use crate::guest::supervisor::running::Entry;
 use crate::guest::supervisor::Supervisor;
 use crate::wire::Limits;
 use crate::wire::{Event, ExitReport, Kind, StdinMode};
@@ -88,7 +89,7 @@ pub async fn execute(
         cgroup,
     } = started_one;
     let running = Running {
-        command: sup.next_command_id(),
+        command: sup.commands.next_id(),
         pid: spawned.pid,
         terminal: match &io {
             Io::Terminal(terminal, _) => Some(terminal.clone()),
@@ -127,7 +128,7 @@ pub async fn execute(
         cpu_system_ms: spent.map(|s| round_ms(s.system_ms)),
         max_rss_kb: spent.map(|s| s.max_rss_kb),
     };
-    sup.count_spent(&report);
+    sup.commands.count_spent(&report);
     sup.audit.record(
         audit::Event::CommandEnd,
         json!({"command": running.command, "status": report.status, "code": report.code,
@@ -244,13 +245,14 @@ async fn announce(
     sink: &Sink,
 ) {
     let (command, pid) = (running.command, running.pid);
-    sup.command_started(
-        command,
+    let entry = Entry {
         pid,
-        (run.argv.clone(), run.folder_text()),
-        requester,
         tag,
-    );
+        argv: run.argv.clone(),
+        folder: run.folder_text(),
+        requester_uid: requester,
+    };
+    sup.commands.started(command, entry);
     sup.audit.record(
         audit::Event::CommandStart,
         json!({"command": command, "pid": pid.as_raw(), "requester_uid": requester,

@@ -248,7 +248,7 @@ impl Supervisor {
     fn command_of(&self, status: &[u8]) -> Named {
         let tags = crate::guest::process::lifetime::TAGS;
         let tag = crate::guest::net::origin::tag_of(status, tags)?;
-        self.command_digest_of_tag(tag)
+        self.commands.digest_of_tag(tag)
     }
 
     fn record_gate_refusal(&self, refusal: Refusal, command: Named, user: Option<&str>) {

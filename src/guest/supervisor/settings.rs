@@ -74,7 +74,7 @@ pub fn watch_idleness(sup: &Arc<Supervisor>) {
                     sup.activity.watching.store(false, Ordering::SeqCst);
                     return;
                 };
-                if sup.activity.stop_now(sup.running_count()) {
+                if sup.activity.stop_now(sup.commands.count()) {
                     let idle_ms = sup.activity.idle().as_millis() as u64;
                     sup.audit.record(
                         Event::IdleStop,
