@@ -18,7 +18,7 @@ use crate::guest::command::output::Out;
 use crate::guest::command::request::ValidRun;
 use crate::guest::command::{self, Running, Sink};
 use crate::guest::supervisor::Supervisor;
-use crate::wire::Event;
+use crate::wire::{Event, ExitReport};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -44,16 +44,21 @@ pub fn start(
     requester: Requester,
     stdin: Option<StdinChannel>,
 ) {
-    let (hub_tx, mut hub_rx) = mpsc::channel::<Out>(16);
-    let tag = run.detach.clone().flatten();
-    let (argv, folder) = (run.argv.clone(), run.folder_text());
+    let (hub_tx, hub_rx) = mpsc::channel::<Out>(16);
     let (stdin_tx, stdin_rx) = match stdin {
         Some((tx, rx)) => (Some(tx), Some(rx)),
         None => (None, None),
     };
-    let made: Arc<Mutex<Option<Arc<Detached>>>> = Arc::default();
+    let tag = run.detach.clone().flatten();
+    let hub = Hub {
+        made: Arc::default(),
+        answer_to: Mutex::new(Some(requester.tx)),
+        requester_id: requester.id,
+        tag: tag.clone(),
+    };
     let on_spawn = {
-        let (registry, made, tag) = (registry.clone(), made.clone(), tag.clone());
+        let (registry, made) = (registry.clone(), hub.made.clone());
+        let (argv, folder) = (run.argv.clone(), run.folder_text());
         move |running: &Running| {
             let detached = Arc::new(Detached::new(
                 (running.command, running.pid),
@@ -64,68 +69,85 @@ pub fn start(
                 stdin_tx,
             ));
             registry.map().insert(running.command, detached.clone());
-            *made.lock().unwrap_or_else(|e| e.into_inner()) = Some(detached);
+            *lock(&made) = Some(detached);
             true
         }
     };
     tokio::spawn(async move {
         let sink = Sink { tx: hub_tx, id: 0 };
         let life = command::execute(&sup, run, requester.uid, sink, stdin_rx, on_spawn);
-        // The requester's queue is held only until it is answered, so that
-        // its connection can close while the command runs on.
-        let requester_id = requester.id;
-        let answer_to = Mutex::new(Some(requester.tx));
-        let hub = async {
-            while let Some(out) = hub_rx.recv().await {
-                let detached = made.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let Some(detached) = detached else { continue };
-                match out {
-                    Out::Event(_, Event::Started { command, pid }) => {
-                        let answer = Event::Detached {
-                            command,
-                            pid,
-                            tag: tag.clone(),
-                        };
-                        let tx = answer_to.lock().unwrap_or_else(|e| e.into_inner()).take();
-                        if let Some(tx) = tx {
-                            let _ = tx.send(Out::Event(requester_id, answer)).await;
-                        }
-                    }
-                    Out::Event(..) => {}
-                    Out::Data(kind, _, bytes) => detached.push(kind, bytes).await,
-                    Out::Splice {
-                        kind,
-                        pipe,
-                        len,
-                        done,
-                        ..
-                    } => {
-                        let bytes = read_exactly(&pipe, len).await;
-                        let whole = bytes.len() == len;
-                        detached.push(kind, bytes).await;
-                        let _ = done.send(whole);
-                    }
+        // The hub ends once the command's output is all in: then its end.
+        let (mut report, ()) = tokio::join!(life, hub.carry(hub_rx));
+        report.error = report.error.map(|e| sup.audit.redact(&e).into_owned());
+        hub.end(report, &registry).await;
+    });
+}
+
+/// Where a detached command's output goes: into its buffer (and so to
+/// every attached connection), and its first answer to the requester.
+struct Hub {
+    /// The command, once it is spawned.
+    made: Arc<Mutex<Option<Arc<Detached>>>>,
+    /// The requester's queue, held only until it is answered, so that its
+    /// connection can close while the command runs on.
+    answer_to: Mutex<Option<mpsc::Sender<Out>>>,
+    requester_id: u32,
+    tag: Option<String>,
+}
+
+impl Hub {
+    /// Carries the command's output until it is all in.
+    async fn carry(&self, mut from: mpsc::Receiver<Out>) {
+        while let Some(out) = from.recv().await {
+            let detached = lock(&self.made).clone();
+            let Some(detached) = detached else { continue };
+            match out {
+                Out::Event(_, Event::Started { command, pid }) => {
+                    let tag = self.tag.clone();
+                    self.answer(Event::Detached { command, pid, tag }).await;
+                }
+                Out::Event(..) => {}
+                Out::Data(kind, _, bytes) => detached.push(kind, bytes).await,
+                Out::Splice {
+                    kind,
+                    pipe,
+                    len,
+                    done,
+                    ..
+                } => {
+                    let bytes = read_exactly(&pipe, len).await;
+                    let whole = bytes.len() == len;
+                    detached.push(kind, bytes).await;
+                    let _ = done.send(whole);
                 }
             }
-        };
-        // The hub ends once the command's output is all in: then its end.
-        let (mut report, ()) = tokio::join!(life, hub);
-        report.error = report.error.map(|e| sup.audit.redact(&e).into_owned());
-        let detached = made.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        }
+    }
+
+    /// The command's end: kept for `list`, `attach` and `wait`; or, when
+    /// it never started, the requester hears why, as for any run.
+    async fn end(&self, report: ExitReport, registry: &Registry) {
+        let detached = lock(&self.made).clone();
         match detached {
             Some(detached) => {
                 detached.end(report).await;
                 registry.ended(detached.command);
             }
-            // It never started: the requester hears why, as for any run.
-            None => {
-                let tx = answer_to.lock().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(tx) = tx {
-                    let _ = tx.send(Out::Event(requester_id, Event::Exit(report))).await;
-                }
-            }
+            None => self.answer(Event::Exit(report)).await,
         }
-    });
+    }
+
+    /// Answers the requester, once.
+    async fn answer(&self, event: Event) {
+        let tx = lock(&self.answer_to).take();
+        if let Some(tx) = tx {
+            let _ = tx.send(Out::Event(self.requester_id, event)).await;
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Reads `len` bytes waiting in a pipe (the splice path's bytes, copied
