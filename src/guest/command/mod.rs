@@ -73,7 +73,8 @@ pub async fn execute(
     on_spawn: impl FnOnce(&Running) -> bool,
 ) -> ExitReport {
     let started = Instant::now();
-    let limits = plan::limits_for(sup, &run);
+    // The policy's limits, tightened by what the request asks.
+    let limits = sup.confinement.limits().tightened_by(&run.limits);
     // The OOM killer's count before it runs (see `oom`).
     let oom_before = oom::kills();
     let started_one = match start(sup, &run, &limits).await {

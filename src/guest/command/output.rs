@@ -13,8 +13,11 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncWriteExt, BufWriter, Interest};
-use tokio::net::unix::pipe;
+use tokio::net::unix::{pipe, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot, Notify};
+
+/// A connection's socket, as frames are written to it.
+type Writer = Capped<OwnedWriteHalf>;
 
 /// The most output one frame carries.
 pub const CHUNK: usize = 256 * 1024;
@@ -37,7 +40,7 @@ pub enum Out {
 }
 
 /// The connection's writer: drains the queue, flushing when it runs dry.
-pub async fn write_frames(wr: Capped, mut rx: mpsc::Receiver<Out>) {
+pub async fn write_frames(wr: Writer, mut rx: mpsc::Receiver<Out>) {
     let mut w = BufWriter::with_capacity(64 * 1024, wr);
     while let Some(first) = rx.recv().await {
         let mut next = Some(first);
@@ -53,7 +56,7 @@ pub async fn write_frames(wr: Capped, mut rx: mpsc::Receiver<Out>) {
     }
 }
 
-async fn write_frame(w: &mut BufWriter<Capped>, out: Out) -> io::Result<()> {
+async fn write_frame(w: &mut BufWriter<Writer>, out: Out) -> io::Result<()> {
     let (kind, id, body) = match out {
         Out::Event(id, event) => (Kind::Control, id, serde_json::to_vec(&event)?),
         Out::Data(kind, id, bytes) => (kind, id, bytes),
@@ -92,7 +95,7 @@ fn header(kind: Kind, id: u32, len: usize) -> [u8; crate::wire::HEADER_LEN] {
 }
 
 async fn splice_frame(
-    w: &mut BufWriter<Capped>,
+    w: &mut BufWriter<Writer>,
     kind: Kind,
     id: u32,
     pipe: &pipe::Receiver,

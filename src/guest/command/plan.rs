@@ -88,11 +88,6 @@ fn refused_folders(sup: &Supervisor) -> Vec<Vec<String>> {
     }
 }
 
-/// The policy's limits, tightened by what the request asks.
-pub fn limits_for(sup: &Supervisor, run: &ValidRun) -> Limits {
-    sup.confinement.limits().tightened_by(&run.limits)
-}
-
 /// A terminal's environment: HOME is `/`, a folder no command can write,
 /// unless the request names one. shell's home is shared and lasts; a
 /// `.bashrc`, `.profile` or `.inputrc` a command left there would otherwise

@@ -19,12 +19,16 @@ pub(super) const DEADLINE: Duration = Duration::from_secs(5);
 // netlink(7)
 pub(super) const NLMSG_HDRLEN: usize = 16;
 pub(super) const NLMSG_ERROR: u16 = 2;
+pub(super) const NLMSG_DONE: u16 = 3;
 pub(super) const NLM_F_REQUEST: u16 = 0x1;
 pub(super) const NLM_F_ACK: u16 = 0x4;
 pub(super) const NLM_F_CREATE: u16 = 0x400;
 pub(super) const NLM_F_APPEND: u16 = 0x800;
+pub(super) const NLM_F_DUMP: u16 = 0x300;
 pub(super) const NLA_HDRLEN: usize = 4;
 pub(super) const NLA_F_NESTED: u16 = 0x8000;
+/// An attribute's type without its nested and byte-order flags.
+pub(super) const NLA_TYPE_MASK: u16 = 0x3fff;
 
 // nfnetlink.h
 pub(super) const NFNL_SUBSYS_NFTABLES: u16 = 10;

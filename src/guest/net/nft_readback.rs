@@ -18,12 +18,6 @@ use nix::errno::Errno;
 use nix::sys::socket::{recvfrom, sendto, MsgFlags, NetlinkAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 
-// netlink(7)
-const NLMSG_DONE: u16 = 3;
-const NLM_F_DUMP: u16 = 0x300;
-/// An attribute's type without its nested and byte-order flags.
-const NLA_TYPE_MASK: u16 = 0x3fff;
-
 // nf_tables.h: the dumps asked for, and what they answer
 const NFT_MSG_GETTABLE: u16 = 1;
 const NFT_MSG_GETCHAIN: u16 = 4;
@@ -100,7 +94,7 @@ pub fn attributes(mut bytes: &[u8]) -> Result<Vec<Attribute<'_>>, ReadbackError>
     let mut out = Vec::new();
     while bytes.len() >= 4 {
         let len = u16::from_ne_bytes([bytes[0], bytes[1]]) as usize;
-        let kind = u16::from_ne_bytes([bytes[2], bytes[3]]) & NLA_TYPE_MASK;
+        let kind = u16::from_ne_bytes([bytes[2], bytes[3]]) & netlink::NLA_TYPE_MASK;
         if len < 4 || len > bytes.len() {
             return Err(ReadbackError::Malformed {
                 len,
@@ -359,7 +353,7 @@ pub fn compare(
 fn dump(fd: &OwnedFd, kind: u16, seq: u32) -> Result<Vec<Vec<u8>>, ReadbackError> {
     let request = netlink::message(
         (netlink::NFNL_SUBSYS_NFTABLES << 8) | kind,
-        netlink::NLM_F_REQUEST | NLM_F_DUMP,
+        netlink::NLM_F_REQUEST | netlink::NLM_F_DUMP,
         seq,
         nl::NFPROTO_INET,
         0,
@@ -382,7 +376,7 @@ fn dump(fd: &OwnedFd, kind: u16, seq: u32) -> Result<Vec<Vec<u8>>, ReadbackError
             }
             match kind {
                 // A dump that failed part way says so in its end.
-                NLMSG_DONE => match netlink::error_of(body).unwrap_or(0) {
+                netlink::NLMSG_DONE => match netlink::error_of(body).unwrap_or(0) {
                     0 => return Ok(found),
                     errno => return Err(ReadbackError::DumpEnded(Errno::from_raw(errno))),
                 },

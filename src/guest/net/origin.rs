@@ -6,6 +6,7 @@
 //! a process that already closed the socket, or one that is not a
 //! command's, is not found, and the line says so by having no `command`.
 
+use super::netlink::{NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_REQUEST};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
@@ -46,9 +47,6 @@ pub fn holder_of_thread(pid: i32, tags: std::ops::Range<u32>) -> Holder {
 }
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
-const NLM_F_REQUEST: u16 = 1;
-const NLMSG_ERROR: u16 = 2;
-const HEADER: usize = 16;
 /// inet_diag_req_v2: family, protocol, ext, pad, states, then the socket's
 /// id (ports, addresses, interface, cookie).
 const REQUEST: usize = 56;
@@ -66,8 +64,8 @@ pub fn diag_request(local: SocketAddr, remote: SocketAddr) -> Vec<u8> {
             words(&v6(b).octets()),
         ),
     };
-    let mut m = Vec::with_capacity(HEADER + REQUEST);
-    m.extend(((HEADER + REQUEST) as u32).to_ne_bytes());
+    let mut m = Vec::with_capacity(NLMSG_HDRLEN + REQUEST);
+    m.extend(((NLMSG_HDRLEN + REQUEST) as u32).to_ne_bytes());
     m.extend(SOCK_DIAG_BY_FAMILY.to_ne_bytes());
     m.extend(NLM_F_REQUEST.to_ne_bytes());
     m.extend(1u32.to_ne_bytes()); // sequence
@@ -92,7 +90,10 @@ pub fn diag_answer(bytes: &[u8]) -> Option<(u32, u64)> {
     if kind == NLMSG_ERROR || kind != SOCK_DIAG_BY_FAMILY {
         return None;
     }
-    Some((word(HEADER + UID_AT)?, word(HEADER + INODE_AT)? as u64))
+    Some((
+        word(NLMSG_HDRLEN + UID_AT)?,
+        word(NLMSG_HDRLEN + INODE_AT)? as u64,
+    ))
 }
 
 /// An address as four 32-bit words, in the byte order it travels in.
@@ -170,7 +171,7 @@ mod tests {
         let client: SocketAddr = "127.0.0.1:54321".parse().unwrap();
         let proxy: SocketAddr = "127.0.0.1:3128".parse().unwrap();
         let m = diag_request(client, proxy);
-        assert_eq!(m.len(), HEADER + REQUEST);
+        assert_eq!(m.len(), NLMSG_HDRLEN + REQUEST);
         assert_eq!(
             u32::from_ne_bytes(m[0..4].try_into().unwrap()) as usize,
             m.len()
@@ -189,10 +190,11 @@ mod tests {
     #[test]
     fn answers_table() {
         let answer = |kind: u16, uid: u32, inode: u32| {
-            let mut b = vec![0u8; HEADER + 72];
+            let mut b = vec![0u8; NLMSG_HDRLEN + 72];
             b[4..6].copy_from_slice(&kind.to_ne_bytes());
-            b[HEADER + UID_AT..HEADER + UID_AT + 4].copy_from_slice(&uid.to_ne_bytes());
-            b[HEADER + INODE_AT..HEADER + INODE_AT + 4].copy_from_slice(&inode.to_ne_bytes());
+            b[NLMSG_HDRLEN + UID_AT..NLMSG_HDRLEN + UID_AT + 4].copy_from_slice(&uid.to_ne_bytes());
+            b[NLMSG_HDRLEN + INODE_AT..NLMSG_HDRLEN + INODE_AT + 4]
+                .copy_from_slice(&inode.to_ne_bytes());
             b
         };
         let cases = [

@@ -18,8 +18,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::unix::AsyncFd;
-use tokio::io::AsyncWrite;
-use tokio::net::unix::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::UnixStream;
 
 /// The most bytes one write to a vsock connection carries: one page, so
@@ -89,28 +88,29 @@ pub fn connect_host(port: u32) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// The connection's socket, written at most `max` bytes per call.
+/// A stream written at most `max` bytes per call: the API's connection,
+/// and the proxy's upstream when it is the host's relay.
 ///
 /// On vsock each write becomes one packet; a packet larger than a page is
 /// built from page fragments by newer guest kernels and reaches the host's
 /// device as several descriptors, which some devices (vhost-device-vsock
 /// 0.3) cannot read, killing the connection. A page per write keeps every
-/// packet in one descriptor. Unix sockets take any size.
-pub struct Capped {
-    inner: OwnedWriteHalf,
+/// packet in one descriptor. Unix sockets and TCP take any size.
+pub struct Capped<S> {
+    inner: S,
     max: usize,
 }
 
-impl Capped {
-    pub fn new(inner: OwnedWriteHalf, max: usize) -> Capped {
+impl<S> Capped<S> {
+    pub fn new(inner: S, max: usize) -> Capped<S> {
         Capped {
             inner,
             max: max.max(1),
         }
     }
 
-    /// The socket written to.
-    pub fn inner(&self) -> &OwnedWriteHalf {
+    /// The stream written to.
+    pub fn inner(&self) -> &S {
         &self.inner
     }
 
@@ -120,7 +120,17 @@ impl Capped {
     }
 }
 
-impl AsyncWrite for Capped {
+impl<S: AsyncRead + Unpin> AsyncRead for Capped<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Capped<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -15,10 +15,11 @@
 //! log (`relay.log`).
 
 use super::relay::log;
+use crate::shared::egress::decide::pick;
 use crate::shared::egress::hosts::HostList;
 use crate::shared::egress::link::{self, Ask, MAX_LINE};
 use crate::shared::egress::reach;
-use crate::shared::egress::{pick, Kind, Refused};
+use crate::shared::egress::refusal::{Kind, Refused};
 use crate::shared::policy::NetworkPolicy;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};

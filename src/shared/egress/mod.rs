@@ -20,6 +20,3 @@ pub mod reach;
 pub mod refusal;
 pub mod request_rules;
 pub mod target;
-
-pub use decide::{decide_on, pick, Allowed};
-pub use refusal::{Kind, Refused};

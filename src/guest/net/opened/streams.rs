@@ -60,41 +60,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
     }
 }
 
-/// `inner`, each write carrying at most `max` bytes.
-pub struct Capped<S> {
-    pub inner: S,
-    pub max: usize,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Capped<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Capped<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let n = buf.len().min(self.max.max(1));
-        Pin::new(&mut self.inner).poll_write(cx, &buf[..n])
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,7 +76,7 @@ mod tests {
         assert_eq!(all, "hello world");
 
         let (a, _b) = tokio::io::duplex(64);
-        let mut capped = Capped { inner: a, max: 3 };
+        let mut capped = crate::guest::vm::vsock::Capped::new(a, 3);
         assert_eq!(capped.write(b"abcdef").await.unwrap(), 3);
     }
 }

@@ -10,11 +10,12 @@ use super::rules::Rules;
 use super::upstream::Upstream;
 use crate::guest::net::opened::ca::MachineCa;
 use crate::guest::net::opened::exchange::{self, Added, Exchange, Outcome};
-use crate::guest::net::opened::streams::{Capped, Prefixed};
+use crate::guest::net::opened::streams::Prefixed;
 use crate::guest::net::opened::tls::{self, TlsError, Upstreams};
 use crate::guest::net::opened::trust::{Published, TrustError};
 use crate::guest::net::opened::vault::Vault;
 use crate::guest::net::opened::OpenerError;
+use crate::guest::vm::vsock::Capped;
 use crate::shared::egress::credential::Holder;
 use crate::shared::egress::refusal::{Kind, Refused};
 use crate::shared::egress::request_rules::{self, Rule};
@@ -301,10 +302,7 @@ pub(super) async fn to_origin<C>(
 where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let capped = Capped {
-        inner: upstream.stream,
-        max: upstream.max_write,
-    };
+    let capped = Capped::new(upstream.stream, upstream.max_write);
     let connected = tokio::time::timeout(idle, plan.upstreams.connect(capped, &plan.host)).await;
     let mut origin = match connected {
         Ok(Ok(tls)) => tls,
