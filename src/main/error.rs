@@ -52,7 +52,7 @@ pub enum CliError {
     AnchorNeedsConnect,
     /// A VM's relay, as it words what failed.
     #[error("{0}")]
-    Relay(String),
+    Relay(#[source] warden::host::vm::relay::RelayError),
     /// A run's card, as the card's builder words what failed.
     #[error("{0}")]
     Card(String),
