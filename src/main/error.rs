@@ -52,10 +52,10 @@ pub enum CliError {
     AnchorNeedsConnect,
     /// A VM's relay, as it words what failed.
     #[error("{0}")]
-    Relay(String),
+    Relay(#[source] warden::host::vm::relay::RelayError),
     /// A run's card, as the card's builder words what failed.
     #[error("{0}")]
-    Card(String),
+    Card(#[source] warden::shared::spend::card::CardError),
     #[error("no run has begun on {0} (its audit log has no run_begin line)")]
     NoRun(String),
     #[error("read the audit log through the API: {0}")]

@@ -119,7 +119,8 @@ impl NetworkPolicy {
                 .map_err(|e| invalid(format!("runtime_hosts: {e}")))?;
         }
         policy.opened().map_err(|e| invalid(e.to_string()))?;
-        crate::shared::spend::check(&policy.providers, &policy.spend).map_err(invalid)?;
+        crate::shared::spend::check(&policy.providers, &policy.spend)
+            .map_err(|e| invalid(e.to_string()))?;
         Ok(policy)
     }
 

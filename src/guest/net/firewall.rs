@@ -405,6 +405,11 @@ pub fn without_firewall(proxy_port: u16, landlock_tcp: bool, seccomp_sockets: bo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guest::net::netlink::NetlinkError;
+    use crate::guest::net::nft_netlink::{BatchError, Refusal};
+    use crate::guest::net::nft_readback::ReadbackError;
+    use crate::guest::net::{FirewallError, ProbeError};
+    use nix::errno::Errno;
 
     const SCOPE: Scope = Scope {
         shell_uid: 2001,
@@ -541,14 +546,26 @@ mod tests {
             proxy_reached: true,
             v6: true,
         };
-        let netlink: Result<(), String> = Ok(());
-        let read: Result<(), String> = Ok(());
+        let netlink: Result<(), FirewallError> = Ok(());
+        let read: Result<(), ReadbackError> = Ok(());
+        // The batch refused whole: "over netlink: the batch: EPERM: ...".
+        let eperm = || {
+            Err(FirewallError::Netlink(BatchError::Refused(vec![Refusal {
+                what: "the batch".into(),
+                errno: Errno::EPERM,
+            }])))
+        };
+        let probe_failed = || {
+            Err(ProbeError::Knock(std::io::Error::from_raw_os_error(
+                libc::EAGAIN,
+            )))
+        };
         // (applied, read back, probe, Ok: holds / Err: does not; with
         // what the detail must say)
         type Case = (
-            Result<(), String>,
-            Result<(), String>,
-            Result<Findings, String>,
+            Result<(), FirewallError>,
+            Result<(), ReadbackError>,
+            Result<Findings, ProbeError>,
             Result<&'static [&'static str], &'static [&'static str]>,
         );
         let cases: Vec<Case> = vec![
@@ -593,13 +610,13 @@ mod tests {
             (
                 netlink.clone(),
                 read.clone(),
-                Err("fork: EAGAIN".into()),
+                probe_failed(),
                 Err(&["probe failed", "applied over netlink"]),
             ),
             // Not applied: the readback is not looked at.
             (
-                Err("over netlink: the batch: EPERM: Operation not permitted".into()),
-                Err("not read back".into()),
+                eperm(),
+                Err(ReadbackError::Unfinished),
                 Ok(good),
                 Err(&[
                     "cannot apply the rules: over netlink",
@@ -607,20 +624,26 @@ mod tests {
                 ]),
             ),
             (
-                Err("over netlink: cannot open a netfilter netlink socket: EAFNOSUPPORT".into()),
+                Err(FirewallError::Netlink(BatchError::Netlink(
+                    NetlinkError::Socket(Errno::EAFNOSUPPORT),
+                ))),
                 read.clone(),
                 Ok(good),
                 Err(&["cannot apply the rules: over netlink: cannot open"]),
             ),
             (
-                Err("over netlink: the batch: EPERM: Operation not permitted".into()),
+                eperm(),
                 read.clone(),
                 Ok(good),
                 Err(&["shares a network it does not own"]),
             ),
             (
                 netlink.clone(),
-                Err("rule 1 differs".into()),
+                Err(ReadbackError::RuleDiffers {
+                    number: 1,
+                    found: Vec::new(),
+                    chain: "output".into(),
+                }),
                 Ok(good),
                 Err(&["read back: rule 1 differs", "applied over netlink"]),
             ),
@@ -663,7 +686,7 @@ mod tests {
             (
                 netlink.clone(),
                 read.clone(),
-                Err("fork: EAGAIN".into()),
+                probe_failed(),
                 Err(&["probe failed"]),
             ),
         ];

@@ -57,7 +57,7 @@ pub enum ProbeError {
     #[error("cannot open a loopback port to knock on: {0}")]
     Knock(#[source] io::Error),
     #[error("{0}")]
-    Probe(String),
+    Probe(#[source] crate::guest::confine::ProbeError),
     #[error("the probe did not run as the user it was forked as")]
     NotItsUser,
 }
@@ -72,6 +72,21 @@ pub enum LoopbackError {
     #[error("cannot bring lo up: {0}")]
     Up(#[source] io::Error),
 }
+
+/// Why commands' listen(2) calls are not held.
+#[derive(Debug, thiserror::Error)]
+pub enum ListensError {
+    /// Asked before the first proof.
+    #[error("not set up yet")]
+    NotSetUp,
+    #[error("warden is not PID 1: commands' listen calls are not held")]
+    NotPid1,
+    #[error("warden cannot hold commands' listen calls: {0}")]
+    Guard(#[source] OpenError),
+}
+
+/// What `listens` says before the first proof.
+static LISTENS_NOT_SET_UP: ListensError = ListensError::NotSetUp;
 
 /// Why the network policy was not reloaded (the last good one holds).
 #[derive(Debug, thiserror::Error)]
@@ -143,7 +158,7 @@ pub struct Network {
     gate_tried: std::sync::atomic::AtomicBool,
     /// Whether commands' listen(2) calls are held (by the gate or a guard
     /// of their own), or why not: set once, at the first proof.
-    listens: OnceLock<Result<String, String>>,
+    listens: OnceLock<Result<String, ListensError>>,
 }
 
 /// The connect gate, once open: what it has done, and why the firewall
@@ -264,16 +279,16 @@ impl Network {
     }
 
     /// Records how commands' listen calls are held (first call only).
-    pub fn set_listens(&self, held: Result<String, String>) {
+    pub fn set_listens(&self, held: Result<String, ListensError>) {
         let _ = self.listens.set(held);
     }
 
     /// How commands' listen calls are held; Err before the first proof.
-    pub fn listens(&self) -> Result<String, String> {
-        self.listens
-            .get()
-            .cloned()
-            .unwrap_or_else(|| Err("not set up yet".to_string()))
+    pub fn listens(&self) -> Result<String, &ListensError> {
+        match self.listens.get() {
+            Some(held) => held.as_ref().cloned(),
+            None => Err(&LISTENS_NOT_SET_UP),
+        }
     }
 
     pub fn set_gate(&self, gate: Gate) {
@@ -292,7 +307,10 @@ impl Network {
         gate: &Gate,
         probe: impl FnOnce(
             crate::guest::confine::probe::NetProbe,
-        ) -> Result<crate::guest::confine::probe::Probe, String>,
+        ) -> Result<
+            crate::guest::confine::probe::Probe,
+            crate::guest::confine::ProbeError,
+        >,
     ) -> LayerState {
         let required = self.policy.firewall == Requirement::Required;
         let port = self.scope.proxy_port;
@@ -324,7 +342,10 @@ impl Network {
         runtime_uid: u32,
         probe: impl FnOnce(
             crate::guest::confine::probe::NetProbe,
-        ) -> Result<crate::guest::confine::probe::Probe, String>,
+        ) -> Result<
+            crate::guest::confine::probe::Probe,
+            crate::guest::confine::ProbeError,
+        >,
     ) -> LayerState {
         let state =
             |holds, detail| crate::guest::confine::state("runtime_network", true, holds, detail);
@@ -352,7 +373,10 @@ impl Network {
         gate: &RuntimeGate,
         probe: impl FnOnce(
             crate::guest::confine::probe::NetProbe,
-        ) -> Result<crate::guest::confine::probe::Probe, String>,
+        ) -> Result<
+            crate::guest::confine::probe::Probe,
+            crate::guest::confine::ProbeError,
+        >,
     ) -> LayerState {
         let state =
             |holds, detail| crate::guest::confine::state("runtime_network", true, holds, detail);
@@ -406,7 +430,10 @@ impl Network {
         (landlock_tcp, seccomp_sockets): (bool, bool),
         probe: impl FnOnce(
             crate::guest::confine::probe::NetProbe,
-        ) -> Result<crate::guest::confine::probe::Probe, String>,
+        ) -> Result<
+            crate::guest::confine::probe::Probe,
+            crate::guest::confine::ProbeError,
+        >,
     ) -> (LayerState, Option<String>) {
         let required = self.policy.firewall == Requirement::Required;
         let port = self.scope.proxy_port;
@@ -506,7 +533,8 @@ fn knock(
     proxy_port: u16,
     probe: impl FnOnce(
         crate::guest::confine::probe::NetProbe,
-    ) -> Result<crate::guest::confine::probe::Probe, String>,
+    )
+        -> Result<crate::guest::confine::probe::Probe, crate::guest::confine::ProbeError>,
 ) -> Result<Findings, ProbeError> {
     let bound = ProbeError::Knock;
     let tcp4 = TcpListener::bind("127.0.0.1:0").map_err(bound)?;

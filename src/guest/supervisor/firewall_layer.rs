@@ -6,7 +6,7 @@ use super::Supervisor;
 use crate::guest::audit::Event;
 use crate::guest::confine::runtime_spawner::RuntimeSpawner;
 use crate::guest::net::connect_gate::{self, Listener, OpenError, Refusal};
-use crate::guest::net::{Gate, RuntimeGate};
+use crate::guest::net::{Gate, ListensError, RuntimeGate};
 use crate::wire::LayerState;
 use serde_json::json;
 use std::sync::Arc;
@@ -25,8 +25,7 @@ impl Supervisor {
         landlock_tcp: bool,
         seccomp_sockets: bool,
     ) -> LayerState {
-        // The network layer takes the probe's error as the text it reports.
-        let knock = |plan| self.run_net_probe(plan).map_err(|e| e.to_string());
+        let knock = |plan| self.run_net_probe(plan);
         if let Some(gate) = self.network.gate() {
             return self.network.prove_gate(gate, knock);
         }
@@ -45,9 +44,9 @@ impl Supervisor {
         };
         match opened {
             Ok(()) => match self.network.gate() {
-                Some(gate) => self.network.prove_gate(gate, |plan| {
-                    self.run_net_probe(plan).map_err(|e| e.to_string())
-                }),
+                Some(gate) => self
+                    .network
+                    .prove_gate(gate, |plan| self.run_net_probe(plan)),
                 None => firewall,
             },
             Err(e) => {
@@ -78,12 +77,8 @@ impl Supervisor {
                 None => return None,
             };
             let knock = |plan| {
-                let confine = self
-                    .confinement
-                    .for_gated_runtime(Some(plan))
-                    .map_err(|e| e.to_string())?;
+                let confine = self.confinement.for_gated_runtime(Some(plan))?;
                 self.spawn_probe_as("warden-runtime-probe", confine, &self.runtime)
-                    .map_err(|e| e.to_string())
             };
             return Some(
                 self.network
@@ -93,7 +88,6 @@ impl Supervisor {
         let knock = |plan| {
             let confine = self.confinement.for_runtime_network_probe(plan);
             self.spawn_probe_as("warden-runtime-probe", confine, &self.runtime)
-                .map_err(|e| e.to_string())
         };
         Some(
             self.network
@@ -153,9 +147,9 @@ impl Supervisor {
     /// is Landlock's and the firewall's to hold.
     fn guard_listens(self: &Arc<Self>) {
         if std::process::id() != 1 {
-            let why = "warden is not PID 1: commands' listen calls are not held";
+            let why = ListensError::NotPid1;
             crate::say!("{why}");
-            self.network.set_listens(Err(why.into()));
+            self.network.set_listens(Err(why));
             return;
         }
         let guarded = crate::guest::confine::seccomp::listen_program()
@@ -175,8 +169,9 @@ impl Supervisor {
         let held = match guarded {
             Ok(_) => Ok("every listen(2) of a command goes to warden: refused on a network socket, done by warden on a unix one".into()),
             Err(e) => {
-                crate::say!("warden cannot hold commands' listen calls: {e}");
-                Err(format!("warden cannot hold commands' listen calls: {e}"))
+                let why = ListensError::Guard(e);
+                crate::say!("{why}");
+                Err(why)
             }
         };
         self.network.set_listens(held);

@@ -78,7 +78,7 @@ impl Parser<'_> {
         let hosts: Option<Vec<String>> = self.take(object, field, field)?.flatten();
         if let Some(hosts) = &hosts {
             crate::shared::egress::hosts::HostList::parse(hosts, &[80, 443])
-                .map_err(|e| self.invalid(field, e))?;
+                .map_err(|e| self.invalid(field, e.to_string()))?;
         }
         Ok(hosts)
     }

@@ -71,7 +71,8 @@ impl Parser<'_> {
             .unwrap_or_default();
         let spend: Option<Spend> = self.take(object, "spend", "spend")?;
         crate::shared::spend::check(&providers, &spend.unwrap_or_default()).map_err(|e| {
-            let (field, problem) = e.split_once(": ").unwrap_or(("providers", &e));
+            let text = e.to_string();
+            let (field, problem) = text.split_once(": ").unwrap_or(("providers", &text));
             self.invalid(field, problem)
         })?;
         let mut all = credentials.clone();

@@ -14,7 +14,7 @@
 //! the namespace the definition names. One line per decision goes to its
 //! log (`relay.log`).
 
-use super::relay::log;
+use super::relay::{log, RelayError};
 use crate::shared::egress::decide::pick;
 use crate::shared::egress::hosts::HostList;
 use crate::shared::egress::link::{self, Ask, MAX_LINE};
@@ -61,11 +61,10 @@ pub(super) struct Relay {
 
 impl Relay {
     /// The relay `config` describes: the machine's key, lists and bounds.
-    pub(super) fn new(config: &EgressConfig) -> Result<Relay, String> {
-        let policy = NetworkPolicy::load(&config.policy_dir).map_err(|e| e.to_string())?;
+    pub(super) fn new(config: &EgressConfig) -> Result<Relay, RelayError> {
+        let policy = NetworkPolicy::load(&config.policy_dir)?;
         Ok(Relay {
-            key: crate::shared::machine_key::Key::load(&config.key_file)
-                .map_err(|e| e.to_string())?,
+            key: crate::shared::machine_key::Key::load(&config.key_file)?,
             hosts: machine_list(&policy)?,
             allow: policy.allow_addresses.clone(),
             connect_timeout: Duration::from_millis(policy.connect_timeout_ms),
@@ -91,15 +90,13 @@ impl Relay {
 /// The names the machine may reach at all: its host list and its
 /// runtime's, on the policy's ports. A VM with a network has a list of
 /// its own (the launcher refuses one without), so none is a refusal.
-fn machine_list(policy: &NetworkPolicy) -> Result<HostList, String> {
+fn machine_list(policy: &NetworkPolicy) -> Result<HostList, RelayError> {
     let Some(hosts) = &policy.hosts else {
-        return Err(
-            "network.json lists no hosts: a VM's relay decides by the machine's own list".into(),
-        );
+        return Err(RelayError::NoHosts);
     };
     let mut entries = hosts.clone();
     entries.extend(policy.runtime_hosts.iter().flatten().cloned());
-    HostList::parse(&entries, &policy.ports)
+    Ok(HostList::parse(&entries, &policy.ports)?)
 }
 
 impl Relay {
@@ -173,7 +170,7 @@ async fn read_ask(stream: &mut BufReader<UnixStream>) -> Result<Ask, Refused> {
         Ok(Ok(_)) => {}
     }
     let text = std::str::from_utf8(&line[..line.len() - 1]).map_err(|_| bad("not UTF-8"))?;
-    link::parse_ask(text).map_err(|e| bad(&e))
+    link::parse_ask(text).map_err(|e| bad(&e.to_string()))
 }
 
 /// Pure: the log line of one decision (never the key).
@@ -224,7 +221,7 @@ mod tests {
             );
         }
         let none = machine_list(&policy("{}")).err().unwrap();
-        assert!(none.contains("lists no hosts"), "{none}");
+        assert!(none.to_string().contains("lists no hosts"), "{none}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! warden hands it to the runtime's server on the guest's loopback
 //! (`guest::vm::published_ports`). The VM has no network device to publish on.
 
-use super::relay::log;
+use super::relay::{log, RelayError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,15 +20,16 @@ pub struct Forward {
 
 /// Binds each forward's host port on 127.0.0.1 (in the host's network,
 /// before the relay joins another).
-pub(super) fn bind(forwards: &[Forward]) -> Result<Vec<(std::net::TcpListener, u16)>, String> {
+pub(super) fn bind(forwards: &[Forward]) -> Result<Vec<(std::net::TcpListener, u16)>, RelayError> {
     forwards
         .iter()
         .map(|f| {
-            let listener = std::net::TcpListener::bind(("127.0.0.1", f.host))
-                .map_err(|e| format!("127.0.0.1:{}: {e}", f.host))?;
-            listener
-                .set_nonblocking(true)
-                .map_err(|e| format!("127.0.0.1:{}: {e}", f.host))?;
+            let failed = |source| RelayError::Bind {
+                port: f.host,
+                source,
+            };
+            let listener = std::net::TcpListener::bind(("127.0.0.1", f.host)).map_err(failed)?;
+            listener.set_nonblocking(true).map_err(failed)?;
             Ok((listener, f.guest))
         })
         .collect()

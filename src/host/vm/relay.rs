@@ -15,6 +15,55 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Why the relay could not start, or serve: each names the file, socket
+/// or port it failed on.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// `relay.json`, unread.
+    #[error("{}: {source}", path.display())]
+    ReadConfig {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    ParseConfig {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    /// A published port's listener on the host's loopback.
+    #[error("127.0.0.1:{port}: {source}")]
+    Bind { port: u16, source: std::io::Error },
+    #[error("{}: {source}", path.display())]
+    OpenNetns {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("joining {}: {source}", path.display())]
+    JoinNetns { path: PathBuf, source: nix::Error },
+    #[error("runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("ports need the VM's vsock socket")]
+    NoVsock,
+    #[error("port: {0}")]
+    Port(#[source] std::io::Error),
+    /// The egress relay's unix socket.
+    #[error("{}: {source}", path.display())]
+    Listen {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Policy(#[from] crate::shared::policy::PolicyError),
+    #[error(transparent)]
+    Key(#[from] crate::shared::machine_key::KeyFileError),
+    #[error("network.json lists no hosts: a VM's relay decides by the machine's own list")]
+    NoHosts,
+    #[error(transparent)]
+    Hosts(#[from] crate::shared::egress::hosts::HostsError),
+    #[error(transparent)]
+    Resolver(#[from] crate::shared::egress::reach::ResolverError),
+}
+
 /// What the process is started with (`relay.json`, written by `up`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -126,10 +175,17 @@ fn spawn(id: &str, config: &Path, log_file: &Path) -> Result<std::process::Child
 /// `warden machine vm-relay --config FILE`: serves until killed. The
 /// published ports are bound on the host's loopback first, then the
 /// process joins the machine's network namespace for the egress.
-pub fn run(config_file: &Path) -> Result<(), String> {
-    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", config_file.display());
-    let text = std::fs::read_to_string(config_file).map_err(|e| at(&e))?;
-    let config: RelayConfig = serde_json::from_str(&text).map_err(|e| at(&e))?;
+pub fn run(config_file: &Path) -> Result<(), RelayError> {
+    let path = || config_file.to_path_buf();
+    let text = std::fs::read_to_string(config_file).map_err(|source| RelayError::ReadConfig {
+        path: path(),
+        source,
+    })?;
+    let config: RelayConfig =
+        serde_json::from_str(&text).map_err(|source| RelayError::ParseConfig {
+            path: path(),
+            source,
+        })?;
     let ports = super::ports::bind(&config.ports)?;
     // Before any thread: setns moves only the calling thread.
     if let Some(ns) = config.egress.as_ref().and_then(|e| e.netns.as_ref()) {
@@ -139,7 +195,7 @@ pub fn run(config_file: &Path) -> Result<(), String> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| format!("runtime: {e}"))?;
+        .map_err(RelayError::Runtime)?;
     runtime.block_on(async {
         let mut serving = tokio::task::JoinSet::new();
         if let Some(egress) = &config.egress {
@@ -148,13 +204,10 @@ pub fn run(config_file: &Path) -> Result<(), String> {
             serving.spawn(relay.serve_all(listener));
         }
         if !ports.is_empty() {
-            let vsock = config
-                .vsock
-                .clone()
-                .ok_or("ports need the VM's vsock socket")?;
+            let vsock = config.vsock.clone().ok_or(RelayError::NoVsock)?;
             for (listener, guest) in ports {
-                let listener = tokio::net::TcpListener::from_std(listener)
-                    .map_err(|e| format!("port: {e}"))?;
+                let listener =
+                    tokio::net::TcpListener::from_std(listener).map_err(RelayError::Port)?;
                 serving.spawn(super::ports::serve(listener, vsock.clone(), guest));
             }
         }
@@ -193,22 +246,31 @@ fn ready(config_file: &Path) {
     }
 }
 
-fn enter_netns(path: &Path) -> Result<(), String> {
-    let ns = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)
-        .map_err(|e| format!("joining {}: {e}", path.display()))
+fn enter_netns(path: &Path) -> Result<(), RelayError> {
+    let ns = std::fs::File::open(path).map_err(|source| RelayError::OpenNetns {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|source| {
+        RelayError::JoinNetns {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
 }
 
 /// Binds `path` (root's alone), replacing a socket left from a last run.
-fn listen(path: &Path) -> Result<tokio::net::UnixListener, String> {
+fn listen(path: &Path) -> Result<tokio::net::UnixListener, RelayError> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
         let _ = std::fs::remove_file(path);
     }
-    let listener =
-        tokio::net::UnixListener::bind(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let failed = |source| RelayError::Listen {
+        path: path.to_path_buf(),
+        source,
+    };
+    let listener = tokio::net::UnixListener::bind(path).map_err(failed)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(failed)?;
     Ok(listener)
 }
 

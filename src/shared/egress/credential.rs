@@ -3,7 +3,7 @@
 //! it. The owner writes these in the machine's definition; the key's value
 //! reaches warden alone, over the host's door.
 
-use crate::shared::egress::hosts::HostList;
+use crate::shared::egress::hosts::{HostList, HostsError};
 use serde::{Deserialize, Serialize};
 
 /// Whose requests get a credential.
@@ -54,7 +54,11 @@ fn both() -> Vec<Holder> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CredentialError {
     #[error("host {host:?}: {reason}")]
-    Host { host: String, reason: String },
+    Host {
+        host: String,
+        #[source]
+        reason: HostsError,
+    },
     #[error("key {0:?} is not a key name (letters, digits and `_`, not starting with a digit)")]
     Key(String),
     #[error("header {0:?} is not an HTTP header name, or is one warden sets itself")]

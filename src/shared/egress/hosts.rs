@@ -9,8 +9,32 @@
 
 use crate::shared::egress::target::{self, Host, TargetError};
 
-/// Refusal text for an address in the list.
-const IP_LITERAL: &str = "the list holds names; allow addresses in allow_addresses";
+/// Why a host list is refused: its default ports, or the first bad entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostsError {
+    #[error("default port 0 is not a port")]
+    DefaultPortZero,
+    #[error("host entry {written:?}: {error}")]
+    Entry {
+        written: String,
+        #[source]
+        error: EntryError,
+    },
+}
+
+/// Why one entry of a host list is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    #[error("'*' is allowed only as a whole first label, as in *.example.com")]
+    Wildcard,
+    /// An address in the list (or an IPv6 one without brackets).
+    #[error("the list holds names; allow addresses in allow_addresses")]
+    IpLiteral,
+    #[error("wildcard over a top-level domain")]
+    TopLevelDomain,
+    #[error(transparent)]
+    Target(TargetError),
+}
 
 /// Which names an entry covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,13 +87,18 @@ pub struct HostList {
 
 impl HostList {
     /// Parses every entry; the first bad one is an error naming it and why (a bad entry must make the whole list refused, so the caller can keep the last good list).
-    pub fn parse(entries: &[String], default_ports: &[u16]) -> Result<HostList, String> {
+    pub fn parse(entries: &[String], default_ports: &[u16]) -> Result<HostList, HostsError> {
         if default_ports.contains(&0) {
-            return Err("default port 0 is not a port".to_string());
+            return Err(HostsError::DefaultPortZero);
         }
         let entries = entries
             .iter()
-            .map(|e| parse_entry(e).map_err(|why| format!("host entry {e:?}: {why}")))
+            .map(|e| {
+                parse_entry(e).map_err(|error| HostsError::Entry {
+                    written: e.clone(),
+                    error,
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(HostList {
             entries,
@@ -102,17 +131,17 @@ impl HostList {
 }
 
 /// One entry: "[*.]name[:port]".
-fn parse_entry(written: &str) -> Result<Entry, String> {
+fn parse_entry(written: &str) -> Result<Entry, EntryError> {
     let (wildcard, rest) = match written.strip_prefix("*.") {
         Some(rest) => (true, rest),
         None => (false, written),
     };
     if rest.contains('*') {
-        return Err("'*' is allowed only as a whole first label, as in *.example.com".to_string());
+        return Err(EntryError::Wildcard);
     }
     let (host, port) = target::parse_host_port(rest).map_err(entry_error)?;
     let Host::Name(name) = host else {
-        return Err(IP_LITERAL.to_string());
+        return Err(EntryError::IpLiteral);
     };
     let pattern = if wildcard {
         under(name)?
@@ -128,18 +157,18 @@ fn parse_entry(written: &str) -> Result<Entry, String> {
 
 /// The pattern of "*.name"; a single label would be a whole top-level
 /// domain, which no one means to allow.
-fn under(name: String) -> Result<Pattern, String> {
+fn under(name: String) -> Result<Pattern, EntryError> {
     if name.contains('.') {
         Ok(Pattern::Under(name))
     } else {
-        Err("wildcard over a top-level domain".to_string())
+        Err(EntryError::TopLevelDomain)
     }
 }
 
-fn entry_error(error: TargetError) -> String {
+fn entry_error(error: TargetError) -> EntryError {
     match error {
-        TargetError::UnbracketedIpv6 => IP_LITERAL.to_string(),
-        other => other.to_string(),
+        TargetError::UnbracketedIpv6 => EntryError::IpLiteral,
+        other => EntryError::Target(other),
     }
 }
 
@@ -237,7 +266,9 @@ mod tests {
             ("http://example.com", "invalid port"),
             ("example.com/", "invalid host name"),
         ] {
-            let err = HostList::parse(&[entry.to_string()], DEFAULTS).unwrap_err();
+            let err = HostList::parse(&[entry.to_string()], DEFAULTS)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(why), "{entry:?}: {err}");
             assert!(err.contains(&format!("{entry:?}")), "{entry:?}: {err}");
         }
@@ -248,7 +279,7 @@ mod tests {
         let entries: Vec<String> = ["example.com", "*.com", "127.1"].map(String::from).to_vec();
         let err = HostList::parse(&entries, DEFAULTS).unwrap_err();
         assert_eq!(
-            err,
+            err.to_string(),
             "host entry \"*.com\": wildcard over a top-level domain"
         );
     }

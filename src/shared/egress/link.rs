@@ -32,23 +32,39 @@ pub struct Ask {
     pub port: u16,
 }
 
+/// Why the guest's line cannot be written, or is not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    /// "key" or "host": empty, or with a space or a control character.
+    #[error("the {0} is not one printable word")]
+    NotAWord(&'static str),
+    #[error("the line is over {} bytes", MAX_LINE)]
+    TooLong,
+    #[error("not `EGRESS <key> <host> <port>`")]
+    NotAnAsk,
+    #[error("a key or host that is not one printable word")]
+    PartNotAWord,
+    #[error("{0:?} is not a port")]
+    NotAPort(String),
+}
+
 /// The guest's line. Err when a part would not survive the trip (empty,
 /// or with a space or a control character in it).
-pub fn ask_line(ask: &Ask) -> Result<String, String> {
+pub fn ask_line(ask: &Ask) -> Result<String, LinkError> {
     for (what, part) in [("key", &ask.key), ("host", &ask.host)] {
         if !is_word(part) {
-            return Err(format!("the {what} is not one printable word"));
+            return Err(LinkError::NotAWord(what));
         }
     }
     let line = format!("EGRESS {} {} {}\n", ask.key, ask.host, ask.port);
     match line.len() <= MAX_LINE {
         true => Ok(line),
-        false => Err(format!("the line is over {MAX_LINE} bytes")),
+        false => Err(LinkError::TooLong),
     }
 }
 
 /// Reads the guest's line (without its newline).
-pub fn parse_ask(line: &str) -> Result<Ask, String> {
+pub fn parse_ask(line: &str) -> Result<Ask, LinkError> {
     let mut words = line.split(' ');
     let (Some("EGRESS"), Some(key), Some(host), Some(port), None) = (
         words.next(),
@@ -57,14 +73,14 @@ pub fn parse_ask(line: &str) -> Result<Ask, String> {
         words.next(),
         words.next(),
     ) else {
-        return Err("not `EGRESS <key> <host> <port>`".into());
+        return Err(LinkError::NotAnAsk);
     };
     if !is_word(key) || !is_word(host) {
-        return Err("a key or host that is not one printable word".into());
+        return Err(LinkError::PartNotAWord);
     }
     let port = match port.parse::<u16>() {
         Ok(p) if p != 0 && port.bytes().all(|b| b.is_ascii_digit()) => p,
-        _ => return Err(format!("{port:?} is not a port")),
+        _ => return Err(LinkError::NotAPort(port.into())),
     };
     Ok(Ask {
         key: key.into(),
@@ -147,7 +163,7 @@ mod tests {
             let got = ask_line(&given);
             match (&got, want) {
                 (Ok(line), Ok(w)) => assert_eq!(line, w),
-                (Err(e), Err(w)) => assert!(e.contains(w), "{given:?}: {e}"),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{given:?}: {e}"),
                 _ => panic!("{given:?}: {got:?}"),
             }
         }
@@ -173,7 +189,7 @@ mod tests {
         for (line, want) in cases {
             match (parse_ask(line), want) {
                 (Ok(got), Ok(w)) => assert_eq!(got, w, "{line:?}"),
-                (Err(e), Err(w)) => assert!(e.contains(w), "{line:?}: {e}"),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{line:?}: {e}"),
                 (got, _) => panic!("{line:?}: {got:?}"),
             }
         }

@@ -5,7 +5,7 @@
 
 use super::credential::{Credential, CredentialError, CredentialText, Holder};
 use super::request_rules::{Rule, RuleError, RuleText};
-use crate::shared::egress::hosts::HostList;
+use crate::shared::egress::hosts::{HostList, HostsError};
 use serde::{Deserialize, Serialize};
 
 /// One entry of `rules`, as written: a host and what it allows.
@@ -27,7 +27,8 @@ pub enum OpenedError {
     Host {
         index: usize,
         host: String,
-        reason: String,
+        #[source]
+        reason: HostsError,
     },
     #[error("rules[{index}].allow[{rule}]: {error}")]
     Rule {

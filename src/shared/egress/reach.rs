@@ -12,9 +12,16 @@ use tokio::net::TcpStream;
 
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why no resolver could be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolverError {
+    #[error("resolver: {0}")]
+    Build(#[source] hickory_resolver::net::NetError),
+}
+
 /// As `resolver`, asking `servers` when there are some (a VM's relay on
 /// the host asks the machine's `dns`), else /etc/resolv.conf's.
-pub fn resolver_with(servers: &[IpAddr]) -> Result<TokioResolver, String> {
+pub fn resolver_with(servers: &[IpAddr]) -> Result<TokioResolver, ResolverError> {
     let asking = |servers: Vec<_>| {
         TokioResolver::builder_with_config(
             hickory_resolver::config::ResolverConfig::from_name_servers(servers),
@@ -39,7 +46,7 @@ pub fn resolver_with(servers: &[IpAddr]) -> Result<TokioResolver, String> {
     let opts = builder.options_mut();
     opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
     opts.use_hosts_file = ResolveHosts::Always;
-    builder.build().map_err(|e| format!("resolver: {e}"))
+    builder.build().map_err(ResolverError::Build)
 }
 
 /// Every address `name` has, within `RESOLVE_TIMEOUT`.

@@ -5,18 +5,41 @@
 
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Why a run has no card: the audit log does not read, or holds no such
+/// run.
+#[derive(Debug, thiserror::Error)]
+pub enum CardError {
+    /// The log's folder, its files not listed.
+    #[error("{}: {source}", dir.display())]
+    Files {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", file.display())]
+    Read {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no run {0:?} in the audit log")]
+    NoRun(String),
+}
 
 /// The card of `run` in the audit log whose current file is `current`
 /// (its set-aside files read first, in chain order).
-pub fn of_log(current: &Path, run: &str) -> Result<Value, String> {
+pub fn of_log(current: &Path, run: &str) -> Result<Value, CardError> {
     let dir = current.parent().unwrap_or(Path::new("."));
-    let files = crate::shared::audit_chain::log_files(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let files = crate::shared::audit_chain::log_files(dir).map_err(|source| CardError::Files {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     let mut lines = Vec::new();
     for file in files {
-        let text =
-            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let text = match std::fs::read_to_string(&file) {
+            Ok(text) => text,
+            Err(source) => return Err(CardError::Read { file, source }),
+        };
         lines.extend(
             text.lines()
                 .filter_map(|l| serde_json::from_str::<Value>(l).ok()),
@@ -31,11 +54,11 @@ fn kind(line: &Value) -> &str {
 
 /// Pure: the card of `run` from the log's lines (its last run of that
 /// name), or why there is none.
-pub fn build(lines: &[Value], run: &str) -> Result<Value, String> {
+pub fn build(lines: &[Value], run: &str) -> Result<Value, CardError> {
     let begin = lines
         .iter()
         .rposition(|l| kind(l) == "run_begin" && l["run"] == run)
-        .ok_or_else(|| format!("no run {run:?} in the audit log"))?;
+        .ok_or_else(|| CardError::NoRun(run.to_string()))?;
     let end = lines[begin..]
         .iter()
         .position(|l| kind(l) == "run_end" && l["run"] == run)

@@ -106,30 +106,51 @@ pub fn audit_line(
     line
 }
 
+/// Why `providers` and `spend` cannot be taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpendPolicyError {
+    /// A name that cannot be a path segment.
+    #[error("providers[{index}]: the name {name:?} is not [a-z0-9-]+")]
+    Name { index: usize, name: String },
+    #[error("providers[{index}]: the name {name:?} is also providers[{first}]'s")]
+    Twice {
+        index: usize,
+        name: String,
+        first: usize,
+    },
+    /// `per_run_usd` or `per_day_usd` out of range.
+    #[error("spend.{field}: {source}")]
+    Budget {
+        field: &'static str,
+        source: ledger::SpendError,
+    },
+}
+
 /// Pure: why `providers` and `spend` cannot be taken, if they cannot
 /// (a name that cannot be a path segment, or given twice; a budget out of
 /// range).
-pub fn check(providers: &[Provider], spend: &Spend) -> Result<(), String> {
-    for (i, p) in providers.iter().enumerate() {
+pub fn check(providers: &[Provider], spend: &Spend) -> Result<(), SpendPolicyError> {
+    for (index, p) in providers.iter().enumerate() {
         let segment = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-';
         if p.name.is_empty() || !p.name.bytes().all(segment) {
-            return Err(format!(
-                "providers[{i}]: the name {:?} is not [a-z0-9-]+",
-                p.name
-            ));
+            return Err(SpendPolicyError::Name {
+                index,
+                name: p.name.clone(),
+            });
         }
-        if let Some(j) = providers[..i].iter().position(|q| q.name == p.name) {
-            return Err(format!(
-                "providers[{i}]: the name {:?} is also providers[{j}]'s",
-                p.name
-            ));
+        if let Some(first) = providers[..index].iter().position(|q| q.name == p.name) {
+            return Err(SpendPolicyError::Twice {
+                index,
+                name: p.name.clone(),
+                first,
+            });
         }
     }
     for (field, usd) in [
         ("per_run_usd", spend.per_run_usd),
         ("per_day_usd", spend.per_day_usd),
     ] {
-        ledger::micro_usd(usd).map_err(|e| format!("spend.{field}: {e}"))?;
+        ledger::micro_usd(usd).map_err(|source| SpendPolicyError::Budget { field, source })?;
     }
     Ok(())
 }
@@ -168,6 +189,7 @@ mod tests {
         );
         assert!(check(&[p.clone(), p.clone()], &Spend::default())
             .unwrap_err()
+            .to_string()
             .contains("also providers[0]"));
         let mut bad = p.clone();
         bad.name = "A/B".into();

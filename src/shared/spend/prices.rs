@@ -9,16 +9,32 @@ use std::collections::BTreeMap;
 /// The prices shipped with warden.
 pub const BUILT_IN: &str = include_str!("../../../policy/prices.json");
 
+/// Why the prices of a policy folder cannot be had: its `prices.json`
+/// does not read, or is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadPricesError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Refused {
+        path: std::path::PathBuf,
+        source: PriceError,
+    },
+}
+
 /// The prices of the policy folder `dir` (`prices.json`), or the shipped
 /// ones when it has none.
-pub fn load(dir: &std::path::Path) -> Result<Prices, String> {
+pub fn load(dir: &std::path::Path) -> Result<Prices, LoadPricesError> {
     let path = dir.join("prices.json");
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => BUILT_IN.to_string(),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(source) => return Err(LoadPricesError::Read { path, source }),
     };
-    Prices::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    Prices::parse(&text).map_err(|source| LoadPricesError::Refused { path, source })
 }
 
 /// One model's prices, in micro-dollars per million tokens.

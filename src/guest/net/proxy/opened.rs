@@ -21,7 +21,7 @@ use crate::shared::egress::refusal::{Kind, Refused};
 use crate::shared::egress::request_rules::{self, Rule};
 use crate::shared::spend::ledger::{micro_usd, Ledger};
 use crate::shared::spend::meter::Meter;
-use crate::shared::spend::prices::Prices;
+use crate::shared::spend::prices::{LoadPricesError, Prices};
 use crate::shared::spend::Spend;
 use crate::wire::{CredentialState, OpenedState, RunState, SpendState};
 use std::path::PathBuf;
@@ -40,7 +40,7 @@ pub struct Opener {
     /// The runs and budgets provider requests count against.
     pub ledger: Arc<Ledger>,
     /// The models' prices (prices.json), or why there are none.
-    pub prices: Result<Arc<Prices>, String>,
+    pub prices: Result<Arc<Prices>, LoadPricesError>,
 }
 
 impl Opener {
@@ -49,7 +49,7 @@ impl Opener {
     pub fn new(
         name: &str,
         spend: &Spend,
-        prices: Result<Prices, String>,
+        prices: Result<Prices, LoadPricesError>,
     ) -> Result<Opener, OpenerError> {
         Ok(Opener {
             ca: MachineCa::new(name)?,

@@ -6,7 +6,7 @@ use super::Recorder;
 use crate::guest::audit::Event;
 use crate::shared::egress::addr::Cidr;
 use crate::shared::egress::decide::{decide_on, Allowed};
-use crate::shared::egress::hosts::HostList;
+use crate::shared::egress::hosts::{HostList, HostsError};
 use crate::shared::egress::opened_hosts::{OpenedError, OpenedHosts};
 use crate::shared::egress::refusal::Refused;
 use crate::shared::egress::target::Target;
@@ -25,7 +25,7 @@ pub enum RulesError {
     Policy(#[from] PolicyError),
     /// An entry of `hosts` or `runtime_hosts`, as the host list says.
     #[error("{0}")]
-    Hosts(String),
+    Hosts(#[source] HostsError),
     #[error(transparent)]
     Opened(#[from] OpenedError),
 }

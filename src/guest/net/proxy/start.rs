@@ -27,7 +27,7 @@ pub enum StartError {
     Rules(#[from] RulesError),
     /// The resolver, as reaching upstreams says.
     #[error("{0}")]
-    Resolver(String),
+    Resolver(#[source] crate::shared::egress::reach::ResolverError),
     #[error("proxy: {0}")]
     Listener(#[source] std::io::Error),
 }
