@@ -4,6 +4,7 @@
 use serde_json::json;
 use std::path::Path;
 use std::process::Command;
+use warden::guest::audit::payload::Raw;
 use warden::guest::audit::Audit;
 use warden::guest::audit::Event;
 
@@ -19,15 +20,15 @@ fn warden(args: &[&str]) -> (i32, String) {
 
 fn write_log(dir: &Path) -> String {
     let audit = Audit::open(dir, None, None).unwrap();
-    audit.record(Event::Boot, json!({"version": "test"}));
+    audit.record(&Raw(Event::Boot, json!({"version": "test"})));
     for i in 0..5 {
-        audit.record(
+        audit.record(&Raw(
             Event::CommandStart,
             json!({"command": i, "argv": ["echo", format!("n{i}")]}),
-        );
-        audit.record(Event::CommandEnd, json!({"command": i, "status": 0}));
+        ));
+        audit.record(&Raw(Event::CommandEnd, json!({"command": i, "status": 0})));
     }
-    audit.record(Event::Shutdown, json!({"status": 0}));
+    audit.record(&Raw(Event::Shutdown, json!({"status": 0})));
     audit.path().display().to_string()
 }
 
@@ -123,7 +124,7 @@ fn an_anchor_kept_on_the_host_shows_a_cut_or_a_replaced_log() {
     assert_eq!(mode, 0o600);
     // More lines later: the anchored line is still there.
     let audit = Audit::open(dir.path(), None, None).unwrap();
-    audit.record(Event::Boot, json!({"version": "again"}));
+    audit.record(&Raw(Event::Boot, json!({"version": "again"})));
     drop(audit);
     let (code, out) = warden(&["audit", "verify", "--anchor", a, &log]);
     assert_eq!(code, 0, "{out}");
@@ -146,7 +147,7 @@ fn an_anchor_kept_on_the_host_shows_a_cut_or_a_replaced_log() {
     let other = tempfile::tempdir().unwrap();
     let other_log = write_log(other.path());
     let audit = Audit::open(other.path(), None, None).unwrap();
-    audit.record(Event::Boot, json!({"version": "forged"}));
+    audit.record(&Raw(Event::Boot, json!({"version": "forged"})));
     drop(audit);
     let (code, out) = warden(&["audit", "verify", "--anchor", a, &other_log]);
     assert_eq!(code, 1, "{out}");
@@ -164,10 +165,10 @@ fn lines_rotated_away_before_the_owner_read_them_fail_the_check() {
     let write = |n: usize| {
         let audit = Audit::open_with(dir.path(), None, None, rotation).unwrap();
         for i in 0..n {
-            audit.record(
+            audit.record(&Raw(
                 Event::Egress,
                 json!({"allowed": false, "host": format!("h{i}.test")}),
-            );
+            ));
         }
     };
     write(3);
@@ -201,10 +202,10 @@ fn a_reader_that_stops_early_ends_tail_quietly() {
     let dir = tempfile::tempdir().unwrap();
     let audit = Audit::open(dir.path(), None, None).unwrap();
     for i in 0..5000 {
-        audit.record(
+        audit.record(&Raw(
             Event::CommandStart,
             json!({"command": i, "argv": ["echo", "x".repeat(64)]}),
-        );
+        ));
     }
     let log = audit.path().display().to_string();
     let out = Command::new("sh")
@@ -229,12 +230,11 @@ fn a_flood_of_refusals_is_a_burst_and_a_count() {
     let audit = Audit::open(dir.path(), None, None).unwrap();
     for i in 0..5000 {
         audit.record_refusal(
-            Event::Egress,
             "proxy",
-            json!({"host": format!("h{i}.test")}),
+            &Raw(Event::Egress, json!({"host": format!("h{i}.test")})),
         );
     }
-    audit.record(Event::CommandStart, json!({"command": 1}));
+    audit.record(&Raw(Event::CommandStart, json!({"command": 1})));
     audit.sync();
     let text =
         std::fs::read_to_string(dir.path().join(warden::shared::audit_chain::FILE_NAME)).unwrap();

@@ -3,11 +3,10 @@
 //! the signals sent to it.
 
 use super::{error, Conn, Slot};
-use crate::guest::audit;
+use crate::guest::audit::payload;
 use crate::guest::command::request::{self, ValidRun};
 use crate::guest::command::{self, Running, Sink};
 use crate::wire::{ErrorCode, Event, RunRequest, StdinMode};
-use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -83,10 +82,10 @@ impl Conn {
 
     /// A refusal by the machine's state: its audit line, and its error.
     fn refused(&self, code: ErrorCode, reason: &str, message: String) -> Event {
-        self.sup.audit.record(
-            audit::Event::CommandRefused,
-            json!({"requester_uid": self.requester(), "reason": reason}),
-        );
+        self.sup.audit.record(&payload::CommandRefused {
+            requester_uid: self.requester(),
+            reason,
+        });
         error(code, message)
     }
 

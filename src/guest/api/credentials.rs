@@ -5,9 +5,8 @@
 //! any line ever hold one.
 
 use super::{error, Conn, Door};
-use crate::guest::audit;
+use crate::guest::audit::payload;
 use crate::wire::{ErrorCode, Event};
-use serde_json::json;
 
 impl Conn {
     pub(super) fn hand_credentials(&self, text: &str) -> Event {
@@ -34,9 +33,10 @@ impl Conn {
             Err(e) => return error(ErrorCode::BadRequest, format!("hand_credentials: {e}")),
         };
         self.sup.audit.hide_also(vault.all_text());
-        self.sup
-            .audit
-            .record(audit::Event::CredentialsHanded, json!({"names": names}));
+        self.sup.audit.record(&payload::CredentialsHanded {
+            names: &names,
+            from: None,
+        });
         Event::CredentialsHanded { names }
     }
 }

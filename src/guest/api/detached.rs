@@ -4,10 +4,9 @@
 //! `command::detached`'s.
 
 use super::{error, Conn, Slot};
-use crate::guest::audit;
+use crate::guest::audit::payload::{self, DetachedAction};
 use crate::guest::command::request;
 use crate::wire::{ErrorCode, Event, StdinMode};
-use serde_json::json;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -71,13 +70,12 @@ impl Conn {
                 },
             );
         }
-        crate::guest::command::detached::audit(
-            &self.sup,
-            audit::Event::CommandAttached,
+        self.sup.audit.record(&payload::OnDetached {
+            kind: DetachedAction::Attached,
             command,
-            self.requester(),
-            json!({}),
-        );
+            requester_uid: self.requester(),
+            signal: None,
+        });
         detached.attach(&self.tx, id).await;
         // The id is free again once the command has ended.
         let conn = self.clone();
@@ -104,13 +102,12 @@ impl Conn {
                 format!("no detached command {command}"),
             ));
         };
-        crate::guest::command::detached::audit(
-            &self.sup,
-            audit::Event::CommandWaited,
+        self.sup.audit.record(&payload::OnDetached {
+            kind: DetachedAction::Waited,
             command,
-            self.requester(),
-            json!({}),
-        );
+            requester_uid: self.requester(),
+            signal: None,
+        });
         let conn = self.clone();
         tokio::spawn(async move {
             tokio::select! {
@@ -133,13 +130,12 @@ impl Conn {
         match self.detached.get(command) {
             Some(d) if d.running() && self.sup.reaper.signal(d.pid, sig, true) => {
                 let signal = sig.as_str().to_string();
-                crate::guest::command::detached::audit(
-                    &self.sup,
-                    audit::Event::CommandSignalled,
+                self.sup.audit.record(&payload::OnDetached {
+                    kind: DetachedAction::Signalled,
                     command,
-                    self.requester(),
-                    json!({"signal": signal}),
-                );
+                    requester_uid: self.requester(),
+                    signal: Some(&signal),
+                });
                 Event::CommandSignalled { command, signal }
             }
             _ => error(

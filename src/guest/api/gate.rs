@@ -2,9 +2,8 @@
 //! for shell commands, closed with a reason (refusing them) or opened.
 
 use super::{error, Conn};
-use crate::guest::audit;
+use crate::guest::audit::payload;
 use crate::wire::{ErrorCode, Event};
-use serde_json::json;
 use std::sync::atomic::Ordering;
 
 impl Conn {
@@ -27,14 +26,11 @@ impl Conn {
             }
         }
         let state = self.sup.set_gate(reason);
-        let kind = match state.closed {
-            true => audit::Event::GateClosed,
-            false => audit::Event::GateOpened,
-        };
-        self.sup.audit.record(
-            kind,
-            json!({"requester_uid": self.requester(), "reason": state.reason}),
-        );
+        self.sup.audit.record(&payload::GateChanged {
+            closed: state.closed,
+            requester_uid: self.requester(),
+            reason: &state.reason,
+        });
         Event::Gate(state)
     }
 }

@@ -6,9 +6,8 @@
 //! about to freeze it), each an audit line.
 
 use super::{error, Conn, Door};
-use crate::guest::audit;
+use crate::guest::audit::payload;
 use crate::wire::{ErrorCode, Event};
-use serde_json::json;
 
 /// The causes a wake may give.
 const WAKE_CAUSES: [&str; 4] = ["port", "job", "start", "door"];
@@ -47,9 +46,7 @@ impl Conn {
                 format!("wake: cause {cause:?} is none of {known}"),
             );
         }
-        self.sup
-            .audit
-            .record(audit::Event::Wake, json!({"cause": cause}));
+        self.sup.audit.record(&payload::Wake { cause });
         Event::Noted
     }
 
@@ -57,9 +54,7 @@ impl Conn {
         if let Some(refused) = self.v9("pause", true) {
             return refused;
         }
-        self.sup
-            .audit
-            .record(audit::Event::Pause, json!({"idle_ms": idle_ms}));
+        self.sup.audit.record(&payload::Pause { idle_ms });
         Event::Noted
     }
 
@@ -76,10 +71,10 @@ impl Conn {
             );
         }
         self.sup.activity.set_next_job(at_ms);
-        self.sup.audit.record(
-            audit::Event::NextJob,
-            json!({"at_ms": at_ms, "requester_uid": self.requester()}),
-        );
+        self.sup.audit.record(&payload::NextJob {
+            at_ms,
+            requester_uid: self.requester(),
+        });
         Event::NextJobAt { at_ms }
     }
 
@@ -90,10 +85,10 @@ impl Conn {
         }
         match self.sup.activity.hold(until_ms) {
             Ok(until_ms) => {
-                self.sup.audit.record(
-                    audit::Event::Hold,
-                    json!({"until_ms": until_ms, "requester_uid": self.requester()}),
-                );
+                self.sup.audit.record(&payload::Hold {
+                    until_ms,
+                    requester_uid: self.requester(),
+                });
                 Event::Held { until_ms }
             }
             Err(e) => error(ErrorCode::BadRequest, format!("hold: {e}")),

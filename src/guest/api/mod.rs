@@ -23,7 +23,7 @@ pub use runs::end_all as end_runs;
 use crate::guest::api::admission::{
     turn_away, Admission, Pass, Peer, MAX_CONNECTIONS, MAX_UNAUTHENTICATED,
 };
-use crate::guest::audit;
+use crate::guest::audit::payload;
 use crate::guest::command::detached::Registry;
 use crate::guest::command::output::{write_frames, Out};
 use crate::guest::command::request;
@@ -36,7 +36,6 @@ use crate::wire::{
 use nix::sys::signal::Signal;
 use nix::sys::socket::sockopt::SndBufForce;
 use nix::unistd::Pid;
-use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -187,9 +186,15 @@ fn refuse_peer(sup: &Supervisor, door: &Door, peer: Peer, reason: &str) {
         Door::Host(_, via) => ("host", *via),
     };
     sup.audit.record_refusal(
-        audit::Event::ConnectionRefused,
         &format!("uid {}", peer.uid),
-        json!({"door": door, "via": via, "uid": peer.uid, "pid": peer.pid, "reason": reason}),
+        &payload::ConnectionRefused {
+            door,
+            via,
+            uid: Some(peer.uid),
+            pid: Some(peer.pid),
+            reason,
+            also_refused_unaudited: None,
+        },
     );
 }
 
@@ -323,9 +328,13 @@ impl Conn {
                 let message = self.sup.audit.redact(&message).into_owned();
                 let uid = self.requester();
                 self.sup.audit.record_refusal(
-                    audit::Event::RequestRefused,
                     &format!("uid {uid}"),
-                    json!({"requester_uid": uid, "id": id, "code": code, "message": message}),
+                    &payload::RequestRefused {
+                        requester_uid: uid,
+                        id,
+                        code,
+                        message: &message,
+                    },
                 );
                 Event::Error { code, message }
             }
@@ -396,18 +405,23 @@ impl Conn {
                 };
                 let _one_at_a_time = REFUSALS.lock().await;
                 let also = UNAUDITED.swap(0, Ordering::Relaxed);
-                self.sup.audit.record(
-                    audit::Event::ConnectionRefused,
-                    json!({"door": "host", "via": via, "reason": reason,
-                           "also_refused_unaudited": also}),
-                );
+                self.sup.audit.record(&payload::ConnectionRefused {
+                    door: "host",
+                    via,
+                    uid: None,
+                    pid: None,
+                    reason,
+                    also_refused_unaudited: Some(also),
+                });
                 tokio::time::sleep(REFUSAL_DELAY).await;
                 return Err((ErrorCode::Refused, reason.into()));
             }
-            self.sup.audit.record(
-                audit::Event::Connection,
-                json!({"door": "host", "via": via, "key": "accepted", "peer_uid": self.requester()}),
-            );
+            self.sup.audit.record(&payload::Connection {
+                door: "host",
+                via,
+                key: "accepted",
+                peer_uid: self.requester(),
+            });
             // From here the owner asks, by the key.
             self.uid.store(0, Ordering::Relaxed);
         }
@@ -526,10 +540,10 @@ impl Conn {
             Door::Local => "local",
             Door::Host(_, via) => via,
         };
-        self.sup.audit.record(
-            audit::Event::ShutdownRequested,
-            json!({"requester_uid": self.requester(), "door": door}),
-        );
+        self.sup.audit.record(&payload::ShutdownRequested {
+            requester_uid: self.requester(),
+            door,
+        });
         Event::ShuttingDown
     }
 
@@ -553,11 +567,12 @@ impl Conn {
             // Nothing kept is left: the kept commands' tags are free again.
             self.sup.free_kept_tags();
         }
-        self.sup.audit.record(
-            audit::Event::ShellStopped,
-            json!({"requester_uid": self.requester(), "signal": sig.as_str(),
-                   "signalled": signalled, "left": left}),
-        );
+        self.sup.audit.record(&payload::ShellStopped {
+            requester_uid: self.requester(),
+            signal: sig.as_str(),
+            signalled,
+            left,
+        });
         Event::ShellStopped { signalled, left }
     }
 
@@ -572,8 +587,12 @@ impl Conn {
         if !name_ok {
             return error(ErrorCode::BadRequest, "an audit kind is [a-z0-9_]{1,64}");
         }
-        let line = json!({"from_uid": self.requester(), "event": kind, "fields": fields});
-        match self.sup.audit.record_seq(audit::Event::Runtime, line) {
+        let line = payload::Runtime {
+            from_uid: self.requester(),
+            event: kind,
+            fields,
+        };
+        match self.sup.audit.record_seq(&line) {
             Some(seq) => Event::Recorded { seq },
             None => error(ErrorCode::AuditFailing, "the audit log cannot be written"),
         }

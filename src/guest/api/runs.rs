@@ -4,10 +4,9 @@
 //! `card`, a run's card built from the audit log.
 
 use super::{error, Conn};
-use crate::guest::audit;
+use crate::guest::audit::payload;
 use crate::shared::spend::ledger::{micro_usd, Ending, Ledger};
 use crate::wire::{ErrorCode, Event};
-use serde_json::json;
 
 impl Conn {
     fn ledger(&self) -> Result<&Ledger, Box<Event>> {
@@ -34,11 +33,11 @@ impl Conn {
             .and_then(|budget| ledger.begin(run, budget));
         match begun {
             Ok(budget_micro_usd) => {
-                self.sup.audit.record(
-                    audit::Event::RunBegin,
-                    json!({"run": run, "budget_micro_usd": budget_micro_usd,
-                           "requester_uid": self.requester()}),
-                );
+                self.sup.audit.record(&payload::RunBegin {
+                    run,
+                    budget_micro_usd,
+                    requester_uid: self.requester(),
+                });
                 Event::RunBegun {
                     run: run.to_string(),
                     budget_micro_usd,
@@ -59,12 +58,14 @@ impl Conn {
         match ledger.end(run, Ending::Ended) {
             Ok(ended) => {
                 let how = ended.ended.unwrap_or(Ending::Ended).word();
-                self.sup.audit.record(
-                    audit::Event::RunEnd,
-                    json!({"run": run, "how": how, "budget_micro_usd": ended.budget,
-                           "spent_micro_usd": ended.spent, "requests": ended.requests,
-                           "requester_uid": self.requester()}),
-                );
+                self.sup.audit.record(&payload::RunEnd {
+                    run,
+                    how,
+                    budget_micro_usd: ended.budget,
+                    spent_micro_usd: ended.spent,
+                    requests: ended.requests,
+                    requester_uid: Some(self.requester()),
+                });
                 Event::RunEnded {
                     run: run.to_string(),
                     spent_micro_usd: ended.spent,
@@ -92,11 +93,13 @@ pub fn end_all(sup: &crate::guest::supervisor::Supervisor) {
         return;
     };
     for (run, ended) in opener.ledger.end_all() {
-        sup.audit.record(
-            audit::Event::RunEnd,
-            json!({"run": run, "how": Ending::MachineStopped.word(),
-                   "budget_micro_usd": ended.budget, "spent_micro_usd": ended.spent,
-                   "requests": ended.requests}),
-        );
+        sup.audit.record(&payload::RunEnd {
+            run: &run,
+            how: Ending::MachineStopped.word(),
+            budget_micro_usd: ended.budget,
+            spent_micro_usd: ended.spent,
+            requests: ended.requests,
+            requester_uid: None,
+        });
     }
 }

@@ -3,9 +3,8 @@
 //! does the work); only their names are audited.
 
 use super::{error, Conn, Door};
-use crate::guest::audit;
+use crate::guest::audit::payload;
 use crate::wire::{ErrorCode, Event};
-use serde_json::json;
 
 impl Conn {
     /// `hand_keys` (version 4, the host's door only): the runtime's keys
@@ -31,15 +30,16 @@ impl Conn {
             runtime.uid,
             runtime.gid,
         ) {
-            self.sup
-                .audit
-                .record(audit::Event::KeysFailed, json!({"error": e.to_string()}));
+            self.sup.audit.record(&payload::KeysFailed {
+                credentials_from: None,
+                error: e.to_string(),
+            });
             return error(ErrorCode::Internal, format!("hand_keys: {e}"));
         }
         self.sup.keys.arrive(text);
         self.sup
             .audit
-            .record(audit::Event::KeysHanded, json!({"names": names}));
+            .record(&payload::KeysHanded { names: &names });
         Event::KeysHanded { names }
     }
 }

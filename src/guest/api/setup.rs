@@ -8,11 +8,10 @@
 //! back whole up to its last 64 KiB, with its status, in one answer.
 
 use super::{error, Conn, Door};
-use crate::guest::audit::Event as AuditEvent;
+use crate::guest::audit::payload;
 use crate::guest::confine::spawn::Stdio;
 use crate::guest::supervisor::Supervisor;
 use crate::wire::{ErrorCode, Event};
-use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -102,13 +101,12 @@ fn run(sup: &Supervisor, script: &str) -> Result<(i32, String), String> {
     // then is what it said.
     let output = rx.recv_timeout(Duration::from_secs(2)).unwrap_or_default();
     let status = exit.status();
-    sup.audit.record(
-        AuditEvent::Setup,
-        json!({"status": status,
-               "script_sha256": format!("{:x}", Sha256::digest(script.as_bytes())),
-               "output_bytes": output.len(),
-               "duration_ms": started.elapsed().as_millis() as u64}),
-    );
+    sup.audit.record(&payload::Setup {
+        status,
+        script_sha256: format!("{:x}", Sha256::digest(script.as_bytes())),
+        output_bytes: output.len(),
+        duration_ms: started.elapsed().as_millis() as u64,
+    });
     Ok((status, String::from_utf8_lossy(&output).into_owned()))
 }
 

@@ -8,15 +8,17 @@
 //!
 //! This is the writer, warden's alone. The chain's pure half and the
 //! log's files, which the host's copies are read with too, are
-//! `shared::audit_chain`; the kinds of event are `event`, the log read
-//! through the API `read`, and the throttle that keeps floods of
-//! refusals out `throttle`.
+//! `shared::audit_chain`; the kinds of event are `event`, what each
+//! kind's line carries `payload`, the log read through the API `read`,
+//! and the throttle that keeps floods of refusals out `throttle`.
 
 mod event;
+pub mod payload;
 mod read;
 pub mod throttle;
 use crate::shared::audit_chain::*;
 pub use event::Event;
+pub use payload::Payload;
 pub use read::Reader;
 
 use crate::guest::audit::throttle::{Throttle, Verdict};
@@ -153,27 +155,45 @@ impl Audit {
     /// returns why it still cannot, if it cannot.
     pub fn retry(&self) -> Option<String> {
         let before = self.failing()?;
-        self.record(Event::AuditRecovered, serde_json::json!({"after": before}));
+        self.record(&payload::AuditRecovered { after: before });
         self.failing()
     }
 
     /// Appends one event, whole or not at all. A failure never crashes
     /// warden: it is said on stderr and kept for `failing`.
-    pub fn record(&self, kind: Event, fields: Value) {
-        self.record_seq(kind, fields);
+    pub fn record<P: Payload + ?Sized>(&self, payload: &P) {
+        self.record_seq(payload);
     }
 
     /// The same, returning the line's sequence number if it was written.
-    pub fn record_seq(&self, kind: Event, fields: Value) -> Option<u64> {
+    pub fn record_seq<P: Payload + ?Sized>(&self, payload: &P) -> Option<u64> {
         self.write_counts(false);
-        self.write(kind, fields)
+        self.write(payload.event(), payload::fields_of(payload))
     }
 
     /// A refusal that anyone in the machine can cause at will (a wrong
     /// peer, a bad frame, a host not on the list): written whole up to a
     /// burst per window and `source`, then counted into one `suppressed`
     /// line, so a flood cannot push the owner's evidence out of rotation.
-    pub fn record_refusal(&self, kind: Event, source: &str, fields: Value) {
+    pub fn record_refusal<P: Payload + ?Sized>(&self, source: &str, payload: &P) {
+        self.refusal(payload.event(), source, payload::fields_of(payload));
+    }
+
+    /// A refusal counted by who asked, as `throttle::source_of` tells
+    /// from its line (`via` the proxy or the connect gate); the runtime's
+    /// always written whole.
+    pub fn record_refusal_by<P: Payload + ?Sized>(&self, via: &str, runtime_uid: u32, payload: &P) {
+        let fields = payload::fields_of(payload);
+        match throttle::source_of(via, &fields, runtime_uid) {
+            Some(source) => self.refusal(payload.event(), &source, fields),
+            None => {
+                self.write_counts(false);
+                self.write(payload.event(), fields);
+            }
+        }
+    }
+
+    fn refusal(&self, kind: Event, source: &str, fields: Value) {
         self.write_counts(false);
         // What a count keeps as examples: the host or address refused,
         // else why.
@@ -209,16 +229,22 @@ impl Audit {
             .unwrap_or_else(|e| e.into_inner())
             .due(now, all);
         for s in due {
-            let samples: Vec<Value> = s
-                .samples
-                .kept
-                .iter()
-                .map(|(what, count)| serde_json::json!({"what": what, "count": count}))
-                .collect();
-            let line = serde_json::json!({"of": s.kind, "source": s.source, "count": s.count,
-                                          "window_ms": s.window.as_millis() as u64,
-                                          "samples": samples, "unsampled": s.samples.unsampled});
-            if self.write(Event::Suppressed, line).is_none() {
+            let samples = s.samples.kept.iter();
+            let line = payload::Suppressed {
+                of: &s.kind,
+                source: &s.source,
+                count: s.count,
+                window_ms: s.window.as_millis() as u64,
+                samples: samples
+                    .map(|(what, count)| payload::Sample {
+                        what,
+                        count: *count,
+                    })
+                    .collect(),
+                unsampled: s.samples.unsampled,
+            };
+            let written = self.write(line.event(), payload::fields_of(&line));
+            if written.is_none() {
                 self.throttle
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -239,10 +265,8 @@ impl Audit {
                 self.rotation.max_files,
                 self.rotation.max_bytes
             );
-            self.append(
-                Event::RotatedAway,
-                serde_json::json!({"first": first, "last": last}),
-            );
+            let line = payload::RotatedAway { first, last };
+            self.append(line.event(), payload::fields_of(&line));
         }
         Some(seq)
     }
@@ -426,6 +450,7 @@ fn last_link(file: &mut File) -> std::io::Result<Option<(u64, String)>> {
 
 #[cfg(test)]
 mod tests {
+    use super::payload::Raw;
     use super::*;
 
     #[test]
@@ -551,10 +576,10 @@ mod tests {
         };
         let audit = Audit::open_with(dir.path(), None, None, rotation).unwrap();
         for i in 0..200 {
-            audit.record(
+            audit.record(&Raw(
                 Event::CommandStart,
                 json!({"command": i, "argv": ["echo", "x".repeat(40)]}),
-            );
+            ));
         }
         drop(audit);
         let files = log_files(dir.path()).unwrap();
@@ -585,7 +610,7 @@ mod tests {
         );
         // Reopened after a rotation, the chain continues.
         let audit = Audit::open_with(dir.path(), None, None, rotation).unwrap();
-        audit.record(Event::Boot, json!({}));
+        audit.record(&Raw(Event::Boot, json!({})));
         drop(audit);
         verify_files(&log_files(dir.path()).unwrap()).unwrap();
     }
@@ -602,15 +627,15 @@ mod tests {
     fn a_torn_last_line_is_dropped_at_open() {
         let dir = tempfile::tempdir().unwrap();
         let audit = Audit::open(dir.path(), None, None).unwrap();
-        audit.record(Event::Boot, json!({}));
-        audit.record(Event::Shutdown, json!({}));
+        audit.record(&Raw(Event::Boot, json!({})));
+        audit.record(&Raw(Event::Shutdown, json!({})));
         drop(audit);
         let path = dir.path().join(FILE_NAME);
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str("{\"seq\":3,\"ki");
         std::fs::write(&path, &text).unwrap();
         let audit = Audit::open(dir.path(), None, None).unwrap();
-        audit.record(Event::Boot, json!({}));
+        audit.record(&Raw(Event::Boot, json!({})));
         drop(audit);
         let (lines, _) = verify_files(&[path]).unwrap();
         assert_eq!(lines, 3);
@@ -635,11 +660,11 @@ mod tests {
     fn reopened_log_continues_the_chain() {
         let dir = tempfile::tempdir().unwrap();
         let audit = Audit::open(dir.path(), None, None).unwrap();
-        audit.record(Event::Boot, json!({}));
-        audit.record(Event::Shutdown, json!({}));
+        audit.record(&Raw(Event::Boot, json!({})));
+        audit.record(&Raw(Event::Shutdown, json!({})));
         drop(audit);
         let audit = Audit::open(dir.path(), None, None).unwrap();
-        audit.record(Event::Boot, json!({}));
+        audit.record(&Raw(Event::Boot, json!({})));
         let text = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
         let mut prev = GENESIS.to_string();
         for (i, line) in text.lines().enumerate() {
@@ -653,6 +678,7 @@ mod tests {
 
 #[cfg(test)]
 mod refusal_tests {
+    use super::payload::Raw;
     use super::*;
     use serde_json::json;
 
@@ -675,12 +701,14 @@ mod refusal_tests {
         ];
         for (fields, _) in &cases {
             for _ in 0..REFUSAL_BURST {
-                audit.record_refusal(Event::ConnectRefused, "connect_gate command 3", json!({}));
+                audit.record_refusal(
+                    "connect_gate command 3",
+                    &Raw(Event::ConnectRefused, json!({})),
+                );
             }
             audit.record_refusal(
-                Event::ConnectRefused,
                 "connect_gate command 3",
-                fields.clone(),
+                &Raw(Event::ConnectRefused, fields.clone()),
             );
             audit.write_all_counts();
         }

@@ -129,6 +129,7 @@ fn seq_of(line: &[u8]) -> Option<u64> {
 mod tests {
     use super::super::{log_files, verify_text, Event, Rotation};
     use super::*;
+    use crate::guest::audit::payload::Raw;
     use serde_json::json;
 
     fn read_all(audit: &Audit, from: u64, max: usize) -> (String, Reader) {
@@ -150,7 +151,10 @@ mod tests {
         };
         let audit = Audit::open_with(dir.path(), None, None, rotation).unwrap();
         for i in 0..120 {
-            audit.record(Event::CommandStart, json!({"command": i, "argv": ["x"]}));
+            audit.record(&Raw(
+                Event::CommandStart,
+                json!({"command": i, "argv": ["x"]}),
+            ));
         }
         let files = log_files(dir.path()).unwrap();
         assert!(files.len() >= 3, "{files:?}");
@@ -189,7 +193,7 @@ mod tests {
         }
         // A snapshot ends where the log ended when it was taken.
         let mut reader = audit.reader(last).unwrap();
-        audit.record(Event::Boot, json!({}));
+        audit.record(&Raw(Event::Boot, json!({})));
         let first = reader.next_chunk(1 << 20).unwrap().unwrap();
         assert_eq!(seq_of(&first), Some(last), "one line, the last");
         assert_eq!(reader.next_chunk(1 << 20).unwrap(), None);
@@ -200,12 +204,12 @@ mod tests {
     fn a_line_longer_than_a_chunk_comes_in_pieces() {
         let dir = tempfile::tempdir().unwrap();
         let audit = Audit::open(dir.path(), None, None).unwrap();
-        audit.record(Event::Boot, json!({}));
+        audit.record(&Raw(Event::Boot, json!({})));
         let long: Vec<String> = (0..40)
             .map(|i| format!("{i}-{}", "y".repeat(100)))
             .collect();
-        audit.record(Event::CommandStart, json!({"argv": long}));
-        audit.record(Event::Shutdown, json!({}));
+        audit.record(&Raw(Event::CommandStart, json!({"argv": long})));
+        audit.record(&Raw(Event::Shutdown, json!({})));
         let (text, reader) = read_all(&audit, 1, 512);
         assert_eq!(
             text,

@@ -11,8 +11,7 @@ mod net_phase;
 mod phase_clock;
 pub mod phases;
 
-use crate::guest::accounts::users;
-use crate::guest::audit::Event;
+use crate::guest::audit::payload;
 use crate::guest::confine::spawn::{self, SpawnError, Stdio};
 use crate::guest::process::reaper::Exit;
 use crate::guest::supervisor::Supervisor;
@@ -27,7 +26,6 @@ use phases::{
     announce, bind_proxy, leave_the_books_in_order, load_config, make_layout, make_users,
     mount_volumes, open_audit, open_hosts, prepare_confinement, supervisor, BootError,
 };
-use serde_json::json;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -168,20 +166,30 @@ fn phases(
     clock.mark("probe");
     let boot_ms = clock.elapsed_ms();
     sup.set_boot_ms(boot_ms);
-    sup.audit.record(
-        Event::Boot,
-        json!({"version": env!("CARGO_PKG_VERSION"), "pid1": pid1,
-               "pid": nix::unistd::getpid().as_raw(), "config": config_path,
-               "users": [user_line(&sup.runtime), user_line(&sup.shell)],
-               "layout_changes": changes, "socket": sup.config.socket,
-               "tcp_door": sup.config.tcp_door,
-               "policy": {"dir": sup.config.policy_dir, "digest": sup.confinement.policy.digest},
-               "layers": layers,
-               "vm": vm.map(|vm| json!({"root": vm.root, "modules": vm.modules,
-                                        "hostname": vm.hostname, "volumes": volumes,
-                                        "vsock_port": doors.vsock_port})),
-               "boot_ms": boot_ms, "boot_phases_ms": clock.said()}),
-    );
+    sup.audit.record(&payload::Boot {
+        version: env!("CARGO_PKG_VERSION"),
+        pid1,
+        pid: nix::unistd::getpid().as_raw(),
+        config: &config_path,
+        users: [(&sup.runtime).into(), (&sup.shell).into()],
+        layout_changes: &changes,
+        socket: &sup.config.socket,
+        tcp_door: sup.config.tcp_door,
+        policy: payload::BootPolicy {
+            dir: &sup.config.policy_dir,
+            digest: &sup.confinement.policy.digest,
+        },
+        layers: &layers,
+        vm: vm.map(|vm| payload::BootVm {
+            root: &vm.root,
+            modules: &vm.modules,
+            hostname: &vm.hostname,
+            volumes: &volumes,
+            vsock_port: doors.vsock_port,
+        }),
+        boot_ms,
+        boot_phases_ms: clock.said(),
+    });
     let vsock_port = doors.vsock_port;
     upkeep(&sup, &runtime);
     doors::serve(&sup, &runtime, doors);
@@ -245,10 +253,6 @@ fn main_process(sup: &Supervisor) -> (Option<Result<Main, i32>>, bool) {
 fn refuse(reason: String) -> i32 {
     crate::say!("refusing to start: {reason}");
     1
-}
-
-fn user_line(account: &users::Account) -> serde_json::Value {
-    json!({"name": account.name, "uid": account.uid, "gid": account.gid, "groups": account.groups})
 }
 
 fn block_signals() -> nix::Result<SigSet> {
@@ -352,10 +356,10 @@ fn start_main(sup: &Supervisor) -> Option<Result<Main, i32>> {
                 pid: spawned.pid.as_raw(),
                 argv: argv.clone(),
             }));
-            sup.audit.record(
-                Event::MainStart,
-                json!({"pid": spawned.pid.as_raw(), "argv": argv}),
-            );
+            sup.audit.record(&payload::MainStart {
+                pid: spawned.pid.as_raw(),
+                argv: &argv,
+            });
             Some(Ok(Main {
                 pid: spawned.pid,
                 exit: spawned.exit,
@@ -365,10 +369,10 @@ fn start_main(sup: &Supervisor) -> Option<Result<Main, i32>> {
         Err(SpawnError::Child(f)) => {
             // The program's name may carry a secret: redacted like the log.
             crate::say!("main process: {}", sup.audit.redact(&f.to_string()));
-            sup.audit.record(
-                Event::MainFailed,
-                json!({"argv": argv, "error": f.to_string()}),
-            );
+            sup.audit.record(&payload::MainFailed {
+                argv: &argv,
+                error: f.to_string(),
+            });
             Some(Err(f.status()))
         }
         Err(e) => {
@@ -435,7 +439,7 @@ async fn supervise(
                 sig = signals.recv() => {
                     let Some(sig) = sig else { continue };
                     if is_shutdown(sig) {
-                        sup.audit.record(Event::Signal, json!({"signal": sig.as_str(), "action": "shutdown"}));
+                        sup.audit.record(&payload::Signal { signal: sig.as_str(), action: "shutdown" });
                         return shutdown(&sup, sig, None).await;
                     }
                     continue;
@@ -455,13 +459,13 @@ async fn supervise(
             sig = signals.recv() => {
                 let Some(sig) = sig else { continue };
                 if is_shutdown(sig) {
-                    sup.audit.record(Event::Signal, json!({"signal": sig.as_str(), "action": "shutdown"}));
+                    sup.audit.record(&payload::Signal { signal: sig.as_str(), action: "shutdown" });
                     crate::say!("{sig}: shutting down");
                     return shutdown(&sup, sig, main).await;
                 }
                 let forwarded = main.as_ref().is_some_and(|m| sup.reaper.signal(m.pid, sig, false));
                 let action = if forwarded { "forwarded to main" } else { "ignored: no main process" };
-                sup.audit.record(Event::Signal, json!({"signal": sig.as_str(), "action": action}));
+                sup.audit.record(&payload::Signal { signal: sig.as_str(), action });
             }
             _ = sup.stop_requested() => {
                 return stopped_on_request(&sup, main).await;
@@ -469,7 +473,7 @@ async fn supervise(
             exit = main_exit => {
                 let status = exit.map(Exit::status).unwrap_or(125);
                 let again = sup.config.main_restart.again(status);
-                sup.audit.record(Event::MainExit, json!({"status": status, "restart": again}));
+                sup.audit.record(&payload::MainExit { status, restart: Some(again) });
                 sup.set_main(None);
                 if again {
                     quick = if started.elapsed() >= main_restart::SETTLED { 0 } else { quick + 1 };
@@ -521,7 +525,7 @@ async fn wait_to_restart(
                 };
                 let shuts = is_shutdown(sig);
                 let action = if shuts { "shutdown" } else { "ignored: no main process" };
-                sup.audit.record(Event::Signal, json!({"signal": sig.as_str(), "action": action}));
+                sup.audit.record(&payload::Signal { signal: sig.as_str(), action });
                 if shuts {
                     return Some(shutdown(sup, sig, None).await);
                 }
@@ -589,7 +593,10 @@ async fn shutdown(sup: &Supervisor, sig: Signal, main: Option<Main>) -> i32 {
             let status = exit
                 .map(Exit::status)
                 .unwrap_or(128 + Signal::SIGKILL as i32);
-            sup.audit.record(Event::MainExit, json!({"status": status}));
+            sup.audit.record(&payload::MainExit {
+                status,
+                restart: None,
+            });
             status
         }
     }
@@ -633,10 +640,10 @@ async fn stop_everything(sup: &Supervisor, mut main: Option<&mut Main>) {
     while sup.commands.count() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    sup.audit.record(
-        Event::Stopped,
-        json!({"terminated": termed, "killed_after_grace": killed}),
-    );
+    sup.audit.record(&payload::Stopped {
+        terminated: termed,
+        killed_after_grace: killed,
+    });
 }
 
 /// Every child of this process (of any of its threads, since an orphan is

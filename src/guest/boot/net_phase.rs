@@ -2,10 +2,9 @@
 //! proxy started (reaching out itself, or in a VM through the host's
 //! relay), and the default host list worked out once the machine is ready.
 
-use crate::guest::audit::Event;
+use crate::guest::audit::payload::{self, Firewall, ProxyLine};
 use crate::guest::net::proxy::{self, Proxy};
 use crate::guest::supervisor::Supervisor;
-use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -47,20 +46,21 @@ fn origin(sup: &Arc<Supervisor>) -> proxy::Origin {
         };
         // The uid alone, when no process holds the socket any more.
         let Some(holder) = holder else {
-            return uid.map(|uid| json!({ "uid": uid }));
+            return uid.map(|uid| payload::Origin {
+                uid: Some(uid),
+                ..Default::default()
+            });
         };
-        let mut found = json!({"pid": holder.pid});
-        if let Some(uid) = uid {
-            found["uid"] = uid.into();
-        }
         let command = holder
             .tag
             .and_then(|tag| weak.upgrade()?.commands.digest_of_tag(tag));
-        if let Some((command, digest)) = command {
-            found["command"] = command.into();
-            found["argv_sha256"] = digest.into();
-        }
-        Some(found)
+        let (command, argv_sha256) = command.unzip();
+        Some(payload::Origin {
+            pid: Some(holder.pid),
+            uid,
+            command,
+            argv_sha256,
+        })
     })
 }
 
@@ -94,17 +94,17 @@ pub(super) fn start(
     let applied = sup.network.apply();
     let defaults: proxy::Defaults = Default::default();
     let weak = Arc::downgrade(sup);
-    let record: proxy::Recorder = Arc::new(move |kind, fields| {
+    let record: proxy::Recorder = Arc::new(move |line| {
         if let Some(sup) = weak.upgrade() {
             // Anyone in the machine can ask the proxy for what it refuses,
             // as often as they like: refusals are a burst and a count, per
             // asker (a flood of one command's hides no other's), and the
             // runtime's always whole.
-            let source =
-                crate::guest::audit::throttle::source_of("proxy", &fields, sup.runtime.uid);
-            match (fields.get("allowed") == Some(&json!(false)), source) {
-                (true, Some(source)) => sup.audit.record_refusal(kind, &source, fields),
-                _ => sup.audit.record(kind, fields),
+            match &line {
+                ProxyLine::Egress(egress) if !egress.allowed => {
+                    sup.audit.record_refusal_by("proxy", sup.runtime.uid, &line)
+                }
+                _ => sup.audit.record(&line),
             }
         }
     });
@@ -141,13 +141,26 @@ pub(super) fn start(
             Some(e.to_string())
         }
     };
-    sup.audit.record(
-        Event::Network,
-        json!({"firewall": match &applied { Some(Ok(_)) => json!("applied"), Some(Err(e)) => json!({"error": e.to_string()}), None => json!("off") },
-               "firewall_via": applied.and_then(Result::ok).map(|()| crate::guest::net::firewall::VIA),
-               "firewall_policy": policy.firewall, "proxy": sup.network.listening,
-               "proxy_error": proxy_error, "hosts_from": if policy.hosts.is_some() { "network.json" } else { "default" }}),
-    );
+    sup.audit.record(&payload::Network {
+        firewall: match &applied {
+            Some(Ok(_)) => Firewall::Word("applied"),
+            Some(Err(e)) => Firewall::Failed {
+                error: e.to_string(),
+            },
+            None => Firewall::Word("off"),
+        },
+        firewall_via: applied
+            .and_then(Result::ok)
+            .map(|()| crate::guest::net::firewall::VIA),
+        firewall_policy: policy.firewall,
+        proxy: &sup.network.listening,
+        proxy_error,
+        hosts_from: if policy.hosts.is_some() {
+            "network.json"
+        } else {
+            "default"
+        },
+    });
     defaults
 }
 
@@ -171,10 +184,10 @@ pub(super) fn work_out_default_hosts(sup: &Arc<Supervisor>, defaults: proxy::Def
         .spawn(move || {
             let (hosts, sources) =
                 crate::guest::net::default_hosts(&sup2.reaper, shell, &home, &path);
-            sup2.audit.record(
-                Event::DefaultHosts,
-                json!({"hosts": hosts, "registries_found": sources}),
-            );
+            sup2.audit.record(&payload::DefaultHosts {
+                hosts: &hosts,
+                registries_found: &sources,
+            });
             let _ = filled.set(hosts);
         });
     if let Err(e) = worked_out {

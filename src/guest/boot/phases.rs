@@ -4,8 +4,7 @@
 
 use crate::guest::accounts::layout;
 use crate::guest::accounts::users;
-use crate::guest::audit::Event;
-use crate::guest::audit::{Audit, Rotation};
+use crate::guest::audit::{payload, Audit, Rotation};
 use crate::guest::confine::cgroups::{self, Cgroups};
 use crate::guest::confine::{self, Confinement};
 use crate::guest::net::proxy;
@@ -15,7 +14,6 @@ use crate::guest::vm::Vm;
 use crate::shared::config::{self, MachineConfig};
 use crate::shared::policy::Policy;
 use crate::shared::redact::Redactor;
-use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -237,17 +235,17 @@ fn read_credentials(vault: &crate::guest::net::opened::vault::Vault, from: &Path
     match read.and_then(|text| vault.hand(&text).map_err(|e| e.to_string())) {
         Ok(names) => {
             audit.hide_also(vault.all_text());
-            audit.record(
-                Event::CredentialsHanded,
-                json!({"names": names, "from": from}),
-            );
+            audit.record(&payload::CredentialsHanded {
+                names: &names,
+                from: Some(from),
+            });
         }
         Err(e) => {
             crate::say!("credentials_from {}: {e}", from.display());
-            audit.record(
-                Event::KeysFailed,
-                json!({"credentials_from": from, "error": e}),
-            );
+            audit.record(&payload::KeysFailed {
+                credentials_from: Some(from),
+                error: e,
+            });
         }
     }
 }
@@ -354,7 +352,7 @@ pub fn leave_the_books_in_order(sup: &Supervisor, status: i32) -> i32 {
     sup.network.remove();
     crate::guest::api::end_runs(sup);
     sup.audit.write_all_counts();
-    sup.audit.record(Event::Shutdown, json!({"status": status}));
+    sup.audit.record(&payload::Shutdown { status });
     sup.audit.sync();
     crate::say!("exiting with status {status}");
     status

@@ -19,7 +19,7 @@ pub mod plan;
 pub mod pty;
 pub mod request;
 
-use crate::guest::audit;
+use crate::guest::audit::payload;
 use crate::guest::confine::cgroups::CommandCgroup;
 use crate::guest::confine::spawn::{SpawnError, Spawned, Stdio};
 use crate::guest::process::reaper::Exit;
@@ -32,7 +32,6 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use output::{pump, Budget, Out};
 use request::ValidRun;
-use serde_json::json;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -130,16 +129,22 @@ pub async fn execute(
         max_rss_kb: spent.map(|s| s.max_rss_kb),
     };
     sup.commands.count_spent(&report);
-    sup.audit.record(
-        audit::Event::CommandEnd,
-        json!({"command": running.command, "status": report.status, "code": report.code,
-               "signal": report.signal, "limit": report.limit,
-               "duration_ms": report.duration_ms, "stdout_bytes": report.stdout_bytes,
-               "stderr_bytes": report.stderr_bytes, "drained": report.drained,
-               "cpu_user_ms": report.cpu_user_ms, "cpu_system_ms": report.cpu_system_ms,
-               "max_rss_kb": report.max_rss_kb,
-               "left_behind_killed": escaped.0, "left_behind_surviving": escaped.1}),
-    );
+    sup.audit.record(&payload::CommandEnd {
+        command: running.command,
+        status: report.status,
+        code: report.code,
+        signal: &report.signal,
+        limit: &report.limit,
+        duration_ms: report.duration_ms,
+        stdout_bytes: report.stdout_bytes,
+        stderr_bytes: report.stderr_bytes,
+        drained: report.drained,
+        cpu_user_ms: report.cpu_user_ms,
+        cpu_system_ms: report.cpu_system_ms,
+        max_rss_kb: report.max_rss_kb,
+        left_behind_killed: escaped.0,
+        left_behind_surviving: escaped.1,
+    });
     report
 }
 
@@ -219,11 +224,13 @@ fn not_started(
     status: i32,
     message: String,
 ) -> ExitReport {
-    sup.audit.record(
-        audit::Event::CommandFailed,
-        json!({"requester_uid": requester, "argv": run.argv, "folder": run.folder_text(),
-               "status": status, "error": message}),
-    );
+    sup.audit.record(&payload::CommandFailed {
+        requester_uid: requester,
+        argv: &run.argv,
+        folder: run.folder_text(),
+        status,
+        error: &message,
+    });
     ExitReport {
         status,
         code: Some(status),
@@ -254,14 +261,18 @@ async fn announce(
         requester_uid: requester,
     };
     sup.commands.started(command, entry);
-    sup.audit.record(
-        audit::Event::CommandStart,
-        json!({"command": command, "pid": pid.as_raw(), "requester_uid": requester,
-               "argv": run.argv, "folder": run.folder_text(),
-               "limits": limits, "keep_background": run.keep_background,
-               "detached": run.detach.is_some(), "tag": run.detach.clone().flatten(),
-               "terminal": run.pty.is_some()}),
-    );
+    sup.audit.record(&payload::CommandStart {
+        command,
+        pid: pid.as_raw(),
+        requester_uid: requester,
+        argv: &run.argv,
+        folder: run.folder_text(),
+        limits,
+        keep_background: run.keep_background,
+        detached: run.detach.is_some(),
+        tag: run.detach.clone().flatten(),
+        terminal: run.pty.is_some(),
+    });
     let started = Event::Started {
         command,
         pid: pid.as_raw(),

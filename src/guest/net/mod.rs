@@ -23,6 +23,7 @@ pub mod registries;
 pub mod tool;
 pub mod userns;
 
+use crate::guest::audit::payload::{self, Payload};
 use crate::guest::confine::spawn::Identity;
 use crate::guest::process::reaper::Reaper;
 use crate::shared::policy::{NetworkPolicy, PolicyError, Requirement};
@@ -800,13 +801,14 @@ fn standalone_opener(
 /// else stdout, one JSON object a line.
 fn standalone_recorder(dir: Option<&Path>) -> Result<proxy::Recorder, StandaloneError> {
     let Some(dir) = dir else {
-        return Ok(Arc::new(|kind, mut fields| {
-            fields["kind"] = kind.word().into();
+        return Ok(Arc::new(|line| {
+            let mut fields = payload::fields_of(&line);
+            fields["kind"] = line.event().word().into();
             println!("{fields}");
         }));
     };
     match crate::guest::audit::Audit::open_with(dir, None, None, Default::default()) {
-        Ok(audit) => Ok(Arc::new(move |kind, fields| audit.record(kind, fields))),
+        Ok(audit) => Ok(Arc::new(move |line| audit.record(&line))),
         Err(error) => Err(StandaloneError::Audit {
             dir: dir.to_path_buf(),
             error,

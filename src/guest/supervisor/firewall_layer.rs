@@ -3,12 +3,11 @@
 //! and proven on every status after.
 
 use super::Supervisor;
-use crate::guest::audit::Event;
+use crate::guest::audit::payload;
 use crate::guest::confine::runtime_spawner::RuntimeSpawner;
 use crate::guest::net::connect_gate::{self, Listener, OpenError, Refusal};
 use crate::guest::net::{Gate, ListensError, RuntimeGate};
 use crate::wire::LayerState;
-use serde_json::json;
 use std::sync::Arc;
 
 /// Refusals waiting for the audit thread: past this, the gate waits for
@@ -247,25 +246,18 @@ impl Supervisor {
     }
 
     fn record_gate_refusal(&self, refusal: Refusal, command: Named, user: Option<&str>) {
-        let mut fields = json!({"pid": refusal.tid, "reason": refusal.reason});
-        if let Some(user) = user {
-            fields["user"] = user.into();
-        }
-        if let Some(address) = refusal.address {
-            fields["address"] = address.to_string().into();
-        }
-        if let Some((command, digest)) = command {
-            fields["command"] = command.into();
-            fields["argv_sha256"] = digest.into();
-        }
-        let kind = match refusal.listen {
-            true => Event::ListenRefused,
-            false => Event::ConnectRefused,
+        let (command, argv_sha256) = command.unzip();
+        let line = payload::GateRefusal {
+            listen: refusal.listen,
+            pid: refusal.tid,
+            reason: refusal.reason,
+            user: user.map(str::to_string),
+            address: refusal.address.map(|a| a.to_string()),
+            command,
+            argv_sha256,
         };
         // Per command, and the runtime's always whole (see `source_of`).
-        match crate::guest::audit::throttle::source_of("connect_gate", &fields, self.runtime.uid) {
-            Some(source) => self.audit.record_refusal(kind, &source, fields),
-            None => self.audit.record(kind, fields),
-        }
+        self.audit
+            .record_refusal_by("connect_gate", self.runtime.uid, &line);
     }
 }

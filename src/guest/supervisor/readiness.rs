@@ -4,10 +4,9 @@
 //! launcher's `up` and `--start` wait for it (see `host::ready`).
 
 use super::Supervisor;
-use crate::guest::audit::Event;
+use crate::guest::audit::payload;
 use crate::shared::config::ReadyWhen;
 use crate::wire::ReadyState;
-use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,10 +61,11 @@ impl Supervisor {
         let now = self.started.elapsed().as_millis() as u64;
         if self.readiness.note(now, by) {
             let wanted = self.readiness.wanted.map(|w| w.to_string());
-            self.audit.record(
-                Event::Ready,
-                json!({"by": by, "after_ms": now, "wanted": wanted}),
-            );
+            self.audit.record(&payload::Ready {
+                by,
+                after_ms: now,
+                wanted,
+            });
         }
         self.readiness.after_ms().unwrap_or(now)
     }

@@ -4,9 +4,8 @@
 //! and the task that stops an idle machine, whose limit may change.
 
 use super::Supervisor;
-use crate::guest::audit::Event;
+use crate::guest::audit::payload;
 use crate::wire::Limits;
-use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,10 +49,10 @@ impl Supervisor {
         self.confinement.set_limits(settings.limits);
         self.activity.set_idle_stop(settings.idle_stop_s);
         watch_idleness(self);
-        self.audit.record(
-            Event::SettingsReload,
-            json!({"limits": settings.limits, "idle_stop_s": settings.idle_stop_s}),
-        );
+        self.audit.record(&payload::SettingsReload {
+            limits: settings.limits,
+            idle_stop_s: settings.idle_stop_s,
+        });
     }
 }
 
@@ -76,10 +75,10 @@ pub fn watch_idleness(sup: &Arc<Supervisor>) {
                 };
                 if sup.activity.stop_now(sup.commands.count()) {
                     let idle_ms = sup.activity.idle().as_millis() as u64;
-                    sup.audit.record(
-                        Event::IdleStop,
-                        json!({"idle_ms": idle_ms, "idle_stop_s": limit.as_secs()}),
-                    );
+                    sup.audit.record(&payload::IdleStop {
+                        idle_ms,
+                        idle_stop_s: limit.as_secs(),
+                    });
                     sup.request_stop();
                     return;
                 }

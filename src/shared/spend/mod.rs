@@ -85,25 +85,52 @@ impl Default for Spend {
     }
 }
 
+/// The metered half of the guest's `provider_request` audit line.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditLine {
+    pub run: Option<String>,
+    pub provider: String,
+    pub api: &'static str,
+    pub model: String,
+    pub status: Option<u16>,
+    pub streamed: bool,
+    pub cut: bool,
+    pub estimated: bool,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub micro_usd: u64,
+    pub duration_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<&'static str>,
+}
+
 /// Pure: the `provider_request` audit line of a metered request.
 pub fn audit_line(
     provider: &str,
     api: Api,
     charged: &meter::Charged,
     status: Option<u16>,
-) -> serde_json::Value {
+) -> AuditLine {
     let t = &charged.tokens;
-    let mut line = serde_json::json!({
-        "run": charged.run, "provider": provider, "api": api.word(), "model": charged.model,
-        "status": status, "streamed": charged.streamed, "cut": charged.cut,
-        "estimated": charged.estimated, "input_tokens": t.input, "output_tokens": t.output,
-        "cache_write_tokens": t.cache_write, "cache_read_tokens": t.cache_read,
-        "micro_usd": charged.micro_usd, "duration_ms": charged.duration_ms,
-    });
-    if let Some(reason) = charged.refused {
-        line["refused"] = reason.into();
+    AuditLine {
+        run: charged.run.clone(),
+        provider: provider.to_string(),
+        api: api.word(),
+        model: charged.model.clone(),
+        status,
+        streamed: charged.streamed,
+        cut: charged.cut,
+        estimated: charged.estimated,
+        input_tokens: t.input,
+        output_tokens: t.output,
+        cache_write_tokens: t.cache_write,
+        cache_read_tokens: t.cache_read,
+        micro_usd: charged.micro_usd,
+        duration_ms: charged.duration_ms,
+        refused: charged.refused,
     }
-    line
 }
 
 /// Why `providers` and `spend` cannot be taken.

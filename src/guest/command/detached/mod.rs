@@ -19,7 +19,6 @@ use crate::guest::command::request::ValidRun;
 use crate::guest::command::{self, Running, Sink};
 use crate::guest::supervisor::Supervisor;
 use crate::wire::{Event, ExitReport};
-use serde_json::json;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
@@ -168,19 +167,4 @@ async fn read_exactly(pipe: &tokio::net::unix::pipe::Receiver, len: usize) -> Ve
     }
     body.truncate(got);
     body
-}
-
-/// The audit line of an action on a detached command.
-pub fn audit(
-    sup: &Supervisor,
-    kind: crate::guest::audit::Event,
-    command: u64,
-    requester_uid: u32,
-    extra: serde_json::Value,
-) {
-    let mut fields = json!({"command": command, "requester_uid": requester_uid});
-    if let (Some(f), Some(e)) = (fields.as_object_mut(), extra.as_object()) {
-        f.extend(e.clone());
-    }
-    sup.audit.record(kind, fields);
 }

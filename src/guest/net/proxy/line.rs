@@ -3,10 +3,10 @@
 //! is one such line.
 
 use super::relay::Moved;
+use crate::guest::audit::payload::{Egress, Origin};
 use crate::guest::net::opened::exchange::Outcome;
 use crate::shared::egress::refusal::Refused;
 use crate::shared::egress::target::{Host, Target};
-use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
@@ -23,7 +23,7 @@ pub(super) struct Line {
     status: Option<u16>,
     end: &'static str,
     /// Who opened it (the command), when warden could tell.
-    pub(super) origin: Option<Value>,
+    pub(super) origin: Option<Origin>,
     /// Decided on the runtime's own list (the runtime asked).
     pub(super) runtime: bool,
     /// An opened host's request: its path, the credential added, how
@@ -88,58 +88,46 @@ impl Line {
     }
 
     /// The line of a connection that was carried.
-    pub(super) fn allowed(&self, started: Instant) -> Value {
+    pub(super) fn allowed(&self, started: Instant) -> Egress {
         self.value(true, started)
     }
 
     /// The line of a refusal: its reason, status and stable word.
-    pub(super) fn refused(&self, r: &Refused, started: Instant) -> Value {
-        let mut line = self.value(false, started);
-        line["reason"] = r.reason.as_str().into();
-        line["status"] = r.status().into();
-        line["refusal"] = r.kind.as_str().into();
-        line
+    pub(super) fn refused(&self, r: &Refused, started: Instant) -> Egress {
+        Egress {
+            reason: Some(r.reason.clone()),
+            status: Some(r.status()),
+            refusal: Some(r.kind.as_str()),
+            ..self.value(false, started)
+        }
     }
 
-    fn value(&self, allowed: bool, started: Instant) -> Value {
-        let (host, port) = (self.host(), self.target.as_ref().map(|t| t.port));
-        let mut line = json!({
-            "allowed": allowed,
-            "method": self.method,
-            "host": host,
-            "port": port,
-            "client": self.peer.to_string(),
-            "resolved": self.resolved.iter().map(|ip| ip.to_string()).collect::<Vec<_>>(),
-            "address": self.address.map(|a| a.to_string()),
-            "bytes_up": self.up,
-            "bytes_down": self.down,
-            "duration_ms": (started.elapsed().as_secs_f64() * 1e3 * 10.0).round() / 10.0,
-        });
-        if let Some(entry) = &self.entry {
-            line["entry"] = entry.clone().into();
+    fn value(&self, allowed: bool, started: Instant) -> Egress {
+        let opened = self.opened.as_ref();
+        Egress {
+            allowed,
+            method: self.method.clone(),
+            host: self.host(),
+            port: self.target.as_ref().map(|t| t.port),
+            client: self.peer.to_string(),
+            resolved: self.resolved.iter().map(|ip| ip.to_string()).collect(),
+            address: self.address.map(|a| a.to_string()),
+            bytes_up: self.up,
+            bytes_down: self.down,
+            duration_ms: (started.elapsed().as_secs_f64() * 1e3 * 10.0).round() / 10.0,
+            entry: self.entry.clone(),
+            list: self.runtime.then_some("runtime_hosts"),
+            status: self.status,
+            end: Some(self.end).filter(|end| !end.is_empty()),
+            origin: self.origin.clone(),
+            opened: opened.map(|_| true),
+            path: opened.map(|(path, _, _)| path.clone()),
+            credential: opened.and_then(|(_, credential, _)| credential.clone()),
+            credential_echo_removed: opened
+                .map(|(_, _, masked)| *masked)
+                .filter(|masked| *masked > 0),
+            reason: None,
+            refusal: None,
         }
-        if self.runtime {
-            line["list"] = "runtime_hosts".into();
-        }
-        if let Some(status) = self.status {
-            line["status"] = status.into();
-        }
-        if !self.end.is_empty() {
-            line["end"] = self.end.into();
-        }
-        if let Some(origin) = &self.origin {
-            line["origin"] = origin.clone();
-        }
-        if let Some((path, credential, masked)) = &self.opened {
-            line["opened"] = true.into();
-            line["path"] = path.clone().into();
-            if let Some(name) = credential {
-                line["credential"] = name.clone().into();
-            }
-            if *masked > 0 {
-                line["credential_echo_removed"] = (*masked).into();
-            }
-        }
-        line
     }
 }

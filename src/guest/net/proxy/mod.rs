@@ -30,7 +30,7 @@ pub use runtime::{ClientUid, Runtime, Traffic};
 pub use start::{bind, start, BindError, StartError};
 pub use upstream::Through;
 
-use crate::guest::audit::Event;
+use crate::guest::audit::payload::{self, ProxyLine};
 use crate::shared::egress::credential::Holder;
 use crate::shared::egress::decide::pick;
 use crate::shared::egress::hosts::HostList;
@@ -41,7 +41,6 @@ use hickory_resolver::TokioResolver;
 use http::Head;
 use line::Line;
 use rules::Source;
-use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -51,11 +50,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Where audit lines go: warden's log, or stdout in the standalone mode.
-pub type Recorder = Arc<dyn Fn(Event, Value) + Send + Sync>;
+pub type Recorder = Arc<dyn Fn(ProxyLine) + Send + Sync>;
 
 /// Who opened a connection, given its client's address and the proxy's
 /// own end: the command, as far as warden can tell (see `net::origin`).
-pub type Origin = Arc<dyn Fn(SocketAddr, SocketAddr) -> Option<Value> + Send + Sync>;
+pub type Origin = Arc<dyn Fn(SocketAddr, SocketAddr) -> Option<payload::Origin> + Send + Sync>;
 
 /// What the proxy tells its owner: every decision, and where it can, who
 /// asked.
@@ -232,7 +231,7 @@ impl Proxy {
                 .carried(host, up, down, started.elapsed());
         }
         line.origin = settle(origin).await;
-        (self.record)(Event::Egress, line.allowed(started));
+        (self.record)(ProxyLine::Egress(line.allowed(started)));
     }
 
     /// The list that decides for this client: the runtime's own, when it
@@ -422,24 +421,28 @@ impl Proxy {
         let outcome = match ended {
             opened::Ended::Failed(refused) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
-                return (self.record)(Event::Egress, line.refused(&refused, started));
+                return (self.record)(ProxyLine::Egress(line.refused(&refused, started)));
             }
             opened::Ended::Carried(outcome) => outcome,
         };
         line.carried_request(&outcome);
         let host = line.traffic().0;
         if let Some((provider, api, charged)) = &outcome.metered {
-            let fields = crate::shared::spend::audit_line(provider, *api, charged, outcome.status);
-            let mut fields = fields;
-            fields["origin"] = line.origin.clone().unwrap_or_default();
-            (self.record)(Event::ProviderRequest, fields);
+            let metered = crate::shared::spend::audit_line(provider, *api, charged, outcome.status);
+            (self.record)(ProxyLine::ProviderRequest(payload::ProviderRequest {
+                metered,
+                origin: line.origin.clone(),
+            }));
         }
         if outcome.masked > 0 {
-            (self.record)(
-                Event::CredentialEchoRemoved,
-                serde_json::json!({"host": host, "path": outcome.path, "count": outcome.masked,
-                                   "origin": line.origin}),
-            );
+            (self.record)(ProxyLine::CredentialEchoRemoved(
+                payload::CredentialEchoRemoved {
+                    host,
+                    path: outcome.path.clone(),
+                    count: outcome.masked,
+                    origin: line.origin.clone(),
+                },
+            ));
         }
         let value = match &outcome.refused {
             Some(why) if outcome.ruled_out => {
@@ -448,7 +451,7 @@ impl Proxy {
             }
             _ => line.allowed(started),
         };
-        (self.record)(Event::Egress, value);
+        (self.record)(ProxyLine::Egress(value));
     }
 
     /// Answers a refused client (best effort: it may be gone) and writes
@@ -475,7 +478,7 @@ impl Proxy {
         )
         .await;
         let _ = client.shutdown().await;
-        (self.record)(Event::Egress, line.refused(&r, started));
+        (self.record)(ProxyLine::Egress(line.refused(&r, started)));
     }
 }
 
@@ -487,12 +490,12 @@ enum Way {
 }
 
 /// A connection's origin, being looked up.
-type Lookup = tokio::task::JoinHandle<Option<Value>>;
+type Lookup = tokio::task::JoinHandle<Option<payload::Origin>>;
 /// A connection's two ends: the client's, then the proxy's.
 pub(super) type Ends = Option<(SocketAddr, SocketAddr)>;
 
 /// The origin, once its lookup is done (None when there was none).
-pub(super) async fn settle(origin: Option<Lookup>) -> Option<Value> {
+pub(super) async fn settle(origin: Option<Lookup>) -> Option<payload::Origin> {
     match origin {
         Some(lookup) => lookup.await.ok().flatten(),
         None => None,

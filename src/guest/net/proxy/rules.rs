@@ -3,7 +3,7 @@
 //! the file changes), or warden's default list once it is worked out.
 
 use super::Recorder;
-use crate::guest::audit::Event;
+use crate::guest::audit::payload::{PolicyReload, PolicyReloadFailed, ProxyLine};
 use crate::shared::egress::addr::Cidr;
 use crate::shared::egress::decide::{decide_on, Allowed};
 use crate::shared::egress::hosts::{HostList, HostsError};
@@ -11,7 +11,7 @@ use crate::shared::egress::opened_hosts::{OpenedError, OpenedHosts};
 use crate::shared::egress::refusal::Refused;
 use crate::shared::egress::target::Target;
 use crate::shared::policy::{NetworkPolicy, PolicyError};
-use serde_json::{json, Value};
+
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -217,26 +217,40 @@ impl Source {
             });
         match parsed {
             Ok((policy, rules)) => {
-                (self.record)(Event::PolicyReload, self.reloaded(&policy, rules.as_ref()));
+                (self.record)(ProxyLine::PolicyReload(
+                    self.reloaded(&policy, rules.as_ref()),
+                ));
                 loaded.policy = policy;
                 loaded.rules = rules.map(Arc::new);
                 Ok(())
             }
             Err(e) => {
-                (self.record)(
-                    Event::PolicyReloadFailed,
-                    json!({"file": self.path(), "error": e.to_string(), "kept": "the last good network policy"}),
-                );
+                (self.record)(ProxyLine::PolicyReloadFailed(PolicyReloadFailed {
+                    file: self.path(),
+                    error: e.to_string(),
+                    kept: "the last good network policy",
+                }));
                 Err(e)
             }
         }
     }
 
     /// The `policy_reload` line: what holds from now on.
-    fn reloaded(&self, policy: &NetworkPolicy, rules: Option<&Rules>) -> Value {
-        let hosts = rules.map(|r| r.hosts.entries());
-        json!({"file": self.path(), "hosts_from": if policy.hosts.is_some() { "network.json" } else { "default" },
-               "hosts": hosts, "allow_addresses": policy.allow_addresses.iter().map(|c| c.to_string()).collect::<Vec<_>>()})
+    fn reloaded(&self, policy: &NetworkPolicy, rules: Option<&Rules>) -> PolicyReload {
+        PolicyReload {
+            file: self.path(),
+            hosts_from: if policy.hosts.is_some() {
+                "network.json"
+            } else {
+                "default"
+            },
+            hosts: rules.map(|r| r.hosts.entries()),
+            allow_addresses: policy
+                .allow_addresses
+                .iter()
+                .map(|c| c.to_string())
+                .collect(),
+        }
     }
 }
 
