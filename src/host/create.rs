@@ -268,6 +268,60 @@ mod tests {
         args.iter().any(|a| a == want)
     }
 
+    /// (plan, options args must hold, how args must end)
+    type PlanCase<'a> = (CreatePlan<'a>, Vec<&'static str>, Vec<&'static str>);
+
+    fn plans<'a>(state: &'a Path, lends: &'a [Lend], argv: &'a [String]) -> Vec<PlanCase<'a>> {
+        vec![
+            (
+                CreatePlan {
+                    ports: vec![(3100, 3000)],
+                    restart: Restart::OnFailure,
+                    ..plan(state, &[], None)
+                },
+                vec!["--publish=127.0.0.1:3100:3000/tcp", "--restart=on-failure"],
+                vec![],
+            ),
+            (
+                CreatePlan {
+                    keep_id: KeepId::Runtime,
+                    ..plan(state, lends, None)
+                },
+                vec![
+                    "--userns=keep-id:uid=2000,gid=2000",
+                    "--user=0:0",
+                    "--passwd-entry=runtime:x:2000:2000:warden runtime:/home/runtime:/bin/sh",
+                    "--volume=/home/me/p:/home/me/p:rw",
+                ],
+                vec![],
+            ),
+            (
+                CreatePlan {
+                    keep_id: KeepId::Shell,
+                    ..plan(state, &[], None)
+                },
+                vec!["--userns=keep-id:uid=2001,gid=2001"],
+                vec![],
+            ),
+            (
+                CreatePlan {
+                    entry: Entry::Lent("/opt/warden".into()),
+                    ..plan(state, &[], Some(argv))
+                },
+                vec![
+                    "--volume=/opt/warden:/usr/local/lib/warden/warden:ro",
+                    "--entrypoint=/usr/local/lib/warden/warden",
+                ],
+                vec!["img", "init", "--", "node", "server.js"],
+            ),
+            (
+                plan(state, &[], Some(argv)),
+                vec![],
+                vec!["img", "node", "server.js"],
+            ),
+        ]
+    }
+
     #[test]
     fn create_args_table() {
         let state = Path::new("/s");
@@ -291,55 +345,7 @@ mod tests {
         assert!(!base
             .iter()
             .any(|a| a.starts_with("--publish") || a.starts_with("--restart")));
-        let cases: Vec<(CreatePlan, Vec<&str>, Vec<&str>)> = vec![
-            (
-                CreatePlan {
-                    ports: vec![(3100, 3000)],
-                    restart: Restart::OnFailure,
-                    ..plan(state, &[], None)
-                },
-                vec!["--publish=127.0.0.1:3100:3000/tcp", "--restart=on-failure"],
-                vec![],
-            ),
-            (
-                CreatePlan {
-                    keep_id: KeepId::Runtime,
-                    ..plan(state, &lends, None)
-                },
-                vec![
-                    "--userns=keep-id:uid=2000,gid=2000",
-                    "--user=0:0",
-                    "--passwd-entry=runtime:x:2000:2000:warden runtime:/home/runtime:/bin/sh",
-                    "--volume=/home/me/p:/home/me/p:rw",
-                ],
-                vec![],
-            ),
-            (
-                CreatePlan {
-                    keep_id: KeepId::Shell,
-                    ..plan(state, &[], None)
-                },
-                vec!["--userns=keep-id:uid=2001,gid=2001"],
-                vec![],
-            ),
-            (
-                CreatePlan {
-                    entry: Entry::Lent("/opt/warden".into()),
-                    ..plan(state, &[], Some(&argv))
-                },
-                vec![
-                    "--volume=/opt/warden:/usr/local/lib/warden/warden:ro",
-                    "--entrypoint=/usr/local/lib/warden/warden",
-                ],
-                vec!["img", "init", "--", "node", "server.js"],
-            ),
-            (
-                plan(state, &[], Some(&argv)),
-                vec![],
-                vec!["img", "node", "server.js"],
-            ),
-        ];
-        for (plan, options, tail) in cases {
+        for (plan, options, tail) in plans(state, &lends, &argv) {
             let args = create_args(&plan);
             for option in &options {
                 assert!(has(&args, option), "{option} missing from {args:?}");

@@ -531,143 +531,142 @@ mod tests {
         }
     }
 
+    const GOOD: Findings = Findings {
+        tcp_refused: true,
+        refused_fast: true,
+        udp_blocked: true,
+        udp_refused_at_socket: false,
+        proxy_reached: true,
+        v6: true,
+    };
+
+    /// (applied, read back, probe, Ok: holds / Err: does not; with what
+    /// the detail must say)
+    type JudgeCase = (
+        Result<(), &'static str>,
+        Result<(), &'static str>,
+        Result<Findings, &'static str>,
+        Result<&'static [&'static str], &'static [&'static str]>,
+    );
+
+    const JUDGE_CASES: &[JudgeCase] = &[
+        (
+            Ok(()),
+            Ok(()),
+            Ok(GOOD),
+            Ok(&["[::1]", "applied over netlink, read back and compared"]),
+        ),
+        (
+            Ok(()),
+            Ok(()),
+            Ok(Findings {
+                tcp_refused: false,
+                ..GOOD
+            }),
+            Err(&[
+                "connected over TCP",
+                "applied over netlink",
+                "read back and compared",
+            ]),
+        ),
+        (
+            Ok(()),
+            Ok(()),
+            Ok(Findings {
+                udp_blocked: false,
+                ..GOOD
+            }),
+            Err(&["UDP datagram", "applied over netlink"]),
+        ),
+        // Under seccomp shell makes no UDP socket: said as such.
+        (
+            Ok(()),
+            Ok(()),
+            Ok(Findings {
+                udp_refused_at_socket: true,
+                ..GOOD
+            }),
+            Ok(&["could make no UDP socket (seccomp refuses them to shell)"]),
+        ),
+        (
+            Ok(()),
+            Ok(()),
+            Err("fork: EAGAIN"),
+            Err(&["probe failed", "applied over netlink"]),
+        ),
+        // Not applied: the readback is not looked at.
+        (
+            Err("over netlink: the batch: EPERM: Operation not permitted"),
+            Err("not read back"),
+            Ok(GOOD),
+            Err(&[
+                "cannot apply the rules: over netlink",
+                "shares a network it does not own",
+            ]),
+        ),
+        (
+            Err("over netlink: cannot open a netfilter netlink socket: EAFNOSUPPORT"),
+            Ok(()),
+            Ok(GOOD),
+            Err(&["cannot apply the rules: over netlink: cannot open"]),
+        ),
+        (
+            Err("over netlink: the batch: EPERM: Operation not permitted"),
+            Ok(()),
+            Ok(GOOD),
+            Err(&["shares a network it does not own"]),
+        ),
+        (
+            Ok(()),
+            Err("rule 1 differs"),
+            Ok(GOOD),
+            Err(&["read back: rule 1 differs", "applied over netlink"]),
+        ),
+        (
+            Ok(()),
+            Ok(()),
+            Ok(Findings {
+                tcp_refused: false,
+                ..GOOD
+            }),
+            Err(&["connected over TCP"]),
+        ),
+        (
+            Ok(()),
+            Ok(()),
+            Ok(Findings {
+                refused_fast: false,
+                ..GOOD
+            }),
+            Err(&["not refused at once"]),
+        ),
+        (
+            Ok(()),
+            Ok(()),
+            Ok(Findings {
+                udp_blocked: false,
+                ..GOOD
+            }),
+            Err(&["UDP datagram"]),
+        ),
+        (
+            Ok(()),
+            Ok(()),
+            Ok(Findings {
+                proxy_reached: false,
+                ..GOOD
+            }),
+            Err(&["cannot reach the proxy"]),
+        ),
+        (Ok(()), Ok(()), Err("fork: EAGAIN"), Err(&["probe failed"])),
+    ];
+
     #[test]
     fn judge_table() {
-        let good = Findings {
-            tcp_refused: true,
-            refused_fast: true,
-            udp_blocked: true,
-            udp_refused_at_socket: false,
-            proxy_reached: true,
-            v6: true,
-        };
-        let netlink: Result<(), String> = Ok(());
-        let read: Result<(), String> = Ok(());
-        // (applied, read back, probe, Ok: holds / Err: does not; with
-        // what the detail must say)
-        type Case = (
-            Result<(), String>,
-            Result<(), String>,
-            Result<Findings, String>,
-            Result<&'static [&'static str], &'static [&'static str]>,
-        );
-        let cases: Vec<Case> = vec![
-            (
-                netlink.clone(),
-                read.clone(),
-                Ok(good),
-                Ok(&["[::1]", "applied over netlink, read back and compared"]),
-            ),
-            (
-                netlink.clone(),
-                read.clone(),
-                Ok(Findings {
-                    tcp_refused: false,
-                    ..good
-                }),
-                Err(&[
-                    "connected over TCP",
-                    "applied over netlink",
-                    "read back and compared",
-                ]),
-            ),
-            (
-                netlink.clone(),
-                read.clone(),
-                Ok(Findings {
-                    udp_blocked: false,
-                    ..good
-                }),
-                Err(&["UDP datagram", "applied over netlink"]),
-            ),
-            // Under seccomp shell makes no UDP socket: said as such.
-            (
-                netlink.clone(),
-                read.clone(),
-                Ok(Findings {
-                    udp_refused_at_socket: true,
-                    ..good
-                }),
-                Ok(&["could make no UDP socket (seccomp refuses them to shell)"]),
-            ),
-            (
-                netlink.clone(),
-                read.clone(),
-                Err("fork: EAGAIN".into()),
-                Err(&["probe failed", "applied over netlink"]),
-            ),
-            // Not applied: the readback is not looked at.
-            (
-                Err("over netlink: the batch: EPERM: Operation not permitted".into()),
-                Err("not read back".into()),
-                Ok(good),
-                Err(&[
-                    "cannot apply the rules: over netlink",
-                    "shares a network it does not own",
-                ]),
-            ),
-            (
-                Err("over netlink: cannot open a netfilter netlink socket: EAFNOSUPPORT".into()),
-                read.clone(),
-                Ok(good),
-                Err(&["cannot apply the rules: over netlink: cannot open"]),
-            ),
-            (
-                Err("over netlink: the batch: EPERM: Operation not permitted".into()),
-                read.clone(),
-                Ok(good),
-                Err(&["shares a network it does not own"]),
-            ),
-            (
-                netlink.clone(),
-                Err("rule 1 differs".into()),
-                Ok(good),
-                Err(&["read back: rule 1 differs", "applied over netlink"]),
-            ),
-            (
-                netlink.clone(),
-                read.clone(),
-                Ok(Findings {
-                    tcp_refused: false,
-                    ..good
-                }),
-                Err(&["connected over TCP"]),
-            ),
-            (
-                netlink.clone(),
-                read.clone(),
-                Ok(Findings {
-                    refused_fast: false,
-                    ..good
-                }),
-                Err(&["not refused at once"]),
-            ),
-            (
-                netlink.clone(),
-                read.clone(),
-                Ok(Findings {
-                    udp_blocked: false,
-                    ..good
-                }),
-                Err(&["UDP datagram"]),
-            ),
-            (
-                netlink.clone(),
-                read.clone(),
-                Ok(Findings {
-                    proxy_reached: false,
-                    ..good
-                }),
-                Err(&["cannot reach the proxy"]),
-            ),
-            (
-                netlink.clone(),
-                read.clone(),
-                Err("fork: EAGAIN".into()),
-                Err(&["probe failed"]),
-            ),
-        ];
-        for (applied, readback, probe, want) in cases {
+        for &(applied, readback, probe, want) in JUDGE_CASES {
+            let applied = applied.map_err(String::from);
+            let readback = readback.map_err(String::from);
+            let probe = probe.map_err(String::from);
             match (judge(SCOPE, &applied, &readback, &probe), want) {
                 (Verdict::Holds(d), Ok(says)) | (Verdict::DidNotHold(d), Err(says)) => {
                     for w in says {
