@@ -72,6 +72,29 @@ pub struct CreatePlan<'a> {
     pub image: &'a str,
 }
 
+/// With keep-id, the owner's uid mapped to the user's inside, and warden
+/// root inside; none without.
+fn keep_id_args(keep_id: KeepId) -> Vec<String> {
+    let mut out = Vec::new();
+    let keep = match keep_id {
+        KeepId::Off => None,
+        KeepId::Shell => Some(("shell", SHELL_UID)),
+        KeepId::Runtime => Some(("runtime", RUNTIME_UID)),
+    };
+    if let Some((user, uid)) = keep {
+        // The owner's uid is this user's inside; root inside is the first
+        // subordinate id. keep-id would also make that user the default
+        // one (warden is root), and, in an image without the user, add it
+        // to /etc/passwd under the owner's name: under warden's instead.
+        out.push(format!("--userns=keep-id:uid={uid},gid={uid}"));
+        out.push("--user=0:0".into());
+        out.push(format!(
+            "--passwd-entry={user}:x:{uid}:{uid}:warden {user}:/home/{user}:/bin/sh"
+        ));
+    }
+    out
+}
+
 /// Pure: the engine's arguments for the plan.
 pub fn create_args(plan: &CreatePlan) -> Vec<String> {
     let s = plan.state.display();
@@ -93,22 +116,7 @@ pub fn create_args(plan: &CreatePlan) -> Vec<String> {
     ];
     args.extend(CAPS.iter().map(|c| format!("--cap-add={c}")));
     args.extend(plan.ulimits.iter().cloned());
-    let keep = match plan.keep_id {
-        KeepId::Off => None,
-        KeepId::Shell => Some(("shell", SHELL_UID)),
-        KeepId::Runtime => Some(("runtime", RUNTIME_UID)),
-    };
-    if let Some((user, uid)) = keep {
-        // The owner's uid is this user's inside; root inside is the first
-        // subordinate id. keep-id would also make that user the default
-        // one (warden is root), and, in an image without the user, add it
-        // to /etc/passwd under the owner's name: under warden's instead.
-        args.push(format!("--userns=keep-id:uid={uid},gid={uid}"));
-        args.push("--user=0:0".into());
-        args.push(format!(
-            "--passwd-entry={user}:x:{uid}:{uid}:warden {user}:/home/{user}:/bin/sh"
-        ));
-    }
+    args.extend(keep_id_args(plan.keep_id));
     for lend in plan.lends {
         let mode = match lend.mode {
             LendMode::Read => "ro",
