@@ -72,6 +72,29 @@ pub struct CreatePlan<'a> {
     pub image: &'a str,
 }
 
+/// With keep-id, the owner's uid mapped to the user's inside, and warden
+/// root inside; none without.
+fn keep_id_args(keep_id: KeepId) -> Vec<String> {
+    let mut out = Vec::new();
+    let keep = match keep_id {
+        KeepId::Off => None,
+        KeepId::Shell => Some(("shell", SHELL_UID)),
+        KeepId::Runtime => Some(("runtime", RUNTIME_UID)),
+    };
+    if let Some((user, uid)) = keep {
+        // The owner's uid is this user's inside; root inside is the first
+        // subordinate id. keep-id would also make that user the default
+        // one (warden is root), and, in an image without the user, add it
+        // to /etc/passwd under the owner's name: under warden's instead.
+        out.push(format!("--userns=keep-id:uid={uid},gid={uid}"));
+        out.push("--user=0:0".into());
+        out.push(format!(
+            "--passwd-entry={user}:x:{uid}:{uid}:warden {user}:/home/{user}:/bin/sh"
+        ));
+    }
+    out
+}
+
 /// Pure: the engine's arguments for the plan.
 pub fn create_args(plan: &CreatePlan) -> Vec<String> {
     let s = plan.state.display();
@@ -93,22 +116,7 @@ pub fn create_args(plan: &CreatePlan) -> Vec<String> {
     ];
     args.extend(CAPS.iter().map(|c| format!("--cap-add={c}")));
     args.extend(plan.ulimits.iter().cloned());
-    let keep = match plan.keep_id {
-        KeepId::Off => None,
-        KeepId::Shell => Some(("shell", SHELL_UID)),
-        KeepId::Runtime => Some(("runtime", RUNTIME_UID)),
-    };
-    if let Some((user, uid)) = keep {
-        // The owner's uid is this user's inside; root inside is the first
-        // subordinate id. keep-id would also make that user the default
-        // one (warden is root), and, in an image without the user, add it
-        // to /etc/passwd under the owner's name: under warden's instead.
-        args.push(format!("--userns=keep-id:uid={uid},gid={uid}"));
-        args.push("--user=0:0".into());
-        args.push(format!(
-            "--passwd-entry={user}:x:{uid}:{uid}:warden {user}:/home/{user}:/bin/sh"
-        ));
-    }
+    args.extend(keep_id_args(plan.keep_id));
     for lend in plan.lends {
         let mode = match lend.mode {
             LendMode::Read => "ro",
@@ -268,6 +276,60 @@ mod tests {
         args.iter().any(|a| a == want)
     }
 
+    /// (plan, options args must hold, how args must end)
+    type PlanCase<'a> = (CreatePlan<'a>, Vec<&'static str>, Vec<&'static str>);
+
+    fn plans<'a>(state: &'a Path, lends: &'a [Lend], argv: &'a [String]) -> Vec<PlanCase<'a>> {
+        vec![
+            (
+                CreatePlan {
+                    ports: vec![(3100, 3000)],
+                    restart: Restart::OnFailure,
+                    ..plan(state, &[], None)
+                },
+                vec!["--publish=127.0.0.1:3100:3000/tcp", "--restart=on-failure"],
+                vec![],
+            ),
+            (
+                CreatePlan {
+                    keep_id: KeepId::Runtime,
+                    ..plan(state, lends, None)
+                },
+                vec![
+                    "--userns=keep-id:uid=2000,gid=2000",
+                    "--user=0:0",
+                    "--passwd-entry=runtime:x:2000:2000:warden runtime:/home/runtime:/bin/sh",
+                    "--volume=/home/me/p:/home/me/p:rw",
+                ],
+                vec![],
+            ),
+            (
+                CreatePlan {
+                    keep_id: KeepId::Shell,
+                    ..plan(state, &[], None)
+                },
+                vec!["--userns=keep-id:uid=2001,gid=2001"],
+                vec![],
+            ),
+            (
+                CreatePlan {
+                    entry: Entry::Lent("/opt/warden".into()),
+                    ..plan(state, &[], Some(argv))
+                },
+                vec![
+                    "--volume=/opt/warden:/usr/local/lib/warden/warden:ro",
+                    "--entrypoint=/usr/local/lib/warden/warden",
+                ],
+                vec!["img", "init", "--", "node", "server.js"],
+            ),
+            (
+                plan(state, &[], Some(argv)),
+                vec![],
+                vec!["img", "node", "server.js"],
+            ),
+        ]
+    }
+
     #[test]
     fn create_args_table() {
         let state = Path::new("/s");
@@ -291,55 +353,7 @@ mod tests {
         assert!(!base
             .iter()
             .any(|a| a.starts_with("--publish") || a.starts_with("--restart")));
-        let cases: Vec<(CreatePlan, Vec<&str>, Vec<&str>)> = vec![
-            (
-                CreatePlan {
-                    ports: vec![(3100, 3000)],
-                    restart: Restart::OnFailure,
-                    ..plan(state, &[], None)
-                },
-                vec!["--publish=127.0.0.1:3100:3000/tcp", "--restart=on-failure"],
-                vec![],
-            ),
-            (
-                CreatePlan {
-                    keep_id: KeepId::Runtime,
-                    ..plan(state, &lends, None)
-                },
-                vec![
-                    "--userns=keep-id:uid=2000,gid=2000",
-                    "--user=0:0",
-                    "--passwd-entry=runtime:x:2000:2000:warden runtime:/home/runtime:/bin/sh",
-                    "--volume=/home/me/p:/home/me/p:rw",
-                ],
-                vec![],
-            ),
-            (
-                CreatePlan {
-                    keep_id: KeepId::Shell,
-                    ..plan(state, &[], None)
-                },
-                vec!["--userns=keep-id:uid=2001,gid=2001"],
-                vec![],
-            ),
-            (
-                CreatePlan {
-                    entry: Entry::Lent("/opt/warden".into()),
-                    ..plan(state, &[], Some(&argv))
-                },
-                vec![
-                    "--volume=/opt/warden:/usr/local/lib/warden/warden:ro",
-                    "--entrypoint=/usr/local/lib/warden/warden",
-                ],
-                vec!["img", "init", "--", "node", "server.js"],
-            ),
-            (
-                plan(state, &[], Some(&argv)),
-                vec![],
-                vec!["img", "node", "server.js"],
-            ),
-        ];
-        for (plan, options, tail) in cases {
+        for (plan, options, tail) in plans(state, &lends, &argv) {
             let args = create_args(&plan);
             for option in &options {
                 assert!(has(&args, option), "{option} missing from {args:?}");

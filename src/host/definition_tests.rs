@@ -132,15 +132,8 @@ fn paths_resolve_against_the_definitions_folder() {
     }
 }
 
-#[test]
-fn definitions_table() {
-    let long_keys: Vec<String> = (0..=MAX_KEYS).map(|i| format!("K{i}")).collect();
-    let long_keys = with(&format!(
-        r#"{{"keys": {}}}"#,
-        serde_json::to_string(&long_keys).unwrap()
-    ));
-    // (text, None for accepted or Some("<field>: <problem>") for refused)
-    let cases: Vec<(String, Option<&str>)> = vec![
+fn file_id_and_image_cases() -> Vec<(String, Option<&'static str>)> {
+    vec![
         // The file as a whole.
         ("{".into(), Some("JSON: EOF")),
         ("[]".into(), Some("JSON: must be an object")),
@@ -193,6 +186,11 @@ fn definitions_table() {
             with(r#"{"image": null, "dockerfile": ""}"#),
             Some("dockerfile: empty path"),
         ),
+    ]
+}
+
+fn lend_cases() -> Vec<(String, Option<&'static str>)> {
+    vec![
         // lend
         (
             with(&format!(
@@ -235,6 +233,11 @@ fn definitions_table() {
             with(&format!(r#"{{"lend": [{}]}}"#, lend("/home/shell"))),
             Some("lend[0].at: /home/shell overlaps a user's home (/home/shell); only /home/runtime/workspace/routines may be lent there"),
         ),
+    ]
+}
+
+fn agent_cases() -> Vec<(String, Option<&'static str>)> {
+    vec![
         // the agent's fields
         (with(r#"{"command": ["node", "server.js"], "restart": "on-failure"}"#), None),
         (with(r#"{"command": []}"#), Some("command: empty")),
@@ -272,29 +275,69 @@ fn definitions_table() {
             Some("idle: \"pause\" after how long?"),
         ),
         (with(r#"{"idle": "sleep"}"#), Some("idle: unknown variant `sleep`")),
+    ]
+}
+
+fn readiness_and_resource_cases() -> Vec<(String, Option<&'static str>)> {
+    vec![
         // readiness
         (with(r#"{"ready": "runtime", "ready_timeout_s": 30}"#), None),
         (with(r#"{"ready_port": 3000}"#), None),
-        (with(r#"{"ready": "port"}"#), Some("ready: \"port\" is not \"runtime\" (for a port, give \"ready_port\")")),
-        (with(r#"{"ready": "runtime", "ready_port": 3000}"#), Some("ready: either the runtime says it")),
-        (with(r#"{"ready_port": 0}"#), Some("ready_port: 0 is no port")),
+        (
+            with(r#"{"ready": "port"}"#),
+            Some("ready: \"port\" is not \"runtime\" (for a port, give \"ready_port\")"),
+        ),
+        (
+            with(r#"{"ready": "runtime", "ready_port": 3000}"#),
+            Some("ready: either the runtime says it"),
+        ),
+        (
+            with(r#"{"ready_port": 0}"#),
+            Some("ready_port: 0 is no port"),
+        ),
         (with(r#"{"ready_port": 70000}"#), Some("ready_port: ")),
-        (with(r#"{"ready_timeout_s": 30}"#), Some("ready_timeout_s: given without")),
-        (with(r#"{"ready_port": 80, "ready_timeout_s": 0}"#), Some("ready_timeout_s: 0 is not between 1 and 3600")),
+        (
+            with(r#"{"ready_timeout_s": 30}"#),
+            Some("ready_timeout_s: given without"),
+        ),
+        (
+            with(r#"{"ready_port": 80, "ready_timeout_s": 0}"#),
+            Some("ready_timeout_s: 0 is not between 1 and 3600"),
+        ),
         (with(r#"{"keep_id": "runtime"}"#), None),
-        (with(r#"{"cpus": 1.5, "memory": "512m", "pids": 256}"#), None),
+        (
+            with(r#"{"cpus": 1.5, "memory": "512m", "pids": 256}"#),
+            None,
+        ),
         (with(r#"{"memory": 1073741824}"#), None),
-        (with(r#"{"memory": "lots"}"#), Some("memory: \"lots\": a size")),
-        (with(r#"{"memory": "16m"}"#), Some("memory: \"16m\" is less than the least, 64m")),
+        (
+            with(r#"{"memory": "lots"}"#),
+            Some("memory: \"lots\": a size"),
+        ),
+        (
+            with(r#"{"memory": "16m"}"#),
+            Some("memory: \"16m\" is less than the least, 64m"),
+        ),
         (with(r#"{"cpus": 0}"#), Some("cpus: 0 is not between")),
-        (with(r#"{"pids": 3}"#), Some("pids: 3 is less than the least, 16")),
-        (with(r#"{"keep_id": "root"}"#), Some("keep_id: \"root\" is none of")),
+        (
+            with(r#"{"pids": 3}"#),
+            Some("pids: 3 is less than the least, 16"),
+        ),
+        (
+            with(r#"{"keep_id": "root"}"#),
+            Some("keep_id: \"root\" is none of"),
+        ),
         (
             with(
                 r#"{"keep_id": "shell", "lend": [{"host": "/h", "at": "/home/runtime/workspace/routines", "mode": "write"}]}"#,
             ),
             Some("keep_id: \"shell\" would make the owner's routines lent for writing shell's"),
         ),
+    ]
+}
+
+fn lend_path_cases() -> Vec<(String, Option<&'static str>)> {
+    vec![
         (
             with(&format!(r#"{{"lend": [{}]}}"#, lend("/usr/local/src"))),
             Some("lend[0].at: /usr/local/src shadows a system path (/usr)"),
@@ -328,6 +371,11 @@ fn definitions_table() {
             with(&format!(r#"{{"lend": [{}]}}"#, lend("/lent/a:rw"))),
             Some("lend[0].at: \"/lent/a:rw\" holds ':' or ','"),
         ),
+    ]
+}
+
+fn lend_overlap_cases() -> Vec<(String, Option<&'static str>)> {
+    vec![
         (
             with(&format!(
                 r#"{{"lend": [{}, {}]}}"#,
@@ -379,6 +427,11 @@ fn definitions_table() {
             )),
             Some("lend[2].at: /lent/b/c/d is under lend[0].at /lent/b"),
         ),
+    ]
+}
+
+fn lend_field_cases() -> Vec<(String, Option<&'static str>)> {
+    vec![
         (
             with(r#"{"lend": [{"host": "h", "at": "/lent/a", "mode": "read"}]}"#),
             Some("lend[0].host: \"h\" is not an absolute path"),
@@ -408,6 +461,16 @@ fn definitions_table() {
             Some("lend[0]: must be an object"),
         ),
         (with(r#"{"lend": {}}"#), Some("lend: invalid type: map")),
+    ]
+}
+
+fn env_and_keys_cases() -> Vec<(String, Option<&'static str>)> {
+    let long_keys: Vec<String> = (0..=MAX_KEYS).map(|i| format!("K{i}")).collect();
+    let long_keys = with(&format!(
+        r#"{{"keys": {}}}"#,
+        serde_json::to_string(&long_keys).unwrap()
+    ));
+    vec![
         // env
         (with(r#"{"env": {"_A1": "", "b": "x y"}}"#), None),
         (
@@ -465,6 +528,11 @@ fn definitions_table() {
             Some("keys[0]: A is also set in env"),
         ),
         (long_keys, Some("keys: 65 names, at most 64")),
+    ]
+}
+
+fn hosts_setup_and_workspace_cases() -> Vec<(String, Option<&'static str>)> {
+    vec![
         // hosts
         (with(r#"{"hosts": []}"#), None),
         (
@@ -509,6 +577,11 @@ fn definitions_table() {
             with(r#"{"workspace": "/w:/etc"}"#),
             Some("workspace: \"/w:/etc\" holds ':' or ','"),
         ),
+    ]
+}
+
+fn network_cases() -> Vec<(String, Option<&'static str>)> {
+    vec![
         // network, keep_id
         (with(r#"{"network": "none"}"#), None),
         (with(r#"{"network": "private"}"#), None),
@@ -531,6 +604,11 @@ fn definitions_table() {
             with(r#"{"keep_id": "yes"}"#),
             Some("keep_id: \"yes\" is none of false"),
         ),
+    ]
+}
+
+fn firewall_dns_and_limits_cases() -> Vec<(String, Option<&'static str>)> {
+    vec![
         // firewall, dns
         (with(r#"{"firewall": "best-effort"}"#), None),
         (with(r#"{"firewall": "required"}"#), None),
@@ -590,7 +668,26 @@ fn definitions_table() {
             with(r#"{"limits": null}"#),
             Some("limits: invalid type: null"),
         ),
-    ];
+    ]
+}
+
+#[test]
+fn definitions_table() {
+    // (text, None for accepted or Some("<field>: <problem>") for refused)
+    let cases: Vec<(String, Option<&str>)> = [
+        file_id_and_image_cases(),
+        lend_cases(),
+        agent_cases(),
+        readiness_and_resource_cases(),
+        lend_path_cases(),
+        lend_overlap_cases(),
+        lend_field_cases(),
+        env_and_keys_cases(),
+        hosts_setup_and_workspace_cases(),
+        network_cases(),
+        firewall_dns_and_limits_cases(),
+    ]
+    .concat();
     assert!(cases.len() >= 25);
     for (text, want) in &cases {
         match (parse(text), want) {

@@ -431,96 +431,98 @@ mod tests {
         assert!(err.to_string().contains("missing field"), "{err}");
     }
 
+    /// (machine.json, None for accepted or what the refusal says)
+    const VALIDATION_CASES: &[(&str, Option<&str>)] = &[
+        (r#"{"grace_period_ms": 5}"#, None),
+        (r#"{"ready": "runtime"}"#, None),
+        (r#"{"ready": {"port": 3000}}"#, None),
+        (r#"{"ready": {"port": 0}}"#, Some("port 0 is no port")),
+        (r#"{"ready": "soon"}"#, Some("unknown variant `soon`")),
+        (r#"{"main": ["/bin/agent", "--serve"]}"#, None),
+        (r#"{"unknown": 1}"#, Some("unknown field")),
+        (r#"{"grace_period_ms": -1}"#, Some("invalid value")),
+        (
+            r#"{"shell":{"name":"runtime","uid":3,"gid":3,"home":"/home/s"}}"#,
+            Some("`shell`"),
+        ),
+        (
+            r#"{"shell":{"name":"s","uid":0,"gid":3,"home":"/home/s"}}"#,
+            Some("must not be 0"),
+        ),
+        (
+            r#"{"shell":{"name":"Bad","uid":5,"gid":5,"home":"/home/s"}}"#,
+            Some("name must match"),
+        ),
+        (
+            r#"{"shell":{"name":"s","uid":5,"gid":5,"home":"/home/runtime/s"}}"#,
+            Some("inside runtime's home"),
+        ),
+        (
+            r#"{"runtime":{"name":"r","uid":5,"gid":5,"home":"rel"}}"#,
+            Some("absolute"),
+        ),
+        (r#"{"socket":"api.sock"}"#, Some("`socket`")),
+        (r#"{"audit_dir":"audit"}"#, Some("`audit_dir`")),
+        (r#"{"keys_from":"keys.env"}"#, Some("`keys_from`")),
+        (r#"{"keys_from":"/run/secrets/keys/runtime.env"}"#, None),
+        (r#"{"path":""}"#, Some("`path`")),
+        (r#"{"vsock_port": null}"#, None),
+        (r#"{"vsock_port": 5000}"#, None),
+        (r#"{"vsock_port": 4294967295}"#, Some("`vsock_port`")),
+        (r#"{"egress_vsock_port": 1025}"#, None),
+        (r#"{"main_restart": "on-failure"}"#, None),
+        (
+            r#"{"main_restart": "sometimes"}"#,
+            Some("unknown variant `sometimes`"),
+        ),
+        (
+            r#"{"egress_vsock_port": 4294967295}"#,
+            Some("`egress_vsock_port`"),
+        ),
+        (r#"{"tcp_door": "127.0.0.1:7000"}"#, None),
+        (r#"{"tcp_door": "127.0.0.5:7000"}"#, None),
+        (r#"{"tcp_door": "[::1]:7000"}"#, None),
+        (r#"{"tcp_door": null}"#, None),
+        (
+            r#"{"tcp_door": "0.0.0.0:7000"}"#,
+            Some("must be a loopback"),
+        ),
+        (r#"{"tcp_door": "[::]:7000"}"#, Some("must be a loopback")),
+        (
+            r#"{"tcp_door": "10.0.0.1:7000"}"#,
+            Some("must be a loopback"),
+        ),
+        (r#"{"tcp_door": "127.0.0.1:0"}"#, Some("other than 0")),
+        (r#"{"tcp_door": "localhost:7000"}"#, Some("invalid")),
+        (r#"{"tcp_door": "127.0.0.1"}"#, Some("invalid")),
+        (
+            r#"{"vm_lends": [{"tag": "lend0", "at": "/lent/src", "read_only": true}]}"#,
+            None,
+        ),
+        (
+            r#"{"vm_lends": [{"tag": "Lend 0", "at": "/lent/src", "read_only": true}]}"#,
+            Some("a tag must match"),
+        ),
+        (
+            r#"{"vm_lends": [{"tag": "lend0", "at": "/lent/../etc", "read_only": false}]}"#,
+            Some("normalized"),
+        ),
+        (
+            r#"{"vm_lends": [{"tag": "lend0", "at": "/", "read_only": false}]}"#,
+            Some("normalized"),
+        ),
+        (
+            r#"{"vm_lends": [{"tag": "lend0", "at": "/x"}]}"#,
+            Some("missing field `read_only`"),
+        ),
+        (r#"{"main_env": {"GREETING": "hello"}}"#, None),
+        (r#"{"main_env": {"A=B": "x"}}"#, Some("`main_env`")),
+        ("{", Some("EOF")),
+    ];
+
     #[test]
     fn validation_table() {
-        let cases: &[(&str, Option<&str>)] = &[
-            (r#"{"grace_period_ms": 5}"#, None),
-            (r#"{"ready": "runtime"}"#, None),
-            (r#"{"ready": {"port": 3000}}"#, None),
-            (r#"{"ready": {"port": 0}}"#, Some("port 0 is no port")),
-            (r#"{"ready": "soon"}"#, Some("unknown variant `soon`")),
-            (r#"{"main": ["/bin/agent", "--serve"]}"#, None),
-            (r#"{"unknown": 1}"#, Some("unknown field")),
-            (r#"{"grace_period_ms": -1}"#, Some("invalid value")),
-            (
-                r#"{"shell":{"name":"runtime","uid":3,"gid":3,"home":"/home/s"}}"#,
-                Some("`shell`"),
-            ),
-            (
-                r#"{"shell":{"name":"s","uid":0,"gid":3,"home":"/home/s"}}"#,
-                Some("must not be 0"),
-            ),
-            (
-                r#"{"shell":{"name":"Bad","uid":5,"gid":5,"home":"/home/s"}}"#,
-                Some("name must match"),
-            ),
-            (
-                r#"{"shell":{"name":"s","uid":5,"gid":5,"home":"/home/runtime/s"}}"#,
-                Some("inside runtime's home"),
-            ),
-            (
-                r#"{"runtime":{"name":"r","uid":5,"gid":5,"home":"rel"}}"#,
-                Some("absolute"),
-            ),
-            (r#"{"socket":"api.sock"}"#, Some("`socket`")),
-            (r#"{"audit_dir":"audit"}"#, Some("`audit_dir`")),
-            (r#"{"keys_from":"keys.env"}"#, Some("`keys_from`")),
-            (r#"{"keys_from":"/run/secrets/keys/runtime.env"}"#, None),
-            (r#"{"path":""}"#, Some("`path`")),
-            (r#"{"vsock_port": null}"#, None),
-            (r#"{"vsock_port": 5000}"#, None),
-            (r#"{"vsock_port": 4294967295}"#, Some("`vsock_port`")),
-            (r#"{"egress_vsock_port": 1025}"#, None),
-            (r#"{"main_restart": "on-failure"}"#, None),
-            (
-                r#"{"main_restart": "sometimes"}"#,
-                Some("unknown variant `sometimes`"),
-            ),
-            (
-                r#"{"egress_vsock_port": 4294967295}"#,
-                Some("`egress_vsock_port`"),
-            ),
-            (r#"{"tcp_door": "127.0.0.1:7000"}"#, None),
-            (r#"{"tcp_door": "127.0.0.5:7000"}"#, None),
-            (r#"{"tcp_door": "[::1]:7000"}"#, None),
-            (r#"{"tcp_door": null}"#, None),
-            (
-                r#"{"tcp_door": "0.0.0.0:7000"}"#,
-                Some("must be a loopback"),
-            ),
-            (r#"{"tcp_door": "[::]:7000"}"#, Some("must be a loopback")),
-            (
-                r#"{"tcp_door": "10.0.0.1:7000"}"#,
-                Some("must be a loopback"),
-            ),
-            (r#"{"tcp_door": "127.0.0.1:0"}"#, Some("other than 0")),
-            (r#"{"tcp_door": "localhost:7000"}"#, Some("invalid")),
-            (r#"{"tcp_door": "127.0.0.1"}"#, Some("invalid")),
-            (
-                r#"{"vm_lends": [{"tag": "lend0", "at": "/lent/src", "read_only": true}]}"#,
-                None,
-            ),
-            (
-                r#"{"vm_lends": [{"tag": "Lend 0", "at": "/lent/src", "read_only": true}]}"#,
-                Some("a tag must match"),
-            ),
-            (
-                r#"{"vm_lends": [{"tag": "lend0", "at": "/lent/../etc", "read_only": false}]}"#,
-                Some("normalized"),
-            ),
-            (
-                r#"{"vm_lends": [{"tag": "lend0", "at": "/", "read_only": false}]}"#,
-                Some("normalized"),
-            ),
-            (
-                r#"{"vm_lends": [{"tag": "lend0", "at": "/x"}]}"#,
-                Some("missing field `read_only`"),
-            ),
-            (r#"{"main_env": {"GREETING": "hello"}}"#, None),
-            (r#"{"main_env": {"A=B": "x"}}"#, Some("`main_env`")),
-            ("{", Some("EOF")),
-        ];
-        for (text, want) in cases {
+        for (text, want) in VALIDATION_CASES {
             match (MachineConfig::parse(text), want) {
                 (Ok(_), None) => {}
                 (Err(e), Some(w)) => assert!(e.to_string().contains(w), "{text}: {e}"),

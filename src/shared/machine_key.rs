@@ -248,161 +248,169 @@ mod tests {
         assert!(Key::from_text("short").is_err());
     }
 
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    const KEY: &str = "k3y-0123456789abcdef0123456789abcdef\n";
+
+    fn mode(p: &Path, m: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+    }
+
+    // A kubelet's shape in `dir`: key -> ..data/key, ..data -> ..stamp.
+    fn kubelet(dir: &Path) {
+        let stamp = dir.join("..2024_05_01_12_00_00.123456789");
+        std::fs::create_dir(&stamp).unwrap();
+        mode(&stamp, 0o755);
+        std::fs::write(stamp.join("key"), KEY).unwrap();
+        mode(&stamp.join("key"), 0o400);
+        symlink("..2024_05_01_12_00_00.123456789", dir.join("..data")).unwrap();
+        symlink("..data/key", dir.join("key")).unwrap();
+        mode(dir, 0o1777);
+    }
+
+    type Shape = fn(&Path);
+
+    /// (what, how to make it in a fresh folder, None for taken or the
+    /// refusal's words).
+    const SHAPES: &[(&str, Shape, Option<&str>)] = &[
+        (
+            "a plain file, 0400",
+            |d: &Path| {
+                std::fs::write(d.join("key"), KEY).unwrap();
+                mode(&d.join("key"), 0o400);
+            },
+            None,
+        ),
+        (
+            "a plain file others may read",
+            |d: &Path| {
+                std::fs::write(d.join("key"), KEY).unwrap();
+                mode(&d.join("key"), 0o644);
+            },
+            Some("mode 0600 or 0400"),
+        ),
+        ("a kubelet's Secret", kubelet, None),
+        (
+            "a kubelet's Secret others may read",
+            |d: &Path| {
+                kubelet(d);
+                mode(&d.join("..data/key"), 0o644);
+            },
+            Some("mode 0600 or 0400"),
+        ),
+        (
+            "a kubelet's Secret in a folder others may write, not sticky",
+            |d: &Path| {
+                kubelet(d);
+                mode(d, 0o777);
+            },
+            Some("may be written by others"),
+        ),
+        (
+            "the stamp folder writable by others",
+            |d: &Path| {
+                kubelet(d);
+                mode(&d.join("..2024_05_01_12_00_00.123456789"), 0o777);
+            },
+            Some("root alone may write"),
+        ),
+        (
+            "a link to an absolute path",
+            |d: &Path| {
+                std::fs::create_dir(d.join("real")).unwrap();
+                std::fs::write(d.join("real/key"), KEY).unwrap();
+                mode(&d.join("real/key"), 0o400);
+                symlink(d.join("real/key"), d.join("key")).unwrap();
+            },
+            Some("not ..data/key"),
+        ),
+        (
+            "a link to another name under ..data",
+            |d: &Path| {
+                kubelet(d);
+                std::fs::remove_file(d.join("key")).unwrap();
+                symlink("..data/other", d.join("key")).unwrap();
+            },
+            Some("not ..data/key"),
+        ),
+        (
+            "a link out of the folder",
+            |d: &Path| {
+                symlink("../elsewhere/key", d.join("key")).unwrap();
+            },
+            Some("not ..data/key"),
+        ),
+        (
+            "..data pointing out of the folder",
+            |d: &Path| {
+                let out = tempfile::tempdir().unwrap().keep();
+                std::fs::write(out.join("key"), KEY).unwrap();
+                mode(&out.join("key"), 0o400);
+                symlink(&out, d.join("..data")).unwrap();
+                symlink("..data/key", d.join("key")).unwrap();
+            },
+            Some("not a ..<stamp> folder"),
+        ),
+        (
+            "..data pointing two folders down",
+            |d: &Path| {
+                std::fs::create_dir_all(d.join("..s/sub")).unwrap();
+                std::fs::write(d.join("..s/sub/key"), KEY).unwrap();
+                mode(&d.join("..s/sub/key"), 0o400);
+                symlink("..s/sub", d.join("..data")).unwrap();
+                symlink("..data/key", d.join("key")).unwrap();
+            },
+            Some("not a ..<stamp> folder"),
+        ),
+        (
+            "..data a real folder",
+            |d: &Path| {
+                std::fs::create_dir(d.join("..data")).unwrap();
+                std::fs::write(d.join("..data/key"), KEY).unwrap();
+                mode(&d.join("..data/key"), 0o400);
+                symlink("..data/key", d.join("key")).unwrap();
+            },
+            Some("..data is not a link"),
+        ),
+        (
+            "the stamp's file itself a link",
+            |d: &Path| {
+                kubelet(d);
+                let file = d.join("..2024_05_01_12_00_00.123456789/key");
+                std::fs::remove_file(&file).unwrap();
+                std::fs::write(d.join("real"), KEY).unwrap();
+                mode(&d.join("real"), 0o400);
+                symlink(d.join("real"), file).unwrap();
+            },
+            Some("a link"),
+        ),
+        (
+            "the stamp's file a folder",
+            |d: &Path| {
+                kubelet(d);
+                let file = d.join("..2024_05_01_12_00_00.123456789/key");
+                std::fs::remove_file(&file).unwrap();
+                std::fs::create_dir(&file).unwrap();
+                mode(&file, 0o700);
+            },
+            Some("not a regular file"),
+        ),
+        (
+            "a FIFO, refused without hanging",
+            |d: &Path| {
+                nix::unistd::mkfifo(&d.join("key"), nix::sys::stat::Mode::S_IRUSR).unwrap();
+            },
+            Some("not a regular file"),
+        ),
+        ("nothing there", |_: &Path| {}, Some("No such file")),
+    ];
+
     /// Every shape a key file may take, and those it may not: a plain
     /// file, a kubelet's Secret links, and links of other shapes.
     #[test]
     fn key_file_shapes_table() {
-        use std::os::unix::fs::{symlink, PermissionsExt};
-        const KEY: &str = "k3y-0123456789abcdef0123456789abcdef\n";
         let me = nix::unistd::geteuid().as_raw();
-        fn mode(p: &Path, m: u32) {
-            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
-        }
-        // A kubelet's shape in `dir`: key -> ..data/key, ..data -> ..stamp.
-        fn kubelet(dir: &Path) {
-            let stamp = dir.join("..2024_05_01_12_00_00.123456789");
-            std::fs::create_dir(&stamp).unwrap();
-            mode(&stamp, 0o755);
-            std::fs::write(stamp.join("key"), KEY).unwrap();
-            mode(&stamp.join("key"), 0o400);
-            symlink("..2024_05_01_12_00_00.123456789", dir.join("..data")).unwrap();
-            symlink("..data/key", dir.join("key")).unwrap();
-            mode(dir, 0o1777);
-        }
-        type Shape = fn(&Path);
-        let cases: Vec<(&str, Shape, Option<&str>)> = vec![
-            (
-                "a plain file, 0400",
-                |d: &Path| {
-                    std::fs::write(d.join("key"), KEY).unwrap();
-                    mode(&d.join("key"), 0o400);
-                },
-                None,
-            ),
-            (
-                "a plain file others may read",
-                |d: &Path| {
-                    std::fs::write(d.join("key"), KEY).unwrap();
-                    mode(&d.join("key"), 0o644);
-                },
-                Some("mode 0600 or 0400"),
-            ),
-            ("a kubelet's Secret", kubelet, None),
-            (
-                "a kubelet's Secret others may read",
-                |d: &Path| {
-                    kubelet(d);
-                    mode(&d.join("..data/key"), 0o644);
-                },
-                Some("mode 0600 or 0400"),
-            ),
-            (
-                "a kubelet's Secret in a folder others may write, not sticky",
-                |d: &Path| {
-                    kubelet(d);
-                    mode(d, 0o777);
-                },
-                Some("may be written by others"),
-            ),
-            (
-                "the stamp folder writable by others",
-                |d: &Path| {
-                    kubelet(d);
-                    mode(&d.join("..2024_05_01_12_00_00.123456789"), 0o777);
-                },
-                Some("root alone may write"),
-            ),
-            (
-                "a link to an absolute path",
-                |d: &Path| {
-                    std::fs::create_dir(d.join("real")).unwrap();
-                    std::fs::write(d.join("real/key"), KEY).unwrap();
-                    mode(&d.join("real/key"), 0o400);
-                    symlink(d.join("real/key"), d.join("key")).unwrap();
-                },
-                Some("not ..data/key"),
-            ),
-            (
-                "a link to another name under ..data",
-                |d: &Path| {
-                    kubelet(d);
-                    std::fs::remove_file(d.join("key")).unwrap();
-                    symlink("..data/other", d.join("key")).unwrap();
-                },
-                Some("not ..data/key"),
-            ),
-            (
-                "a link out of the folder",
-                |d: &Path| {
-                    symlink("../elsewhere/key", d.join("key")).unwrap();
-                },
-                Some("not ..data/key"),
-            ),
-            (
-                "..data pointing out of the folder",
-                |d: &Path| {
-                    let out = tempfile::tempdir().unwrap().keep();
-                    std::fs::write(out.join("key"), KEY).unwrap();
-                    mode(&out.join("key"), 0o400);
-                    symlink(&out, d.join("..data")).unwrap();
-                    symlink("..data/key", d.join("key")).unwrap();
-                },
-                Some("not a ..<stamp> folder"),
-            ),
-            (
-                "..data pointing two folders down",
-                |d: &Path| {
-                    std::fs::create_dir_all(d.join("..s/sub")).unwrap();
-                    std::fs::write(d.join("..s/sub/key"), KEY).unwrap();
-                    mode(&d.join("..s/sub/key"), 0o400);
-                    symlink("..s/sub", d.join("..data")).unwrap();
-                    symlink("..data/key", d.join("key")).unwrap();
-                },
-                Some("not a ..<stamp> folder"),
-            ),
-            (
-                "..data a real folder",
-                |d: &Path| {
-                    std::fs::create_dir(d.join("..data")).unwrap();
-                    std::fs::write(d.join("..data/key"), KEY).unwrap();
-                    mode(&d.join("..data/key"), 0o400);
-                    symlink("..data/key", d.join("key")).unwrap();
-                },
-                Some("..data is not a link"),
-            ),
-            (
-                "the stamp's file itself a link",
-                |d: &Path| {
-                    kubelet(d);
-                    let file = d.join("..2024_05_01_12_00_00.123456789/key");
-                    std::fs::remove_file(&file).unwrap();
-                    std::fs::write(d.join("real"), KEY).unwrap();
-                    mode(&d.join("real"), 0o400);
-                    symlink(d.join("real"), file).unwrap();
-                },
-                Some("a link"),
-            ),
-            (
-                "the stamp's file a folder",
-                |d: &Path| {
-                    kubelet(d);
-                    let file = d.join("..2024_05_01_12_00_00.123456789/key");
-                    std::fs::remove_file(&file).unwrap();
-                    std::fs::create_dir(&file).unwrap();
-                    mode(&file, 0o700);
-                },
-                Some("not a regular file"),
-            ),
-            (
-                "a FIFO, refused without hanging",
-                |d: &Path| {
-                    nix::unistd::mkfifo(&d.join("key"), nix::sys::stat::Mode::S_IRUSR).unwrap();
-                },
-                Some("not a regular file"),
-            ),
-            ("nothing there", |_: &Path| {}, Some("No such file")),
-        ];
-        for (name, make, want) in cases {
+        for (name, make, want) in SHAPES {
             let dir = tempfile::tempdir().unwrap();
             make(dir.path());
             let got = Key::load_owned_by(&dir.path().join("key"), me);

@@ -144,20 +144,12 @@ fn phases(
     clock.mark("opened_hosts");
     let sup = supervisor(config, accounts, audit, confinement, network, pid1);
     clock.mark("supervisor");
-    let runtime = tokio::runtime::Builder::new_multi_thread() // 9
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(BootError::Runtime)?;
+    let runtime = async_runtime()?; // 9
     clock.mark("async_runtime");
     let signals = start_signal_loop(sup.clone(), waited);
     let doors = doors::open(&sup, &runtime, vm)?;
     if vm.is_some() {
-        // A VM's published ports: the host's connections come over vsock.
-        let _inside = runtime.enter();
-        for failed in crate::guest::vm::published_ports::serve(&sup.config.vm_ports) {
-            crate::say!("{failed}");
-        }
+        serve_vm_ports(&sup, &runtime);
     }
     clock.mark("doors");
     let defaults = net_phase::start(&sup, &runtime, proxy_listeners, vm.is_some()); // 10
@@ -199,17 +191,38 @@ fn phases(
     }
     net_phase::work_out_default_hosts(&sup, defaults);
     let (main, waits) = main_process(&sup); // 12
-    {
-        let _in_runtime = runtime.enter();
-        crate::guest::supervisor::settings::watch_idleness(&sup);
-        crate::guest::supervisor::readiness::watch_port(&sup);
-    }
+    watch_idleness_and_readiness(&sup, &runtime);
     // The boot is over: its code need not stay resident (see footprint).
     if let Err(e) = footprint::unmap_code() {
         crate::say!("the boot's code stays mapped: {e}");
     }
     let status = runtime.block_on(supervise(sup.clone(), signals, main, waits)); // 13
     Ok(leave_the_books_in_order(&sup, status)) // 14
+}
+
+/// The async runtime warden's doors, proxy and supervision run on.
+fn async_runtime() -> Result<tokio::runtime::Runtime, BootError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(BootError::Runtime)
+}
+
+/// A VM's published ports: the host's connections come over vsock.
+fn serve_vm_ports(sup: &Supervisor, runtime: &tokio::runtime::Runtime) {
+    let _inside = runtime.enter();
+    for failed in crate::guest::vm::published_ports::serve(&sup.config.vm_ports) {
+        crate::say!("{failed}");
+    }
+}
+
+/// The watches on the main process: stopped when idle, ready once its
+/// port answers.
+fn watch_idleness_and_readiness(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime) {
+    let _in_runtime = runtime.enter();
+    crate::guest::supervisor::settings::watch_idleness(sup);
+    crate::guest::supervisor::readiness::watch_port(sup);
 }
 
 /// 11, then: the refusal counts written once their window is over, even
@@ -422,31 +435,11 @@ async fn supervise(
     let (mut started, mut quick) = (Instant::now(), 0u32);
     loop {
         if waits_for_keys {
-            // The keys, a signal or a stop, whichever comes first.
-            tokio::select! {
-                _ = sup.keys.wait() => {
-                    waits_for_keys = false;
-                    match start_main(&sup) {
-                        Some(Ok(m)) => main = Some(m),
-                        Some(Err(status)) => {
-                            stop_everything(&sup, None).await;
-                            return status;
-                        }
-                        None => {}
-                    }
-                    continue;
-                }
-                sig = signals.recv() => {
-                    let Some(sig) = sig else { continue };
-                    if is_shutdown(sig) {
-                        sup.audit.record(&payload::Signal { signal: sig.as_str(), action: "shutdown" });
-                        return shutdown(&sup, sig, None).await;
-                    }
-                    continue;
-                }
-                _ = sup.stop_requested() => {
-                    return stopped_on_request(&sup, None).await;
-                }
+            waits_for_keys = false;
+            match wait_for_keys(&sup, &mut signals).await {
+                Ok(Some(m)) => main = Some(m),
+                Ok(None) => {}
+                Err(status) => return status,
             }
         }
         let main_exit = async {
@@ -476,23 +469,13 @@ async fn supervise(
                 sup.audit.record(&payload::MainExit { status, restart: Some(again) });
                 sup.set_main(None);
                 if again {
-                    quick = if started.elapsed() >= main_restart::SETTLED { 0 } else { quick + 1 };
-                    let wait = main_restart::backoff(quick.saturating_sub(1));
-                    crate::say!("main process exited with status {status}; starting it again in {} s", wait.as_secs());
-                    if let Some(status) = wait_to_restart(&sup, &mut signals, wait).await {
-                        return status;
-                    }
-                    started = Instant::now();
-                    match start_main(&sup) {
-                        Some(Ok(m)) => {
+                    match start_again(&sup, &mut signals, status, (&mut started, &mut quick)).await {
+                        Ok(Some(m)) => {
                             main = Some(m);
                             continue;
                         }
-                        Some(Err(status)) => {
-                            stop_everything(&sup, None).await;
-                            return status;
-                        }
-                        None => {}
+                        Ok(None) => {}
+                        Err(status) => return status,
                     }
                 }
                 crate::say!("main process exited with status {status}; stopping");
@@ -500,6 +483,75 @@ async fn supervise(
                 return status;
             }
         }
+    }
+}
+
+/// Until the keys come (then the main process starts: Ok with it, if
+/// there is one to start), or a signal that ends the machine, or a stop
+/// (Err with the machine's exit status). Other signals have no main
+/// process to go to.
+async fn wait_for_keys(
+    sup: &Supervisor,
+    signals: &mut mpsc::UnboundedReceiver<Signal>,
+) -> Result<Option<Main>, i32> {
+    loop {
+        // The keys, a signal or a stop, whichever comes first.
+        tokio::select! {
+            _ = sup.keys.wait() => {
+                return match start_main(sup) {
+                    Some(Ok(m)) => Ok(Some(m)),
+                    Some(Err(status)) => {
+                        stop_everything(sup, None).await;
+                        Err(status)
+                    }
+                    None => Ok(None),
+                };
+            }
+            sig = signals.recv() => {
+                let Some(sig) = sig else { continue };
+                if is_shutdown(sig) {
+                    sup.audit.record(&payload::Signal { signal: sig.as_str(), action: "shutdown" });
+                    return Err(shutdown(sup, sig, None).await);
+                }
+            }
+            _ = sup.stop_requested() => {
+                return Err(stopped_on_request(sup, None).await);
+            }
+        }
+    }
+}
+
+/// The main process exited with `status` and its restart policy says
+/// again: the wait (longer after quick exits, counted in `quick` since
+/// `started`), then it starts again. Ok with the new main process, if
+/// there is one to start; Err with the machine's exit status.
+async fn start_again(
+    sup: &Supervisor,
+    signals: &mut mpsc::UnboundedReceiver<Signal>,
+    status: i32,
+    (started, quick): (&mut Instant, &mut u32),
+) -> Result<Option<Main>, i32> {
+    *quick = if started.elapsed() >= main_restart::SETTLED {
+        0
+    } else {
+        *quick + 1
+    };
+    let wait = main_restart::backoff(quick.saturating_sub(1));
+    crate::say!(
+        "main process exited with status {status}; starting it again in {} s",
+        wait.as_secs()
+    );
+    if let Some(status) = wait_to_restart(sup, signals, wait).await {
+        return Err(status);
+    }
+    *started = Instant::now();
+    match start_main(sup) {
+        Some(Ok(m)) => Ok(Some(m)),
+        Some(Err(status)) => {
+            stop_everything(sup, None).await;
+            Err(status)
+        }
+        None => Ok(None),
     }
 }
 

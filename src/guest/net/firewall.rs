@@ -536,18 +536,39 @@ mod tests {
         }
     }
 
-    #[test]
-    fn judge_table() {
-        let good = Findings {
-            tcp_refused: true,
-            refused_fast: true,
-            udp_blocked: true,
-            udp_refused_at_socket: false,
-            proxy_reached: true,
-            v6: true,
-        };
-        let netlink: Result<(), FirewallError> = Ok(());
-        let read: Result<(), ReadbackError> = Ok(());
+    const GOOD: Findings = Findings {
+        tcp_refused: true,
+        refused_fast: true,
+        udp_blocked: true,
+        udp_refused_at_socket: false,
+        proxy_reached: true,
+        v6: true,
+    };
+
+    /// (applied, read back, probe, Ok: holds / Err: does not; with what
+    /// the detail must say)
+    type Case = (
+        Result<(), FirewallError>,
+        Result<(), ReadbackError>,
+        Result<Findings, ProbeError>,
+        Result<&'static [&'static str], &'static [&'static str]>,
+    );
+
+    /// Rules applied and read back over netlink.
+    fn applied() -> (Result<(), FirewallError>, Result<(), ReadbackError>) {
+        (Ok(()), Ok(()))
+    }
+
+    /// The probe's knock refused by the kernel (its fork: EAGAIN).
+    fn probe_failed() -> Result<Findings, ProbeError> {
+        Err(ProbeError::Knock(std::io::Error::from_raw_os_error(
+            libc::EAGAIN,
+        )))
+    }
+
+    /// How applying and reading back show in the verdict.
+    fn applied_cases() -> Vec<Case> {
+        let (netlink, read) = applied();
         // The batch refused whole: "over netlink: the batch: EPERM: ...".
         let eperm = || {
             Err(FirewallError::Netlink(BatchError::Refused(vec![Refusal {
@@ -555,24 +576,11 @@ mod tests {
                 errno: Errno::EPERM,
             }])))
         };
-        let probe_failed = || {
-            Err(ProbeError::Knock(std::io::Error::from_raw_os_error(
-                libc::EAGAIN,
-            )))
-        };
-        // (applied, read back, probe, Ok: holds / Err: does not; with
-        // what the detail must say)
-        type Case = (
-            Result<(), FirewallError>,
-            Result<(), ReadbackError>,
-            Result<Findings, ProbeError>,
-            Result<&'static [&'static str], &'static [&'static str]>,
-        );
-        let cases: Vec<Case> = vec![
+        vec![
             (
                 netlink.clone(),
                 read.clone(),
-                Ok(good),
+                Ok(GOOD),
                 Ok(&["[::1]", "applied over netlink, read back and compared"]),
             ),
             (
@@ -580,7 +588,7 @@ mod tests {
                 read.clone(),
                 Ok(Findings {
                     tcp_refused: false,
-                    ..good
+                    ..GOOD
                 }),
                 Err(&[
                     "connected over TCP",
@@ -593,7 +601,7 @@ mod tests {
                 read.clone(),
                 Ok(Findings {
                     udp_blocked: false,
-                    ..good
+                    ..GOOD
                 }),
                 Err(&["UDP datagram", "applied over netlink"]),
             ),
@@ -603,7 +611,7 @@ mod tests {
                 read.clone(),
                 Ok(Findings {
                     udp_refused_at_socket: true,
-                    ..good
+                    ..GOOD
                 }),
                 Ok(&["could make no UDP socket (seccomp refuses them to shell)"]),
             ),
@@ -617,7 +625,7 @@ mod tests {
             (
                 eperm(),
                 Err(ReadbackError::Unfinished),
-                Ok(good),
+                Ok(GOOD),
                 Err(&[
                     "cannot apply the rules: over netlink",
                     "shares a network it does not own",
@@ -628,13 +636,13 @@ mod tests {
                     NetlinkError::Socket(Errno::EAFNOSUPPORT),
                 ))),
                 read.clone(),
-                Ok(good),
+                Ok(GOOD),
                 Err(&["cannot apply the rules: over netlink: cannot open"]),
             ),
             (
                 eperm(),
                 read.clone(),
-                Ok(good),
+                Ok(GOOD),
                 Err(&["shares a network it does not own"]),
             ),
             (
@@ -644,15 +652,22 @@ mod tests {
                     found: Vec::new(),
                     chain: "output".into(),
                 }),
-                Ok(good),
+                Ok(GOOD),
                 Err(&["read back: rule 1 differs", "applied over netlink"]),
             ),
+        ]
+    }
+
+    /// What the probe found, with the rules applied.
+    fn probe_cases() -> Vec<Case> {
+        let (netlink, read) = applied();
+        vec![
             (
                 netlink.clone(),
                 read.clone(),
                 Ok(Findings {
                     tcp_refused: false,
-                    ..good
+                    ..GOOD
                 }),
                 Err(&["connected over TCP"]),
             ),
@@ -661,7 +676,7 @@ mod tests {
                 read.clone(),
                 Ok(Findings {
                     refused_fast: false,
-                    ..good
+                    ..GOOD
                 }),
                 Err(&["not refused at once"]),
             ),
@@ -670,7 +685,7 @@ mod tests {
                 read.clone(),
                 Ok(Findings {
                     udp_blocked: false,
-                    ..good
+                    ..GOOD
                 }),
                 Err(&["UDP datagram"]),
             ),
@@ -679,7 +694,7 @@ mod tests {
                 read.clone(),
                 Ok(Findings {
                     proxy_reached: false,
-                    ..good
+                    ..GOOD
                 }),
                 Err(&["cannot reach the proxy"]),
             ),
@@ -689,7 +704,12 @@ mod tests {
                 probe_failed(),
                 Err(&["probe failed"]),
             ),
-        ];
+        ]
+    }
+
+    #[test]
+    fn judge_table() {
+        let cases = applied_cases().into_iter().chain(probe_cases());
         for (applied, readback, probe, want) in cases {
             match (judge(SCOPE, &applied, &readback, &probe), want) {
                 (Verdict::Holds(d), Ok(says)) | (Verdict::DidNotHold(d), Err(says)) => {

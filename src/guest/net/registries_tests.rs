@@ -297,43 +297,50 @@ fn pip_files_and_env() {
     );
 }
 
-#[test]
-fn cargo_configs_index_folders_and_env() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let root = dir.path();
-    write(
-        root,
-        "usr/local/cargo/config.toml",
-        b"# The mirror replaces the default registry.\n\
-          # [source.x] registry = \"https://commented.example.net/\"\n\
-          [source.upstream]\n\
-          replace-with = \"mirror\"\n\
-          \n\
-          [source.mirror]\n\
-          registry = \"sparse+https://crates.example.net/index/\"   # trailing comment\n\
-          \n\
-          [source.\"vendored.dir\"]\n\
-          directory = \"vendor\"\n\
-          \n\
-          [ registries.corp ]\n\
-          index = \"https://git.corp.example.com/index.git\"\n\
-          token = \"secret\"\n\
-          \n\
-          [registries]\n\
-          other = { index = \"sparse+https://other.example.com/\", token = \"x\" }\n\
-          dotted.index = 'https://dotted.example.org/index'\n\
-          \n\
-          [http]\n\
-          proxy = \"http://proxy.example.org:3128\"\n\
-          \n\
-          [net]\n\
-          index = \"https://not-a-registry.example.org/\"\n\
-          \n\
-          [[bin]]\n\
-          index = \"https://array.example.org/\"\n\
-          garbage ] [ = = \"\n\
-          {{{{{{ = {{{{ = {\n",
-    );
+/// A cargo configuration with every shape of registry, source and noise.
+const USR_CARGO_CONFIG: &[u8] = b"# The mirror replaces the default registry.\n\
+    # [source.x] registry = \"https://commented.example.net/\"\n\
+    [source.upstream]\n\
+    replace-with = \"mirror\"\n\
+    \n\
+    [source.mirror]\n\
+    registry = \"sparse+https://crates.example.net/index/\"   # trailing comment\n\
+    \n\
+    [source.\"vendored.dir\"]\n\
+    directory = \"vendor\"\n\
+    \n\
+    [ registries.corp ]\n\
+    index = \"https://git.corp.example.com/index.git\"\n\
+    token = \"secret\"\n\
+    \n\
+    [registries]\n\
+    other = { index = \"sparse+https://other.example.com/\", token = \"x\" }\n\
+    dotted.index = 'https://dotted.example.org/index'\n\
+    \n\
+    [http]\n\
+    proxy = \"http://proxy.example.org:3128\"\n\
+    \n\
+    [net]\n\
+    index = \"https://not-a-registry.example.org/\"\n\
+    \n\
+    [[bin]]\n\
+    index = \"https://array.example.org/\"\n\
+    garbage ] [ = = \"\n\
+    {{{{{{ = {{{{ = {\n";
+
+/// Registry index caches, and folders there that are not.
+const CARGO_INDEX_FOLDERS: &[&str] = &[
+    "usr/local/cargo/registry/index/index.example.net-1949cf8c6b5b557f",
+    "usr/local/cargo/registry/index/crates.example.net-0123456789abcdef",
+    "usr/local/cargo/registry/index/not-a-cache",
+    "usr/local/cargo/registry/index/short.example.net-1234",
+    "usr/local/cargo/registry/index/bad!host-0123456789abcdef",
+    "opt/cargo/registry/index/opt-index.example.org-aaaaaaaaaaaaaaaa",
+];
+
+/// The cargo files and index folders the test reads from.
+fn write_cargo_tree(root: &Path) {
+    write(root, "usr/local/cargo/config.toml", USR_CARGO_CONFIG);
     write(
         root,
         "root/.cargo/config",
@@ -349,16 +356,16 @@ fn cargo_configs_index_folders_and_env() {
         "opt/cargo/config.toml",
         b"[source.mirror2]\nregistry = \"https://opt.example.org/\"\n",
     );
-    for folder in [
-        "usr/local/cargo/registry/index/index.example.net-1949cf8c6b5b557f",
-        "usr/local/cargo/registry/index/crates.example.net-0123456789abcdef",
-        "usr/local/cargo/registry/index/not-a-cache",
-        "usr/local/cargo/registry/index/short.example.net-1234",
-        "usr/local/cargo/registry/index/bad!host-0123456789abcdef",
-        "opt/cargo/registry/index/opt-index.example.org-aaaaaaaaaaaaaaaa",
-    ] {
+    for folder in CARGO_INDEX_FOLDERS {
         fs::create_dir_all(root.join(folder)).expect("mkdir");
     }
+}
+
+#[test]
+fn cargo_configs_index_folders_and_env() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    write_cargo_tree(root);
     let env = env(&[
         ("CARGO_HOME", "/opt/cargo"),
         (

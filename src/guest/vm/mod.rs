@@ -158,6 +158,34 @@ pub struct Vm {
 /// systems, the host name. The volumes wait for the machine config.
 /// `mark` is told where each step ends (the boot line's phases).
 pub fn boot(mark: &mut dyn FnMut(&'static str)) -> Result<Vm, VmError> {
+    // In this order: /proc holds the command line, the modules drive the
+    // root disk, and the later mounts go on the root switched to.
+    mount_kernel_fs()?;
+    let cmdline = Cmdline::parse(
+        &std::fs::read_to_string("/proc/cmdline").map_err(io_error("/proc/cmdline"))?,
+    );
+    mark("vm_kernel_fs");
+    let modules = load_modules(&open_modules(Path::new(MODULE_LIST)));
+    let lend_modules = open_modules(Path::new(LEND_MODULE_LIST));
+    mark("vm_modules");
+    let root = mount_root(&cmdline, mark)?;
+    mark("vm_root");
+    mount_the_rest()?;
+    link_dev_fds()?;
+    let hostname = set_hostname(&cmdline);
+    kernel_settings();
+    mark("vm_mounts_and_settings");
+    Ok(Vm {
+        cmdline,
+        modules,
+        root,
+        hostname,
+        lend_modules,
+    })
+}
+
+/// /proc, /sys and /dev; refused (NotAMachine) in a container.
+fn mount_kernel_fs() -> Result<(), VmError> {
     let early = [
         (
             "proc",
@@ -189,13 +217,13 @@ pub fn boot(mark: &mut dyn FnMut(&'static str)) -> Result<Vm, VmError> {
             return Err(VmError::NotAMachine);
         }
     }
-    let cmdline = Cmdline::parse(
-        &std::fs::read_to_string("/proc/cmdline").map_err(io_error("/proc/cmdline"))?,
-    );
-    mark("vm_kernel_fs");
-    let modules = load_modules(&open_modules(Path::new(MODULE_LIST)));
-    let lend_modules = open_modules(Path::new(LEND_MODULE_LIST));
-    mark("vm_modules");
+    Ok(())
+}
+
+/// The root disk named on the command line, mounted, its machine files
+/// moved in, and switched to; the initramfs if none is named. Returns
+/// what the root is, for the boot line.
+fn mount_root(cmdline: &Cmdline, mark: &mut dyn FnMut(&'static str)) -> Result<String, VmError> {
     let root = match cmdline.value("root") {
         Some(disk) => {
             let fstype = cmdline.value("rootfstype").unwrap_or("ext4");
@@ -212,7 +240,12 @@ pub fn boot(mark: &mut dyn FnMut(&'static str)) -> Result<Vm, VmError> {
         }
         None => "the initramfs".to_string(),
     };
-    mark("vm_root");
+    Ok(root)
+}
+
+/// The rest of the kernel file systems, on the root: /dev/pts, /dev/shm,
+/// /run, /tmp and the cgroups.
+fn mount_the_rest() -> Result<(), VmError> {
     let late = [
         (
             "devpts",
@@ -246,7 +279,11 @@ pub fn boot(mark: &mut dyn FnMut(&'static str)) -> Result<Vm, VmError> {
     for (source, target, fstype, flags, data) in late {
         mount_fs(source, target, fstype, flags, data)?;
     }
-    mount_cgroups()?;
+    mount_cgroups()
+}
+
+/// /dev/fd and the standard streams' links.
+fn link_dev_fds() -> Result<(), VmError> {
     // What a devtmpfs lacks and programs expect (bash's <(...) needs /dev/fd).
     for (link, to) in [
         ("/dev/fd", "/proc/self/fd"),
@@ -258,6 +295,12 @@ pub fn boot(mark: &mut dyn FnMut(&'static str)) -> Result<Vm, VmError> {
             std::os::unix::fs::symlink(to, link).map_err(io_error(link))?;
         }
     }
+    Ok(())
+}
+
+/// The host name: the command line's, else /etc/hostname's, else
+/// "warden".
+fn set_hostname(cmdline: &Cmdline) -> String {
     let hostname = cmdline
         .value("warden.hostname")
         .map(str::to_string)
@@ -271,6 +314,12 @@ pub fn boot(mark: &mut dyn FnMut(&'static str)) -> Result<Vm, VmError> {
     if let Err(e) = nix::unistd::sethostname(&hostname) {
         crate::say!("cannot set the host name {hostname:?}: {e}");
     }
+    hostname
+}
+
+/// The kernel's settings warden makes: protected links and files in
+/// sticky folders, and Ctrl-Alt-Del as a signal.
+fn kernel_settings() {
     // What a distribution's init sets: links in shared sticky folders
     // (/tmp) followed only when their owner may, no writes through
     // others' fifos and files there. Without it shell could plant links
@@ -291,14 +340,6 @@ pub fn boot(mark: &mut dyn FnMut(&'static str)) -> Result<Vm, VmError> {
     if let Err(e) = nix::sys::reboot::set_cad_enabled(false) {
         crate::say!("cannot turn Ctrl-Alt-Del into a signal: {e}");
     }
-    mark("vm_mounts_and_settings");
-    Ok(Vm {
-        cmdline,
-        modules,
-        root,
-        hostname,
-        lend_modules,
-    })
 }
 
 impl Vm {

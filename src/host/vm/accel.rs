@@ -188,9 +188,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn kvm_only_when_every_step_says_yes() {
-        let table: Vec<(KvmProbe, Option<&str>)> = vec![
+    /// (probe, None for KVM or what the reason for TCG says)
+    fn device_and_api_probes() -> Vec<(KvmProbe, Option<&'static str>)> {
+        vec![
             (yes(), None),
             (
                 KvmProbe {
@@ -221,6 +221,11 @@ mod tests {
                 },
                 Some("refuses KVM_GET_API_VERSION"),
             ),
+        ]
+    }
+
+    fn module_and_vm_probes() -> Vec<(KvmProbe, Option<&'static str>)> {
+        vec![
             // This host: a paravirtual KVM in a cloud VM.
             (
                 KvmProbe {
@@ -260,7 +265,13 @@ mod tests {
                 },
                 Some("KVM_CREATE_VM was not tried"),
             ),
-        ];
+        ]
+    }
+
+    #[test]
+    fn kvm_only_when_every_step_says_yes() {
+        let table: Vec<(KvmProbe, Option<&str>)> =
+            [device_and_api_probes(), module_and_vm_probes()].concat();
         for (probe, want) in table {
             match (verdict(&probe), want) {
                 (Accel::Kvm, None) => {}

@@ -377,10 +377,10 @@ mod tests {
         list.iter().map(|c| c.parse().unwrap()).collect()
     }
 
-    #[test]
-    fn classifier_table() {
+    /// Addresses and their class: None for the public ones.
+    const V4_CLASSES: &[(&str, Option<Refusal>)] = {
         use Refusal::*;
-        for (addr, want) in [
+        &[
             // IPv4
             ("0.0.0.0", Some(Unspecified)),
             ("0.1.2.3", Some(ThisNetwork)),
@@ -422,6 +422,12 @@ mod tests {
             ("1.1.1.1", None),
             ("8.8.8.8", None),
             ("223.255.255.255", None),
+        ]
+    };
+
+    const V6_CLASSES: &[(&str, Option<Refusal>)] = {
+        use Refusal::*;
+        &[
             // IPv6
             ("::", Some(Unspecified)),
             ("::1", Some(Loopback)),
@@ -469,7 +475,12 @@ mod tests {
             ("2a00:1450::1", None),
             ("2620:fe::fe", None),
             ("3ffe:ffff::1", None),
-        ] {
+        ]
+    };
+
+    #[test]
+    fn classifier_table() {
+        for &(addr, want) in V4_CLASSES.iter().chain(V6_CLASSES) {
             assert_eq!(refused(ip(addr)), want, "{addr}");
         }
     }

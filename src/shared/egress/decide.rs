@@ -75,91 +75,95 @@ pub fn pick(
 mod tests {
     use super::*;
 
+    const NONE: &[&str] = &[];
+
+    /// (resolved, allowed blocks, the addresses picked or the refusal)
+    type Case = (
+        &'static [&'static str],
+        &'static [&'static str],
+        Result<&'static [&'static str], (Kind, &'static str)>,
+    );
+
+    const PICK_CASES: &[Case] = &[
+        (&["93.184.216.34"], NONE, Ok(&["93.184.216.34:443"])),
+        (
+            &["2606:2800:220:1::1"],
+            NONE,
+            Ok(&["[2606:2800:220:1::1]:443"]),
+        ),
+        // Only the addresses that pass, in the resolver's order.
+        (
+            &["127.0.0.1", "93.184.216.34", "10.0.0.1", "93.184.216.35"],
+            NONE,
+            Ok(&["93.184.216.34:443", "93.184.216.35:443"]),
+        ),
+        (
+            &["127.0.0.1"],
+            NONE,
+            Err((
+                Kind::RefusedAddress,
+                "h.test resolves to 127.0.0.1, a loopback address",
+            )),
+        ),
+        (
+            &["192.168.77.7"],
+            NONE,
+            Err((
+                Kind::RefusedAddress,
+                "h.test resolves to 192.168.77.7, a private address",
+            )),
+        ),
+        // The reason names the last address refused.
+        (
+            &["127.0.0.1", "169.254.169.254"],
+            NONE,
+            Err((
+                Kind::RefusedAddress,
+                "h.test resolves to 169.254.169.254, a cloud-metadata address",
+            )),
+        ),
+        (
+            &["::ffff:127.0.0.1"],
+            NONE,
+            Err((
+                Kind::RefusedAddress,
+                "h.test resolves to ::ffff:127.0.0.1, a ipv4-in-ipv6-mapped address",
+            )),
+        ),
+        (
+            &["fd00::1"],
+            NONE,
+            Err((
+                Kind::RefusedAddress,
+                "h.test resolves to fd00::1, a unique-local address",
+            )),
+        ),
+        // What the policy allows passes.
+        (
+            &["192.168.77.7"],
+            &["192.168.77.0/24"],
+            Ok(&["192.168.77.7:443"]),
+        ),
+        // A metadata address only by a block that is that one address.
+        (
+            &["169.254.169.254"],
+            &["169.254.0.0/16"],
+            Err((
+                Kind::RefusedAddress,
+                "h.test resolves to 169.254.169.254, a cloud-metadata address",
+            )),
+        ),
+        (
+            &["169.254.169.254"],
+            &["169.254.169.254/32"],
+            Ok(&["169.254.169.254:443"]),
+        ),
+        (&[], NONE, Err((Kind::NoAddress, "h.test has no address"))),
+    ];
+
     #[test]
     fn pick_table() {
-        let none: &[&str] = &[];
-        type Case<'a> = (
-            &'a [&'a str],
-            &'a [&'a str],
-            Result<&'a [&'a str], (Kind, &'a str)>,
-        );
-        let cases: &[Case] = &[
-            (&["93.184.216.34"], none, Ok(&["93.184.216.34:443"])),
-            (
-                &["2606:2800:220:1::1"],
-                none,
-                Ok(&["[2606:2800:220:1::1]:443"]),
-            ),
-            // Only the addresses that pass, in the resolver's order.
-            (
-                &["127.0.0.1", "93.184.216.34", "10.0.0.1", "93.184.216.35"],
-                none,
-                Ok(&["93.184.216.34:443", "93.184.216.35:443"]),
-            ),
-            (
-                &["127.0.0.1"],
-                none,
-                Err((
-                    Kind::RefusedAddress,
-                    "h.test resolves to 127.0.0.1, a loopback address",
-                )),
-            ),
-            (
-                &["192.168.77.7"],
-                none,
-                Err((
-                    Kind::RefusedAddress,
-                    "h.test resolves to 192.168.77.7, a private address",
-                )),
-            ),
-            // The reason names the last address refused.
-            (
-                &["127.0.0.1", "169.254.169.254"],
-                none,
-                Err((
-                    Kind::RefusedAddress,
-                    "h.test resolves to 169.254.169.254, a cloud-metadata address",
-                )),
-            ),
-            (
-                &["::ffff:127.0.0.1"],
-                none,
-                Err((
-                    Kind::RefusedAddress,
-                    "h.test resolves to ::ffff:127.0.0.1, a ipv4-in-ipv6-mapped address",
-                )),
-            ),
-            (
-                &["fd00::1"],
-                none,
-                Err((
-                    Kind::RefusedAddress,
-                    "h.test resolves to fd00::1, a unique-local address",
-                )),
-            ),
-            // What the policy allows passes.
-            (
-                &["192.168.77.7"],
-                &["192.168.77.0/24"],
-                Ok(&["192.168.77.7:443"]),
-            ),
-            // A metadata address only by a block that is that one address.
-            (
-                &["169.254.169.254"],
-                &["169.254.0.0/16"],
-                Err((
-                    Kind::RefusedAddress,
-                    "h.test resolves to 169.254.169.254, a cloud-metadata address",
-                )),
-            ),
-            (
-                &["169.254.169.254"],
-                &["169.254.169.254/32"],
-                Ok(&["169.254.169.254:443"]),
-            ),
-            (&[], none, Err((Kind::NoAddress, "h.test has no address"))),
-        ];
-        for (resolved, allow, want) in cases {
+        for (resolved, allow, want) in PICK_CASES {
             let ips: Vec<IpAddr> = resolved.iter().map(|ip| ip.parse().unwrap()).collect();
             let allow: Vec<Cidr> = allow.iter().map(|c| c.parse().unwrap()).collect();
             match (pick("h.test", &ips, 443, &allow), want) {

@@ -279,74 +279,81 @@ mod tests {
         }
     }
 
+    /// (authority, Ok: the name and the host list's entry that lets it /
+    /// Err: the refusal)
+    type Case = (
+        &'static str,
+        Result<(&'static str, &'static str), (Kind, u16, &'static str)>,
+    );
+
+    const DECIDE_CASES: &[Case] = &[
+        ("allowed.test:443", Ok(("allowed.test", "allowed.test"))),
+        ("allowed.test:80", Ok(("allowed.test", "allowed.test"))),
+        (
+            "www.allowed.test:443",
+            Ok(("www.allowed.test", "*.allowed.test")),
+        ),
+        (
+            "api.example.test:8443",
+            Ok(("api.example.test", "api.example.test:8443")),
+        ),
+        (
+            "allowed.test:22",
+            Err((
+                Kind::NotListed,
+                403,
+                "allowed.test:22 is not on the host list",
+            )),
+        ),
+        (
+            "api.example.test:443",
+            Err((
+                Kind::NotListed,
+                403,
+                "api.example.test:443 is not on the host list",
+            )),
+        ),
+        (
+            "denied.test:443",
+            Err((
+                Kind::NotListed,
+                403,
+                "denied.test:443 is not on the host list",
+            )),
+        ),
+        (
+            "notallowed.test:443",
+            Err((
+                Kind::NotListed,
+                403,
+                "notallowed.test:443 is not on the host list",
+            )),
+        ),
+        (
+            "203.0.113.7:443",
+            Err((
+                Kind::IpTarget,
+                403,
+                "an IP address as the target: the proxy reaches hosts by name",
+            )),
+        ),
+        (
+            "[2001:db8::1]:443",
+            Err((
+                Kind::IpTarget,
+                403,
+                "an IP address as the target: the proxy reaches hosts by name",
+            )),
+        ),
+    ];
+
     #[test]
     fn decide_table() {
         let rules = rules(
             &["allowed.test", "*.allowed.test", "api.example.test:8443"],
             &[],
         );
-        type Case<'a> = (&'a str, Result<(&'a str, &'a str), (Kind, u16, &'a str)>);
-        let cases: &[Case] = &[
-            ("allowed.test:443", Ok(("allowed.test", "allowed.test"))),
-            ("allowed.test:80", Ok(("allowed.test", "allowed.test"))),
-            (
-                "www.allowed.test:443",
-                Ok(("www.allowed.test", "*.allowed.test")),
-            ),
-            (
-                "api.example.test:8443",
-                Ok(("api.example.test", "api.example.test:8443")),
-            ),
-            (
-                "allowed.test:22",
-                Err((
-                    Kind::NotListed,
-                    403,
-                    "allowed.test:22 is not on the host list",
-                )),
-            ),
-            (
-                "api.example.test:443",
-                Err((
-                    Kind::NotListed,
-                    403,
-                    "api.example.test:443 is not on the host list",
-                )),
-            ),
-            (
-                "denied.test:443",
-                Err((
-                    Kind::NotListed,
-                    403,
-                    "denied.test:443 is not on the host list",
-                )),
-            ),
-            (
-                "notallowed.test:443",
-                Err((
-                    Kind::NotListed,
-                    403,
-                    "notallowed.test:443 is not on the host list",
-                )),
-            ),
-            (
-                "203.0.113.7:443",
-                Err((
-                    Kind::IpTarget,
-                    403,
-                    "an IP address as the target: the proxy reaches hosts by name",
-                )),
-            ),
-            (
-                "[2001:db8::1]:443",
-                Err((
-                    Kind::IpTarget,
-                    403,
-                    "an IP address as the target: the proxy reaches hosts by name",
-                )),
-            ),
-        ];
-        for (authority, want) in cases {
+        for (authority, want) in DECIDE_CASES {
             let t = target::parse_authority(authority).unwrap();
             match (decide(&rules, &t), want) {
                 (Ok(got), Ok((name, entry))) => {

@@ -163,11 +163,11 @@ type Case = (
     Vec<&'static str>,
 );
 
-#[test]
-fn cards_render_as_expected() {
+/// A run cut at its budget, and the same run still open.
+fn busy_run_cases() -> Vec<Case> {
     let mut open = full();
     open.truncate(6);
-    let cases: Vec<Case> = vec![
+    vec![
         (
             "a run cut at its budget",
             full(),
@@ -215,6 +215,12 @@ fn cards_render_as_expected() {
                 r#"class="low" style="width:0.8%""#,
             ],
         ),
+    ]
+}
+
+/// Runs where little or nothing happened.
+fn quiet_run_cases() -> Vec<Case> {
+    vec![
         (
             "a run with no request",
             vec![
@@ -252,7 +258,12 @@ fn cards_render_as_expected() {
                 "b-machine_stopped",
             ],
         ),
-    ];
+    ]
+}
+
+#[test]
+fn cards_render_as_expected() {
+    let cases: Vec<Case> = [busy_run_cases(), quiet_run_cases()].concat();
     for (case, lines, in_text, in_html) in cases {
         let card = card_of(&lines, "r1");
         let (t, h) = (text(&card), html(&card));
