@@ -158,30 +158,15 @@ fn phases(
     clock.mark("probe");
     let boot_ms = clock.elapsed_ms();
     sup.set_boot_ms(boot_ms);
-    sup.audit.record(&payload::Boot {
-        version: env!("CARGO_PKG_VERSION"),
-        pid1,
-        pid: nix::unistd::getpid().as_raw(),
-        config: &config_path,
-        users: [(&sup.runtime).into(), (&sup.shell).into()],
-        layout_changes: &changes,
-        socket: &sup.config.socket,
-        tcp_door: sup.config.tcp_door,
-        policy: payload::BootPolicy {
-            dir: &sup.config.policy_dir,
-            digest: &sup.confinement.policy.digest,
-        },
-        layers: &layers,
-        vm: vm.map(|vm| payload::BootVm {
-            root: &vm.root,
-            modules: &vm.modules,
-            hostname: &vm.hostname,
-            volumes: &volumes,
-            vsock_port: doors.vsock_port,
-        }),
+    let vm_said = vm.map(|vm| (vm, &volumes[..], doors.vsock_port));
+    record_boot(
+        &sup,
+        &clock,
+        (&config_path, &changes),
+        &layers,
+        vm_said,
         boot_ms,
-        boot_phases_ms: clock.said(),
-    });
+    );
     let vsock_port = doors.vsock_port;
     upkeep(&sup, &runtime);
     doors::serve(&sup, &runtime, doors);
@@ -198,6 +183,42 @@ fn phases(
     }
     let status = runtime.block_on(supervise(sup.clone(), signals, main, waits)); // 13
     Ok(leave_the_books_in_order(&sup, status)) // 14
+}
+
+/// The `boot` audit line: what was set up, what holds, and how long each
+/// phase took.
+fn record_boot(
+    sup: &Supervisor,
+    clock: &PhaseClock,
+    (config_path, changes): (&std::path::Path, &[String]),
+    layers: &[crate::wire::LayerState],
+    vm: Option<(&Vm, &[String], Option<u32>)>,
+    boot_ms: f64,
+) {
+    sup.audit.record(&payload::Boot {
+        version: env!("CARGO_PKG_VERSION"),
+        pid1: sup.pid1,
+        pid: nix::unistd::getpid().as_raw(),
+        config: config_path,
+        users: [(&sup.runtime).into(), (&sup.shell).into()],
+        layout_changes: changes,
+        socket: &sup.config.socket,
+        tcp_door: sup.config.tcp_door,
+        policy: payload::BootPolicy {
+            dir: &sup.config.policy_dir,
+            digest: &sup.confinement.policy.digest,
+        },
+        layers,
+        vm: vm.map(|(vm, volumes, vsock_port)| payload::BootVm {
+            root: &vm.root,
+            modules: &vm.modules,
+            hostname: &vm.hostname,
+            volumes,
+            vsock_port,
+        }),
+        boot_ms,
+        boot_phases_ms: clock.said(),
+    });
 }
 
 /// The async runtime warden's doors, proxy and supervision run on.

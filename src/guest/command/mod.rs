@@ -129,8 +129,15 @@ pub async fn execute(
         max_rss_kb: spent.map(|s| s.max_rss_kb),
     };
     sup.commands.count_spent(&report);
+    record_end(sup, running.command, &report, escaped);
+    report
+}
+
+/// The `command_end` audit line: its report, and what it left behind
+/// (killed, surviving).
+fn record_end(sup: &Supervisor, command: u64, report: &ExitReport, escaped: (usize, usize)) {
     sup.audit.record(&payload::CommandEnd {
-        command: running.command,
+        command,
         status: report.status,
         code: report.code,
         signal: &report.signal,
@@ -145,7 +152,6 @@ pub async fn execute(
         left_behind_killed: escaped.0,
         left_behind_surviving: escaped.1,
     });
-    report
 }
 
 /// A command just spawned, with what it was given.

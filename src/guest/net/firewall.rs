@@ -566,16 +566,9 @@ mod tests {
         )))
     }
 
-    /// How applying and reading back show in the verdict.
+    /// Rules applied and read back: what the verdict says of it.
     fn applied_cases() -> Vec<Case> {
         let (netlink, read) = applied();
-        // The batch refused whole: "over netlink: the batch: EPERM: ...".
-        let eperm = || {
-            Err(FirewallError::Netlink(BatchError::Refused(vec![Refusal {
-                what: "the batch".into(),
-                errno: Errno::EPERM,
-            }])))
-        };
         vec![
             (
                 netlink.clone(),
@@ -621,6 +614,20 @@ mod tests {
                 probe_failed(),
                 Err(&["probe failed", "applied over netlink"]),
             ),
+        ]
+    }
+
+    /// Rules not applied, or read back different: no verdict holds.
+    fn refused_cases() -> Vec<Case> {
+        let (netlink, read) = applied();
+        // The batch refused whole: "over netlink: the batch: EPERM: ...".
+        let eperm = || {
+            Err(FirewallError::Netlink(BatchError::Refused(vec![Refusal {
+                what: "the batch".into(),
+                errno: Errno::EPERM,
+            }])))
+        };
+        vec![
             // Not applied: the readback is not looked at.
             (
                 eperm(),
@@ -709,7 +716,10 @@ mod tests {
 
     #[test]
     fn judge_table() {
-        let cases = applied_cases().into_iter().chain(probe_cases());
+        let cases = applied_cases()
+            .into_iter()
+            .chain(refused_cases())
+            .chain(probe_cases());
         for (applied, readback, probe, want) in cases {
             match (judge(SCOPE, &applied, &readback, &probe), want) {
                 (Verdict::Holds(d), Ok(says)) | (Verdict::DidNotHold(d), Err(says)) => {
