@@ -19,8 +19,9 @@ pub enum ResolverError {
     Build(#[source] hickory_resolver::net::NetError),
 }
 
-/// As `resolver`, asking `servers` when there are some (a VM's relay on
-/// the host asks the machine's `dns`), else /etc/resolv.conf's.
+/// A resolver for IPv4 and IPv6 with the machine's /etc/hosts first,
+/// asking `servers` when there are some (a VM's relay on the host asks the
+/// machine's `dns`), else /etc/resolv.conf's.
 pub fn resolver_with(servers: &[IpAddr]) -> Result<TokioResolver, ResolverError> {
     let asking = |servers: Vec<_>| {
         TokioResolver::builder_with_config(

@@ -25,7 +25,7 @@ pub(crate) mod upstream;
 
 pub use http::{parse_request, Plain, Request};
 pub use opened::Opener;
-pub use rules::{decide, Defaults, Rules, RulesError, Settings};
+pub use rules::{Defaults, Rules, RulesError, Settings};
 pub use runtime::{ClientUid, Runtime, Traffic};
 pub use start::{bind, start, BindError, StartError};
 pub use upstream::Through;

@@ -5,11 +5,8 @@
 use super::Recorder;
 use crate::guest::audit::payload::{PolicyReload, PolicyReloadFailed, ProxyLine};
 use crate::shared::egress::addr::Cidr;
-use crate::shared::egress::decide::{decide_on, Allowed};
 use crate::shared::egress::hosts::{HostList, HostsError};
 use crate::shared::egress::opened_hosts::{OpenedError, OpenedHosts};
-use crate::shared::egress::refusal::Refused;
-use crate::shared::egress::target::Target;
 use crate::shared::policy::{NetworkPolicy, PolicyError};
 
 use std::os::unix::fs::MetadataExt;
@@ -254,15 +251,17 @@ impl Source {
     }
 }
 
-/// Pure: whether `target` may be reached under `rules`. The proxy reaches
-/// hosts by name only, so that the list (names) is what decides.
-pub fn decide<'a>(rules: &'a Rules, target: &'a Target) -> Result<Allowed<'a>, Refused> {
-    decide_on(&rules.hosts, "the host list", target)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::egress::decide::{decide_on, Allowed};
+    use crate::shared::egress::refusal::Refused;
+    use crate::shared::egress::target::Target;
+
+    /// The proxy's decision on the machine's list: by name only.
+    fn decide<'a>(rules: &'a Rules, target: &'a Target) -> Result<Allowed<'a>, Refused> {
+        decide_on(&rules.hosts, "the host list", target)
+    }
     use crate::shared::egress::refusal::Kind;
     use crate::shared::egress::target;
 
