@@ -454,8 +454,8 @@ impl Proxy {
         (self.record)(ProxyLine::Egress(value));
     }
 
-    /// Answers a refused client (best effort: it may be gone) and writes
-    /// the refusal's line.
+    /// Writes the refusal's line and answers the refused client (best
+    /// effort: it may be gone).
     async fn refuse(
         &self,
         client: &mut TcpStream,
@@ -471,6 +471,8 @@ impl Proxy {
         // Who asked is settled while it waits for its answer, its socket
         // surely there: a refusal's line is counted by who asked.
         line.origin = settle(origin).await;
+        // The line first: whoever was refused may read the log at once.
+        (self.record)(ProxyLine::Egress(line.refused(&r, started)));
         let response = http::refusal_response(&r);
         let _ = tokio::time::timeout(
             Duration::from_secs(5),
@@ -478,7 +480,6 @@ impl Proxy {
         )
         .await;
         let _ = client.shutdown().await;
-        (self.record)(ProxyLine::Egress(line.refused(&r, started)));
     }
 }
 
