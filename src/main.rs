@@ -453,16 +453,30 @@ fn main() {
         }));
     }
     let cli = parse();
+    // The key is read before any command runs: every connection uses it.
     if let Some(path) = &cli.key_file {
-        match std::fs::read_to_string(path) {
-            Ok(key) => {
-                let _ = KEY.set(key.trim().to_string());
-            }
-            Err(e) => fail(&format!("key file {}: {e}", path.display())),
-        }
+        read_key(path);
     }
-    let only_prints = matches!(
-        cli.command,
+    if only_prints(&cli.command) {
+        end_quietly_on_closed_pipe();
+    }
+    std::process::exit(dispatch(cli.command));
+}
+
+/// Keeps the key in `path` for this process's connections, or fails.
+fn read_key(path: &Path) {
+    match std::fs::read_to_string(path) {
+        Ok(key) => {
+            let _ = KEY.set(key.trim().to_string());
+        }
+        Err(e) => fail(&format!("key file {}: {e}", path.display())),
+    }
+}
+
+/// Whether `command` only prints (feeds no other program).
+fn only_prints(command: &Command) -> bool {
+    matches!(
+        command,
         Command::Status { .. }
             | Command::Audit { .. }
             | Command::Machine {
@@ -472,19 +486,24 @@ fn main() {
                     | MachineAction::Logs { .. }
                     | MachineAction::Kube { .. }
             }
-    );
-    if only_prints {
-        // A reader that stops early (`| head`) ends a command that only
-        // prints quietly, as it ends any Unix tool, instead of failing a
-        // write and panicking. (Commands that feed other programs, like
-        // `machine up` writing to the engine's stdin, keep SIGPIPE ignored
-        // so that such a failure is reported.)
-        // SAFETY: signal(2) with SIG_DFL, before any thread is started.
-        unsafe {
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        }
+    )
+}
+
+/// A reader that stops early (`| head`) ends a command that only prints
+/// quietly, as it ends any Unix tool, instead of failing a write and
+/// panicking. (Commands that feed other programs, like `machine up`
+/// writing to the engine's stdin, keep SIGPIPE ignored so that such a
+/// failure is reported.) Called before any thread is started.
+fn end_quietly_on_closed_pipe() {
+    // SAFETY: signal(2) with SIG_DFL, before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let status = match cli.command {
+}
+
+/// Runs the subcommand; returns the process's exit status.
+fn dispatch(command: Command) -> i32 {
+    match command {
         Command::Init { config, main } => {
             warden::guest::boot::run(warden::guest::boot::InitArgs { config, main })
         }
@@ -544,8 +563,7 @@ fn main() {
                 },
         } => audit_cli::tail(&file, follow, kind.as_deref(), lines)
             .unwrap_or_else(|e| fail(&e.to_string())),
-    };
-    std::process::exit(status);
+    }
 }
 
 fn fail(message: &str) -> ! {
@@ -659,17 +677,7 @@ fn machine(action: MachineAction) -> Result<i32, CliError> {
     // Each action asks for what it needs: exec and status only the state
     // folder, never the engine.
     match action {
-        MachineAction::Check => {
-            let host = m::host()?;
-            for fact in &host.facts {
-                println!("{fact}");
-            }
-            if let Some(line) = m::private_network(host) {
-                println!("{line}");
-            }
-            println!("this host can run machines");
-            Ok(0)
-        }
+        MachineAction::Check => machine_check(),
         MachineAction::Up {
             definition,
             env_file,
@@ -687,55 +695,23 @@ fn machine(action: MachineAction) -> Result<i32, CliError> {
             env_file,
             sandbox,
             runtime_class,
-        } => {
-            let text = warden::host::kube::kube(
-                &definition,
-                env_file.as_deref(),
-                sandbox,
-                runtime_class.as_deref(),
-            )?;
-            print!("{text}");
-            Ok(0)
-        }
+        } => machine_kube(
+            &definition,
+            env_file.as_deref(),
+            sandbox,
+            runtime_class.as_deref(),
+        ),
         MachineAction::Ps { json } => m::ps(json).map(|()| 0).map_err(CliError::from),
         MachineAction::Exec(ExecArgs {
             target,
             start,
             command,
-        }) => {
-            let id = target.id()?;
-            if start {
-                m::start_asked(id.ok_or(CliError::StartNeedsId)?)?;
-            }
-            run_on(command.request()?, |first| target.connect(first))
-        }
+        }) => machine_exec(target, start, command),
         MachineAction::Status {
             target,
             json,
             start,
-        } => {
-            let id = target.id()?;
-            if start {
-                m::start_asked(id.ok_or(CliError::StartNeedsId)?)?;
-            }
-            let status = target.connect(None)?.status()?;
-            match json {
-                true => println!("{}", serde_json::to_string_pretty(&status)?),
-                false => {
-                    print!("{}", describe(&status));
-                    // What the engine says of a machine of this host.
-                    if let Some(id) = id {
-                        for line in m::published_ports(id) {
-                            println!("published: {line}");
-                        }
-                        if let Some(size) = m::size_of(&m::container(id)) {
-                            println!("machine size: {size}");
-                        }
-                    }
-                }
-            }
-            Ok(0)
-        }
+        } => machine_status(target, json, start),
         MachineAction::Commands { id } => {
             m::check_id(&id)?;
             list_commands(m::connect(&id, None)?)
@@ -771,28 +747,104 @@ fn machine(action: MachineAction) -> Result<i32, CliError> {
             target,
             allow_gap,
             anchor,
-        } => {
-            let (files, anchor, _copy) = match target.id()? {
-                Some(_) if anchor.is_some() => return Err(CliError::AnchorNeedsConnect),
-                Some(id) => {
-                    let (files, anchor) = m::copy_audit(id)?;
-                    (files, anchor, None)
+        } => machine_audit(target, allow_gap, anchor),
+    }
+}
+
+/// `warden machine check`: this host's facts, then its verdict.
+fn machine_check() -> Result<i32, CliError> {
+    use warden::host::machine as m;
+    let host = m::host()?;
+    for fact in &host.facts {
+        println!("{fact}");
+    }
+    if let Some(line) = m::private_network(host) {
+        println!("{line}");
+    }
+    println!("this host can run machines");
+    Ok(0)
+}
+
+/// `warden machine kube`: prints the definition's manifests.
+fn machine_kube(
+    definition: &Path,
+    env_file: Option<&Path>,
+    sandbox: bool,
+    runtime_class: Option<&str>,
+) -> Result<i32, CliError> {
+    let text = warden::host::kube::kube(definition, env_file, sandbox, runtime_class)?;
+    print!("{text}");
+    Ok(0)
+}
+
+/// Starts the machine `target` names when `start` asks for it; returns
+/// its id (None for a door reached with --connect).
+fn start_if_asked(target: &Target, start: bool) -> Result<Option<&str>, CliError> {
+    let id = target.id()?;
+    if start {
+        warden::host::machine::start_asked(id.ok_or(CliError::StartNeedsId)?)?;
+    }
+    Ok(id)
+}
+
+/// `warden machine exec`: runs the command through the machine's warden.
+fn machine_exec(target: Target, start: bool, command: CommandArgs) -> Result<i32, CliError> {
+    start_if_asked(&target, start)?;
+    run_on(command.request()?, |first| target.connect(first))
+}
+
+/// `warden machine status`: the warden's status, then (for a machine of
+/// this host) what the engine says of it.
+fn machine_status(target: Target, json: bool, start: bool) -> Result<i32, CliError> {
+    use warden::host::machine as m;
+    let id = start_if_asked(&target, start)?;
+    let status = target.connect(None)?.status()?;
+    match json {
+        true => println!("{}", serde_json::to_string_pretty(&status)?),
+        false => {
+            print!("{}", describe(&status));
+            // What the engine says of a machine of this host.
+            if let Some(id) = id {
+                for line in m::published_ports(id) {
+                    println!("published: {line}");
                 }
-                None => {
-                    // Read through the door into a folder of this run's.
-                    let copy = tempfile::tempdir().map_err(CliError::Io)?;
-                    let mut client = target.connect(None)?;
-                    let files = m::read_audit_into(&mut client, copy.path())?;
-                    (files, anchor, Some(copy))
+                if let Some(size) = m::size_of(&m::container(id)) {
+                    println!("machine size: {size}");
                 }
-            };
-            let status = audit_cli::verify(&files, anchor.as_deref(), allow_gap);
-            for line in m::describe_tail(&files, 20) {
-                println!("{line}");
             }
-            Ok(status)
         }
     }
+    Ok(0)
+}
+
+/// `warden machine audit`: copies the log out, verifies it, prints its
+/// last lines; returns the verification's status.
+fn machine_audit(
+    target: Target,
+    allow_gap: bool,
+    anchor: Option<PathBuf>,
+) -> Result<i32, CliError> {
+    use warden::host::machine as m;
+    // `_copy` holds a door's copy until the log is read from it.
+    let (files, anchor, _copy) = match target.id()? {
+        Some(_) if anchor.is_some() => return Err(CliError::AnchorNeedsConnect),
+        Some(id) => {
+            let (files, anchor) = m::copy_audit(id)?;
+            (files, anchor, None)
+        }
+        None => {
+            // Read through the door into a folder of this run's.
+            let copy = tempfile::tempdir().map_err(CliError::Io)?;
+            let mut client = target.connect(None)?;
+            let files = m::read_audit_into(&mut client, copy.path())?;
+            (files, anchor, Some(copy))
+        }
+    };
+    let status = audit_cli::verify(&files, anchor.as_deref(), allow_gap);
+    for line in m::describe_tail(&files, 20) {
+        println!("{line}");
+    }
+    Ok(status)
 }
 
 #[cfg(test)]

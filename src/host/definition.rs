@@ -464,6 +464,34 @@ impl Parser<'_> {
             .take(object, "requires", "requires")?
             .unwrap_or_default();
         agent::requires(&requires).map_err(pair)?;
+        let idle_stop_minutes = self.idle_stop(object, restart)?;
+        let routines_written = lend
+            .iter()
+            .any(|l| l.at == Path::new(agent::ROUTINES) && l.mode == LendMode::Write);
+        if routines_written && keep_id == KeepId::Shell {
+            return Err(self.invalid(
+                "keep_id",
+                "\"shell\" would make the owner's routines lent for writing shell's: use \"runtime\", or lend them to read",
+            ));
+        }
+        let size = self.size(object)?;
+        Ok(AgentFields {
+            command,
+            restart,
+            ports,
+            requires,
+            idle_stop_minutes,
+            size,
+        })
+    }
+
+    /// The agent's `idle_stop_minutes`: within its bounds, and not with a
+    /// restart that would undo the stop.
+    fn idle_stop(
+        &self,
+        object: &mut Map<String, Value>,
+        restart: Restart,
+    ) -> Result<Option<f64>, DefinitionError> {
         let idle_stop_minutes: Option<f64> = self
             .take(object, "idle_stop_minutes", "idle_stop_minutes")?
             .flatten();
@@ -485,15 +513,11 @@ impl Parser<'_> {
             }
             _ => {}
         }
-        let routines_written = lend
-            .iter()
-            .any(|l| l.at == Path::new(agent::ROUTINES) && l.mode == LendMode::Write);
-        if routines_written && keep_id == KeepId::Shell {
-            return Err(self.invalid(
-                "keep_id",
-                "\"shell\" would make the owner's routines lent for writing shell's: use \"runtime\", or lend them to read",
-            ));
-        }
+        Ok(idle_stop_minutes)
+    }
+
+    /// The agent's size: `cpus`, `memory` and `pids`, each within bounds.
+    fn size(&self, object: &mut Map<String, Value>) -> Result<Size, DefinitionError> {
         let cpus: Option<f64> = self.take(object, "cpus", "cpus")?.flatten();
         if let Some(c) = cpus.filter(|c| !(0.01..=1024.0).contains(c)) {
             return Err(self.invalid("cpus", format!("{c} is not between 0.01 and 1024")));
@@ -517,14 +541,7 @@ impl Parser<'_> {
         if let Some(p) = pids.filter(|p| *p < 16) {
             return Err(self.invalid("pids", format!("{p} is less than the least, 16")));
         }
-        Ok(AgentFields {
-            command,
-            restart,
-            ports,
-            requires,
-            idle_stop_minutes,
-            size: Size { cpus, memory, pids },
-        })
+        Ok(Size { cpus, memory, pids })
     }
 
     fn image(&self, image: String) -> Result<String, DefinitionError> {

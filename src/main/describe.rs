@@ -4,6 +4,23 @@
 use warden::wire::Status;
 
 pub fn describe(s: &Status) -> String {
+    // One section after another, in the order people read them.
+    let mut out = describe_identity(s);
+    out += &describe_main(s);
+    if let Some(ready) = &s.ready {
+        out += &describe_ready(ready);
+    }
+    out += &describe_commands(s);
+    out += &describe_defences(s);
+    if let Some(p) = &s.proxy {
+        out += &describe_proxy(p);
+    }
+    out += &format!("audit log: {}\n", s.audit_log);
+    out
+}
+
+/// Which warden, how long up, its users and its layout's paths.
+fn describe_identity(s: &Status) -> String {
     let mut out = format!(
         "warden {} (protocol {}), {}, up {:.1} s, booted in {:.1} ms\n",
         s.version,
@@ -30,6 +47,12 @@ pub fn describe(s: &Status) -> String {
         }
         out += "\n";
     }
+    out
+}
+
+/// The main process and the machine's activity.
+fn describe_main(s: &Status) -> String {
+    let mut out = String::new();
     match &s.main {
         Some(m) => out += &format!("main process: pid {} {:?}\n", m.pid, m.argv),
         None => out += "main process: none\n",
@@ -44,10 +67,12 @@ pub fn describe(s: &Status) -> String {
             None => ", no idle stop\n".to_string(),
         };
     }
-    if let Some(ready) = &s.ready {
-        out += &describe_ready(ready);
-    }
-    out += &format!(
+    out
+}
+
+/// The commands started and running, and the shell user's processes.
+fn describe_commands(s: &Status) -> String {
+    let mut out = format!(
         "commands: {} started, {} running\n",
         s.commands_started,
         s.running.len()
@@ -75,6 +100,12 @@ pub fn describe(s: &Status) -> String {
         if listed.is_empty() { "" } else { ": " },
         listed.join(", ")
     );
+    out
+}
+
+/// The gate, every layer, and what warden refuses or fails at.
+fn describe_defences(s: &Status) -> String {
+    let mut out = String::new();
     if let Some(gate) = &s.gate {
         out += &match &gate.reason {
             Some(reason) => format!("gate: CLOSED by the runtime: {reason}\n"),
@@ -96,10 +127,6 @@ pub fn describe(s: &Status) -> String {
     if let Some(why) = &s.audit_failing {
         out += &format!("AUDIT LOG FAILING: {why}\n");
     }
-    if let Some(p) = &s.proxy {
-        out += &describe_proxy(p);
-    }
-    out += &format!("audit log: {}\n", s.audit_log);
     out
 }
 

@@ -266,12 +266,18 @@ impl MachineConfig {
         Ok(config)
     }
 
+    /// Checks the config group by group; the first problem found is the
+    /// one reported, so the checks keep this order.
     fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |field, problem: &str| ConfigError::Invalid {
-            path: PathBuf::new(),
-            field,
-            problem: problem.to_string(),
-        };
+        self.validate_users()?;
+        self.validate_channels()?;
+        self.validate_paths()?;
+        self.validate_processes()?;
+        self.validate_vm_lends()
+    }
+
+    /// The runtime and shell users: valid, unprivileged, kept apart.
+    fn validate_users(&self) -> Result<(), ConfigError> {
         for (field, user) in [("runtime", &self.runtime), ("shell", &self.shell)] {
             if !valid_user_name(&user.name) {
                 return Err(invalid(
@@ -303,6 +309,11 @@ impl MachineConfig {
                 "home must not be inside runtime's home, nor contain it",
             ));
         }
+        Ok(())
+    }
+
+    /// The socket, the audit log's sizes, the vsock ports and the door.
+    fn validate_channels(&self) -> Result<(), ConfigError> {
         if !self.socket.is_absolute() {
             return Err(invalid("socket", "must be an absolute path"));
         }
@@ -326,6 +337,11 @@ impl MachineConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The folders and files warden reads or gives, and PATH.
+    fn validate_paths(&self) -> Result<(), ConfigError> {
         if !self.policy_dir.is_absolute() {
             return Err(invalid("policy_dir", "must be an absolute path"));
         }
@@ -351,6 +367,12 @@ impl MachineConfig {
         if self.path.is_empty() || self.path.contains('\0') {
             return Err(invalid("path", "must be a non-empty PATH value"));
         }
+        Ok(())
+    }
+
+    /// How the machine is found ready and idle, and the main process's
+    /// environment.
+    fn validate_processes(&self) -> Result<(), ConfigError> {
         if self.ready == Some(ReadyWhen::Port(0)) {
             return Err(invalid("ready", "port 0 is no port"));
         }
@@ -371,6 +393,11 @@ impl MachineConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// A VM's lent folders: their tags and where they are mounted.
+    fn validate_vm_lends(&self) -> Result<(), ConfigError> {
         for lend in &self.vm_lends {
             let tag = lend.tag.as_bytes();
             if tag.is_empty()
@@ -400,6 +427,15 @@ impl MachineConfig {
         self.audit_dir
             .clone()
             .unwrap_or_else(|| self.runtime.home.join("data/audit"))
+    }
+}
+
+/// A problem with `field` of the config (its path is set by the caller).
+fn invalid(field: &'static str, problem: &str) -> ConfigError {
+    ConfigError::Invalid {
+        path: PathBuf::new(),
+        field,
+        problem: problem.to_string(),
     }
 }
 

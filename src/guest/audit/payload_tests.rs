@@ -1,17 +1,23 @@
 use super::*;
 use serde_json::json;
 
-/// Each shape's line, with and without its fields that come and go,
-/// is the JSON object the log has always had.
-#[test]
-fn payloads_are_the_lines_as_documented() {
+/// Each case's line (an event, the fields it was given, the fields
+/// documented) is the JSON object the log has always had.
+fn assert_lines_as_documented(cases: Vec<(Event, Value, Value)>) {
+    for (event, got, want) in cases {
+        assert_eq!(got, want, "{event}");
+    }
+}
+
+/// A refused CONNECT, with an origin whose every field is known.
+fn refused_egress() -> Egress {
     let origin = Origin {
         pid: Some(9),
         uid: Some(2001),
         command: Some(17),
         argv_sha256: Some("ab".into()),
     };
-    let egress = Egress {
+    Egress {
         allowed: false,
         method: "CONNECT".into(),
         host: Some("h.test".into()),
@@ -26,18 +32,21 @@ fn payloads_are_the_lines_as_documented() {
         list: None,
         status: Some(403),
         end: None,
-        origin: Some(origin.clone()),
+        origin: Some(origin),
         opened: None,
         path: None,
         credential: None,
         credential_echo_removed: None,
         reason: Some("not listed".into()),
         refusal: Some("not_listed"),
-    };
-    let only_uid = Origin {
-        uid: Some(0),
-        ..Default::default()
-    };
+    }
+}
+
+/// The proxy's shapes, with and without their fields that come and go,
+/// are the JSON objects the log has always had.
+#[test]
+fn proxy_payloads_are_the_lines_as_documented() {
+    let egress = refused_egress();
     let cases: Vec<(Event, Value, Value)> = vec![
         (
             Event::Egress,
@@ -58,19 +67,46 @@ fn payloads_are_the_lines_as_documented() {
             })),
             json!({"host": "h", "path": "/p", "count": 2, "origin": null}),
         ),
-        (
-            Event::ConnectRefused,
-            fields_of(&GateRefusal {
-                listen: false,
-                pid: 7,
-                reason: "r".into(),
-                user: None,
-                address: Some("192.0.2.1:80".into()),
-                command: None,
-                argv_sha256: None,
-            }),
-            json!({"pid": 7, "reason": "r", "address": "192.0.2.1:80"}),
-        ),
+    ];
+    assert_lines_as_documented(cases);
+    assert_eq!(ProxyLine::Egress(egress).event(), Event::Egress);
+}
+
+/// The connect gate's refusals: a connect's line as documented, and a
+/// listen's its own event.
+#[test]
+fn gate_payloads_are_the_lines_as_documented() {
+    let cases: Vec<(Event, Value, Value)> = vec![(
+        Event::ConnectRefused,
+        fields_of(&GateRefusal {
+            listen: false,
+            pid: 7,
+            reason: "r".into(),
+            user: None,
+            address: Some("192.0.2.1:80".into()),
+            command: None,
+            argv_sha256: None,
+        }),
+        json!({"pid": 7, "reason": "r", "address": "192.0.2.1:80"}),
+    )];
+    assert_lines_as_documented(cases);
+    let listen = GateRefusal {
+        listen: true,
+        pid: 1,
+        reason: String::new(),
+        user: None,
+        address: None,
+        command: None,
+        argv_sha256: None,
+    };
+    assert_eq!(listen.event(), Event::ListenRefused);
+}
+
+/// Warden's own shapes (its network, main process, detached commands,
+/// doors and keys) are the JSON objects the log has always had.
+#[test]
+fn warden_payloads_are_the_lines_as_documented() {
+    let cases: Vec<(Event, Value, Value)> = vec![
         (
             Event::Network,
             fields_of(&Network {
@@ -125,10 +161,7 @@ fn payloads_are_the_lines_as_documented() {
             json!({"error": "e"}),
         ),
     ];
-    for (event, got, want) in cases {
-        assert_eq!(got, want, "{event}");
-    }
-    assert_eq!(serde_json::to_value(&only_uid).unwrap(), json!({"uid": 0}));
+    assert_lines_as_documented(cases);
     let opened = OnDetached {
         kind: DetachedAction::Attached,
         command: 1,
@@ -136,17 +169,16 @@ fn payloads_are_the_lines_as_documented() {
         signal: None,
     };
     assert_eq!(opened.event(), Event::CommandAttached);
-    let listen = GateRefusal {
-        listen: true,
-        pid: 1,
-        reason: String::new(),
-        user: None,
-        address: None,
-        command: None,
-        argv_sha256: None,
+}
+
+/// An origin of which only the uid is known is that uid alone.
+#[test]
+fn an_origin_of_only_a_uid_is_that_uid() {
+    let only_uid = Origin {
+        uid: Some(0),
+        ..Default::default()
     };
-    assert_eq!(listen.event(), Event::ListenRefused);
-    assert_eq!(ProxyLine::Egress(egress).event(), Event::Egress);
+    assert_eq!(serde_json::to_value(&only_uid).unwrap(), json!({"uid": 0}));
 }
 
 /// The metered half of a `provider_request` line is flattened into
