@@ -328,72 +328,15 @@ impl Confinement {
     fn judge(&self, probe: Result<Probe, ProbeError>) -> Vec<LayerState> {
         let probe = match probe {
             Ok(p) => p,
-            Err(e) => {
-                // The probe could not even start: nothing is proven.
-                return [
-                    "identity",
-                    "capabilities",
-                    "no_new_privs",
-                    "landlock",
-                    "seccomp",
-                ]
-                .iter()
-                .map(|layer| state(layer, true, false, format!("the probe failed: {e}")))
-                .chain([self.cgroups_state(Probe(0)), self.lifetime_state(Probe(0))])
-                .collect();
-            }
+            Err(e) => return self.unproven(&e),
         };
-        let c = &self.coverage;
         let landlock_required = self.policy.landlock.require == Requirement::Required;
         let seccomp_required = self.policy.seccomp.require == Requirement::Required;
-        let fs_ok = !c.filesystem || probe.has(Probe::LANDLOCK_FILESYSTEM);
-        let tcp_ok = !c.tcp || probe.has(Probe::LANDLOCK_TCP);
-        let landlock_holds = c.missing.is_empty() && fs_ok && tcp_ok;
-        let mut enforced = Vec::new();
-        if c.filesystem && fs_ok {
-            enforced.push("filesystem");
-        }
-        if c.tcp && tcp_ok {
-            enforced.push("tcp");
-        }
-        if c.scopes {
-            enforced.push("scopes");
-        }
-        let mut landlock_detail = format!("ABI {}: enforced [{}]", c.abi, enforced.join(", "));
-        if !c.missing.is_empty() {
-            landlock_detail += &format!("; missing: {}", c.missing.join("; "));
-        }
-        if !fs_ok || !tcp_ok {
-            landlock_detail += "; the probe got through a rule the kernel claims to enforce";
-        }
-        if !self.rules.skipped.is_empty() {
-            let skipped: Vec<String> = self
-                .rules
-                .skipped
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect();
-            landlock_detail += &format!("; absent paths skipped: {}", skipped.join(" "));
-        }
-        let seccomp_detail = match (&self.seccomp, probe.has(Probe::SECCOMP)) {
-            (Err(e), _) => format!("cannot compile the filter: {e}"),
-            (Ok(p), true) => format!(
-                "{} program{} carried by the spawner thread, inherited by every command; a denied syscall got EPERM",
-                p.len(),
-                if p.len() == 1 { "" } else { "s" }
-            ),
-            (Ok(_), false) => "a denied syscall was not refused".to_string(),
-        };
+        let (landlock_holds, landlock_detail) = self.landlock_verdict(probe);
+        let seccomp_detail = self.seccomp_detail(probe);
         let proc_detail = match &self.proc_hidden {
             Ok(()) => "/proc mounted with hidepid=invisible".to_string(),
             Err(e) => e.to_string(),
-        };
-        if self.policy.landlock.require == Requirement::Off {
-            landlock_detail = "off by policy (landlock.json)".into();
-        }
-        let seccomp_detail = match self.policy.seccomp.require {
-            Requirement::Off => "off by policy (seccomp.json)".into(),
-            _ => seccomp_detail,
         };
         vec![
             state(
@@ -431,6 +374,78 @@ impl Confinement {
             self.cgroups_state(probe),
             self.lifetime_state(probe),
         ]
+    }
+
+    /// The layers when the probe could not even start: nothing is
+    /// proven, and cgroups and lifetime are judged on an empty probe.
+    fn unproven(&self, e: &ProbeError) -> Vec<LayerState> {
+        [
+            "identity",
+            "capabilities",
+            "no_new_privs",
+            "landlock",
+            "seccomp",
+        ]
+        .iter()
+        .map(|layer| state(layer, true, false, format!("the probe failed: {e}")))
+        .chain([self.cgroups_state(Probe(0)), self.lifetime_state(Probe(0))])
+        .collect()
+    }
+
+    /// Whether landlock holds, and the detail saying what it enforces,
+    /// what is missing and which absent paths were skipped.
+    fn landlock_verdict(&self, probe: Probe) -> (bool, String) {
+        let c = &self.coverage;
+        let fs_ok = !c.filesystem || probe.has(Probe::LANDLOCK_FILESYSTEM);
+        let tcp_ok = !c.tcp || probe.has(Probe::LANDLOCK_TCP);
+        let landlock_holds = c.missing.is_empty() && fs_ok && tcp_ok;
+        if self.policy.landlock.require == Requirement::Off {
+            return (landlock_holds, "off by policy (landlock.json)".into());
+        }
+        let mut enforced = Vec::new();
+        if c.filesystem && fs_ok {
+            enforced.push("filesystem");
+        }
+        if c.tcp && tcp_ok {
+            enforced.push("tcp");
+        }
+        if c.scopes {
+            enforced.push("scopes");
+        }
+        let mut landlock_detail = format!("ABI {}: enforced [{}]", c.abi, enforced.join(", "));
+        if !c.missing.is_empty() {
+            landlock_detail += &format!("; missing: {}", c.missing.join("; "));
+        }
+        if !fs_ok || !tcp_ok {
+            landlock_detail += "; the probe got through a rule the kernel claims to enforce";
+        }
+        if !self.rules.skipped.is_empty() {
+            let skipped: Vec<String> = self
+                .rules
+                .skipped
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            landlock_detail += &format!("; absent paths skipped: {}", skipped.join(" "));
+        }
+        (landlock_holds, landlock_detail)
+    }
+
+    /// The seccomp detail: what the filter carries and whether a denied
+    /// syscall was refused, or that policy turned it off.
+    fn seccomp_detail(&self, probe: Probe) -> String {
+        if self.policy.seccomp.require == Requirement::Off {
+            return "off by policy (seccomp.json)".into();
+        }
+        match (&self.seccomp, probe.has(Probe::SECCOMP)) {
+            (Err(e), _) => format!("cannot compile the filter: {e}"),
+            (Ok(p), true) => format!(
+                "{} program{} carried by the spawner thread, inherited by every command; a denied syscall got EPERM",
+                p.len(),
+                if p.len() == 1 { "" } else { "s" }
+            ),
+            (Ok(_), false) => "a denied syscall was not refused".to_string(),
+        }
     }
 
     /// The cgroups layer: it holds when commands get cgroups and the

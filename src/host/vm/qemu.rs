@@ -119,12 +119,28 @@ pub struct QemuPlan<'a> {
 
 /// Pure: QEMU's arguments for the plan.
 pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
-    let (memory_mb, cpus) = plan.size;
-    let p = |name: &str| plan.vm.join(name).display().to_string();
-    let drive = |file: String, name: &str, extra: &str| {
-        format!("file={file},format=raw,if=none,id={name}{extra}")
-    };
-    let cmdline = [
+    let mut args = machine_args(plan);
+    args.extend(disk_args(plan));
+    args.extend(lend_args(plan.lends));
+    args.extend([
+        "-kernel".into(),
+        plan.kernel.display().to_string(),
+        "-initrd".into(),
+        vm_file(plan, "initrd.gz"),
+        "-append".into(),
+        kernel_cmdline(plan),
+    ]);
+    args
+}
+
+/// A file of the machine's VM folder, as QEMU is given it.
+fn vm_file(plan: &QemuPlan, name: &str) -> String {
+    plan.vm.join(name).display().to_string()
+}
+
+/// The guest kernel's command line.
+fn kernel_cmdline(plan: &QemuPlan) -> String {
+    [
         "console=ttyS0",
         "quiet",
         "pci=off",
@@ -136,14 +152,22 @@ pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
         "warden.workspace=/dev/vdc",
         &format!("warden.hostname={}", plan.id),
     ]
-    .join(" ");
+    .join(" ")
+}
+
+/// The machine itself: name, accelerator, CPU, memory, no display and
+/// no network, daemonized, its serial console to a file and its vsock
+/// through the vhost-user backend.
+fn machine_args(plan: &QemuPlan) -> Vec<String> {
+    let (memory_mb, cpus) = plan.size;
+    let p = |name: &str| vm_file(plan, name);
     let (accel, cpu) = match plan.accel {
         Accel::Kvm => ("kvm", "host"),
         // cx16=off: QEMU's emulated cmpxchg16b panics the guest about one
         // boot in three.
         Accel::Tcg(_) => ("tcg", "max,cx16=off"),
     };
-    let mut args: Vec<String> = [
+    [
         "-name",
         &container(plan.id),
         "-accel",
@@ -174,24 +198,35 @@ pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
         "vhost-user-vsock-device,chardev=vhu",
     ]
     .map(String::from)
-    .to_vec();
+    .to_vec()
+}
+
+/// The three disks, in the order the guest finds them (vda, vdb, vdc):
+/// the root filesystem (its writes thrown away), data and workspace.
+fn disk_args(plan: &QemuPlan) -> Vec<String> {
+    let mut args = Vec::new();
     for (file, name, extra) in [
         (plan.rootfs.display().to_string(), "root", ",snapshot=on"),
-        (p("data.ext4"), "data", ""),
-        (p("workspace.ext4"), "work", ""),
+        (vm_file(plan, "data.ext4"), "data", ""),
+        (vm_file(plan, "workspace.ext4"), "work", ""),
     ] {
         args.extend([
             "-drive".into(),
-            drive(file, name, extra),
+            format!("file={file},format=raw,if=none,id={name}{extra}"),
             "-device".into(),
             format!("virtio-blk-device,drive={name}"),
         ]);
     }
-    // Each lend a 9p share of exactly its folder. passthrough: what the
-    // guest writes is owned on the host by the guest's uid (shell's 2001,
-    // the runtime's 2000), as in a rootful container; a read lend is
-    // read-only in QEMU itself, whatever the guest's kernel asks.
-    for (i, lend) in plan.lends.iter().enumerate() {
+    args
+}
+
+/// Each lend a 9p share of exactly its folder. passthrough: what the
+/// guest writes is owned on the host by the guest's uid (shell's 2001,
+/// the runtime's 2000), as in a rootful container; a read lend is
+/// read-only in QEMU itself, whatever the guest's kernel asks.
+fn lend_args(lends: &[Lend]) -> Vec<String> {
+    let mut args = Vec::new();
+    for (i, lend) in lends.iter().enumerate() {
         let tag = lend_tag(i);
         let readonly = match lend.mode {
             LendMode::Read => ",readonly=on",
@@ -207,14 +242,6 @@ pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
             format!("virtio-9p-device,fsdev={tag},mount_tag={tag}"),
         ]);
     }
-    args.extend([
-        "-kernel".into(),
-        plan.kernel.display().to_string(),
-        "-initrd".into(),
-        p("initrd.gz"),
-        "-append".into(),
-        cmdline,
-    ]);
     args
 }
 
@@ -232,10 +259,37 @@ pub(super) fn launch(
     for stale in ["vhost.sock", "vsock.sock", "qemu.pid", "serial.log"] {
         let _ = std::fs::remove_file(vm.join(stale));
     }
+    let systemd = systemd_runs();
+    // QEMU connects to the backend's socket as it starts: the backend
+    // must be up, its socket made, first.
+    start_vsock_backend(kit, id, &vm, systemd)?;
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let Some(khz) = tsc_khz(&cpuinfo) else {
+        stop_backend(id);
+        return Err(LaunchError::sentence(
+            "no cpu MHz in /proc/cpuinfo (microvm needs it)",
+        ));
+    };
+    let kernel = kit.dir.join("vmlinuz");
+    let qemu = qemu_args(&QemuPlan {
+        id,
+        kernel: &kernel,
+        rootfs,
+        vm: &vm,
+        tsc_khz: khz,
+        size,
+        accel,
+        lends,
+    });
+    start_qemu(kit, id, systemd, qemu)
+}
+
+/// Spawns vhost-device-vsock in a scope of its own, records its pid and
+/// waits (10 s at most) for its socket.
+fn start_vsock_backend(kit: &Kit, id: &str, vm: &Path, systemd: bool) -> Result<(), LaunchError> {
     let log = |name: &str| {
         std::fs::File::create(vm.join(name)).map_err(|e| LaunchError::io(&vm.join(name), e))
     };
-    let systemd = systemd_runs();
     let vhost_args = vec![
         "--guest-cid".to_string(),
         GUEST_CID.to_string(),
@@ -270,24 +324,12 @@ pub(super) fn launch(
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let Some(khz) = tsc_khz(&cpuinfo) else {
-        stop_backend(id);
-        return Err(LaunchError::sentence(
-            "no cpu MHz in /proc/cpuinfo (microvm needs it)",
-        ));
-    };
-    let kernel = kit.dir.join("vmlinuz");
-    let qemu = qemu_args(&QemuPlan {
-        id,
-        kernel: &kernel,
-        rootfs,
-        vm: &vm,
-        tsc_khz: khz,
-        size,
-        accel,
-        lends,
-    });
+    Ok(())
+}
+
+/// Runs QEMU in a scope of its own until it daemonizes; when it fails,
+/// the backend is stopped too.
+fn start_qemu(kit: &Kit, id: &str, systemd: bool, qemu: Vec<String>) -> Result<(), LaunchError> {
     let unit = format!("warden-{id}-qemu");
     let (program, args) = in_own_scope(systemd, &unit, &kit.qemu.display().to_string(), qemu);
     let out = Command::new(program)

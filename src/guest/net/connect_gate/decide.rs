@@ -126,21 +126,25 @@ mod tests {
         b
     }
 
-    #[test]
-    fn decisions() {
-        let proxy = |s: &str| Decision::Proxy(s.parse().unwrap());
-        let refused = |s: &str| Decision::Refuse {
+    fn proxy(s: &str) -> Decision {
+        Decision::Proxy(s.parse().unwrap())
+    }
+
+    fn refused(s: &str) -> Decision {
+        Decision::Refuse {
             errno: libc::EACCES,
             address: Some(s.parse().unwrap()),
             reason: "not the proxy: shell reaches the network only through warden's proxy",
-        };
-        let short = Decision::Refuse {
-            errno: libc::EINVAL,
-            address: None,
-            reason: "an IP address shorter than its family's",
-        };
+        }
+    }
+
+    type Case = (&'static str, Vec<u8>, Decision);
+
+    /// Well-formed IP addresses: the proxy's, Landlock's witness, and
+    /// everything else, refused.
+    fn ip_cases() -> Vec<Case> {
         let mapped: Ipv6Addr = "::ffff:127.0.0.1".parse().unwrap();
-        let cases: Vec<(&str, Vec<u8>, Decision)> = vec![
+        vec![
             (
                 "proxy v4",
                 sin([127, 0, 0, 1], 3128),
@@ -191,6 +195,18 @@ mod tests {
                 sin6("2001:db8::1".parse().unwrap(), 443, 28),
                 refused("[2001:db8::1]:443"),
             ),
+        ]
+    }
+
+    /// Short IP addresses, refused, and other families, left to the
+    /// kernel.
+    fn malformed_and_other_cases() -> Vec<Case> {
+        let short = Decision::Refuse {
+            errno: libc::EINVAL,
+            address: None,
+            reason: "an IP address shorter than its family's",
+        };
+        vec![
             (
                 "v4 too short",
                 sin([127, 0, 0, 1], 3128)[..8].to_vec(),
@@ -206,7 +222,12 @@ mod tests {
             ),
             ("empty", vec![], Decision::Continue),
             ("one byte", vec![2], Decision::Continue),
-        ];
+        ]
+    }
+
+    #[test]
+    fn decisions() {
+        let cases = ip_cases().into_iter().chain(malformed_and_other_cases());
         for (name, addr, want) in cases {
             assert_eq!(decide(&addr, 3128), want, "{name}");
         }

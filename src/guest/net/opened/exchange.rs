@@ -126,21 +126,10 @@ where
     }
     let (metered, early) = match ex.meter {
         Some(meter) => {
-            let body = gather(client, request.body, early, ex.idle).await?;
-            let run = http1::take_header(&mut request, "warden-run");
-            let verdict = lock(meter).request(run.as_deref(), &body);
-            if let Err(refused) = verdict {
-                let reason = match refused.status {
-                    402 => "Payment Required",
-                    _ => "Bad Request",
-                };
-                let json = "application/json";
-                answer_with(client, refused.status, reason, json, &refused.body, outcome).await;
-                outcome.refused = Some(refused.message);
-                return Ok(());
+            match meter_request(client, meter, &mut request, early, ex, outcome).await? {
+                Some(body) => (Some(body), Vec::new()),
+                None => return Ok(()),
             }
-            http1::set_length(&mut request, body.len() as u64);
-            (Some(body), Vec::new())
         }
         None => (None, early),
     };
@@ -156,12 +145,59 @@ where
             .map(|()| body.len() as u64)?,
         None => send_body(client, upstream, request.body, early, ex.idle).await?,
     };
+    carry_answer(client, upstream, ex, &request, outcome).await
+}
+
+/// A metered request: its body gathered and put to the meter. The body
+/// to send on, with its length set, or None when the meter refused it
+/// and warden has answered the client.
+async fn meter_request<C>(
+    client: &mut C,
+    meter: &Mutex<Meter>,
+    request: &mut http1::RequestHead,
+    early: Vec<u8>,
+    ex: &Exchange<'_>,
+    outcome: &mut Outcome,
+) -> Result<Option<Vec<u8>>, Stop>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let body = gather(client, request.body, early, ex.idle).await?;
+    let run = http1::take_header(request, "warden-run");
+    let verdict = lock(meter).request(run.as_deref(), &body);
+    if let Err(refused) = verdict {
+        let reason = match refused.status {
+            402 => "Payment Required",
+            _ => "Bad Request",
+        };
+        let json = "application/json";
+        answer_with(client, refused.status, reason, json, &refused.body, outcome).await;
+        outcome.refused = Some(refused.message);
+        return Ok(None);
+    }
+    http1::set_length(request, body.len() as u64);
+    Ok(Some(body))
+}
+
+/// The origin's answer to `request`, checked and carried back to the
+/// client with the host's secrets masked.
+async fn carry_answer<C, U>(
+    client: &mut C,
+    upstream: &mut U,
+    ex: &Exchange<'_>,
+    request: &http1::RequestHead,
+    outcome: &mut Outcome,
+) -> Result<(), Stop>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
     let (head_bytes, early) = read_head(upstream, ex.idle, "the origin").await?;
     let response = http1::parse_response(&head_bytes, &request.method)?;
     if let Some(meter) = ex.meter {
         lock(meter).answer_head(http1::header(&response.headers, "content-type"));
     }
-    let upgraded = http1::upgraded(&response, &request);
+    let upgraded = http1::upgraded(&response, request);
     if !ex.secrets.is_empty() {
         http1::require_identity(&response)?;
         if upgraded {
