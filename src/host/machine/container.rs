@@ -95,7 +95,7 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     let name = def.container(PREFIX);
     let woken = p.kept.as_ref().and_then(|r| wake(r, &name, start));
     let woke = woken.is_some();
-    let mut found = match (woken, &p.container) {
+    let found = match (woken, &p.container) {
         (Some(woken), _) => Some(woken),
         (None, Some(inspect)) => found_in(inspect),
         (None, None) => found(&name),
@@ -153,23 +153,37 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     if let (Some(script), Some(digest)) = (&def.setup, &p.setup_digest) {
         setup_once(p, &name, script, digest, created)?;
     }
+    say_what_was_made(p, &name, created, woke, found)
+}
+
+/// The end of `up`: the ports published, the size the engine holds, and
+/// the container's record kept for the next `up` (a woken machine's is the
+/// one `up` began from).
+fn say_what_was_made(
+    p: &Prepared,
+    name: &str,
+    created: bool,
+    woke: bool,
+    mut found: Option<Found>,
+) -> Result<(), LaunchError> {
+    let (def, start) = (p.def, p.start);
     // Asked only when there is something to list: an engine call costs.
     let published = match (def.ports.is_empty(), def.sleep.serve) {
         (true, _) => Vec::new(),
         (false, true) => super::serve::fronted::front(p)?,
-        (false, false) => published(&name),
+        (false, false) => published(name),
     };
     for line in published {
         step(start, &format!("published: {line}"));
     }
     if created {
-        found = self::found(&name);
+        found = self::found(name);
     }
     // Docker's inspect knows no podman fields: its size asked apart.
     let size = found
         .as_ref()
         .and_then(|f| f.size.clone())
-        .or_else(|| crate::host::agent_setup::size_of(&name));
+        .or_else(|| crate::host::agent_setup::size_of(name));
     // A woken machine's record is the one `up` began from: kept as it is.
     if !woke {
         match (
