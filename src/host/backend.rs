@@ -22,9 +22,10 @@ pub struct Prepared<'a> {
     pub image: Image,
     /// The engine's id of that image.
     pub image_id: String,
-    /// The machine's container as the engine's inspect gave it, when the
-    /// container kind found one (asked with the image's id, one call).
-    pub container: Option<serde_json::Value>,
+    /// What the container kind's one inspect said of its container, its
+    /// volumes and its image (asked with the image's id, one call); empty
+    /// for the other kinds, or when the record made the inspect needless.
+    pub looked: super::engine::Looked,
     /// The last `up`'s record of the machine's container, when the
     /// machine is unchanged since (then neither is asked of the engine).
     pub kept: Option<super::kept::Record>,

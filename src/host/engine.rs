@@ -44,11 +44,13 @@ pub fn start_in_own_scope() {
     STARTS_IN_OWN_SCOPE.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
-/// The engine's command for `args`: a `start` in a scope of its own when
-/// asked (see `start_in_own_scope`).
+/// The engine's command for `args`: a `start` (or a `run`, which starts
+/// what it makes) in a scope of its own when asked (see
+/// `start_in_own_scope`).
 fn command_for(args: &[&str]) -> Result<Command, LaunchError> {
     let scoped = STARTS_IN_OWN_SCOPE.load(std::sync::atomic::Ordering::SeqCst);
-    let (Some(&"start"), true) = (args.first(), scoped) else {
+    let starts = matches!(args.first(), Some(&"start") | Some(&"run"));
+    let (true, true) = (starts, scoped) else {
         let mut command = command()?;
         command.args(args);
         return Ok(command);
@@ -56,7 +58,11 @@ fn command_for(args: &[&str]) -> Result<Command, LaunchError> {
     let host = host()?;
     let mut full: Vec<String> = host.global.clone();
     full.extend(args.iter().map(|a| a.to_string()));
-    let unit = format!("warden-start-{}", args.last().unwrap_or(&"machine"));
+    let named = args.iter().find_map(|a| a.strip_prefix("--name="));
+    let unit = format!(
+        "warden-start-{}",
+        named.or(args.last().copied()).unwrap_or("machine")
+    );
     let (program, scoped_args) =
         super::scope::in_own_scope(true, &unit, host.engine.program(), full);
     let mut command = Command::new(program);
@@ -137,21 +143,47 @@ pub(super) fn exists(kind: &str, name: &str) -> bool {
     run("exists", &[kind, "inspect", name]).is_ok()
 }
 
-/// An image's id and, when it exists, a container's inspect, in one
-/// engine call where both answer (each call is a process of the engine's,
-/// about 0.1 s here); the image's id alone otherwise.
-pub(super) fn image_and_container(
+/// What one engine call said of a container machine's parts (each call
+/// is a process of the engine's, tens of milliseconds here).
+#[derive(Debug, Default)]
+pub struct Looked {
+    /// The image's id.
+    pub image_id: String,
+    /// The image's entrypoint as JSON text (what `create::entrypoint_is_warden`
+    /// reads); None when the inspect did not say it.
+    pub entrypoint: Option<String>,
+    /// The machine's container, when it exists.
+    pub container: Option<serde_json::Value>,
+    /// Which of the volumes asked for exist; None when the answer did not
+    /// say (each is then asked on its own).
+    pub volumes: Option<Vec<String>>,
+}
+
+/// The image, the machine's container and its volumes in one `inspect`:
+/// the engine prints what it found and fails for what it did not, so its
+/// output is read whatever its exit. When the answer does not say the
+/// image (or cannot be told apart), the image's id is asked the long way
+/// and the rest is left unknown.
+pub(super) fn look_up(
     image: &str,
     container: &str,
-) -> Result<(String, Option<serde_json::Value>), LaunchError> {
-    let both = run("inspect", &["inspect", image, container]).ok();
-    if let Some(pair) = both
-        .as_deref()
-        .and_then(|out| split_inspect(out, container))
-    {
-        return Ok(pair);
+    volumes: &[String],
+) -> Result<Looked, LaunchError> {
+    let mut args = vec!["inspect", image, container];
+    args.extend(volumes.iter().map(String::as_str));
+    let out = command_for(&args)?
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok();
+    let said = out.as_ref().map(|o| text(&o.stdout));
+    if let Some(looked) = said.and_then(|out| looked_in(&out, container, volumes)) {
+        return Ok(looked);
     }
-    Ok((image_id(image)?, None))
+    Ok(Looked {
+        image_id: image_id(image)?,
+        ..Looked::default()
+    })
 }
 
 /// The engine's id of an image (`sha256:<hex>`).
@@ -163,25 +195,41 @@ pub(super) fn image_id(image: &str) -> Result<String, LaunchError> {
     Ok(id.trim().to_string())
 }
 
-/// Pure: of `inspect IMAGE CONTAINER`'s JSON array, the image's id and the
-/// container's object; None unless the first is an image (no `State`) and
-/// the second the container of that name (a name both could mean is
-/// looked up the long way).
-fn split_inspect(out: &str, container: &str) -> Option<(String, Option<serde_json::Value>)> {
-    let serde_json::Value::Array(mut objects) = serde_json::from_str(out).ok()? else {
+/// Pure: `look_up`'s answer from the engine's JSON array. None unless
+/// exactly one image is in it, and every container in it is the machine's
+/// (a volume's name that a container holds too is looked up the long way).
+fn looked_in(out: &str, container: &str, volumes: &[String]) -> Option<Looked> {
+    let serde_json::Value::Array(objects) = serde_json::from_str(out).ok()? else {
         return None;
     };
-    if objects.len() != 2 {
-        return None;
+    let name_of = |v: &serde_json::Value| {
+        v.get("Name")
+            .and_then(|n| n.as_str())
+            .map(|n| n.trim_start_matches('/').to_string())
+    };
+    let (mut images, mut looked) = (Vec::new(), Looked::default());
+    let mut found_volumes = Vec::new();
+    for object in objects {
+        if object.get("State").is_some() {
+            (name_of(&object)? == container).then_some(())?;
+            looked.container = Some(object);
+        } else if object.get("Mountpoint").is_some() {
+            let name = name_of(&object)?;
+            volumes.contains(&name).then_some(())?;
+            found_volumes.push(name);
+        } else {
+            images.push(object);
+        }
     }
-    let second = objects.pop()?;
-    let first = objects.pop()?;
-    let is_container = |v: &serde_json::Value| v.get("State").is_some();
-    let name = second.get("Name")?.as_str()?.trim_start_matches('/');
-    if is_container(&first) || !is_container(&second) || name != container {
-        return None;
-    }
-    Some((first.get("Id")?.as_str()?.to_string(), Some(second)))
+    let [image] = <[serde_json::Value; 1]>::try_from(images).ok()?;
+    looked.image_id = image.get("Id")?.as_str()?.to_string();
+    looked.entrypoint = image.get("Config").map(|c| {
+        c.get("Entrypoint")
+            .unwrap_or(&serde_json::Value::Null)
+            .to_string()
+    });
+    looked.volumes = Some(found_volumes);
+    Some(looked)
 }
 
 /// Stops (warden gets SIGTERM and 10 s) and removes a container.
@@ -197,27 +245,80 @@ pub(super) fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn an_image_then_its_container_in_one_inspect() {
-        let image = r#"{"Id":"sha256:aa","RootFS":{}}"#;
+    fn an_image_its_container_and_volumes_in_one_inspect() {
+        let image =
+            r#"{"Id":"sha256:aa","RootFS":{},"Config":{"Entrypoint":["/usr/local/bin/warden"]}}"#;
+        let bare = r#"{"Id":"sha256:bb","RootFS":{},"Config":{}}"#;
         let box_ = r#"{"Id":"cc","Name":"warden-m","State":{"Running":false}}"#;
         let other = r#"{"Id":"dd","Name":"/warden-x","State":{}}"#;
-        let cases: [(String, Option<&str>); 6] = [
-            (format!("[{image},{box_}]"), Some("sha256:aa")),
+        let data = r#"{"Name":"warden-m-data","Mountpoint":"/v"}"#;
+        let stray = r#"{"Name":"warden-q-data","Mountpoint":"/v"}"#;
+        // (inspect's output, the image's id, its entrypoint, the container's
+        // id, the volumes found)
+        type Case = (
+            String,
+            Option<&'static str>,
+            Option<&'static str>,
+            Option<&'static str>,
+            &'static [&'static str],
+        );
+        let entry = Some(r#"["/usr/local/bin/warden"]"#);
+        let cases: Vec<Case> = vec![
+            (
+                format!("[{image},{box_}]"),
+                Some("sha256:aa"),
+                entry,
+                Some("cc"),
+                &[],
+            ),
             (
                 format!("[{image},{}]", box_.replace("warden-m", "/warden-m")),
                 Some("sha256:aa"),
+                entry,
+                Some("cc"),
+                &[],
             ),
-            (format!("[{box_},{image}]"), None),
-            (format!("[{image},{other}]"), None),
-            (format!("[{image}]"), None),
-            ("not json".to_string(), None),
+            (
+                format!("[{box_},{image},{data}]"),
+                Some("sha256:aa"),
+                entry,
+                Some("cc"),
+                &["warden-m-data"],
+            ),
+            (
+                format!("[{image},{data}]"),
+                Some("sha256:aa"),
+                entry,
+                None,
+                &["warden-m-data"],
+            ),
+            (
+                format!("[{bare}]"),
+                Some("sha256:bb"),
+                Some("null"),
+                None,
+                &[],
+            ),
+            (format!("[{image},{other}]"), None, None, None, &[]),
+            (format!("[{image},{stray}]"), None, None, None, &[]),
+            (format!("[{image},{bare}]"), None, None, None, &[]),
+            (format!("[{box_}]"), None, None, None, &[]),
+            ("[]".to_string(), None, None, None, &[]),
+            ("not json".to_string(), None, None, None, &[]),
         ];
-        for (out, id) in cases {
-            let got = super::split_inspect(&out, "warden-m");
-            assert_eq!(got.as_ref().map(|(i, _)| i.as_str()), id, "{out}");
-            if let Some((_, c)) = got {
-                assert_eq!(c.unwrap()["Id"], "cc");
-            }
+        let volumes = ["warden-m-data".to_string(), "warden-m-work".to_string()];
+        for (out, id, entrypoint, container, found) in cases {
+            let got = super::looked_in(&out, "warden-m", &volumes);
+            assert_eq!(got.as_ref().map(|l| l.image_id.as_str()), id, "{out}");
+            let Some(got) = got else { continue };
+            assert_eq!(got.entrypoint.as_deref(), entrypoint, "{out}");
+            let id_of = |c: &serde_json::Value| c["Id"].as_str().map(str::to_string);
+            assert_eq!(
+                got.container.as_ref().and_then(id_of).as_deref(),
+                container,
+                "{out}"
+            );
+            assert_eq!(got.volumes.unwrap(), found, "{out}");
         }
     }
 

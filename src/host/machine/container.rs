@@ -95,9 +95,11 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     let name = def.container(PREFIX);
     let woken = p.kept.as_ref().and_then(|r| wake(r, &name, start));
     let woke = woken.is_some();
-    let found = match (woken, &p.container) {
+    let mut found = match (woken, &p.looked.container) {
         (Some(woken), _) => Some(woken),
         (None, Some(inspect)) => found_in(inspect),
+        // The one inspect said there is none: not asked again.
+        (None, None) if p.looked.volumes.is_some() => None,
         (None, None) => found(&name),
     };
     let mut reloads = made_from::reloaded(made_from::load(&p.state).as_ref(), &p.made_from);
@@ -114,18 +116,23 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
                 step(start, &format!("{name}: made again: {why}"));
             }
             write_machine_files(def, &p.state, p.host, None)?;
-            create(def, &p.state, &p.image.name, &p.digest, made)?;
+            create_and_start(p, made)?;
             made_from::keep(&p.state, &p.made_from);
-            made.container = Some(name.clone());
-            step(start, &format!("{name}: created"));
+            step(start, &format!("{name}: created and started"));
             reloads.clear();
             true
         }
     };
+    // What the engine holds of a new container, asked while its warden
+    // boots: the inspect's tens of milliseconds are off `up`'s path.
+    let closing = created.then(|| {
+        let name = name.clone();
+        std::thread::spawn(move || self::found(&name))
+    });
     if let Some(old) = &p.image.replaced {
         crate::host::image::remove_replaced(old, start);
     }
-    if created || !found.as_ref().is_some_and(|f| f.running) {
+    if !created && !found.as_ref().is_some_and(|f| f.running) {
         engine::run("start", &["start", &name])?;
         step(start, &format!("{name}: started"));
     } else if woke {
@@ -153,7 +160,10 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     if let (Some(script), Some(digest)) = (&def.setup, &p.setup_digest) {
         setup_once(p, &name, script, digest, created)?;
     }
-    say_what_was_made(p, &name, created, woke, found)
+    if let Some(closing) = closing {
+        found = closing.join().unwrap_or(None);
+    }
+    say_what_was_made(p, &name, woke, found)
 }
 
 /// The end of `up`: the ports published, the size the engine holds, and
@@ -162,9 +172,8 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
 fn say_what_was_made(
     p: &Prepared,
     name: &str,
-    created: bool,
     woke: bool,
-    mut found: Option<Found>,
+    found: Option<Found>,
 ) -> Result<(), LaunchError> {
     let (def, start) = (p.def, p.start);
     // Asked only when there is something to list: an engine call costs.
@@ -175,9 +184,6 @@ fn say_what_was_made(
     };
     for line in published {
         step(start, &format!("published: {line}"));
-    }
-    if created {
-        found = self::found(name);
     }
     // Docker's inspect knows no podman fields: its size asked apart.
     let size = found
@@ -519,68 +525,81 @@ fn running(name: &str) -> Result<bool, LaunchError> {
     Ok(out.trim() == "true")
 }
 
-/// Makes the volumes (labelled with the owner, so `prune` finds them)
-/// when missing; podman would make them unlabelled otherwise.
-fn ensure_volume(name: &str, id: &str, made: &mut Made) -> Result<(), LaunchError> {
-    if engine::exists("volume", name) {
-        return Ok(());
+/// The volumes a machine's container mounts: its data, and its workspace
+/// unless that is a folder of the host's.
+pub(super) fn volumes(def: &Definition) -> Vec<String> {
+    let mut volumes = vec![def.data_volume(PREFIX)];
+    if let Workspace::Volume = def.workspace {
+        volumes.push(def.work_volume(PREFIX));
     }
-    made.volumes.push(name.to_string());
-    let owner = format!("warden.owner={}", engine::owner());
-    let machine = format!("warden.machine={id}");
-    engine::run(
-        "create volume",
-        &[
-            "volume", "create", "--label", &owner, "--label", &machine, name,
-        ],
-    )
-    .map(drop)
+    volumes
 }
 
-/// `podman create` with everything the definition asks for; the volumes
-/// it makes are recorded in `made`.
-fn create(
-    def: &Definition,
-    state: &Path,
-    image: &str,
-    digest: &str,
-    made: &mut Made,
-) -> Result<(), LaunchError> {
-    let host = engine::host()?;
-    let data = def.data_volume(PREFIX);
-    ensure_volume(&data, &def.id, made)?;
-    let workspace = match &def.workspace {
-        Workspace::Volume => {
-            let v = def.work_volume(PREFIX);
-            ensure_volume(&v, &def.id, made)?;
-            v
+/// Makes the volumes (labelled with the owner, so `prune` finds them)
+/// that `up`'s inspect did not find (or, when it could not say, that the
+/// engine does not have): podman would make them unlabelled otherwise.
+/// One after the other: two at once took longer here (the engine locks
+/// its volume store). Each made is recorded in `made`.
+fn ensure_volumes(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
+    let owner = format!("warden.owner={}", engine::owner());
+    let machine = format!("warden.machine={}", p.def.id);
+    for name in volumes(p.def) {
+        let found = match &p.looked.volumes {
+            Some(found) => found.contains(&name),
+            None => engine::exists("volume", &name),
+        };
+        if found {
+            continue;
         }
+        let args = [
+            "volume", "create", "--label", &owner, "--label", &machine, &name,
+        ];
+        engine::run("create volume", &args)?;
+        made.volumes.push(name);
+    }
+    Ok(())
+}
+
+/// `podman run --detach` with everything the definition asks for: one
+/// engine call where create and start were two. The volumes it makes are
+/// recorded in `made`, and so is the container when the engine made it,
+/// whether or not it started.
+fn create_and_start(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
+    let (def, host) = (p.def, engine::host()?);
+    ensure_volumes(p, made)?;
+    let workspace = match &def.workspace {
+        Workspace::Volume => def.work_volume(PREFIX),
         Workspace::Folder(path) => path.to_string_lossy().into_owned(),
     };
-    let entry = match entrypoint_is_warden(&engine::run(
-        "inspect image",
-        &[
-            "image",
-            "inspect",
-            "--format",
-            "{{json .Config.Entrypoint}}",
-            image,
-        ],
-    )?) {
+    let entrypoint = match &p.looked.entrypoint {
+        Some(json) => json.clone(),
+        None => engine::run(
+            "inspect image",
+            &[
+                "image",
+                "inspect",
+                "--format",
+                "{{json .Config.Entrypoint}}",
+                &p.image.name,
+            ],
+        )?,
+    };
+    let entry = match entrypoint_is_warden(&entrypoint) {
         true => Entry::Image,
         false => Entry::Lent(static_warden().map_err(|e| e.within("lend warden"))?),
     };
     let name = def.container(PREFIX);
+    let data = def.data_volume(PREFIX);
     let plan = CreatePlan {
         engine: host.engine,
         name: &name,
         id: &def.id,
         owner: engine::owner(),
-        digest,
+        digest: &p.digest,
         network: network_option(&def.network, host.rootless),
         data_volume: &data,
         workspace,
-        state,
+        state: &p.state,
         ulimits: &host.ulimits,
         keep_id: def.keep_id,
         lends: &def.lend,
@@ -600,11 +619,18 @@ fn create(
         size: engine_size(def, host),
         entry,
         command: def.command.as_deref(),
-        image,
+        image: &p.image.name,
     };
-    let args = create_args(&plan);
+    let mut args = create_args(&plan);
+    args.splice(0..1, ["run".to_string(), "--detach".to_string()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    engine::run("create container", &args).map(drop)
+    let ran = engine::run("create and start container", &args).map(drop);
+    // A container the engine made but could not start is undone with the
+    // rest; one it never made is not named as made.
+    if ran.is_ok() || engine::exists("container", &name) {
+        made.container = Some(name);
+    }
+    ran
 }
 
 /// The engine's `--network` value.

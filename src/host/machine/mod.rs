@@ -190,10 +190,14 @@ fn bring_up(
     let kept = record
         .filter(|_| def.kind == Kind::Container)
         .and_then(|record| unchanged(record, &image.name, &counted));
-    let (image_id, container) = match (&kept, def.kind) {
-        (Some((image_id, _)), _) => (image_id.clone(), None),
-        (None, Kind::Container) => engine::image_and_container(&image.name, &container(&def.id))?,
-        (None, _) => (engine::image_id(&image.name)?, None),
+    let (image_id, looked) = match (&kept, def.kind) {
+        (Some((image_id, _)), _) => (image_id.clone(), engine::Looked::default()),
+        (None, Kind::Container) => {
+            let volumes = container::volumes(def);
+            let looked = engine::look_up(&image.name, &container(&def.id), &volumes)?;
+            (looked.image_id.clone(), looked)
+        }
+        (None, _) => (engine::image_id(&image.name)?, engine::Looked::default()),
     };
     let digest = inputs_digest(&counted, &image_id);
     let made_from = super::made_from::MadeFrom::now(text, &image_id);
@@ -204,7 +208,7 @@ fn bring_up(
         state,
         image,
         image_id,
-        container,
+        looked,
         kept,
         made_from,
         digest,
