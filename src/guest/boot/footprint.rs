@@ -159,9 +159,110 @@ pub fn unmap_code() -> Result<usize, String> {
     Ok(unmapped)
 }
 
+/// One malloc arena for the whole process. glibc gives each thread that
+/// allocates while another holds the main arena an arena of its own
+/// (64 MiB reserved, a few pages to tens of KiB resident each, kept for
+/// the process's life); warden's few threads allocate little, and at
+/// idle those arenas were about a fifth of its own memory. Set before
+/// any other thread is started.
+pub fn one_malloc_arena() {
+    // SAFETY: mallopt only sets an allocator parameter, under malloc's own
+    // lock; it touches no memory of the caller's.
+    let set = unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    if set != 1 {
+        crate::say!("malloc keeps an arena per thread: M_ARENA_MAX was refused");
+    }
+}
+
+/// How far below where this function runs the main thread's stack is
+/// kept: room for its own calls (the maps read, madvise) and more.
+const STACK_KEPT_BELOW: usize = 32 * 1024;
+
+/// Gives back the main thread's stack pages below where the boot's end
+/// runs: the boot went deeper (the runtime's building, the firewall, the
+/// probes) than supervising ever does, and those pages stayed resident
+/// for the machine's life. Dead memory below the stack pointer may be
+/// dropped: the kernel gives zeroed pages again where the stack grows
+/// back. Must be called on the main thread; returns the bytes given back.
+#[inline(never)]
+pub fn give_back_boot_stack() -> std::io::Result<usize> {
+    let here = 0u8;
+    let sp = std::hint::black_box(std::ptr::addr_of!(here)) as usize;
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let (start, _) = stack_of(&maps)
+        .filter(|&(start, end)| (start..end).contains(&sp))
+        .ok_or_else(|| {
+            std::io::Error::other("this thread's stack is not [stack] in /proc/self/maps")
+        })?;
+    let Some(top) = (sp & !(PAGE - 1))
+        .checked_sub(STACK_KEPT_BELOW)
+        .filter(|&t| t > start)
+    else {
+        return Ok(0);
+    };
+    // SAFETY: [start, top) lies in this thread's own stack mapping, at
+    // least STACK_KEPT_BELOW below this function's frame: no frame lives
+    // there now (the stack grows down, and only this thread uses it), and
+    // dropping the pages of a private anonymous mapping only makes the
+    // next touch find them zeroed.
+    let done =
+        unsafe { libc::madvise(start as *mut libc::c_void, top - start, libc::MADV_DONTNEED) };
+    match done {
+        0 => Ok(top - start),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Pure: the main thread's stack mapping in a `/proc/self/maps` text.
+pub fn stack_of(maps: &str) -> Option<(usize, usize)> {
+    let line = maps
+        .lines()
+        .find(|l| l.split_whitespace().nth(5) == Some("[stack]"))?;
+    let (start, end) = line.split_whitespace().next()?.split_once('-')?;
+    let (start, end) = (
+        usize::from_str_radix(start, 16).ok()?,
+        usize::from_str_radix(end, 16).ok()?,
+    );
+    (start < end).then_some((start, end))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stack_in_maps() {
+        let cases: &[(&str, Option<(usize, usize)>)] = &[
+            (
+                "555559662000-5555596b2000 rw-p 00000000 00:00 0                          [heap]\n\
+                 7fff33780000-7fff337a1000 rw-p 00000000 00:00 0                          [stack]\n",
+                Some((0x7fff33780000, 0x7fff337a1000)),
+            ),
+            ("7fff33780000-7fff337a1000 rw-p 00000000 00:00 0 [stack]", Some((0x7fff33780000, 0x7fff337a1000))),
+            // A thread's stack is anonymous, unnamed: not this one.
+            ("7fc22a89a000-7fc22aa9a000 rw-p 00000000 00:00 0 \n", None),
+            // A file whose name ends so is not the stack.
+            ("7f0000000000-7f0000001000 r--p 00000000 08:01 12 /tmp/[stack]x", None),
+            ("zz-7fff337a1000 rw-p 00000000 00:00 0 [stack]", None),
+            ("7fff337a1000-7fff33780000 rw-p 00000000 00:00 0 [stack]", None),
+            ("", None),
+        ];
+        for (maps, want) in cases {
+            assert_eq!(stack_of(maps), *want, "{maps}");
+        }
+    }
+
+    #[test]
+    fn only_the_main_threads_stack_is_given_back() {
+        // Tests run on threads of the harness's: their stacks are not
+        // [stack], and nothing is dropped (the main thread's case runs at
+        // every boot, and every machine test boots).
+        let given = give_back_boot_stack();
+        assert!(
+            given.is_err(),
+            "a thread's own stack is not [stack]: {given:?}"
+        );
+    }
 
     fn ro(start: usize, size: usize) -> Segment {
         Segment {

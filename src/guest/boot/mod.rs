@@ -117,6 +117,7 @@ fn phases(
     waited: SigSet,
     vm: Option<&Vm>,
 ) -> Result<i32, BootError> {
+    footprint::one_malloc_arena();
     let pid1 = nix::unistd::getpid().as_raw() == 1;
     if !pid1 {
         become_subreaper();
@@ -177,9 +178,13 @@ fn phases(
     net_phase::work_out_default_hosts(&sup, defaults);
     let (main, waits) = main_process(&sup); // 12
     watch_idleness_and_readiness(&sup, &runtime);
-    // The boot is over: its code need not stay resident (see footprint).
+    // The boot is over: its code, and the stack it went deep on, need not
+    // stay resident (see footprint).
     if let Err(e) = footprint::unmap_code() {
         crate::say!("the boot's code stays mapped: {e}");
+    }
+    if let Err(e) = footprint::give_back_boot_stack() {
+        crate::say!("the boot's stack stays resident: {e}");
     }
     let status = runtime.block_on(supervise(sup.clone(), signals, main, waits)); // 13
     Ok(leave_the_books_in_order(&sup, status)) // 14
