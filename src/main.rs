@@ -346,6 +346,14 @@ enum MachineAction {
         /// Run the setup script even when it ran with these inputs.
         #[arg(long)]
         setup: bool,
+        /// Keep N machines of this definition made ahead and stopped: take
+        /// one (named `<id>-<k>`, printed) and make what the pool lacks in
+        /// the background; 0 empties the pool. Containers only.
+        #[arg(long, value_name = "N")]
+        warm: Option<usize>,
+        /// With --warm: only fill the pool (what `up --warm` starts).
+        #[arg(long, hide = true, requires = "warm")]
+        fill: bool,
     },
     /// Print the Kubernetes manifests of a definition (a Pod, or with
     /// --sandbox an agent-sandbox Sandbox, with its Secrets, ConfigMap and

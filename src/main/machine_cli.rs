@@ -18,9 +18,22 @@ pub(crate) fn machine(action: MachineAction) -> Result<i32, CliError> {
             env_file,
             vm,
             setup,
-        } => m::up(&definition, env_file.as_deref(), vm, setup)
+            warm,
+            fill,
+        } => {
+            let env_file = env_file.as_deref();
+            match warm {
+                Some(_) if vm => Err(warden::host::LaunchError::new(
+                    "--warm",
+                    "spares are containers; --vm has none",
+                )),
+                Some(n) if fill => m::warm::fill(&definition, env_file, n),
+                Some(n) => m::warm::up_warm(&definition, env_file, setup, n),
+                None => m::up(&definition, env_file, vm, setup),
+            }
             .map(|()| 0)
-            .map_err(CliError::from),
+            .map_err(CliError::from)
+        }
         MachineAction::VmRelay { config } => {
             warden::host::vm::relay::run(&config).map_err(CliError::Relay)?;
             Ok(0)

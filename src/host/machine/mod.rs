@@ -11,6 +11,7 @@ pub use super::agent_setup::{published, size_of};
 pub mod container;
 pub mod handed;
 pub mod serve;
+pub mod warm;
 
 use super::backend::{Backend, Made, Prepared};
 use super::definition::{valid_id, Definition, Kind};
@@ -54,11 +55,27 @@ pub fn up(
     as_vm: bool,
     force_setup: bool,
 ) -> Result<(), LaunchError> {
+    up_as(definition, env_file, as_vm, force_setup, None)
+}
+
+/// `up`, the machine named `as_id` rather than the definition's id (a
+/// spare of a warm pool, `warm.rs`); everything else as the definition
+/// says.
+fn up_as(
+    definition: &Path,
+    env_file: Option<&Path>,
+    as_vm: bool,
+    force_setup: bool,
+    as_id: Option<&str>,
+) -> Result<(), LaunchError> {
     let host = host()?;
     let start = Instant::now();
     let mut def = Definition::load(definition)?;
     if as_vm {
         def.kind = Kind::Vm;
+    }
+    if let Some(id) = as_id {
+        def.id = id.to_string();
     }
     let backend = for_kind(def.kind);
     backend.fits(&def, host)?;
@@ -358,6 +375,7 @@ pub fn ps(json: bool) -> Result<(), LaunchError> {
         rows.extend(backend.list()?);
     }
     rows.sort_by(|a, b| a.id.cmp(&b.id));
+    warm::mark_spares(&mut rows);
     ask_idle(&mut rows);
     match json {
         true => {
@@ -422,6 +440,7 @@ pub fn logs(id: &str) -> Result<(), LaunchError> {
 pub fn rm(id: &str, volumes: bool) -> Result<(), LaunchError> {
     host()?;
     of(id).remove(id, volumes)?;
+    warm::forget(id);
     if volumes {
         let state = state_dir(id);
         match std::fs::remove_dir_all(&state) {
@@ -588,6 +607,8 @@ pub fn start(id: &str) -> Result<bool, LaunchError> {
 /// `start`, as the owner asks it (`exec --start`, `status --start`): a
 /// machine it started says so in its audit log (`wake`, cause `start`).
 pub fn start_asked(id: &str) -> Result<(), LaunchError> {
+    // A spare the owner starts is the owner's, no longer the pool's.
+    warm::forget(id);
     if start(id)? {
         serve::note_wake(id, "start");
     }

@@ -1,0 +1,223 @@
+//! `warden machine up --warm N`, on rootful podman: the first call makes
+//! a machine of the pool (`<id>-<k>`) and the pool fills to N stopped
+//! spares in the background; the next call takes a spare (stopped until
+//! then), which answers as any machine does, and the pool is filled again
+//! with numbers never used before; a changed definition's spares are not
+//! handed out and are replaced; `rm` of a spare takes it out of the pool;
+//! `--warm 0` empties it; a definition that publishes ports is refused
+//! before anything is made.
+
+mod common;
+
+use common::machine::{inspect, ready, show, TestMachine, IMAGE};
+use common::text;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// Every machine of the pool is removed when dropped, with its volumes,
+/// and the pool's folder too.
+struct Pool<'a>(&'a TestMachine);
+
+impl Drop for Pool<'_> {
+    fn drop(&mut self) {
+        for id in machines(self.0).keys() {
+            let _ = self.0.warden(&["machine", "rm", id, "--volumes"]);
+        }
+        let state = warden::host::machine::state_dir(&self.0.id);
+        if let Some(root) = state.parent().and_then(|m| m.parent()) {
+            let _ = std::fs::remove_dir_all(root.join("pools").join(&self.0.id));
+        }
+    }
+}
+
+/// The pool's machines as `ps --json` lists them: id to state.
+fn machines(m: &TestMachine) -> std::collections::BTreeMap<String, String> {
+    let out = m.warden(&["machine", "ps", "--json"]);
+    assert!(out.status.success(), "{}", show("ps --json", &out));
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let prefix = format!("{}-", m.id);
+    rows.iter()
+        .filter_map(|r| {
+            let id = r["id"].as_str()?;
+            id.starts_with(&prefix).then(|| {
+                (
+                    id.to_string(),
+                    r["state"].as_str().unwrap_or("").to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The pool's spares, once exactly `n` are ready (bounded wait).
+fn spares_once(m: &TestMachine, n: usize) -> BTreeSet<String> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let all = machines(m);
+        let spares: BTreeSet<String> = all
+            .iter()
+            .filter(|(_, state)| *state == "spare")
+            .map(|(id, _)| id.clone())
+            .collect();
+        if spares.len() == n {
+            return spares;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pool did not reach {n} spares in 90 s: {all:?}; its fill log:\n{}",
+            fill_log(m)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn fill_log(m: &TestMachine) -> String {
+    let state = warden::host::machine::state_dir(&m.id);
+    let root = state.parent().and_then(|p| p.parent()).unwrap();
+    std::fs::read_to_string(root.join("pools").join(&m.id).join("fill.log")).unwrap_or_default()
+}
+
+/// `up --warm N`; the id of the machine it says it brought up.
+fn up_warm(m: &TestMachine, n: usize) -> (String, String) {
+    let def = m.definition();
+    let out = m.warden(&[
+        "machine",
+        "up",
+        "--warm",
+        &n.to_string(),
+        def.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", show("up --warm", &out));
+    let said = text(&out.stdout);
+    let id = said
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("machine ")?
+                .split_once(" up in ")
+                .map(|(id, _)| id)
+        })
+        .unwrap_or_else(|| panic!("no `machine ID up in` line: {said}"))
+        .to_string();
+    assert!(id.starts_with(&format!("{}-", m.id)), "{id}: {said}");
+    (id, said)
+}
+
+fn shell_answers(m: &TestMachine, id: &str) {
+    let out = m.warden(&["machine", "exec", id, "--", "id", "-un"]);
+    assert!(out.status.success(), "{}", show("exec", &out));
+    assert_eq!(text(&out.stdout).trim(), "shell");
+}
+
+#[test]
+fn spares_made_ahead_taken_and_filled_again() {
+    if !ready("spares_made_ahead_taken_and_filled_again") {
+        return;
+    }
+    let m = TestMachine::defined("warm", json!({"image": IMAGE}));
+    let _pool = Pool(&m);
+
+    // No spare yet: made now, and the pool fills to two.
+    let (first, said) = up_warm(&m, 2);
+    assert!(said.contains("no spare ready"), "{said}");
+    shell_answers(&m, &first);
+    let spares = spares_once(&m, 2);
+    assert!(!spares.contains(&first), "{spares:?}");
+    for id in &spares {
+        let running = inspect(&format!("warden-{id}"), "{{.State.Running}}");
+        assert_eq!(running.trim(), "false", "spare {id} is stopped");
+    }
+
+    // The next call takes a spare: it was made ahead, and now answers.
+    let (taken, said) = up_warm(&m, 2);
+    assert!(
+        spares.contains(&taken),
+        "{taken} not among {spares:?}: {said}"
+    );
+    assert!(said.contains("a spare of pool"), "{said}");
+    shell_answers(&m, &taken);
+    assert_eq!(
+        machines(&m).get(&taken).map(String::as_str),
+        Some("running")
+    );
+    let refilled = spares_once(&m, 2);
+    assert!(!refilled.contains(&taken), "{refilled:?}");
+    let known: BTreeSet<&String> = spares.iter().chain([&first]).collect();
+    let new: Vec<&String> = refilled.iter().filter(|id| !known.contains(id)).collect();
+    assert_eq!(
+        new.len(),
+        1,
+        "one new spare, a number never used: {refilled:?}"
+    );
+
+    // A changed definition: its old spares are not handed out, and the
+    // fill replaces them with one of the new text.
+    m.edit(|d| d["env"] = json!({"POOL_TEXT": "2"}));
+    let (made, said) = up_warm(&m, 1);
+    assert!(said.contains("no spare ready"), "{said}");
+    assert!(!refilled.contains(&made));
+    let now = spares_once(&m, 1);
+    assert!(now.is_disjoint(&refilled), "{now:?} {refilled:?}");
+    let all = machines(&m);
+    for old in &refilled {
+        assert!(!all.contains_key(old), "stale spare {old} removed: {all:?}");
+    }
+    let spare = now.iter().next().unwrap().clone();
+    let env = inspect(&format!("warden-{spare}"), "{{.Config.Env}}");
+    assert!(env.contains("POOL_TEXT=2"), "made from the new text: {env}");
+    let out = m.warden(&["machine", "exec", &spare, "--start", "--", "true"]);
+    assert!(out.status.success(), "{}", show("exec --start", &out));
+
+    // Started by hand, it is the owner's; `rm` takes it out of the pool.
+    let out = m.warden(&["machine", "rm", &spare, "--volumes"]);
+    assert!(out.status.success(), "{}", show("rm", &out));
+    spares_once(&m, 0);
+
+    // `--warm 0` empties the pool; the machines taken stay.
+    let def = m.definition();
+    let out = m.warden(&[
+        "machine",
+        "up",
+        "--warm",
+        "1",
+        "--fill",
+        def.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", show("fill", &out));
+    spares_once(&m, 1);
+    let out = m.warden(&[
+        "machine",
+        "up",
+        "--warm",
+        "0",
+        "--fill",
+        def.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", show("fill 0", &out));
+    let all = machines(&m);
+    assert!(all.values().all(|s| s != "spare"), "{all:?}");
+    for id in [&first, &taken, &made] {
+        assert!(all.contains_key(id.as_str()), "{id} kept: {all:?}");
+    }
+}
+
+#[test]
+fn a_pool_of_machines_with_ports_is_refused_before_anything_is_made() {
+    if !ready("a_pool_of_machines_with_ports_is_refused_before_anything_is_made") {
+        return;
+    }
+    let m = TestMachine::defined(
+        "warmports",
+        json!({"image": IMAGE, "network": "private", "ports": [{"port": 3000, "host": "auto"}]}),
+    );
+    let _pool = Pool(&m);
+    let def = m.definition();
+    let out = m.warden(&["machine", "up", "--warm", "2", def.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", show("up --warm", &out));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("--warm") && said.contains("publishes ports"),
+        "{said}"
+    );
+    assert!(machines(&m).is_empty(), "{:?}", machines(&m));
+}
