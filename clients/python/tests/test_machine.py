@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -315,6 +316,50 @@ def test_a_real_machine_started_reached_stopped_and_kept(warden_binary: Path) ->
     left += _podman("volume", "ls", "--filter", f"label=warden.machine={id}", "-q").stdout
     assert left.strip() == "", f"left behind: {left}"
     assert not (Path("/var/lib/warden/machines") / id).exists()
+
+
+def test_machines_of_a_warm_pool_each_their_own(warden_binary: Path) -> None:
+    if shutil.which("podman") is None:
+        unavailable("the machine test needs podman")
+    image = _base_image()
+    if image is None:
+        unavailable(f"the machine test needs one of {', '.join(IMAGES)} (sudo machine/build)")
+    pool = f"pyw{os.getpid() % 100000}-{uuid.uuid4().hex[:4]}"
+    folder = Path(tempfile.mkdtemp(prefix="warden-pyclient-warm-"))
+    definition = folder / "def.json"
+    definition.write_text(json.dumps({"id": pool, "image": image}))
+    taken: list[str] = []
+    launcher = [str(warden_binary), "machine"]
+    try:
+        with pytest.raises(MachineError, match="a pool holds containers"):
+            Machine(definition, warden=warden_binary, warm=1, vm=True)
+        first = Machine(definition, warden=warden_binary, warm=1, up_timeout=600)
+        first.start()
+        taken.append(first.id)
+        assert first.id.startswith(f"{pool}-") and first.started
+        assert first.exec(["id", "-un"]).stdout == b"shell\n"
+        spares = Path("/var/lib/warden/pools") / pool / "spares"
+        deadline = time.monotonic() + 90
+        while not any(spares.iterdir()):
+            assert time.monotonic() < deadline, "no spare made in 90 s"
+            time.sleep(0.2)
+        spare = next(spares.iterdir()).name
+        second = Machine(definition, warden=warden_binary, warm=1, up_timeout=600)
+        second.start()
+        taken.append(second.id)
+        assert second.id == spare, (second.id, spare)
+        assert second.exec(["id", "-un"]).stdout == b"shell\n"
+        assert second.stop() is True and first.running()
+    finally:
+        subprocess.run([*launcher, "up", "--warm", "0", "--fill", str(definition)], capture_output=True,
+                       timeout=300, stdin=subprocess.DEVNULL, check=False)
+        for id in taken:
+            subprocess.run([*launcher, "rm", "--volumes", id], capture_output=True, timeout=180,
+                           stdin=subprocess.DEVNULL, check=False)
+        shutil.rmtree(Path("/var/lib/warden/pools") / pool, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+    left = _podman("ps", "-a", "--format", "{{.Names}}").stdout
+    assert f"warden-{pool}-" not in left, f"left behind: {left}"
 
 
 def test_a_missing_prerequisite_skips_or_under_ci_fails(monkeypatch: Any) -> None:

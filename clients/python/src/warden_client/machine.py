@@ -93,6 +93,10 @@ class Machine:
     - ``folder``: for a dict, the folder its relative ``dockerfile`` and
       ``setup`` are resolved against (default: the current folder).
     - ``vm``: make it a micro-VM (``--vm``).
+    - ``warm``: take the machine from a pool of this many made ahead and
+      stopped (``up --warm N``): a start costs a start, not a make. The
+      definition's id names the pool; the machine is ``<id>-<k>``, and
+      :attr:`id` becomes it when :meth:`start` returns. Containers only.
     - ``up_timeout``: seconds ``warden machine up`` may take (an image
       build included); ``stop_timeout``: for ``warden machine stop``.
     - ``state``: the launcher's state root, only when it is not the one
@@ -107,12 +111,16 @@ class Machine:
         env_file: str | os.PathLike[str] | None = None,
         folder: str | os.PathLike[str] | None = None,
         vm: bool = False,
+        warm: int | None = None,
         up_timeout: float = 1800.0,
         stop_timeout: float = 60.0,
         state: str | os.PathLike[str] | None = None,
     ) -> None:
         self.warden = os.fspath(warden)
         self.vm = vm
+        if warm is not None and (vm or warm < 0):
+            raise MachineError(f"warm={warm!r}: a pool holds containers, 0 or more of them")
+        self.warm = warm
         self.up_timeout = up_timeout
         self.stop_timeout = stop_timeout
         self._env_file = None if env_file is None else os.fspath(env_file)
@@ -142,7 +150,7 @@ class Machine:
             raise MachineError(f"id {id!r}: not a machine id ([a-z0-9][a-z0-9-]{{0,30}})")
         #: The machine's id (its container is ``warden-<id>``).
         self.id: str = id
-        self._state = Path(os.fspath(state)) / id if state is not None else None
+        self._state_root = Path(os.fspath(state)) if state is not None else None
         self._started = False
 
     # -- where it is -----------------------------------------------------------
@@ -150,7 +158,7 @@ class Machine:
     @property
     def state_dir(self) -> Path:
         """The machine's state folder on the host."""
-        return self._state if self._state is not None else state_root() / self.id
+        return (self._state_root or state_root()) / self.id
 
     @property
     def started(self) -> bool:
@@ -222,14 +230,19 @@ class Machine:
     def start(self) -> Reach:
         """Makes and starts the machine unless it already answers; returns
         how to reach it. ``started`` says whether this call started it."""
-        if self.running():
+        # A pool's machine is this adapter's own: never one found running.
+        if self._started if self.warm is not None else self.running():
             return self.reach()
         args = ["up", self._definition_file()]
         if self._env_file is not None:
             args += ["--env-file", self._env_file]
         if self.vm:
             args.append("--vm")
-        self._launcher(args, self.up_timeout)
+        if self.warm is not None:
+            args += ["--warm", str(self.warm)]
+        said = self._launcher(args, self.up_timeout)
+        if self.warm is not None:
+            self.id = _brought(said)
         self._started = True
         return self.reach()
 
@@ -273,3 +286,11 @@ class Machine:
 
     def __repr__(self) -> str:
         return f"<warden Machine {self.id} started={self._started}>"
+
+
+def _brought(said: str) -> str:
+    """The id in ``up``'s ``machine ID up in ...`` line."""
+    found = re.search(r"^machine ([a-z0-9][a-z0-9-]{0,30}) up", said, re.MULTILINE)
+    if found is None:
+        raise MachineError(f"warden machine up --warm: no `machine ID up` line in: {said[-2000:]}")
+    return found.group(1)
