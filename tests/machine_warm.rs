@@ -1,4 +1,5 @@
-//! `warden machine up --warm N`, on rootful podman: the first call makes
+//! `warden machine up --warm N`, on rootful and rootless podman and on
+//! Docker: the first call makes
 //! a machine of the pool (`<id>-<k>`) and the pool fills to N stopped
 //! spares in the background; the next call takes a spare (stopped until
 //! then), which answers as any machine does, and the pool is filled again
@@ -9,8 +10,9 @@
 
 mod common;
 
-use common::machine::{inspect, ready, show, TestMachine, IMAGE};
-use common::text;
+use common::machine::{ready, show, TestMachine, IMAGE};
+use common::rootless::{owner, rootless_machine};
+use common::{docker, text};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -21,15 +23,30 @@ struct Pool<'a>(&'a TestMachine);
 
 impl Drop for Pool<'_> {
     fn drop(&mut self) {
+        let def = self.0.definition();
+        let _ = self.0.warden(&[
+            "machine",
+            "up",
+            "--warm",
+            "0",
+            "--fill",
+            def.to_str().unwrap(),
+        ]);
         for id in machines(self.0).keys() {
             let _ = self.0.warden(&["machine", "rm", id, "--volumes"]);
         }
-        let state = warden::host::machine::state_dir(&self.0.id);
-        if let Some(root) = state.parent().and_then(|m| m.parent()) {
-            let _ = std::fs::remove_dir_all(root.join("pools").join(&self.0.id));
-        }
+        let _ = std::fs::remove_dir_all(pool_folder(self.0));
     }
 }
+
+/// The pool's folder, beside its owner's machines' state folders.
+fn pool_folder(m: &TestMachine) -> std::path::PathBuf {
+    let root = m.state().parent().and_then(|p| p.parent()).unwrap();
+    root.join("pools").join(&m.id)
+}
+
+/// `ENGINE inspect --format FORMAT CONTAINER`, as the machine's owner.
+type Inspect = fn(&str, &str) -> String;
 
 /// The pool's machines as `ps --json` lists them: id to state.
 fn machines(m: &TestMachine) -> std::collections::BTreeMap<String, String> {
@@ -73,9 +90,7 @@ fn spares_once(m: &TestMachine, n: usize) -> BTreeSet<String> {
 }
 
 fn fill_log(m: &TestMachine) -> String {
-    let state = warden::host::machine::state_dir(&m.id);
-    let root = state.parent().and_then(|p| p.parent()).unwrap();
-    std::fs::read_to_string(root.join("pools").join(&m.id).join("fill.log")).unwrap_or_default()
+    std::fs::read_to_string(pool_folder(m).join("fill.log")).unwrap_or_default()
 }
 
 /// `up --warm N`; the id of the machine it says it brought up.
@@ -115,13 +130,44 @@ fn spares_made_ahead_taken_and_filled_again() {
         return;
     }
     let m = TestMachine::defined("warm", json!({"image": IMAGE}));
-    let _pool = Pool(&m);
+    spares_of(&m, common::machine::inspect);
+}
+
+#[test]
+fn spares_on_docker() {
+    if !docker::ready("spares_on_docker") {
+        return;
+    }
+    let m = docker::machine("warmd", json!({"image": IMAGE}));
+    spares_of(&m, |container, format| {
+        text(&docker::docker(&["inspect", "--format", format, container]).stdout)
+    });
+}
+
+#[test]
+fn spares_of_a_rootless_owner() {
+    if !ready("spares_of_a_rootless_owner") {
+        return;
+    }
+    let m = rootless_machine("warmr", json!({}));
+    spares_of(&m, |container, format| {
+        let out = owner()
+            .command("podman", &["inspect", "--format", format, container])
+            .output()
+            .unwrap();
+        text(&out.stdout)
+    });
+}
+
+/// What every engine goes through.
+fn spares_of(m: &TestMachine, inspect: Inspect) {
+    let _pool = Pool(m);
 
     // No spare yet: made now, and the pool fills to two.
-    let (first, said) = up_warm(&m, 2);
+    let (first, said) = up_warm(m, 2);
     assert!(said.contains("no spare ready"), "{said}");
-    shell_answers(&m, &first);
-    let spares = spares_once(&m, 2);
+    shell_answers(m, &first);
+    let spares = spares_once(m, 2);
     assert!(!spares.contains(&first), "{spares:?}");
     for id in &spares {
         let running = inspect(&format!("warden-{id}"), "{{.State.Running}}");
@@ -129,18 +175,15 @@ fn spares_made_ahead_taken_and_filled_again() {
     }
 
     // The next call takes a spare: it was made ahead, and now answers.
-    let (taken, said) = up_warm(&m, 2);
+    let (taken, said) = up_warm(m, 2);
     assert!(
         spares.contains(&taken),
         "{taken} not among {spares:?}: {said}"
     );
     assert!(said.contains("a spare of pool"), "{said}");
-    shell_answers(&m, &taken);
-    assert_eq!(
-        machines(&m).get(&taken).map(String::as_str),
-        Some("running")
-    );
-    let refilled = spares_once(&m, 2);
+    shell_answers(m, &taken);
+    assert_eq!(machines(m).get(&taken).map(String::as_str), Some("running"));
+    let refilled = spares_once(m, 2);
     assert!(!refilled.contains(&taken), "{refilled:?}");
     let known: BTreeSet<&String> = spares.iter().chain([&first]).collect();
     let new: Vec<&String> = refilled.iter().filter(|id| !known.contains(id)).collect();
@@ -153,12 +196,12 @@ fn spares_made_ahead_taken_and_filled_again() {
     // A changed definition: its old spares are not handed out, and the
     // fill replaces them with one of the new text.
     m.edit(|d| d["env"] = json!({"POOL_TEXT": "2"}));
-    let (made, said) = up_warm(&m, 1);
+    let (made, said) = up_warm(m, 1);
     assert!(said.contains("no spare ready"), "{said}");
     assert!(!refilled.contains(&made));
-    let now = spares_once(&m, 1);
+    let now = spares_once(m, 1);
     assert!(now.is_disjoint(&refilled), "{now:?} {refilled:?}");
-    let all = machines(&m);
+    let all = machines(m);
     for old in &refilled {
         assert!(!all.contains_key(old), "stale spare {old} removed: {all:?}");
     }
@@ -171,7 +214,7 @@ fn spares_made_ahead_taken_and_filled_again() {
     // Started by hand, it is the owner's; `rm` takes it out of the pool.
     let out = m.warden(&["machine", "rm", &spare, "--volumes"]);
     assert!(out.status.success(), "{}", show("rm", &out));
-    spares_once(&m, 0);
+    spares_once(m, 0);
 
     // `--warm 0` empties the pool; the machines taken stay.
     let def = m.definition();
@@ -184,7 +227,7 @@ fn spares_made_ahead_taken_and_filled_again() {
         def.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", show("fill", &out));
-    spares_once(&m, 1);
+    spares_once(m, 1);
     let out = m.warden(&[
         "machine",
         "up",
@@ -194,7 +237,7 @@ fn spares_made_ahead_taken_and_filled_again() {
         def.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", show("fill 0", &out));
-    let all = machines(&m);
+    let all = machines(m);
     assert!(all.values().all(|s| s != "spare"), "{all:?}");
     for id in [&first, &taken, &made] {
         assert!(all.contains_key(id.as_str()), "{id} kept: {all:?}");

@@ -190,6 +190,11 @@ impl TestMachine {
     pub fn warden(&self, args: &[&str]) -> Output {
         (self.warden)(args)
     }
+
+    /// Its state folder, in its owner's state root.
+    pub fn state(&self) -> &Path {
+        &self.state
+    }
 }
 
 impl Drop for TestMachine {

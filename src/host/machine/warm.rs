@@ -201,9 +201,15 @@ struct Pool {
 
 impl Pool {
     fn of(id: &str) -> Result<Pool, LaunchError> {
+        use std::os::unix::fs::DirBuilderExt;
         let dir = pools_root()?.join(id);
+        // The owner's alone, as the machines' state folders are.
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true).mode(0o700);
         for sub in ["spares", "ids"] {
-            std::fs::create_dir_all(dir.join(sub)).map_err(|e| LaunchError::io(&dir, e))?;
+            builder
+                .create(dir.join(sub))
+                .map_err(|e| LaunchError::io(&dir, e))?;
         }
         Ok(Pool {
             id: id.to_string(),
