@@ -1,8 +1,9 @@
 //! A machine on an agent's first turn: `warden machine up --warm 1`,
-//! which takes a spare made ahead, against a cold `warden machine up` of a
-//! new machine, side by side in one run; with podman's own `run -d` of a
-//! new container and `start` of a stopped one (what each of the two does
-//! at least), all of the same image on the engine's bridge.
+//! which takes a spare made ahead (stopped, or with `--paused` frozen),
+//! against a cold `warden machine up` of a new machine, side by side in
+//! one run; with podman's own `run -d` of a new container, `start` of a
+//! stopped one and `unpause` of a paused one (what each does at least),
+//! all of the same image on the engine's bridge.
 //!
 //! Each contender is timed alone: the pool's fill, which runs in the
 //! background after a take, is waited for (untimed) before the next one
@@ -56,23 +57,19 @@ struct Made {
 
 impl Drop for Made {
     fn drop(&mut self) {
-        let pool = self.tag.clone();
-        let _ = warden_ok(&[
-            "machine",
-            "up",
-            "--warm",
-            "0",
-            "--fill",
-            self.def(&pool).to_str().unwrap(),
-        ]);
+        for pool in [self.tag.clone(), format!("{}p", self.tag)] {
+            let def = self.def(&pool);
+            let def = def.to_str().unwrap();
+            let _ = warden_ok(&["machine", "up", "--warm", "0", "--fill", def]);
+            if let Some(pools) = pools_root() {
+                let _ = std::fs::remove_dir_all(pools.join(&pool));
+            }
+        }
         for id in &self.machines {
             let _ = warden_ok(&["machine", "rm", id, "--volumes"]);
         }
         for name in &self.containers {
             let _ = podman().args(["rm", "-f", "-t", "0", name]).output();
-        }
-        if let Some(pools) = pools_root() {
-            let _ = std::fs::remove_dir_all(pools.join(&pool));
         }
     }
 }
@@ -148,6 +145,37 @@ fn brought(said: &str) -> String {
         .unwrap_or_else(|| panic!("no `machine ID up in` line: {said}"))
 }
 
+/// A spare taken from the pool of `def` (waited for first), timed; the
+/// machine then removed and the pool's fill waited for, untimed.
+fn take(def: &Path, pool: &Path, paused: bool) -> Duration {
+    let mut args = vec!["machine", "up", "--warm", "1", def.to_str().unwrap()];
+    if paused {
+        args.push("--paused");
+    }
+    wait_for_spare(pool);
+    let t = Instant::now();
+    let said = warden_ok(&args).unwrap();
+    let took = t.elapsed();
+    assert!(
+        said.contains("a spare of pool"),
+        "a spare was ready: {said}"
+    );
+    warden_ok(&["machine", "rm", &brought(&said), "--volumes"]).unwrap();
+    wait_for_spare(pool);
+    took
+}
+
+/// A pool of one spare, its first machine made cold (and kept in `made`).
+fn pool_of_one(made: &mut Made, id: &str, paused: bool) -> (PathBuf, PathBuf) {
+    let def = made.def(id);
+    let mut args = vec!["machine", "up", "--warm", "1", def.to_str().unwrap()];
+    if paused {
+        args.push("--paused");
+    }
+    made.machines.push(brought(&warden_ok(&args).unwrap()));
+    (def, pools_root().unwrap().join(id))
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // cargo bench asks benches to list themselves
@@ -164,22 +192,32 @@ fn main() {
         machines: Vec::new(),
         containers: Vec::new(),
     };
-    let pool_def = made.def(&tag);
-    let pool = pools_root().unwrap().join(&tag);
+    let (stopped_def, stopped_pool) = pool_of_one(&mut made, &tag, false);
+    let (paused_def, paused_pool) = pool_of_one(&mut made, &format!("{tag}p"), true);
     let ulimits = warden::host::this_host::get().unwrap().ulimits.clone();
-    let stopped = format!("{tag}-stopped");
-    ok(podman()
-        .args(["create", "--name", &stopped])
-        .args(&ulimits)
-        .args(["--entrypoint=", IMAGE, "sleep", "infinity"]));
-    made.containers.push(stopped.clone());
-    // The pool's first machine, made cold, and its fill.
-    let first =
-        brought(&warden_ok(&["machine", "up", "--warm", "1", pool_def.to_str().unwrap()]).unwrap());
-    made.machines.push(first);
+    let plain = |name: &str, verb: &[&str]| {
+        let mut command = podman();
+        command
+            .args(verb)
+            .args(["--name", name])
+            .args(&ulimits)
+            .args(["--entrypoint=", IMAGE, "sleep", "infinity"]);
+        command
+    };
+    let (stopped, paused) = (format!("{tag}-stopped"), format!("{tag}-paused"));
+    ok(&mut plain(&stopped, &["create"]));
+    ok(&mut plain(&paused, &["create"]));
+    ok(podman().args(["start", &paused]));
+    ok(podman().args(["pause", &paused]));
+    made.containers.extend([stopped.clone(), paused.clone()]);
     let mut n = 0;
-    let stats: Vec<Stats> = interleaved_with(4, RUNS, |i| {
+    let stats: Vec<Stats> = interleaved_with(6, RUNS, |i| {
         n += 1;
+        let timed = |command: &mut Command| {
+            let t = Instant::now();
+            ok(command);
+            t.elapsed()
+        };
         match i {
             0 => {
                 let id = format!("{tag}-cold{n}");
@@ -190,55 +228,45 @@ fn main() {
                 warden_ok(&["machine", "rm", &id, "--volumes"]).unwrap();
                 took
             }
-            1 => {
-                wait_for_spare(&pool);
-                let t = Instant::now();
-                let said = warden_ok(&["machine", "up", "--warm", "1", pool_def.to_str().unwrap()])
-                    .unwrap();
-                let took = t.elapsed();
-                assert!(
-                    said.contains("a spare of pool"),
-                    "a spare was ready: {said}"
-                );
-                warden_ok(&["machine", "rm", &brought(&said), "--volumes"]).unwrap();
-                wait_for_spare(&pool);
-                took
-            }
-            2 => {
+            1 => take(&stopped_def, &stopped_pool, false),
+            2 => take(&paused_def, &paused_pool, true),
+            3 => {
                 let name = format!("{tag}-run{n}");
-                let t = Instant::now();
-                ok(podman()
-                    .args(["run", "-d", "--name", &name])
-                    .args(&ulimits)
-                    .args(["--entrypoint=", IMAGE, "sleep", "infinity"]));
-                let took = t.elapsed();
+                let took = timed(&mut plain(&name, &["run", "-d"]));
                 ok(podman().args(["rm", "-f", "-t", "0", &name]));
                 took
             }
-            _ => {
-                let t = Instant::now();
-                ok(podman().args(["start", &stopped]));
-                let took = t.elapsed();
+            4 => {
+                let took = timed(podman().args(["start", &stopped]));
                 ok(podman().args(["stop", "-t", "0", &stopped]));
+                took
+            }
+            _ => {
+                let took = timed(podman().args(["unpause", &paused]));
+                ok(podman().args(["pause", &paused]));
                 took
             }
         }
     });
     let names = [
         "warden machine up (a new machine)",
-        "warden machine up --warm 1 (a spare)",
+        "warden machine up --warm 1 (a stopped spare)",
+        "warden machine up --warm 1 --paused",
         "podman run -d (a new container)",
         "podman start (a stopped container)",
+        "podman unpause (a paused container)",
     ];
-    println!("\na machine on first asking, {RUNS} rounds, contenders in turn (x/spare: this one's p50 over the spare's)");
+    println!("\na machine on first asking, {RUNS} rounds, contenders in turn (x/spare: this one's p50 over the stopped spare's)");
     let spare = stats[1].p50.as_secs_f64();
     table(&names, &stats, "x/spare", |s| s.p50.as_secs_f64() / spare);
     let p = |i: usize| stats[i].p50.as_secs_f64();
     println!(
-        "a spare: {:.2}x faster than a cold up; {:.2}x podman start; a cold up {:.2}x podman run -d",
+        "a stopped spare: {:.2}x faster than a cold up, {:.2}x podman start; a paused one: {:.2}x faster than a cold up, {:.2}x podman unpause; a cold up {:.2}x podman run -d",
         p(0) / p(1),
-        p(1) / p(3),
-        p(0) / p(2)
+        p(1) / p(4),
+        p(0) / p(2),
+        p(2) / p(5),
+        p(0) / p(3)
     );
     drop(made);
     println!("(measured in {:.0} s)", started.elapsed().as_secs_f64());

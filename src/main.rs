@@ -351,6 +351,10 @@ enum MachineAction {
         /// the background; 0 empties the pool. Containers only.
         #[arg(long, value_name = "N")]
         warm: Option<usize>,
+        /// With --warm: the spares wait frozen, their memory held (a take
+        /// is a thaw), rather than stopped (a take is a start).
+        #[arg(long, requires = "warm")]
+        paused: bool,
         /// With --warm: only fill the pool (what `up --warm` starts).
         #[arg(long, hide = true, requires = "warm")]
         fill: bool,

@@ -264,3 +264,46 @@ fn a_pool_of_machines_with_ports_is_refused_before_anything_is_made() {
     );
     assert!(machines(&m).is_empty(), "{:?}", machines(&m));
 }
+
+#[test]
+fn paused_spares_wait_frozen_and_thaw_when_taken() {
+    if !ready("paused_spares_wait_frozen_and_thaw_when_taken") {
+        return;
+    }
+    let m = TestMachine::defined("warmp", json!({"image": IMAGE}));
+    let _pool = Pool(&m);
+    let def = m.definition();
+    let def = def.to_str().unwrap();
+    let out = m.warden(&["machine", "up", "--warm", "1", "--paused", "--fill", def]);
+    assert!(out.status.success(), "{}", show("fill --paused", &out));
+    let spares = spares_once(&m, 1);
+    let spare = spares.iter().next().unwrap().clone();
+    let container = format!("warden-{spare}");
+    let status = common::machine::inspect(&container, "{{.State.Status}}");
+    assert_eq!(status.trim(), "paused", "the spare waits frozen");
+
+    let out = m.warden(&["machine", "up", "--warm", "1", "--paused", def]);
+    assert!(out.status.success(), "{}", show("up --warm --paused", &out));
+    let said = text(&out.stdout);
+    assert!(said.contains(&format!("machine {spare} up in")), "{said}");
+    assert!(
+        said.contains("running, its warden answers"),
+        "thawed, not started again: {said}"
+    );
+    shell_answers(&m, &spare);
+    let status = common::machine::inspect(&container, "{{.State.Status}}");
+    assert_eq!(status.trim(), "running");
+    let out = m.warden(&["machine", "audit", &spare]);
+    let log = text(&out.stdout);
+    assert!(
+        out.status.success() && log.contains("chain intact"),
+        "{log}"
+    );
+    assert!(
+        log.contains(" pause idle_ms=") && log.contains(" wake cause=start"),
+        "{log}"
+    );
+    // The pool is filled again with a frozen spare.
+    let again = spares_once(&m, 1);
+    assert!(!again.contains(&spare), "{again:?}");
+}

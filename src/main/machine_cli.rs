@@ -19,16 +19,18 @@ pub(crate) fn machine(action: MachineAction) -> Result<i32, CliError> {
             vm,
             setup,
             warm,
+            paused,
             fill,
         } => {
             let env_file = env_file.as_deref();
-            match warm {
+            let spares = warm.map(|count| m::warm::Spares { count, paused });
+            match spares {
                 Some(_) if vm => Err(warden::host::LaunchError::new(
                     "--warm",
                     "spares are containers; --vm has none",
                 )),
-                Some(n) if fill => m::warm::fill(&definition, env_file, n),
-                Some(n) => m::warm::up_warm(&definition, env_file, setup, n),
+                Some(spares) if fill => m::warm::fill(&definition, env_file, spares),
+                Some(spares) => m::warm::up_warm(&definition, env_file, setup, spares),
                 None => m::up(&definition, env_file, vm, setup),
             }
             .map(|()| 0)

@@ -333,6 +333,8 @@ def test_machines_of_a_warm_pool_each_their_own(warden_binary: Path) -> None:
     try:
         with pytest.raises(MachineError, match="a pool holds containers"):
             Machine(definition, warden=warden_binary, warm=1, vm=True)
+        with pytest.raises(MachineError, match="only with warm"):
+            Machine(definition, warden=warden_binary, warm_paused=True)
         first = Machine(definition, warden=warden_binary, warm=1, up_timeout=600)
         first.start()
         taken.append(first.id)

@@ -93,7 +93,7 @@ impl Backend for Container {
 fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     let (def, start) = (p.def, p.start);
     let name = def.container(PREFIX);
-    let woken = p.kept.as_ref().and_then(|r| wake(r, &name, start));
+    let woken = p.kept.as_ref().and_then(|r| wake(r, &def.id, &name, start));
     let woke = woken.is_some();
     let mut found = match (woken, &p.looked.container) {
         (Some(woken), _) => Some(woken),
@@ -135,8 +135,6 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     if !created && !found.as_ref().is_some_and(|f| f.running) {
         engine::run("start", &["start", &name])?;
         step(start, &format!("{name}: started"));
-    } else if woke {
-        step(start, &format!("{name}: started by its id, as recorded"));
     }
     wait_ready(&def.id, &key(&def.id)?)?;
     step(start, "warden answers on the host socket");
@@ -492,14 +490,18 @@ fn found_in(inspect: &serde_json::Value) -> Option<Found> {
 }
 
 /// Starts the container the record names, by its id (whose labels and
-/// mounts never change after it is made); None when it is gone or does
-/// not start (said, with the engine's words), and `up` asks the engine the
-/// long way.
-fn wake(record: &kept::Record, name: &str, start: Instant) -> Option<Found> {
-    if let Err(e) = engine::run("start", &["start", &record.container]) {
+/// mounts never change after it is made), unless its warden answers
+/// already; None when it is gone or does not start (said, with the
+/// engine's words), and `up` asks the engine the long way.
+fn wake(record: &kept::Record, id: &str, name: &str, start: Instant) -> Option<Found> {
+    if answers_now(id) {
+        step(start, &format!("{name}: running, its warden answers"));
+    } else if let Err(e) = engine::run("start", &["start", &record.container]) {
         let why = format!("{name}: its recorded container did not start ({e}); asking the engine");
         step(start, &why);
         return None;
+    } else {
+        step(start, &format!("{name}: started by its id, as recorded"));
     }
     Some(Found {
         inputs: record.inputs.clone(),
@@ -509,6 +511,26 @@ fn wake(record: &kept::Record, name: &str, start: Instant) -> Option<Found> {
         image_name: record.image_name.clone(),
         store: Some(record.store.clone()),
     })
+}
+
+/// Whether the machine's warden answers a keyed hello now (then its
+/// container runs, and `start` would be an engine call for nothing). A
+/// machine marked frozen does not: its hello would wait for the thaw.
+fn answers_now(id: &str) -> bool {
+    if super::serve::frozen(&state_dir(id)) {
+        return false;
+    }
+    let Ok(key) = key(id) else {
+        return false;
+    };
+    let Ok(stream) = std::os::unix::net::UnixStream::connect(socket(id)) else {
+        return false;
+    };
+    let bound = Some(Duration::from_secs(1));
+    if stream.set_read_timeout(bound).is_err() || stream.set_write_timeout(bound).is_err() {
+        return false;
+    }
+    Client::over(stream, Some(&key)).is_ok()
 }
 
 fn running(name: &str) -> Result<bool, LaunchError> {

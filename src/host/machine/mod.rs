@@ -55,21 +55,28 @@ pub fn up(
     as_vm: bool,
     force_setup: bool,
 ) -> Result<(), LaunchError> {
-    up_as(definition, env_file, as_vm, force_setup, None)
+    up_as(
+        definition,
+        env_file,
+        as_vm,
+        force_setup,
+        None,
+        Instant::now(),
+    )
 }
 
 /// `up`, the machine named `as_id` rather than the definition's id (a
 /// spare of a warm pool, `warm.rs`); everything else as the definition
-/// says.
+/// says. Its steps and its time count from `start`.
 fn up_as(
     definition: &Path,
     env_file: Option<&Path>,
     as_vm: bool,
     force_setup: bool,
     as_id: Option<&str>,
+    start: Instant,
 ) -> Result<(), LaunchError> {
     let host = host()?;
-    let start = Instant::now();
     let mut def = Definition::load(definition)?;
     if as_vm {
         def.kind = Kind::Vm;

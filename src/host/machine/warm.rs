@@ -30,6 +30,15 @@ use std::time::Instant;
 /// The most spares one pool keeps.
 pub const MOST: usize = 16;
 
+/// What a pool keeps: how many spares, and whether they wait frozen
+/// (their memory held; a take is a thaw) or stopped (nothing held; a take
+/// is a start).
+#[derive(Debug, Clone, Copy)]
+pub struct Spares {
+    pub count: usize,
+    pub paused: bool,
+}
+
 /// `up --warm N`: a spare started (or, when none is ready, a machine made
 /// as `up` makes one), its id printed by `up`; then the pool filled again
 /// in the background.
@@ -37,8 +46,9 @@ pub fn up_warm(
     definition: &Path,
     env_file: Option<&Path>,
     setup: bool,
-    warm: usize,
+    spares: Spares,
 ) -> Result<(), LaunchError> {
+    let warm = spares.count;
     let start = Instant::now();
     let (def, digest) = load(definition, warm)?;
     let pool = Pool::of(&def.id)?;
@@ -48,6 +58,7 @@ pub fn up_warm(
                 start,
                 &format!("{id}: a spare of pool {}, made ahead", def.id),
             );
+            thaw_if_frozen(&id)?;
             id
         }
         None => {
@@ -59,10 +70,10 @@ pub fn up_warm(
             id
         }
     };
-    let brought = up_as(definition, env_file, false, setup, Some(&id));
+    let brought = up_as(definition, env_file, false, setup, Some(&id), start);
     // Filled again whether or not this one came up: the next caller's
     // spare should not wait on this one's failure.
-    match pool.start_fill(definition, env_file, warm) {
+    match pool.start_fill(definition, env_file, spares) {
         Ok(log) => step(
             start,
             &format!(
@@ -78,8 +89,8 @@ pub fn up_warm(
 
 /// `up --warm N --fill`: the pool brought to N spares of this text of the
 /// definition, one fill at a time.
-pub fn fill(definition: &Path, env_file: Option<&Path>, warm: usize) -> Result<(), LaunchError> {
-    let start = Instant::now();
+pub fn fill(definition: &Path, env_file: Option<&Path>, spares: Spares) -> Result<(), LaunchError> {
+    let (start, warm) = (Instant::now(), spares.count);
     let (def, digest) = load(definition, warm)?;
     let pool = Pool::of(&def.id)?;
     let _held = pool.lock()?;
@@ -97,7 +108,7 @@ pub fn fill(definition: &Path, env_file: Option<&Path>, warm: usize) -> Result<(
     }
     while pool.ready(&digest).len() < warm {
         let id = pool.new_id()?;
-        make_spare(definition, env_file, &id).map_err(|e| {
+        make_spare(definition, env_file, &id, spares.paused).map_err(|e| {
             remove(&id);
             e.note(format!("spare {id} removed; the pool stays short"))
         })?;
@@ -173,10 +184,30 @@ pub fn why_not_pooled(def: &Definition, warm: usize) -> Option<String> {
 }
 
 /// A spare: the machine brought up once (its image, volumes, setup), then
-/// stopped.
-fn make_spare(definition: &Path, env_file: Option<&Path>, id: &str) -> Result<(), LaunchError> {
-    up_as(definition, env_file, false, false, Some(id))?;
-    stop(id)
+/// stopped, or frozen (its memory kept, as serve freezes a machine).
+fn make_spare(
+    definition: &Path,
+    env_file: Option<&Path>,
+    id: &str,
+    paused: bool,
+) -> Result<(), LaunchError> {
+    up_as(definition, env_file, false, false, Some(id), Instant::now())?;
+    match paused {
+        true => super::serve::freeze(id, &super::state_dir(id), 0),
+        false => stop(id),
+    }
+}
+
+/// A frozen spare thawed, its wake in its audit log (cause `start`: its
+/// owner's `up` started it).
+fn thaw_if_frozen(id: &str) -> Result<(), LaunchError> {
+    let state = super::state_dir(id);
+    if !super::serve::frozen(&state) {
+        return Ok(());
+    }
+    super::serve::thaw(id, &state)?;
+    super::serve::note_wake(id, "start");
+    Ok(())
 }
 
 /// A spare or a stale one removed with its volumes; what fails is said.
@@ -310,7 +341,7 @@ impl Pool {
         &self,
         definition: &Path,
         env_file: Option<&Path>,
-        warm: usize,
+        spares: Spares,
     ) -> Result<PathBuf, LaunchError> {
         use std::os::unix::process::CommandExt;
         let log_path = self.dir.join("fill.log");
@@ -325,8 +356,17 @@ impl Pool {
         let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
         let mut command = std::process::Command::new(exe);
         command
-            .args(["machine", "up", "--fill", "--warm", &warm.to_string()])
+            .args([
+                "machine",
+                "up",
+                "--fill",
+                "--warm",
+                &spares.count.to_string(),
+            ])
             .arg(absolute(definition));
+        if spares.paused {
+            command.arg("--paused");
+        }
         if let Some(env) = env_file {
             command.arg("--env-file").arg(absolute(env));
         }

@@ -97,6 +97,8 @@ class Machine:
       stopped (``up --warm N``): a start costs a start, not a make. The
       definition's id names the pool; the machine is ``<id>-<k>``, and
       :attr:`id` becomes it when :meth:`start` returns. Containers only.
+      ``warm_paused``: the pool's spares wait frozen (``--paused``: their
+      memory held, a take is a thaw) rather than stopped.
     - ``up_timeout``: seconds ``warden machine up`` may take (an image
       build included); ``stop_timeout``: for ``warden machine stop``.
     - ``state``: the launcher's state root, only when it is not the one
@@ -112,6 +114,7 @@ class Machine:
         folder: str | os.PathLike[str] | None = None,
         vm: bool = False,
         warm: int | None = None,
+        warm_paused: bool = False,
         up_timeout: float = 1800.0,
         stop_timeout: float = 60.0,
         state: str | os.PathLike[str] | None = None,
@@ -120,7 +123,10 @@ class Machine:
         self.vm = vm
         if warm is not None and (vm or warm < 0):
             raise MachineError(f"warm={warm!r}: a pool holds containers, 0 or more of them")
+        if warm_paused and warm is None:
+            raise MachineError("warm_paused: only with warm=N")
         self.warm = warm
+        self.warm_paused = warm_paused
         self.up_timeout = up_timeout
         self.stop_timeout = stop_timeout
         self._env_file = None if env_file is None else os.fspath(env_file)
@@ -240,6 +246,8 @@ class Machine:
             args.append("--vm")
         if self.warm is not None:
             args += ["--warm", str(self.warm)]
+            if self.warm_paused:
+                args.append("--paused")
         said = self._launcher(args, self.up_timeout)
         if self.warm is not None:
             self.id = _brought(said)

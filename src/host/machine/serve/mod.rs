@@ -445,21 +445,31 @@ fn sleep(
     match how {
         crate::host::definition::Idle::Stop => stop(&m.id).map(|()| "stopped"),
         crate::host::definition::Idle::Pause => {
-            let noted = connect(&m.id, None).and_then(|mut c| {
-                c.pause(idle_ms)
-                    .map_err(|e| LaunchError::sentence(e.to_string()))
-            });
-            if let Err(e) = noted {
-                eprintln!("serve: {}: its freeze is not in its audit log: {e}", m.id);
-            }
-            // The marker first: a request to its door from now thaws it.
-            let marker = m.state.join(fronts::PAUSED);
-            std::fs::write(&marker, b"").map_err(|e| LaunchError::io(&marker, e))?;
             m.paused.store(true, Ordering::SeqCst);
-            engine::run("pause", &["pause", &crate::host::state::container(&m.id)])
-                .map(|_| "paused")
+            freeze(&m.id, &m.state, idle_ms).map(|()| "paused")
         }
     }
+}
+
+/// Freezes a running machine (the engine's pause, the cgroup freezer):
+/// its audit log says so first, then its marker is written, so that a
+/// request to its door from then on thaws it.
+pub fn freeze(id: &str, state: &Path, idle_ms: u64) -> Result<(), LaunchError> {
+    let noted = connect(id, None).and_then(|mut c| {
+        c.pause(idle_ms)
+            .map_err(|e| LaunchError::sentence(e.to_string()))
+    });
+    if let Err(e) = noted {
+        eprintln!("warden: machine {id}: its freeze is not in its audit log: {e}");
+    }
+    let marker = state.join(fronts::PAUSED);
+    std::fs::write(&marker, b"").map_err(|e| LaunchError::io(&marker, e))?;
+    engine::run("pause", &["pause", &crate::host::state::container(id)]).map(drop)
+}
+
+/// Whether the machine is marked frozen (by `freeze`).
+pub fn frozen(state: &Path) -> bool {
+    state.join(fronts::PAUSED).exists()
 }
 
 /// Thaws a frozen machine (the engine's unpause), its marker gone.
