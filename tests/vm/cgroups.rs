@@ -25,6 +25,7 @@ fn in_a_vm_every_command_has_a_cgroup_that_holds() {
     vm.wait_ready(Duration::from_secs(90));
     let mut client = vm.client();
     the_cgroup_layers_are_proven_at_boot(&mut client);
+    statuses_at_once_leave_the_layers_holding(&vm, &mut client);
     escapes_of_every_kind_end_with_the_command(&mut client);
     a_memory_bound_kills_the_whole_command(&mut client);
     a_process_bound_counts_in_the_cgroup(&mut client);
@@ -50,6 +51,32 @@ fn the_cgroup_layers_are_proven_at_boot(client: &mut Client) {
         lifetime.detail.starts_with("cgroup.kill"),
         "{}",
         lifetime.detail
+    );
+}
+
+/// Three statuses at once (serve's look, a `ps`, the owner's `status`)
+/// each prove the layers again with a probe of its own cgroup: they take
+/// turns, every layer still holds, and the next command runs.
+fn statuses_at_once_leave_the_layers_holding(vm: &Vm, client: &mut Client) {
+    let clients: Vec<Client> = (0..3).map(|_| vm.client()).collect();
+    std::thread::scope(|scope| {
+        for mut other in clients {
+            scope.spawn(move || other.status().unwrap());
+        }
+    });
+    let status = client.status().unwrap();
+    for layer in ["cgroups", "seccomp", "landlock"] {
+        let state = crate::common::layer(&status, layer);
+        assert!(
+            state.holds,
+            "{layer} after statuses at once: {}",
+            state.detail
+        );
+    }
+    let out = client.run(run("true")).unwrap();
+    assert_eq!(
+        out.exit.status, 0,
+        "a command after statuses at once: {out:?}"
     );
 }
 

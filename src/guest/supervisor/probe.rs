@@ -17,6 +17,12 @@ impl Supervisor {
     /// Applies every layer in a child as shell and has it test each from
     /// inside; records and returns what holds.
     pub fn probe(self: &Arc<Self>) -> Vec<LayerState> {
+        // One probe at a time: each makes the cgroup `probe` anew (removing
+        // one left there), so a second at once took the first's cgroup away
+        // under its child, and the failed probe, recorded, refused every
+        // command until the next status.
+        static PROBING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = PROBING.lock().unwrap_or_else(|e| e.into_inner());
         let found = self.run_probe();
         let landlock_tcp = self.confinement.coverage.tcp
             && found.as_ref().is_ok_and(|p| p.has(Probe::LANDLOCK_TCP));
