@@ -25,8 +25,8 @@ fn in_a_vm_every_command_has_a_cgroup_that_holds() {
     vm.wait_ready(Duration::from_secs(90));
     let mut client = vm.client();
     the_cgroup_layers_are_proven_at_boot(&mut client);
-    statuses_at_once_leave_the_layers_holding(&vm, &mut client);
     escapes_of_every_kind_end_with_the_command(&mut client);
+    statuses_at_once_leave_the_layers_holding(&vm, &mut client);
     a_memory_bound_kills_the_whole_command(&mut client);
     a_process_bound_counts_in_the_cgroup(&mut client);
     the_audit_log_says_why(&mut vm, &mut client);
@@ -54,14 +54,19 @@ fn the_cgroup_layers_are_proven_at_boot(client: &mut Client) {
     );
 }
 
-/// Three statuses at once (serve's look, a `ps`, the owner's `status`)
+/// Statuses at once (serve's look, a `ps`, the owner's `status`; six
+/// connections, three each)
 /// each prove the layers again with a probe of its own cgroup: they take
 /// turns, every layer still holds, and the next command runs.
 fn statuses_at_once_leave_the_layers_holding(vm: &Vm, client: &mut Client) {
-    let clients: Vec<Client> = (0..3).map(|_| vm.client()).collect();
+    let clients: Vec<Client> = (0..6).map(|_| vm.client()).collect();
     std::thread::scope(|scope| {
         for mut other in clients {
-            scope.spawn(move || other.status().unwrap());
+            scope.spawn(move || {
+                for _ in 0..3 {
+                    other.status().unwrap();
+                }
+            });
         }
     });
     let status = client.status().unwrap();
