@@ -9,6 +9,7 @@
 
 pub use super::agent_setup::{published, size_of};
 pub mod container;
+mod found;
 pub mod handed;
 pub mod serve;
 pub mod warm;
