@@ -32,19 +32,7 @@ fn warden() -> &'static str {
 
 /// Why the bench cannot run here, if it cannot.
 fn unable() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("the warm bench needs root (rootful podman)".into());
-    }
-    match podman()
-        .args(["image", "exists", IMAGE])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-    {
-        Err(e) => Some(format!("cannot run podman: {e}")),
-        Ok(s) if !s.success() => Some(format!("no image {IMAGE}: build it with machine/build")),
-        Ok(_) => None,
-    }
+    timing::machine_bench_unable("warm", IMAGE)
 }
 
 /// Everything the bench made, removed when dropped (a panic included).

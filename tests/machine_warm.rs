@@ -93,6 +93,22 @@ fn fill_log(m: &TestMachine) -> String {
     std::fs::read_to_string(pool_folder(m).join("fill.log")).unwrap_or_default()
 }
 
+/// `up --warm N --fill` (with `extra`), which must succeed.
+fn fill(m: &TestMachine, n: &str, extra: &[&str]) {
+    let def = m.definition();
+    let mut args = vec![
+        "machine",
+        "up",
+        "--warm",
+        n,
+        "--fill",
+        def.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let out = m.warden(&args);
+    assert!(out.status.success(), "{}", show("fill", &out));
+}
+
 /// `up --warm N`; the id of the machine it says it brought up.
 fn up_warm(m: &TestMachine, n: usize) -> (String, String) {
     let def = m.definition();
@@ -217,26 +233,9 @@ fn spares_of(m: &TestMachine, inspect: Inspect) {
     spares_once(m, 0);
 
     // `--warm 0` empties the pool; the machines taken stay.
-    let def = m.definition();
-    let out = m.warden(&[
-        "machine",
-        "up",
-        "--warm",
-        "1",
-        "--fill",
-        def.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", show("fill", &out));
+    fill(m, "1", &[]);
     spares_once(m, 1);
-    let out = m.warden(&[
-        "machine",
-        "up",
-        "--warm",
-        "0",
-        "--fill",
-        def.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", show("fill 0", &out));
+    fill(m, "0", &[]);
     let all = machines(m);
     assert!(all.values().all(|s| s != "spare"), "{all:?}");
     for id in [&first, &taken, &made] {
@@ -274,8 +273,7 @@ fn paused_spares_wait_frozen_and_thaw_when_taken() {
     let _pool = Pool(&m);
     let def = m.definition();
     let def = def.to_str().unwrap();
-    let out = m.warden(&["machine", "up", "--warm", "1", "--paused", "--fill", def]);
-    assert!(out.status.success(), "{}", show("fill --paused", &out));
+    fill(&m, "1", &["--paused"]);
     let spares = spares_once(&m, 1);
     let spare = spares.iter().next().unwrap().clone();
     let container = format!("warden-{spare}");

@@ -141,3 +141,21 @@ pub fn print_phases(boots: &[serde_json::Value]) {
         }
     }
 }
+
+/// Why a machine bench cannot run here, if it cannot: it needs root
+/// (rootful podman) and `image` (`machine/build`).
+pub fn machine_bench_unable(bench: &str, image: &str) -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some(format!("the {bench} bench needs root (rootful podman)"));
+    }
+    match podman()
+        .args(["image", "exists", image])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Err(e) => Some(format!("cannot run podman: {e}")),
+        Ok(s) if !s.success() => Some(format!("no image {image}: build it with machine/build")),
+        Ok(_) => None,
+    }
+}
