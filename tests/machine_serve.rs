@@ -10,75 +10,10 @@ mod common;
 use common::docker;
 use common::machine::{http_get, ready, show, TestMachine, IMAGE};
 use common::rootless::{owner, rootless_machine};
+use common::serve::{page, serving, wait_for, RUNTIME};
 use common::text;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// The runtime: a page on port 3000 that counts its requests in memory,
-/// and counts time in tenths of a second while it runs (`ticks`), so that
-/// a freeze shows as time it did not count.
-const RUNTIME: &str = r#"cd /tmp && exec python3 -c '
-import http.server, threading, time
-n = [0, 0]
-def tick():
-    while True:
-        time.sleep(0.1); n[1] += 1
-threading.Thread(target=tick, daemon=True).start()
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        n[0] += 1
-        body = ("count %d ticks %d\n" % (n[0], n[1])).encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a): pass
-http.server.ThreadingHTTPServer(("0.0.0.0", 3000), H).serve_forever()
-'"#;
-
-/// A serve of the test's own, killed at the end.
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        // TERM first: runuser passes it on to the owner's serve.
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `command` (a `warden machine serve`) and waits until it holds
-/// its lock (its first line said).
-fn serving(mut command: Command) -> Serving {
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(log.reopen().unwrap())
-        .stderr(log.reopen().unwrap())
-        .spawn()
-        .unwrap();
-    let serving = Serving(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(log.path())
-        .unwrap_or_default()
-        .contains("fronting")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "serve did not start: {}",
-            std::fs::read_to_string(log.path()).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    serving
-}
 
 /// The definition every scenario starts from; `extra` laid over it.
 fn served(extra: serde_json::Value) -> serde_json::Value {
@@ -109,22 +44,6 @@ fn up_fronted(m: &TestMachine) -> u16 {
         .unwrap_or_else(|| panic!("no fronted port: {}", show("up", &out)))
 }
 
-/// Waits (at most a minute) until `state()` says `want`.
-fn wait_for(what: &str, want: &str, state: &dyn Fn() -> String) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let now = state();
-        if now == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: still {now:?}, not {want:?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 /// The engine's word for the container's state, asked by `command`
 /// (podman as root or as the owner, or docker with its daemon).
 fn state_of(mut command: Command, container: &str) -> String {
@@ -147,16 +66,6 @@ fn audit(m: &TestMachine) -> String {
     let out = m.warden(&["machine", "audit", &m.id]);
     assert!(out.status.success(), "{}", show("audit", &out));
     text(&out.stdout)
-}
-
-/// `count N ticks T` from the runtime's page.
-fn page(ask: &dyn Fn() -> Result<String, String>) -> (u64, u64) {
-    let said = ask().expect("the runtime's page");
-    let words: Vec<&str> = said.split_whitespace().collect();
-    match words.as_slice() {
-        ["count", n, "ticks", t] => (n.parse().unwrap(), t.parse().unwrap()),
-        _ => panic!("not the runtime's page: {said:?}"),
-    }
 }
 
 /// Stopped after its idle time; the next connection starts it and gets

@@ -27,7 +27,7 @@ pub use ready::Ready;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-pub use sleep::{Idle, Sleep};
+pub use sleep::{serve_fits, Idle, Sleep};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::IpAddr;

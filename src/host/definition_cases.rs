@@ -147,6 +147,14 @@ pub(super) fn agent_cases() -> Vec<(String, Option<&'static str>)> {
             Some("idle: \"pause\" after how long?"),
         ),
         (with(r#"{"idle": "sleep"}"#), Some("idle: unknown variant `sleep`")),
+        (
+            with(r#"{"kind": "vm", "serve": true, "idle": "pause", "idle_stop_minutes": 5}"#),
+            None,
+        ),
+        (
+            with(r#"{"kind": "vm", "serve": true, "idle_stop_minutes": 5}"#),
+            Some("serve: a VM's ports are its relay's; serve freezes a VM"),
+        ),
     ]
 }
 

@@ -22,6 +22,9 @@ pub struct Client {
     writer: Arc<Mutex<UnixStream>>,
     pub version: u32,
     pub server: String,
+    /// Whatever must live as long as the connection (a machine held
+    /// awake while it is open); dropped with it.
+    alongside: Option<Box<dyn std::any::Any + Send>>,
 }
 
 /// The whole result of one command.
@@ -182,6 +185,11 @@ impl Client {
         Ok(client)
     }
 
+    /// Keeps `held` for as long as the connection lives.
+    pub fn keep_alongside(&mut self, held: Box<dyn std::any::Any + Send>) {
+        self.alongside = Some(held);
+    }
+
     /// Bounds every later read (None: wait as long as it takes).
     pub fn set_read_timeout(&self, limit: Option<std::time::Duration>) -> io::Result<()> {
         self.reader.get_ref().set_read_timeout(limit)
@@ -199,6 +207,7 @@ impl Client {
             writer,
             version: 0,
             server: String::new(),
+            alongside: None,
         };
         let hello = Request::Hello {
             versions: SUPPORTED_VERSIONS.to_vec(),

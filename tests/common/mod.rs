@@ -11,6 +11,7 @@ pub mod kube;
 pub mod machine;
 pub mod net;
 pub mod rootless;
+pub mod serve;
 pub mod vm;
 
 use serde_json::{json, Value};

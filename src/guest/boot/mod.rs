@@ -236,9 +236,12 @@ fn async_runtime() -> Result<tokio::runtime::Runtime, BootError> {
 }
 
 /// A VM's published ports: the host's connections come over vsock.
-fn serve_vm_ports(sup: &Supervisor, runtime: &tokio::runtime::Runtime) {
+fn serve_vm_ports(sup: &Arc<Supervisor>, runtime: &tokio::runtime::Runtime) {
     let _inside = runtime.enter();
-    for failed in crate::guest::vm::published_ports::serve(&sup.config.vm_ports) {
+    let used = sup.clone();
+    let in_use: crate::guest::vm::published_ports::InUse =
+        Arc::new(move |open| used.activity.carrying(open));
+    for failed in crate::guest::vm::published_ports::serve(&sup.config.vm_ports, in_use) {
         crate::say!("{failed}");
     }
 }

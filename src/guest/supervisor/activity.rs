@@ -1,10 +1,12 @@
 //! When the machine was last used, and whether it may stop for being
 //! idle (`idle_stop_s`): no API request, no command running and no hold
 //! for that long. The runtime holds the machine awake until a time with
-//! `hold` (protocol version 4), e.g. for a job that is due then.
+//! `hold` (protocol version 4), e.g. for a job that is due then. A
+//! connection carried in (a VM's published port) keeps it in use while
+//! it is open.
 
 use crate::shared::idle::{job_soon, now_ms};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -22,6 +24,8 @@ pub struct Activity {
     /// The runtime's next job, Unix ms; 0: none said.
     next_job_ms: AtomicU64,
     stopped_idle: AtomicBool,
+    /// Connections carried in and open now.
+    carried: AtomicUsize,
 }
 
 /// Pure: whether a machine idle for `idle`, with `running` commands, held
@@ -45,6 +49,7 @@ impl Activity {
             held_until_ms: AtomicU64::new(0),
             next_job_ms: AtomicU64::new(0),
             stopped_idle: AtomicBool::new(false),
+            carried: AtomicUsize::new(0),
         }
     }
 
@@ -53,8 +58,21 @@ impl Activity {
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
+    /// How long nothing happened; none while a carried connection is open.
     pub fn idle(&self) -> Duration {
-        self.last().elapsed()
+        match self.carried.load(Ordering::SeqCst) {
+            0 => self.last().elapsed(),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// A connection carried in began (true) or ended (false).
+    pub fn carrying(&self, began: bool) {
+        match began {
+            true => self.carried.fetch_add(1, Ordering::SeqCst),
+            false => self.carried.fetch_sub(1, Ordering::SeqCst),
+        };
+        self.touch();
     }
 
     /// When something last happened.
@@ -169,5 +187,19 @@ mod tests {
         assert_eq!(a.hold(1), Ok(0), "a time past lets go");
         assert_eq!(a.held_until_ms(), None);
         assert!(!Activity::new(None).stop_now(0), "no idle stop set: never");
+    }
+
+    #[test]
+    fn an_open_carried_connection_is_not_idle() {
+        let a = Activity::new(Some(1));
+        std::thread::sleep(Duration::from_millis(5));
+        a.carrying(true);
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(a.idle(), Duration::ZERO, "open: in use");
+        a.carrying(false);
+        assert!(
+            a.idle() < Duration::from_millis(5),
+            "its end is the last use"
+        );
     }
 }

@@ -2,22 +2,27 @@
 //! host's relay carries each connection to a published port over vsock,
 //! to port `FORWARD_BASE + port`, where warden takes it and hands it to
 //! the runtime's server on the guest's loopback. Only the host reaches a
-//! guest's vsock listeners; only warden (root) connects onward.
+//! guest's vsock listeners; only warden (root) connects onward. Each
+//! connection is the machine in use while it is open (`InUse`), so that
+//! neither its idle stop nor a freeze takes it away mid-answer.
 
 use super::vsock::Capped;
 use crate::wire::vsock_ports::vsock_port;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 
+/// Told when a carried connection begins (true) and ends (false).
+pub type InUse = std::sync::Arc<dyn Fn(bool) + Send + Sync>;
+
 /// Listens on vsock for each of `ports` and carries every connection to
 /// 127.0.0.1 in the guest. Call inside the async runtime, in a VM that
 /// warden booted only. Returns what could not be listened on.
-pub fn serve(ports: &[u16]) -> Vec<String> {
+pub fn serve(ports: &[u16], in_use: InUse) -> Vec<String> {
     let mut failed = Vec::new();
     for &port in ports {
         match crate::guest::vm::vsock::bind_any(vsock_port(port)) {
             Ok(listener) => {
-                tokio::spawn(accept_loop(listener, port));
+                tokio::spawn(accept_loop(listener, port, in_use.clone()));
             }
             Err(e) => failed.push(format!("published port {port}: {e}")),
         }
@@ -25,11 +30,16 @@ pub fn serve(ports: &[u16]) -> Vec<String> {
     failed
 }
 
-async fn accept_loop(listener: crate::guest::vm::vsock::Listener, port: u16) {
+async fn accept_loop(listener: crate::guest::vm::vsock::Listener, port: u16, in_use: InUse) {
     loop {
         match listener.accept().await {
             Ok((stream, _peer)) => {
-                tokio::spawn(carry(stream, port));
+                let in_use = in_use.clone();
+                tokio::spawn(async move {
+                    in_use(true);
+                    carry(stream, port).await;
+                    in_use(false);
+                });
             }
             Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
         }

@@ -1,7 +1,9 @@
 //! How a machine sleeps and wakes: `serve` (its published ports fronted by
 //! `warden machine serve`, which holds them while the machine sleeps and
 //! starts it at the first connection) and `idle` (after its idle time it
-//! is stopped, or frozen with its memory kept).
+//! is stopped, or frozen with its memory kept). A VM's ports are its
+//! relay's at all times: serve only freezes it, and its relay or its door
+//! thaws it; a stopped VM is made again by `up`.
 
 use super::{DefinitionError, Kind, Parser};
 use serde_json::{Map, Value};
@@ -35,17 +37,8 @@ impl Parser<'_> {
     ) -> Result<Sleep, DefinitionError> {
         let serve: bool = self.take(object, "serve", "serve")?.unwrap_or(false);
         let idle: Idle = self.take(object, "idle", "idle")?.unwrap_or_default();
-        if serve && !has_ports {
-            return Err(self.invalid(
-                "serve",
-                "fronts published ports: the definition has no \"ports\"",
-            ));
-        }
-        if serve && kind == Kind::Vm {
-            return Err(self.invalid(
-                "serve",
-                "fronts a container's ports; a VM's are carried by its relay",
-            ));
+        if let Err(why) = serve_fits(serve, idle, has_ports, kind) {
+            return Err(self.invalid("serve", why));
         }
         if idle == Idle::Pause && !serve {
             return Err(self.invalid(
@@ -60,5 +53,24 @@ impl Parser<'_> {
             ));
         }
         Ok(Sleep { serve, idle })
+    }
+}
+
+/// Pure: whether `serve` fits the machine's ports, its idle and its kind
+/// (also asked when `up --vm` makes a VM of a container's definition).
+pub fn serve_fits(
+    serve: bool,
+    idle: Idle,
+    has_ports: bool,
+    kind: Kind,
+) -> Result<(), &'static str> {
+    match (serve, kind) {
+        (false, _) => Ok(()),
+        (true, Kind::Vm) if idle != Idle::Pause => Err(
+            "a VM's ports are its relay's; serve freezes a VM (\"idle\": \"pause\"), and a stopped VM is made again by `warden machine up`",
+        ),
+        (true, Kind::Vm) => Ok(()),
+        (true, _) if !has_ports => Err("fronts published ports: the definition has no \"ports\""),
+        (true, _) => Ok(()),
     }
 }

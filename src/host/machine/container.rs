@@ -159,6 +159,9 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     if let (Some(script), Some(digest)) = (&def.setup, &p.setup_digest) {
         setup_once(p, &name, script, digest, created)?;
     }
+    if !def.sleep.serve {
+        super::serve::fronted::forget(&p.state);
+    }
     if let Some(closing) = closing {
         found = closing.join().unwrap_or(None);
     }

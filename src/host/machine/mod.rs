@@ -401,16 +401,18 @@ const IDLE_WAIT: Duration = Duration::from_secs(5);
 
 /// Asks each running machine's warden for its status, all at once (a
 /// status only read is no activity: asking resets no idle time); one that
-/// does not answer in `IDLE_WAIT` keeps no idle time.
+/// does not answer in `IDLE_WAIT` keeps no idle time. A frozen one is not
+/// asked (nor thawed).
 fn ask_idle(rows: &mut [Row]) {
     std::thread::scope(|scope| {
-        for row in rows.iter_mut().filter(|r| r.running) {
+        for row in rows.iter_mut().filter(|r| r.running && r.state != "paused") {
             scope.spawn(move || row.idle_ms = idle_of(row));
         }
     });
 }
 
 fn idle_of(row: &Row) -> Option<u64> {
+    let _awake = serve::awake(&row.id, None).ok()??;
     let mut client = match row.kind {
         "vm" => Vm.connect(&row.id, None),
         _ => Container.connect(&row.id, None),
@@ -424,18 +426,25 @@ fn idle_of(row: &Row) -> Option<u64> {
 /// what its next `up` finds again kept (see `Backend::down`).
 pub fn down(id: &str) -> Result<(), LaunchError> {
     host()?;
+    thawed_first(id);
     of(id).down(id)
 }
 
 /// Stops the machine: warden is asked, and killed after a grace.
 pub fn stop(id: &str) -> Result<(), LaunchError> {
     host()?;
-    // A frozen machine is thawed first: its warden ends it in order.
-    let state = state_dir(id);
-    if state.join(serve::fronts::PAUSED).exists() {
-        serve::thaw(id, &state)?;
-    }
+    thawed_first(id);
     of(id).stop(id)
+}
+
+/// A frozen machine is thawed before it is stopped, taken down or removed:
+/// its warden ends it in order (and a frozen VM's vsock is never reached).
+/// A thaw that fails is said, and the stop goes on: a machine that does
+/// not answer is killed after its grace.
+fn thawed_first(id: &str) {
+    if let Err(e) = serve::thaw_frozen(id, &state_dir(id)) {
+        eprintln!("warden: {e}");
+    }
 }
 
 /// Prints the machine's own output.
@@ -447,6 +456,7 @@ pub fn logs(id: &str) -> Result<(), LaunchError> {
 /// Removes the machine; with `volumes`, its volumes and state folder too.
 pub fn rm(id: &str, volumes: bool) -> Result<(), LaunchError> {
     host()?;
+    thawed_first(id);
     of(id).remove(id, volumes)?;
     warm::forget(id);
     if volumes {
@@ -586,10 +596,12 @@ pub fn connect(
     first: Option<(u32, &crate::wire::Request)>,
 ) -> Result<Client, LaunchError> {
     // No engine is asked: a command's round trip is the API's alone (and
-    // a look whether the machine is frozen, which thaws it).
+    // a look whether the machine may be frozen, which thaws it).
     super::this_host::state_root()?;
-    serve::thaw_for_door(id)?;
-    of(id).connect(id, first)
+    let awake = serve::awake(id, Some("door"))?;
+    let mut client = of(id).connect(id, first)?;
+    client.keep_alongside(Box::new(awake));
+    Ok(client)
 }
 
 /// Starts a machine that exists but is stopped, and waits until it is

@@ -201,12 +201,9 @@ fn make_spare(
 /// A frozen spare thawed, its wake in its audit log (cause `start`: its
 /// owner's `up` started it).
 fn thaw_if_frozen(id: &str) -> Result<(), LaunchError> {
-    let state = super::state_dir(id);
-    if !super::serve::frozen(&state) {
-        return Ok(());
+    if super::serve::thaw_frozen(id, &super::state_dir(id))? {
+        super::serve::note_wake(id, "start");
     }
-    super::serve::thaw(id, &state)?;
-    super::serve::note_wake(id, "start");
     Ok(())
 }
 

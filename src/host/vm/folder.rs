@@ -111,7 +111,14 @@ fn row(id: &str) -> Row {
     use std::os::unix::fs::MetadataExt;
     let vm = dir(id);
     let running = running(id);
-    let state = if running { "running" } else { "stopped" };
+    let frozen = crate::host::state::state_dir(id)
+        .join(crate::host::machine::serve::fronts::PAUSED)
+        .exists();
+    let state = match (running, frozen) {
+        (true, true) => "paused",
+        (true, false) => "running",
+        (false, _) => "stopped",
+    };
     let image = std::fs::read_to_string(vm.join(IMAGE_FILE)).unwrap_or_default();
     Row {
         id: id.to_string(),

@@ -25,9 +25,11 @@ pub mod accel;
 mod disks;
 pub mod egress;
 pub mod folder;
+pub mod monitor;
 pub mod ports;
 mod qemu;
 pub mod relay;
+pub mod vhost;
 
 use disks::{copy_sparse, initrd, rootfs, VOLUMES};
 use folder::IMAGE_FILE;
@@ -39,7 +41,7 @@ pub use qemu::{
 
 use super::backend::{Backend, Made, Prepared};
 use super::create::{RUNTIME_UID, SHELL_UID};
-use super::definition::{Definition, Lend, Network, Workspace};
+use super::definition::{Definition, Kind, Lend, Network, Workspace};
 use super::error::LaunchError;
 use super::ps::Row;
 use super::state::{container, key, state_dir, write_machine_files};
@@ -88,7 +90,12 @@ impl Backend for Vm {
         if handed > 0 {
             step(p.start, &format!("credentials handed to warden: {handed}"));
         }
-        setup(p)
+        setup(p)?;
+        match p.def.sleep.serve {
+            true => step(p.start, &crate::host::machine::serve::fronted::watch(p)?),
+            false => crate::host::machine::serve::fronted::forget(&p.state),
+        }
+        Ok(())
     }
 
     fn start(&self, id: &str) -> Result<(), LaunchError> {
@@ -206,6 +213,15 @@ pub fn fits(def: &Definition, rootless: bool) -> Result<(), LaunchError> {
             "network",
             "a VM with a network needs `hosts`: its relay on the host decides by the machine's own list, and cannot learn the default list from inside the guest",
         );
+    }
+    let served = super::definition::serve_fits(
+        def.sleep.serve,
+        def.sleep.idle,
+        !def.ports.is_empty(),
+        Kind::Vm,
+    );
+    if let Err(why) = served {
+        return refuse("serve", why);
     }
     if def.keep_id.is_on() {
         return refuse(
@@ -459,6 +475,13 @@ fn wait_ready(id: &str) -> Result<(), LaunchError> {
 pub fn connect(id: &str, first: Option<(u32, &Request)>) -> Result<Client, LaunchError> {
     let key = key(id)?;
     let path = dir(id).join("vsock.sock");
+    if !path.exists() && monitor::hidden(id) {
+        // Frozen: its vsock's socket is hidden until the thaw.
+        return Err(LaunchError::new(
+            format!("machine {id} (VM)"),
+            "it is frozen (warden machine serve paused it): a request to its door thaws it",
+        ));
+    }
     Client::connect_hybrid_vsock(&path, crate::wire::vsock_ports::DEFAULT_PORT, &key, first)
         .map_err(|e| LaunchError::new(format!("machine {id} (VM)"), e.to_string()))
 }

@@ -2,11 +2,12 @@
 //! 127.0.0.1 for each, and carries every connection into the guest over
 //! its vsock (vhost-device-vsock's `CONNECT <port>`), where the guest's
 //! warden hands it to the runtime's server on the guest's loopback
-//! (`guest::vm::published_ports`). The VM has no network device to publish on.
+//! (`guest::vm::published_ports`). The VM has no network device to
+//! publish on. A connection to a VM that serve froze thaws it first.
 
 use super::relay::{log, RelayError};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 
@@ -35,32 +36,51 @@ pub(super) fn bind(forwards: &[Forward]) -> Result<Vec<(std::net::TcpListener, u
         .collect()
 }
 
-/// Carries every connection on `listener` to the guest's `guest` port.
-pub(super) async fn serve(listener: TcpListener, vsock: PathBuf, guest: u16) {
+/// Carries every connection on `listener` to the guest's `guest` port,
+/// thawing the VM `machine` first when it is frozen.
+pub(super) async fn serve(
+    listener: TcpListener,
+    vsock: PathBuf,
+    guest: u16,
+    machine: Option<String>,
+) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         let vsock = vsock.clone();
+        let machine = machine.clone();
         tokio::spawn(async move {
-            if let Err(e) = carry(client, &vsock, guest).await {
+            if let Err(e) = carry(client, vsock, guest, machine).await {
                 log(serde_json::json!({"port": guest, "error": e}));
             }
         });
     }
 }
 
-async fn carry(mut client: TcpStream, vsock: &Path, guest: u16) -> Result<(), String> {
-    let (path, port) = (
-        vsock.to_path_buf(),
-        crate::wire::vsock_ports::vsock_port(guest),
-    );
-    let into =
-        tokio::task::spawn_blocking(move || crate::wire::client::hybrid_vsock_connect(&path, port))
-            .await
-            .map_err(|e| e.to_string())?
+async fn carry(
+    mut client: TcpStream,
+    vsock: PathBuf,
+    guest: u16,
+    machine: Option<String>,
+) -> Result<(), String> {
+    let port = crate::wire::vsock_ports::vsock_port(guest);
+    let (into, _awake) = tokio::task::spawn_blocking(move || {
+        // Awake while the connection is open: thawed first if frozen,
+        // and no freeze begins meanwhile.
+        let awake = match &machine {
+            Some(id) => {
+                crate::host::machine::serve::awake(id, Some("port")).map_err(|e| e.to_string())?
+            }
+            None => None,
+        };
+        let into = crate::wire::client::hybrid_vsock_connect(&vsock, port)
             .map_err(|e| format!("the guest did not take port {guest}: {e}"))?;
+        Ok::<_, String>((into, awake))
+    })
+    .await
+    .map_err(|e| e.to_string())??;
     into.set_nonblocking(true).map_err(|e| e.to_string())?;
     let mut into = UnixStream::from_std(into).map_err(|e| e.to_string())?;
     let _ = tokio::io::copy_bidirectional(&mut client, &mut into).await;

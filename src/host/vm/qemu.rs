@@ -192,6 +192,9 @@ fn machine_args(plan: &QemuPlan) -> Vec<String> {
         &p("qemu.pid"),
         "-serial",
         &format!("file:{}", p("serial.log")),
+        // Its monitor: serve freezes and thaws the VM through it.
+        "-qmp",
+        &format!("unix:{},server=on,wait=off", p("qmp.sock")),
         "-chardev",
         &format!("socket,id=vhu,path={}", p("vhost.sock")),
         "-device",
@@ -256,7 +259,13 @@ pub(super) fn launch(
     lends: &[Lend],
 ) -> Result<(), LaunchError> {
     let vm = dir(id);
-    for stale in ["vhost.sock", "vsock.sock", "qemu.pid", "serial.log"] {
+    for stale in [
+        "vhost.sock",
+        "vsock.sock",
+        super::monitor::HIDDEN,
+        "qemu.pid",
+        "serial.log",
+    ] {
         let _ = std::fs::remove_file(vm.join(stale));
     }
     let systemd = systemd_runs();

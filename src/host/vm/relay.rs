@@ -208,7 +208,8 @@ pub fn run(config_file: &Path) -> Result<(), RelayError> {
             for (listener, guest) in ports {
                 let listener =
                     tokio::net::TcpListener::from_std(listener).map_err(RelayError::Port)?;
-                serving.spawn(super::ports::serve(listener, vsock.clone(), guest));
+                let machine = config.machine.clone();
+                serving.spawn(super::ports::serve(listener, vsock.clone(), guest, machine));
             }
         }
         if let Some(id) = config.machine.clone() {

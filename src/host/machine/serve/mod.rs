@@ -145,7 +145,6 @@ struct Served {
     waking: tokio::sync::Mutex<()>,
     /// The engine's port for each of the machine's, as last asked.
     engine_ports: Mutex<HashMap<u16, u16>>,
-    paused: AtomicBool,
     /// A look is under way (a stop may take seconds): one at a time.
     looking: AtomicBool,
     /// The job (Unix ms) serve last started the machine for.
@@ -205,7 +204,6 @@ fn refresh(root: &Path, engine: &str, served: &mut HashMap<String, Arc<Served>>)
 
 /// Binds the machine's front ports and carries what comes to them.
 fn take_in(id: String, state: PathBuf, fronts: Fronts) -> Arc<Served> {
-    let paused = state.join(fronts::PAUSED).exists();
     Arc::new_cyclic(|me: &std::sync::Weak<Served>| {
         let listeners = fronts
             .ports
@@ -220,7 +218,6 @@ fn take_in(id: String, state: PathBuf, fronts: Fronts) -> Arc<Served> {
             last: Mutex::new(Instant::now()),
             waking: tokio::sync::Mutex::new(()),
             engine_ports: Mutex::new(HashMap::new()),
-            paused: AtomicBool::new(paused),
             looking: AtomicBool::new(false),
             started_for: AtomicU64::new(0),
             listeners,
@@ -279,14 +276,14 @@ impl Served {
     /// A connection to the machine's `port`: where the engine publishes it
     /// now, after waking the machine when it sleeps.
     async fn reach(self: &Arc<Self>, port: u16) -> Result<TcpStream, LaunchError> {
-        if !self.paused.load(Ordering::SeqCst) {
+        if !self.paused() {
             if let Some(stream) = self.connect_published(port).await {
                 return Ok(stream);
             }
         }
         let _one = self.waking.lock().await;
         // Another connection may have woken it while this one waited.
-        if !self.paused.load(Ordering::SeqCst) {
+        if !self.paused() {
             if let Some(stream) = self.connect_published(port).await {
                 return Ok(stream);
             }
@@ -336,11 +333,14 @@ impl Served {
     /// Starts or thaws the machine for `cause`, and says so in its audit
     /// log; true when it was started (not thawed). Blocking.
     fn wake(&self, cause: &str) -> Result<bool, LaunchError> {
-        let thawed = self.paused.load(Ordering::SeqCst);
-        if thawed {
-            thaw(&self.id, &self.state)?;
-            self.paused.store(false, Ordering::SeqCst);
-        } else {
+        let thawed = thaw_frozen(&self.id, &self.state)?;
+        if !thawed && crate::host::vm::is_vm(&self.id) {
+            return Err(LaunchError::new(
+                format!("machine {}", self.id),
+                "a VM that stopped is made again by `warden machine up`",
+            ));
+        }
+        if !thawed {
             start(&self.id)?;
         }
         note_wake(&self.id, cause);
@@ -368,6 +368,12 @@ impl Served {
         }
     }
 
+    /// Whether the machine is frozen: its marker, which a thaw by its door
+    /// or a VM's relay (other processes) takes away.
+    fn paused(&self) -> bool {
+        self.state.join(fronts::PAUSED).exists()
+    }
+
     /// A connection began (+1) or ended (-1).
     fn touch(&self, by: isize) {
         match by {
@@ -382,7 +388,7 @@ impl Served {
 /// it is due, its next job kept; a sleeping one is woken for its job.
 fn look(m: &Served, lead: Duration) {
     let now = crate::shared::idle::now_ms();
-    let status = match m.paused.load(Ordering::SeqCst) {
+    let status = match m.paused() {
         // A frozen warden answers nothing: not asked.
         true => None,
         false => connect(&m.id, None).ok().and_then(|mut c| c.status().ok()),
@@ -444,16 +450,16 @@ fn sleep(
 ) -> Result<&'static str, LaunchError> {
     match how {
         crate::host::definition::Idle::Stop => stop(&m.id).map(|()| "stopped"),
-        crate::host::definition::Idle::Pause => {
-            m.paused.store(true, Ordering::SeqCst);
-            freeze(&m.id, &m.state, idle_ms).map(|()| "paused")
-        }
+        crate::host::definition::Idle::Pause => freeze(&m.id, &m.state, idle_ms).map(|()| "paused"),
     }
 }
 
-/// Freezes a running machine (the engine's pause, the cgroup freezer):
-/// its audit log says so first, then its marker is written, so that a
-/// request to its door from then on thaws it.
+/// Freezes a running machine (the engine's pause, the cgroup freezer; a
+/// VM's monitor): its audit log says so first, then its marker is kept, so
+/// that a request to its door (or a VM's port) from then on thaws it
+/// first. Under the sleep lock, so that a thaw never runs between the
+/// marker and the freeze, and no connection into the machine is open (one
+/// is: not now).
 pub fn freeze(id: &str, state: &Path, idle_ms: u64) -> Result<(), LaunchError> {
     let noted = connect(id, None).and_then(|mut c| {
         c.pause(idle_ms)
@@ -462,9 +468,23 @@ pub fn freeze(id: &str, state: &Path, idle_ms: u64) -> Result<(), LaunchError> {
     if let Err(e) = noted {
         eprintln!("warden: machine {id}: its freeze is not in its audit log: {e}");
     }
+    let path = state.join(SLEEP_LOCK);
+    let _locked = lock(&path, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|_| {
+        LaunchError::new(
+            format!("machine {id}"),
+            "a connection into it is open: not frozen now",
+        )
+    })?;
     let marker = state.join(fronts::PAUSED);
     std::fs::write(&marker, b"").map_err(|e| LaunchError::io(&marker, e))?;
-    engine::run("pause", &["pause", &crate::host::state::container(id)]).map(drop)
+    let frozen = match crate::host::vm::is_vm(id) {
+        true => crate::host::vm::monitor::freeze(id),
+        false => engine::run("pause", &["pause", &crate::host::state::container(id)]).map(drop),
+    };
+    if frozen.is_err() {
+        let _ = std::fs::remove_file(&marker);
+    }
+    frozen
 }
 
 /// Whether the machine is marked frozen (by `freeze`).
@@ -472,23 +492,122 @@ pub fn frozen(state: &Path) -> bool {
     state.join(fronts::PAUSED).exists()
 }
 
-/// Thaws a frozen machine (the engine's unpause), its marker gone.
-pub fn thaw(id: &str, state: &Path) -> Result<(), LaunchError> {
-    engine::run("unpause", &["unpause", &crate::host::state::container(id)])?;
-    let _ = std::fs::remove_file(state.join(fronts::PAUSED));
-    Ok(())
+/// Thaws the machine when it is frozen (the engine's unpause, a VM's
+/// monitor), its marker gone; true when it was. A marker left by a
+/// machine that runs (its freeze cut short) is taken away.
+pub fn thaw_frozen(id: &str, state: &Path) -> Result<bool, LaunchError> {
+    let marker = state.join(fronts::PAUSED);
+    if !marker.exists() {
+        return Ok(false);
+    }
+    let _locked = sleep_lock(state)?;
+    if !marker.exists() {
+        return Ok(false);
+    }
+    if crate::host::vm::is_vm(id) && !crate::host::vm::running(id) {
+        // A VM that ended while frozen: nothing to thaw.
+        crate::host::vm::monitor::show(id);
+        let _ = std::fs::remove_file(&marker);
+        return Ok(false);
+    }
+    let thawed = match crate::host::vm::is_vm(id) {
+        true => crate::host::vm::monitor::thaw(id),
+        false => engine::run("unpause", &["unpause", &crate::host::state::container(id)]).map(drop),
+    };
+    if let Err(e) = thawed {
+        if frozen_now(id) != Some(false) {
+            return Err(e);
+        }
+    }
+    // A VM's vsock is shown again once its backend can take a connection.
+    let back = match crate::host::vm::is_vm(id) {
+        true => crate::host::vm::monitor::vsock_back(id),
+        false => Ok(()),
+    };
+    let _ = std::fs::remove_file(&marker);
+    back.map(|()| true)
 }
 
-/// Before a request to a machine's door: a frozen machine is thawed first
-/// (its door would answer nothing), and says why. A machine not frozen
-/// costs one look at its state folder.
-pub fn thaw_for_door(id: &str) -> Result<(), LaunchError> {
-    let state = state_dir(id);
-    if !state.join(fronts::PAUSED).exists() {
-        return Ok(());
+/// Whether the engine or the monitor says the machine is frozen now.
+fn frozen_now(id: &str) -> Option<bool> {
+    if crate::host::vm::is_vm(id) {
+        return crate::host::vm::monitor::frozen(id);
     }
-    thaw(id, &state)?;
-    note_wake(id, "door");
+    let name = crate::host::state::container(id);
+    let out = engine::run(
+        "inspect",
+        &["inspect", "--format", "{{.State.Status}}", &name],
+    )
+    .ok()?;
+    Some(out.trim() == "paused")
+}
+
+/// The lock of a machine that may be frozen, in its state folder: a freeze
+/// or a thaw holds it alone; each connection into the machine (its door,
+/// a VM's port) holds it shared while it is open, and a freeze waits for
+/// none: the machine is in use. A VM's vsock does not outlive a host-side
+/// connection begun or ended while its rings are stopped, from QEMU's
+/// `stop` until its backend has armed them again after `cont` (see
+/// `vm::vhost`), so none may be then: the freeze and the thaw, under this
+/// lock, also hide its socket for that time (`vm::monitor`). `up` makes
+/// it for a machine that pauses.
+pub const SLEEP_LOCK: &str = "sleep.lock";
+
+fn sleep_lock(state: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, LaunchError> {
+    lock(&state.join(SLEEP_LOCK), nix::fcntl::FlockArg::LockExclusive)
+}
+
+fn lock(
+    path: &Path,
+    how: nix::fcntl::FlockArg,
+) -> Result<nix::fcntl::Flock<std::fs::File>, LaunchError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| LaunchError::io(path, e))?;
+    nix::fcntl::Flock::lock(file, how)
+        .map_err(|(_, e)| LaunchError::io(path, std::io::Error::from(e)))
+}
+
+/// Held while a connection into the machine is open: no freeze begins
+/// meanwhile.
+pub struct Awake(#[allow(dead_code)] Option<nix::fcntl::Flock<std::fs::File>>);
+
+/// Keeps the machine awake while a connection into it is open: a
+/// frozen one is thawed first for `cause` (its door would answer nothing),
+/// or, with no cause, left frozen (None). A machine that never pauses
+/// costs one look at its state folder.
+pub fn awake(id: &str, cause: Option<&str>) -> Result<Option<Awake>, LaunchError> {
+    let state = state_dir(id);
+    let path = state.join(SLEEP_LOCK);
+    if !path.exists() {
+        return Ok(Some(Awake(None)));
+    }
+    for _ in 0..3 {
+        let held = lock(&path, nix::fcntl::FlockArg::LockShared)?;
+        if !state.join(fronts::PAUSED).exists() {
+            return Ok(Some(Awake(Some(held))));
+        }
+        drop(held);
+        match cause {
+            Some(cause) => thaw_for(id, cause)?,
+            None => return Ok(None),
+        }
+    }
+    Err(LaunchError::new(
+        format!("machine {id}"),
+        "frozen again each time it was thawed",
+    ))
+}
+
+/// Thaws a frozen machine for `cause` (its door, a VM's port), the wake
+/// in its audit log.
+pub fn thaw_for(id: &str, cause: &str) -> Result<(), LaunchError> {
+    if thaw_frozen(id, &state_dir(id))? {
+        note_wake(id, cause);
+    }
     Ok(())
 }
 
