@@ -10,12 +10,14 @@
 //!
 //! Run as root after `machine/build` and `machine/vm/build`:
 //! `cargo bench --bench vm` (`-- boot`: the launches and each boot phase's
-//! median alone). The whole process runs under the AF_VSOCK
+//! median alone; `-- pause`: a VM's freeze and its wakes alone, see
+//! `vm_pause`). The whole process runs under the AF_VSOCK
 //! guard: the host's own vsock is never touched.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 mod timing;
+mod vm_pause;
 
 use std::path::Path;
 use std::process::Command;
@@ -149,7 +151,12 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let pid = std::process::id();
     let (vm, ct) = (format!("bench{pid}-v"), format!("bench{pid}-c"));
-    let _cleanup = Cleanup(vec![vm.clone(), ct.clone()]);
+    let _cleanup = Cleanup(vec![vm.clone(), ct.clone(), format!("bench{pid}-p")]);
+    if std::env::args().any(|a| a == "pause") {
+        pause(dir.path(), pid);
+        println!("(measured in {:.0} s)", started.elapsed().as_secs_f64());
+        return;
+    }
 
     // Launch to ready: a first `up` makes each; then stop + `up` again
     // (start only), which for the VM is a whole boot of its kernel.
@@ -257,5 +264,19 @@ fn main() {
         shown(&rates[1]),
         v / c
     );
+    pause(dir.path(), pid);
     println!("(measured in {:.0} s)", started.elapsed().as_secs_f64());
+}
+
+/// A VM's pause and its wakes (`vm_pause`), with the ratios.
+fn pause(dir: &Path, pid: u32) {
+    let (port, by_hand, cont) = vm_pause::run(dir, &format!("bench{pid}-p"));
+    println!(
+        "  wake through the port / QEMU's cont alone      {:.2}x\n  \
+         wake through the port / the thaw by hand + answer {:.2}x\n  \
+         first answer {:.0} ms after cont's median",
+        port / cont,
+        port / by_hand,
+        port - cont
+    );
 }
