@@ -17,7 +17,8 @@ use crate::common::serve::RUNTIME;
 use crate::timing::{median, ok};
 use std::path::Path;
 use std::time::{Duration, Instant};
-use warden::host::machine::serve::{self, fronts::PAUSED, SLEEP_LOCK};
+use warden::host::machine::serve::{self, SLEEP_LOCK};
+use warden::host::state::PAUSED;
 use warden::host::vm::monitor;
 
 /// Rounds of each contender.

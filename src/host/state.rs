@@ -18,6 +18,11 @@ use std::path::{Path, PathBuf};
 /// Names the containers and volumes.
 pub const PREFIX: &str = "warden";
 
+/// The mark a frozen machine's state folder holds: a freeze writes it
+/// before the engine (or a VM's monitor) freezes the machine, a thaw
+/// removes it; `ps` shows such a machine `paused`.
+pub const PAUSED: &str = "paused";
+
 /// The machine's state folder.
 pub fn state_dir(id: &str) -> PathBuf {
     match this_host::state_root() {

@@ -37,7 +37,7 @@ pub(crate) fn machine(action: MachineAction) -> Result<i32, CliError> {
             .map_err(CliError::from)
         }
         MachineAction::VmRelay { config } => {
-            warden::host::vm::relay::run(&config).map_err(CliError::Relay)?;
+            warden::host::vm::relay::run(&config, keep_awake).map_err(CliError::Relay)?;
             Ok(0)
         }
         MachineAction::Kube {
@@ -195,4 +195,13 @@ fn machine_audit(
         println!("{line}");
     }
     Ok(status)
+}
+
+/// A VM's relay keeps the machine awake while it carries a connection to a
+/// published port: thawed first when serve froze it (a wake of cause
+/// `port`), and no freeze meanwhile.
+fn keep_awake(id: &str) -> Result<Box<dyn Send>, String> {
+    warden::host::machine::serve::awake(id, Some("port"))
+        .map(|held| Box::new(held) as Box<dyn Send>)
+        .map_err(|e| e.to_string())
 }

@@ -243,7 +243,16 @@ fn bring_up(
         force_setup: inputs.force_setup,
         start,
     };
-    for_kind(def.kind).up(&prepared, made)
+    for_kind(def.kind).up(&prepared, made)?;
+    // A VM's ports are its relay's: serve is told of it only to freeze it
+    // when idle (a container's backend has serve front its ports itself).
+    if def.kind == Kind::Vm {
+        match def.sleep.serve {
+            true => step(start, &serve::fronted::watch(&prepared)?),
+            false => serve::fronted::forget(&prepared.state),
+        }
+    }
+    Ok(())
 }
 
 /// The image's id and `record`, the last `up`'s of the container, when it

@@ -112,7 +112,7 @@ fn row(id: &str) -> Row {
     let vm = dir(id);
     let running = running(id);
     let frozen = crate::host::state::state_dir(id)
-        .join(crate::host::machine::serve::fronts::PAUSED)
+        .join(crate::host::state::PAUSED)
         .exists();
     let state = match (running, frozen) {
         (true, true) => "paused",

@@ -90,12 +90,7 @@ impl Backend for Vm {
         if handed > 0 {
             step(p.start, &format!("credentials handed to warden: {handed}"));
         }
-        setup(p)?;
-        match p.def.sleep.serve {
-            true => step(p.start, &crate::host::machine::serve::fronted::watch(p)?),
-            false => crate::host::machine::serve::fronted::forget(&p.state),
-        }
-        Ok(())
+        setup(p)
     }
 
     fn start(&self, id: &str) -> Result<(), LaunchError> {

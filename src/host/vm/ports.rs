@@ -11,6 +11,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 
+/// Held while a connection to a published port is open: thaws the VM
+/// first when it is frozen, and keeps a freeze off until dropped. The
+/// relay is given it (the launcher's sleep lock is above the VM backend).
+pub type KeepAwake = fn(&str) -> Result<Box<dyn Send>, String>;
+
 /// One published port: the host's (on 127.0.0.1) and the guest's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -43,6 +48,7 @@ pub(super) async fn serve(
     vsock: PathBuf,
     guest: u16,
     machine: Option<String>,
+    keep_awake: KeepAwake,
 ) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
@@ -52,7 +58,7 @@ pub(super) async fn serve(
         let vsock = vsock.clone();
         let machine = machine.clone();
         tokio::spawn(async move {
-            if let Err(e) = carry(client, vsock, guest, machine).await {
+            if let Err(e) = carry(client, vsock, guest, machine, keep_awake).await {
                 log(serde_json::json!({"port": guest, "error": e}));
             }
         });
@@ -64,17 +70,13 @@ async fn carry(
     vsock: PathBuf,
     guest: u16,
     machine: Option<String>,
+    keep_awake: KeepAwake,
 ) -> Result<(), String> {
     let port = crate::wire::vsock_ports::vsock_port(guest);
     let (into, _awake) = tokio::task::spawn_blocking(move || {
         // Awake while the connection is open: thawed first if frozen,
         // and no freeze begins meanwhile.
-        let awake = match &machine {
-            Some(id) => {
-                crate::host::machine::serve::awake(id, Some("port")).map_err(|e| e.to_string())?
-            }
-            None => None,
-        };
+        let awake = machine.as_deref().map(keep_awake).transpose()?;
         let into = crate::wire::client::hybrid_vsock_connect(&vsock, port)
             .map_err(|e| format!("the guest did not take port {guest}: {e}"))?;
         Ok::<_, String>((into, awake))

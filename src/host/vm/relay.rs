@@ -175,7 +175,7 @@ fn spawn(id: &str, config: &Path, log_file: &Path) -> Result<std::process::Child
 /// `warden machine vm-relay --config FILE`: serves until killed. The
 /// published ports are bound on the host's loopback first, then the
 /// process joins the machine's network namespace for the egress.
-pub fn run(config_file: &Path) -> Result<(), RelayError> {
+pub fn run(config_file: &Path, keep_awake: super::ports::KeepAwake) -> Result<(), RelayError> {
     let path = || config_file.to_path_buf();
     let text = std::fs::read_to_string(config_file).map_err(|source| RelayError::ReadConfig {
         path: path(),
@@ -209,7 +209,13 @@ pub fn run(config_file: &Path) -> Result<(), RelayError> {
                 let listener =
                     tokio::net::TcpListener::from_std(listener).map_err(RelayError::Port)?;
                 let machine = config.machine.clone();
-                serving.spawn(super::ports::serve(listener, vsock.clone(), guest, machine));
+                serving.spawn(super::ports::serve(
+                    listener,
+                    vsock.clone(),
+                    guest,
+                    machine,
+                    keep_awake,
+                ));
             }
         }
         if let Some(id) = config.machine.clone() {

@@ -12,7 +12,6 @@ use std::path::Path;
 
 pub const FILE: &str = "serve.json";
 pub const NEXT_JOB: &str = "next-job.json";
-pub const PAUSED: &str = "paused";
 
 /// One fronted port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,7 +4,7 @@
 //! them: what serve's idle, the door, a VM's relay and `up --warm --paused`
 //! share.
 
-use super::{connect, fronts, note_wake};
+use super::{connect, note_wake};
 use crate::host::state::state_dir;
 use crate::host::{engine, LaunchError};
 use std::path::Path;
@@ -30,7 +30,7 @@ pub fn freeze(id: &str, state: &Path, idle_ms: u64) -> Result<(), LaunchError> {
             "a connection into it is open: not frozen now",
         )
     })?;
-    let marker = state.join(fronts::PAUSED);
+    let marker = state.join(crate::host::state::PAUSED);
     std::fs::write(&marker, b"").map_err(|e| LaunchError::io(&marker, e))?;
     let frozen = match crate::host::vm::is_vm(id) {
         true => crate::host::vm::monitor::freeze(id),
@@ -44,14 +44,14 @@ pub fn freeze(id: &str, state: &Path, idle_ms: u64) -> Result<(), LaunchError> {
 
 /// Whether the machine is marked frozen (by `freeze`).
 pub fn frozen(state: &Path) -> bool {
-    state.join(fronts::PAUSED).exists()
+    state.join(crate::host::state::PAUSED).exists()
 }
 
 /// Thaws the machine when it is frozen (the engine's unpause, a VM's
 /// monitor), its marker gone; true when it was. A marker left by a
 /// machine that runs (its freeze cut short) is taken away.
 pub fn thaw_frozen(id: &str, state: &Path) -> Result<bool, LaunchError> {
-    let marker = state.join(fronts::PAUSED);
+    let marker = state.join(crate::host::state::PAUSED);
     if !marker.exists() {
         return Ok(false);
     }
@@ -142,7 +142,7 @@ pub fn awake(id: &str, cause: Option<&str>) -> Result<Option<Awake>, LaunchError
     }
     for _ in 0..3 {
         let held = lock(&path, nix::fcntl::FlockArg::LockShared)?;
-        if !state.join(fronts::PAUSED).exists() {
+        if !state.join(crate::host::state::PAUSED).exists() {
             return Ok(Some(Awake(Some(held))));
         }
         drop(held);

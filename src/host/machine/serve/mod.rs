@@ -374,7 +374,7 @@ impl Served {
     /// Whether the machine is frozen: its marker, which a thaw by its door
     /// or a VM's relay (other processes) takes away.
     fn paused(&self) -> bool {
-        self.state.join(fronts::PAUSED).exists()
+        self.state.join(crate::host::state::PAUSED).exists()
     }
 
     /// A connection began (+1) or ended (-1).
