@@ -59,13 +59,14 @@ pub fn thaw_frozen(id: &str, state: &Path) -> Result<bool, LaunchError> {
     if !marker.exists() {
         return Ok(false);
     }
-    if crate::host::vm::is_vm(id) && !crate::host::vm::running(id) {
+    let vm = crate::host::vm::is_vm(id);
+    if vm && !crate::host::vm::running(id) {
         // A VM that ended while frozen: nothing to thaw.
         crate::host::vm::monitor::show(id);
         let _ = std::fs::remove_file(&marker);
         return Ok(false);
     }
-    let thawed = match crate::host::vm::is_vm(id) {
+    let thawed = match vm {
         true => crate::host::vm::monitor::thaw(id),
         false => engine::run("unpause", &["unpause", &crate::host::state::container(id)]).map(drop),
     };
@@ -75,7 +76,7 @@ pub fn thaw_frozen(id: &str, state: &Path) -> Result<bool, LaunchError> {
         }
     }
     // A VM's vsock is shown again once its backend can take a connection.
-    let back = match crate::host::vm::is_vm(id) {
+    let back = match vm {
         true => crate::host::vm::monitor::vsock_back(id),
         false => Ok(()),
     };
