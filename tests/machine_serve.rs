@@ -132,6 +132,17 @@ fn pauses_and_thaws(
     let out = m.exec(&["id", "-un"]);
     assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("exec", &out));
     assert!(audit(m).contains(" wake cause=door"));
+    // While a connection into it is open, a freeze is put off, and its
+    // audit log holds no pause that did not come.
+    let pauses = |log: &str| log.matches(" pause idle_ms=").count();
+    let held = warden::host::machine::connect(&m.id, None).unwrap();
+    let before = pauses(&audit(m));
+    let state_dir = warden::host::state::state_dir(&m.id);
+    let refused = warden::host::machine::serve::freeze(&m.id, &state_dir, 1).unwrap_err();
+    assert!(refused.to_string().contains("not frozen now"), "{refused}");
+    assert_eq!(state(), "running");
+    drop(held);
+    assert_eq!(pauses(&audit(m)), before, "{}", audit(m));
 }
 
 #[test]

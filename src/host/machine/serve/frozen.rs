@@ -4,7 +4,7 @@
 //! them: what serve's idle, the door, a VM's relay and `up --warm --paused`
 //! share.
 
-use super::{connect, note_wake};
+use super::note_wake;
 use crate::host::state::state_dir;
 use crate::host::{engine, LaunchError};
 use std::path::Path;
@@ -12,17 +12,11 @@ use std::path::Path;
 /// Freezes a running machine (the engine's pause, the cgroup freezer; a
 /// VM's monitor): its audit log says so first, then its marker is kept, so
 /// that a request to its door (or a VM's port) from then on thaws it
-/// first. Under the sleep lock, so that a thaw never runs between the
-/// marker and the freeze, and no connection into the machine is open (one
-/// is: not now).
+/// first. Under the sleep lock, taken before anything is said: no thaw
+/// runs between the marker and the freeze, and while a connection into
+/// the machine is open nothing happens at all (not now), not even the
+/// audit line of a pause that did not come.
 pub fn freeze(id: &str, state: &Path, idle_ms: u64) -> Result<(), LaunchError> {
-    let noted = connect(id, None).and_then(|mut c| {
-        c.pause(idle_ms)
-            .map_err(|e| LaunchError::sentence(e.to_string()))
-    });
-    if let Err(e) = noted {
-        eprintln!("warden: machine {id}: its freeze is not in its audit log: {e}");
-    }
     let path = state.join(SLEEP_LOCK);
     let _locked = lock(&path, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|_| {
         LaunchError::new(
@@ -30,6 +24,15 @@ pub fn freeze(id: &str, state: &Path, idle_ms: u64) -> Result<(), LaunchError> {
             "a connection into it is open: not frozen now",
         )
     })?;
+    // The backend's own connection: `connect` would wait for the shared
+    // lock this freeze holds.
+    let noted = super::super::of(id).connect(id, None).and_then(|mut c| {
+        c.pause(idle_ms)
+            .map_err(|e| LaunchError::sentence(e.to_string()))
+    });
+    if let Err(e) = noted {
+        eprintln!("warden: machine {id}: its freeze is not in its audit log: {e}");
+    }
     let marker = state.join(crate::host::state::PAUSED);
     std::fs::write(&marker, b"").map_err(|e| LaunchError::io(&marker, e))?;
     let frozen = match crate::host::vm::is_vm(id) {
