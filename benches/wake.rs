@@ -19,12 +19,14 @@
 //! them it says why and does nothing. `scripts/bench` runs it; by itself:
 //! `sudo cargo bench --bench wake` (see docs/benchmarks.md).
 
+#[path = "../tests/common/mod.rs"]
+mod common;
 mod timing;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use timing::{ok, podman};
 use warden::host::machine as m;
@@ -88,51 +90,6 @@ fn unable() -> Option<String> {
         );
     }
     None
-}
-
-/// The bench's own serve, ended when dropped (also on a panic).
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `warden machine serve`, its output in `log`, and waits (20 s at
-/// most) until it holds its lock.
-fn serving(log: &std::path::Path) -> Serving {
-    let file = std::fs::File::create(log).unwrap();
-    let child = Command::new(warden())
-        .args(["machine", "serve"])
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file)
-        .spawn()
-        .unwrap();
-    let mut serve = Serving(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let said = std::fs::read_to_string(log).unwrap_or_default();
-        if said.contains("fronting") {
-            return serve;
-        }
-        if let Ok(Some(status)) = serve.0.try_wait() {
-            panic!("warden machine serve ended ({status}): {said}");
-        }
-        assert!(Instant::now() < deadline, "serve did not start: {said}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A machine of the bench's, thawed and removed with its volumes when
@@ -495,7 +452,9 @@ fn main() {
     }
     let began = Instant::now();
     let dir = tempfile::tempdir().unwrap();
-    let _serve = serving(&dir.path().join("serve.log"));
+    let mut serve = Command::new(warden());
+    serve.args(["machine", "serve"]);
+    let _serve = common::serve::serving(serve);
     // Each machine is dropped (removed) before serve ends.
     let idle = serde_json::json!({"idle_stop_minutes": 0.017});
     if wanted("hop") {

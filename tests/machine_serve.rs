@@ -10,7 +10,7 @@ mod common;
 use common::docker;
 use common::machine::{http_get, ready, show, TestMachine, IMAGE};
 use common::rootless::{owner, rootless_machine};
-use common::serve::{page, serving, wait_for, RUNTIME};
+use common::serve::{kept_and_stood_still, page, serving, wait_for, RUNTIME};
 use common::text;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -61,13 +61,6 @@ fn bridged_docker() -> Command {
     command
 }
 
-/// The machine's audit lines (`warden machine audit`).
-fn audit(m: &TestMachine) -> String {
-    let out = m.warden(&["machine", "audit", &m.id]);
-    assert!(out.status.success(), "{}", show("audit", &out));
-    text(&out.stdout)
-}
-
 /// Stopped after its idle time; the next connection starts it and gets
 /// the page at the first try; the wake's cause in the audit log.
 fn stops_and_wakes_by_port(
@@ -90,7 +83,7 @@ fn stops_and_wakes_by_port(
         begun.elapsed().as_secs_f64()
     );
     assert_eq!(state(), "running");
-    let log = audit(m);
+    let log = m.audit();
     assert!(log.contains(" wake cause=port"), "{log}");
 }
 
@@ -109,19 +102,10 @@ fn pauses_and_thaws(
     assert_eq!(count, 1);
     wait_for("paused after 6 s idle", "paused", state);
     std::thread::sleep(Duration::from_secs(3));
-    let (count, after) = page(&|| ask(front));
-    assert_eq!(count, 2, "the runtime's memory was kept");
-    // Its processes stood still while frozen (3 s at least): between the
-    // two answers the runtime counted less time than passed by about that.
-    let counted = (after - before) as f64 / 10.0;
-    let passed = asked.elapsed().as_secs_f64();
-    assert!(
-        counted + 2.0 < passed,
-        "counted {counted:.1} s of {passed:.1} s"
-    );
+    kept_and_stood_still(&|| ask(front), before, asked);
     let status = m.warden(&["machine", "status", &m.id]);
     assert!(status.status.success(), "{}", show("status", &status));
-    let log = audit(m);
+    let log = m.audit();
     assert!(
         log.contains(" pause idle_ms=") && log.contains(" wake cause=port"),
         "{log}"
@@ -131,18 +115,18 @@ fn pauses_and_thaws(
     wait_for("paused again", "paused", state);
     let out = m.exec(&["id", "-un"]);
     assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("exec", &out));
-    assert!(audit(m).contains(" wake cause=door"));
+    assert!(m.audit().contains(" wake cause=door"));
     // While a connection into it is open, a freeze is put off, and its
     // audit log holds no pause that did not come.
     let pauses = |log: &str| log.matches(" pause idle_ms=").count();
     let held = warden::host::machine::connect(&m.id, None).unwrap();
-    let before = pauses(&audit(m));
+    let before = pauses(&m.audit());
     let state_dir = warden::host::state::state_dir(&m.id);
     let refused = warden::host::machine::serve::freeze(&m.id, &state_dir, 1).unwrap_err();
     assert!(refused.to_string().contains("not frozen now"), "{refused}");
     assert_eq!(state(), "running");
     drop(held);
-    assert_eq!(pauses(&audit(m)), before, "{}", audit(m));
+    assert_eq!(pauses(&m.audit()), before, "{}", m.audit());
 }
 
 #[test]
@@ -186,7 +170,7 @@ fn podman_machines_sleep_and_wake_behind_serve() {
     // Within five minutes of its job, its idle time does not stop it.
     std::thread::sleep(Duration::from_secs(8));
     assert_eq!(state(), "running");
-    assert!(audit(&m).contains(" wake cause=job"));
+    assert!(m.audit().contains(" wake cause=job"));
 }
 
 #[test]

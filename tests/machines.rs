@@ -197,6 +197,23 @@ fn an_unchanged_machine_is_started_by_its_recorded_id_and_never_a_stale_one() {
     let id = fx.exec(&["id", "-un"]);
     assert_eq!(text(&id.stdout), "shell\n", "{}", show("id", &id));
 
+    // A new machine of a known image asks the engine nothing before its
+    // run; a stranger holding its name is found there then, and replaced.
+    let new = TestMachine::defined("seen", serde_json::json!({"image": tag}));
+    let stranger = podman(&["create", "--name", &new.container(), IMAGE]);
+    assert!(stranger.status.success(), "{}", show("create", &stranger));
+    let (out, _) = timed_up(&new, "up of a new machine of a known image");
+    assert!(out.contains("the engine not asked before its run"), "{out}");
+    assert!(out.contains("there already: looked at"), "{out}");
+    assert!(out.contains("made again"), "{out}");
+    assert_ne!(
+        inspect(&new.container(), "{{.Id}}"),
+        text(&stranger.stdout).trim()
+    );
+    let id = new.exec(&["id", "-un"]);
+    assert_eq!(text(&id.stdout), "shell\n", "{}", show("id", &id));
+    drop(new);
+
     // Replaced behind warden's back by a container of the same name: the
     // recorded id is gone, and the stranger is not kept either.
     stop();

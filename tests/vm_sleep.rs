@@ -9,7 +9,7 @@
 mod common;
 
 use common::machine::{http_get, ps_row, show, TestMachine};
-use common::serve::{page, serving, wait_for, RUNTIME};
+use common::serve::{kept_and_stood_still, page, serving, wait_for, RUNTIME};
 use common::{text, vm};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -51,17 +51,8 @@ fn a_vm_pauses_when_idle_and_thaws_at_its_port_and_its_door() {
         "{} while frozen",
         vsock.display()
     );
-    let (count, after) = page(&ask);
-    assert_eq!(count, 2, "the runtime's memory was kept");
-    // Its vCPUs stood still while frozen (3 s at least): between the two
-    // answers the runtime counted less time than passed by about that.
-    let counted = (after - before) as f64 / 10.0;
-    let passed = asked.elapsed().as_secs_f64();
-    assert!(
-        counted + 2.0 < passed,
-        "counted {counted:.1} s of {passed:.1} s"
-    );
-    let log = audit(&m);
+    kept_and_stood_still(&ask, before, asked);
+    let log = m.audit();
     for line in [" pause idle_ms=", " wake cause=port"] {
         assert!(log.contains(line), "{line}: {log}");
     }
@@ -71,7 +62,7 @@ fn a_vm_pauses_when_idle_and_thaws_at_its_port_and_its_door() {
     wait_for("paused again", "paused", &state);
     let out = m.exec(&["id", "-un"]);
     assert_eq!(text(&out.stdout).trim(), "shell", "{}", show("exec", &out));
-    let log = audit(&m);
+    let log = m.audit();
     assert!(log.contains(" wake cause=door"), "{log}");
     assert!(log.contains("chain intact"), "{log}");
 }
@@ -147,11 +138,4 @@ fn ps_state(m: &TestMachine) -> String {
     let table = text(&out.stdout);
     let row = ps_row(&table, &m.id).unwrap_or_else(|| panic!("not listed: {table}"));
     row.get(4).cloned().unwrap_or_default()
-}
-
-/// The machine's audit lines (`warden machine audit`).
-fn audit(m: &TestMachine) -> String {
-    let out = m.warden(&["machine", "audit", &m.id]);
-    assert!(out.status.success(), "{}", show("audit", &out));
-    text(&out.stdout)
 }

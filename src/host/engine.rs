@@ -157,6 +157,10 @@ pub struct Looked {
     /// Which of the volumes asked for exist; None when the answer did not
     /// say (each is then asked on its own).
     pub volumes: Option<Vec<String>>,
+    /// Nothing was asked (a new machine, its image known, `seen.rs`): no
+    /// container and no volume is assumed, and the engine's refusal to
+    /// make one that exists says otherwise.
+    pub assumed: bool,
 }
 
 /// The image, the machine's container and its volumes in one `inspect`:

@@ -35,6 +35,7 @@ pub mod ps;
 pub mod ready;
 pub mod reloaded;
 pub mod scope;
+pub mod seen;
 pub mod state;
 pub mod this_host;
 pub mod vm;

@@ -191,6 +191,14 @@ impl TestMachine {
         (self.warden)(args)
     }
 
+    /// Its audit lines (`warden machine audit`); fails the test when that
+    /// fails.
+    pub fn audit(&self) -> String {
+        let out = self.warden(&["machine", "audit", &self.id]);
+        assert!(out.status.success(), "{}", show("audit", &out));
+        text(&out.stdout)
+    }
+
     /// Its state folder, in its owner's state root.
     pub fn state(&self) -> &Path {
         &self.state

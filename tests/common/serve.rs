@@ -97,3 +97,18 @@ pub fn page(ask: &dyn Fn() -> Result<String, String>) -> (u64, u64) {
         _ => panic!("not the runtime's page: {said:?}"),
     }
 }
+
+/// The runtime's next answer, asked after a freeze of 3 s at least that
+/// began after its answer `before` (asked at `asked`): its memory was kept
+/// (its count is 2), and its processes stood still while frozen (between
+/// the two answers it counted less time than passed, by about that).
+pub fn kept_and_stood_still(ask: &dyn Fn() -> Result<String, String>, before: u64, asked: Instant) {
+    let (count, after) = page(ask);
+    assert_eq!(count, 2, "the runtime's memory was kept");
+    let counted = (after - before) as f64 / 10.0;
+    let passed = asked.elapsed().as_secs_f64();
+    assert!(
+        counted + 2.0 < passed,
+        "counted {counted:.1} s of {passed:.1} s"
+    );
+}

@@ -104,25 +104,15 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         (None, None) => found(&name),
     };
     let mut reloads = made_from::reloaded(made_from::load(&p.state).as_ref(), &p.made_from);
-    let created = match found.as_ref().map(|f| f.inputs.as_str()) {
-        Some(found) if found == p.digest => {
-            crate::host::reloaded::keep(p, &name, &reloads)?;
-            false
+    let created = match made_or_kept(p, &name, found.as_ref(), &mut reloads, made) {
+        // Assumed new, the container was there after all (its state
+        // folder was not): looked at, then kept or made again as any.
+        Err(e) if p.looked.assumed && e.to_string().contains("already in use") => {
+            step(start, &format!("{name}: there already: looked at"));
+            found = self::found(&name);
+            made_or_kept(p, &name, found.as_ref(), &mut reloads, made)?
         }
-        found => {
-            if found.is_some() {
-                let why = made_from::why_again(made_from::load(&p.state).as_ref(), &p.made_from);
-                kept::forget(&p.state);
-                engine::remove_container("remove old container", &name)?;
-                step(start, &format!("{name}: made again: {why}"));
-            }
-            write_machine_files(def, &p.state, p.host, None)?;
-            create_and_start(p, made)?;
-            made_from::keep(&p.state, &p.made_from);
-            step(start, &format!("{name}: created and started"));
-            reloads.clear();
-            true
-        }
+        other => other?,
     };
     // What the engine holds of a new container, asked while its warden
     // boots: the inspect's tens of milliseconds are off `up`'s path.
@@ -168,6 +158,38 @@ fn up(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
     say_what_was_made(p, &name, woke, found)
 }
 
+/// The container kept when `found` is of the inputs as they are now, else
+/// made (again); true when made.
+fn made_or_kept(
+    p: &Prepared,
+    name: &str,
+    found: Option<&Found>,
+    reloads: &mut Vec<String>,
+    made: &mut Made,
+) -> Result<bool, LaunchError> {
+    let start = p.start;
+    match found.map(|f| f.inputs.as_str()) {
+        Some(found) if found == p.digest => {
+            crate::host::reloaded::keep(p, name, reloads)?;
+            Ok(false)
+        }
+        found => {
+            if found.is_some() {
+                let why = made_from::why_again(made_from::load(&p.state).as_ref(), &p.made_from);
+                kept::forget(&p.state);
+                engine::remove_container("remove old container", name)?;
+                step(start, &format!("{name}: made again: {why}"));
+            }
+            write_machine_files(p.def, &p.state, p.host, None)?;
+            create_and_start(p, made)?;
+            made_from::keep(&p.state, &p.made_from);
+            step(start, &format!("{name}: created and started"));
+            reloads.clear();
+            Ok(true)
+        }
+    }
+}
+
 /// The end of `up`: the ports published, the size the engine holds, and
 /// the container's record kept for the next `up` (a woken machine's is the
 /// one `up` began from).
@@ -201,6 +223,16 @@ fn say_what_was_made(
             (Some(record), Engine::Podman) => kept::save(&p.state, &record),
             _ => kept::forget(&p.state),
         }
+    }
+    // What the next new machine's `up` need not ask (`seen.rs`).
+    if p.host.engine == Engine::Podman && !p.looked.assumed {
+        let store = found.as_ref().and_then(|f| f.store.as_deref());
+        let image = p
+            .looked
+            .entrypoint
+            .as_deref()
+            .map(|e| (p.image_id.as_str(), e));
+        crate::host::seen::learn(store, image);
     }
     match (engine_size(def, p.host), size) {
         (None, _) => step(start, "size: not held (a rootless engine on cgroup v1 ignores limits); commands keep their own rlimits"),
@@ -451,8 +483,12 @@ fn ensure_volumes(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         let args = [
             "volume", "create", "--label", &owner, "--label", &machine, &name,
         ];
-        engine::run("create volume", &args)?;
-        made.volumes.push(name);
+        match engine::run("create volume", &args) {
+            Ok(_) => made.volumes.push(name),
+            // Assumed new, it was there (kept by `down`): used as it is.
+            Err(_) if p.looked.assumed && engine::exists("volume", &name) => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(())
 }

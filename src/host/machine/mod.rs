@@ -218,8 +218,26 @@ fn bring_up(
     let (image_id, looked) = match (&kept, def.kind) {
         (Some((image_id, _)), _) => (image_id.clone(), engine::Looked::default()),
         (None, Kind::Container) => {
-            let volumes = container::volumes(def);
-            let looked = engine::look_up(&image.name, &container(&def.id), &volumes)?;
+            let looked = match fresh_state && host.engine == super::this_host::Engine::Podman {
+                true => assumed(&image.name),
+                false => None,
+            };
+            let looked = match looked {
+                Some(looked) => {
+                    let short = looked.image_id.get(..12).unwrap_or(&looked.image_id);
+                    step(
+                        start,
+                        &format!(
+                            "new machine, image {short} known: the engine not asked before its run"
+                        ),
+                    );
+                    looked
+                }
+                None => {
+                    let volumes = container::volumes(def);
+                    engine::look_up(&image.name, &container(&def.id), &volumes)?
+                }
+            };
             (looked.image_id.clone(), looked)
         }
         (None, _) => (engine::image_id(&image.name)?, engine::Looked::default()),
@@ -253,6 +271,19 @@ fn bring_up(
         }
     }
     Ok(())
+}
+
+/// What a new machine's `up` takes without asking the engine: its image's
+/// id and entrypoint as `seen.rs` knows them, no container, no volumes.
+fn assumed(image: &str) -> Option<engine::Looked> {
+    let (image_id, entrypoint) = crate::host::seen::load().image(image)?;
+    Some(engine::Looked {
+        image_id,
+        entrypoint: Some(entrypoint),
+        container: None,
+        volumes: Some(Vec::new()),
+        assumed: true,
+    })
 }
 
 /// The image's id and `record`, the last `up`'s of the container, when it
