@@ -101,7 +101,8 @@ mod tests {
     #[test]
     fn learns_what_changed_and_keeps_the_newest() {
         let store = Path::new("/var/lib/containers/storage/overlay-images/images.json");
-        let cases: &[(Option<&Path>, Option<(&str, &str)>, bool)] = &[
+        type Case<'a> = (Option<&'a Path>, Option<(&'a str, &'a str)>, bool);
+        let cases: &[Case] = &[
             (Some(store), None, true),
             (Some(store), None, false),
             (None, Some(("a", "[\"/warden\"]")), true),
