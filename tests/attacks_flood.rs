@@ -309,6 +309,8 @@ fn a_refusal_flood_through_the_proxy_leaves_the_owners_evidence_in_place() {
             .unwrap()
     };
     assert!(verify().status.success());
+    // From the first refusal on: the windows the throttle's lines span.
+    let flooding = std::time::Instant::now();
     // A Content-Length with a sign is refused as such, not forwarded.
     let smuggle = r#"python3 - <<'EOF'
 import socket
@@ -337,6 +339,7 @@ while done < 5000 and time.time() < end:
 print(done)
 EOF"#;
     let o = m.client().run(sh(flood)).unwrap();
+    let flooded = flooding.elapsed();
     assert_eq!(o.exit.status, 0, "{}", printed(&o));
     let sent: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
     assert!(sent >= 1000, "{}", printed(&o));
@@ -351,8 +354,14 @@ EOF"#;
     let _kept = m.stop();
     let lines = lines_in(&audit_dir);
     let (written, counted) = written_and_counted(&lines, "egress", |l| l["allowed"] == false);
-    eprintln!("{sent} refused CONNECTs: {written} lines, {counted} counted");
-    assert!(written <= 21, "{written} egress lines");
+    eprintln!("{sent} refused CONNECTs in {flooded:?}: {written} lines, {counted} counted");
+    // 20 lines whole per 10 s window (a slow host's flood spans more than
+    // one), and the smuggled request's.
+    let windows = flooded.as_secs() / 10 + 1;
+    assert!(
+        written <= 20 * windows + 1,
+        "{written} egress lines in {windows} windows"
+    );
     assert!(
         written + counted >= sent,
         "refusals lost: {written} + {counted} < {sent}"
