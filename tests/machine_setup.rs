@@ -88,6 +88,12 @@ fn a_failing_setup_fails_up_with_its_output() {
         "echo setup-says-no >&2\nexit 3\n",
     )
     .unwrap();
+    // A data volume there before (its state folder gone): the failed
+    // `up` did not make it, and leaves it.
+    let data = format!("warden-{}-data", fx.id);
+    let before = podman(&["volume", "create", &data]);
+    assert!(before.status.success(), "{}", show("volume create", &before));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     let out = fx.up();
     assert!(!out.status.success(), "{}", show("up", &out));
     assert!(
@@ -101,7 +107,9 @@ fn a_failing_setup_fails_up_with_its_output() {
         err.contains("removed what this `up` made: container"),
         "{err}"
     );
-    assert_eq!(leftovers(&fx.id), "", "{err}");
+    assert_eq!(leftovers(&fx.id), format!("{data}\n"), "{err}");
+    let removed = podman(&["volume", "rm", &data]);
+    assert!(removed.status.success(), "{}", show("volume rm", &removed));
     let state = warden::host::machine::state_dir(&fx.id);
     assert!(!state.exists(), "{} is left", state.display());
 }

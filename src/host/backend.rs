@@ -74,6 +74,9 @@ pub struct Made {
     pub state: Option<PathBuf>,
     pub image: Option<String>,
     pub volumes: Vec<String>,
+    /// Volumes podman's `run` makes with the container when they are not
+    /// there, and the time before it: those made since are this `up`'s.
+    pub volumes_since: Option<(Vec<String>, std::time::SystemTime)>,
     pub container: Option<String>,
 }
 

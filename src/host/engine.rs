@@ -236,6 +236,34 @@ fn looked_in(out: &str, container: &str, volumes: &[String]) -> Option<Looked> {
     Some(looked)
 }
 
+/// Of the volumes `names`, those the engine made at or after `since`
+/// (the ones not there are left out).
+pub(super) fn volumes_made_since(
+    names: &[String],
+    since: std::time::SystemTime,
+) -> Result<Vec<String>, LaunchError> {
+    let since = since
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut made = Vec::new();
+    for name in names {
+        let format = "{{.CreatedAt.Unix}}";
+        let Ok(out) = run(
+            "volume age",
+            &["volume", "inspect", "--format", format, name],
+        ) else {
+            continue;
+        };
+        let created: u64 = out.trim().parse().map_err(|_| {
+            LaunchError::new("volume age", format!("{name}: not a time: {}", out.trim()))
+        })?;
+        if created >= since {
+            made.push(name.clone());
+        }
+    }
+    Ok(made)
+}
+
 /// Stops (warden gets SIGTERM and 10 s) and removes a container.
 pub(super) fn remove_container(step: &str, name: &str) -> Result<(), LaunchError> {
     let _ = run(step, &["stop", "-t", "10", name]);

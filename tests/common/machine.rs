@@ -217,17 +217,20 @@ impl Drop for TestMachine {
 pub fn leftovers(id: &str) -> String {
     let machine = format!("label=warden.machine={id}");
     let containers = podman(&["ps", "-a", "--filter", &machine, "-q"]);
-    let volumes = podman(&["volume", "ls", "--filter", &machine, "-q"]);
+    // By name: podman's `run` makes a machine's volumes unlabelled.
+    let names = [format!("warden-{id}-data"), format!("warden-{id}-work")];
+    let volumes = podman(&["volume", "ls", "-q"]);
+    let volumes: String = text(&volumes.stdout)
+        .lines()
+        .filter(|v| names.iter().any(|n| n == v))
+        .map(|v| format!("{v}\n"))
+        .collect();
     let state = warden::host::machine::state_dir(id);
     let state = match state.exists() {
         true => format!("state folder {}\n", state.display()),
         false => String::new(),
     };
-    format!(
-        "{}{}{state}",
-        text(&containers.stdout),
-        text(&volumes.stdout)
-    )
+    format!("{}{volumes}{state}", text(&containers.stdout))
 }
 
 /// Waits (bounded) until the container has exited.

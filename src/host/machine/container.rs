@@ -356,15 +356,18 @@ fn down(id: &str) -> Result<(), LaunchError> {
     Ok(())
 }
 
-/// The names of this owner's volumes of machine `id`. Asked by the
-/// machine's label alone, the owner's read from each: podman takes two
-/// label filters as either, not both.
+/// The names of this owner's volumes of machine `id`. Under podman, by
+/// their names (see `ensure_volumes`); under Docker, by the machine's
+/// label alone, the owner's read from each (two label filters are taken
+/// as either, not both).
 fn volumes_of(id: &str) -> Result<Vec<String>, LaunchError> {
+    if engine::host()?.engine == Engine::Podman {
+        let mut names = podman_volumes()?;
+        names.retain(|(_, of)| of == id);
+        return Ok(names.into_iter().map(|(name, _)| name).collect());
+    }
     let machine = format!("label=warden.machine={id}");
-    let format = match engine::host()?.engine {
-        Engine::Podman => "{{.Name}}\t{{index .Labels \"warden.owner\"}}",
-        Engine::Docker => "{{.Name}}\t{{.Label \"warden.owner\"}}",
-    };
+    let format = "{{.Name}}\t{{.Label \"warden.owner\"}}";
     let out = engine::run(
         "list volumes",
         &["volume", "ls", "--filter", &machine, "--format", format],
@@ -391,15 +394,40 @@ fn ids() -> Result<Vec<String>, LaunchError> {
         "list containers",
         &["ps", "-a", "--filter", &filter, "--format", format],
     )?;
-    let volumes = engine::run(
-        "list volumes",
-        &["volume", "ls", "--filter", &filter, "--format", format],
-    )?;
-    Ok(containers
+    let mut ids: Vec<String> = containers.lines().map(String::from).collect();
+    match engine::host()?.engine {
+        Engine::Podman => ids.extend(podman_volumes()?.into_iter().map(|(_, id)| id)),
+        Engine::Docker => {
+            let volumes = engine::run(
+                "list volumes",
+                &["volume", "ls", "--filter", &filter, "--format", format],
+            )?;
+            ids.extend(volumes.lines().map(String::from));
+        }
+    }
+    Ok(ids)
+}
+
+/// podman's volumes of machines, by their names: each with its machine's
+/// id, sorted.
+fn podman_volumes() -> Result<Vec<(String, String)>, LaunchError> {
+    let out = engine::run("list volumes", &["volume", "ls", "--format", "{{.Name}}"])?;
+    let mut named: Vec<(String, String)> = out
         .lines()
-        .chain(volumes.lines())
-        .map(String::from)
-        .collect())
+        .filter_map(|name| Some((name.to_string(), machine_of_volume(name)?.to_string())))
+        .collect();
+    named.sort();
+    Ok(named)
+}
+
+/// Pure: the machine whose volume `name` is (`warden-<id>-data` or
+/// `warden-<id>-work`, `id` a machine's id).
+pub fn machine_of_volume(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(PREFIX)?.strip_prefix('-')?;
+    let id = rest
+        .strip_suffix("-data")
+        .or_else(|| rest.strip_suffix("-work"))?;
+    crate::host::definition::valid_id(id).then_some(id)
 }
 
 /// Why a Docker daemon without its bridge cannot give a machine a network.
@@ -464,12 +492,25 @@ pub(super) fn volumes(def: &Definition) -> Vec<String> {
     volumes
 }
 
-/// Makes the volumes (labelled with the owner, so `prune` finds them)
-/// that `up`'s inspect did not find (or, when it could not say, that the
-/// engine does not have): podman would make them unlabelled otherwise.
+/// Makes the volumes that `up`'s inspect did not find (or, when it could
+/// not say, that the engine does not have), labelled with the owner and
+/// the machine, so that `ps`, `down` and `prune` find them. Under podman
+/// `run` makes them with the container (two engine calls fewer), and
+/// they are found by their names: a podman engine is its owner's alone,
+/// root's or one user's, so an owner's label would say nothing more.
 /// One after the other: two at once took longer here (the engine locks
 /// its volume store). Each made is recorded in `made`.
 fn ensure_volumes(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
+    if let (Engine::Podman, Some(found)) = (p.host.engine, &p.looked.volumes) {
+        let missing: Vec<String> = volumes(p.def)
+            .into_iter()
+            .filter(|v| !found.contains(v))
+            .collect();
+        // Made by `run` from now on, unless (assumed new) one was there.
+        let since = std::time::SystemTime::now();
+        made.volumes_since = (!missing.is_empty()).then_some((missing, since));
+        return Ok(());
+    }
     let owner = format!("warden.owner={}", engine::owner());
     let machine = format!("warden.machine={}", p.def.id);
     for name in volumes(p.def) {
@@ -483,12 +524,8 @@ fn ensure_volumes(p: &Prepared, made: &mut Made) -> Result<(), LaunchError> {
         let args = [
             "volume", "create", "--label", &owner, "--label", &machine, &name,
         ];
-        match engine::run("create volume", &args) {
-            Ok(_) => made.volumes.push(name),
-            // Assumed new, it was there (kept by `down`): used as it is.
-            Err(_) if p.looked.assumed && engine::exists("volume", &name) => {}
-            Err(e) => return Err(e),
-        }
+        engine::run("create volume", &args)?;
+        made.volumes.push(name);
     }
     Ok(())
 }
@@ -712,4 +749,28 @@ fn run_setup(name: &str, script: &Path) -> Result<(), LaunchError> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::machine_of_volume;
+
+    #[test]
+    fn a_volume_names_its_machine() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("warden-a-data", Some("a")),
+            ("warden-agent-7-work", Some("agent-7")),
+            // The last part decides: machine x-data's workspace.
+            ("warden-x-data-work", Some("x-data")),
+            ("warden-a-cache", None),
+            ("warden--data", None),
+            ("warden-A-data", None),
+            ("other-a-data", None),
+            ("wardena-data", None),
+            ("warden-a-data-", None),
+        ];
+        for (name, want) in cases {
+            assert_eq!(machine_of_volume(name), *want, "{name}");
+        }
+    }
 }

@@ -156,7 +156,14 @@ fn undo(made: Made) -> Vec<String> {
             engine::remove_container("undo", &name),
         );
     }
-    for volume in made.volumes {
+    let mut volumes = made.volumes;
+    if let Some((names, since)) = &made.volumes_since {
+        match engine::volumes_made_since(names, *since) {
+            Ok(newer) => volumes.extend(newer),
+            Err(e) => note(format!("volumes {}", names.join(", ")), Err(e)),
+        }
+    }
+    for volume in volumes {
         let done = engine::run("undo", &["volume", "rm", "-f", &volume]).map(drop);
         note(format!("volume {volume}"), done);
     }
@@ -520,8 +527,9 @@ pub fn rm(id: &str, volumes: bool) -> Result<(), LaunchError> {
     Ok(())
 }
 
-/// Removes every machine of this owner's (every container and volume
-/// labelled with its uid, every VM in its state root), and their state
+/// Removes every machine of this owner's (every container labelled with
+/// its uid, every volume named as a machine's under podman or labelled
+/// with its uid under Docker, every VM in its state root), and their state
 /// folders; nothing else.
 pub fn prune() -> Result<(), LaunchError> {
     host()?;
