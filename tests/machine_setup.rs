@@ -92,7 +92,11 @@ fn a_failing_setup_fails_up_with_its_output() {
     // `up` did not make it, and leaves it.
     let data = format!("warden-{}-data", fx.id);
     let before = podman(&["volume", "create", &data]);
-    assert!(before.status.success(), "{}", show("volume create", &before));
+    assert!(
+        before.status.success(),
+        "{}",
+        show("volume create", &before)
+    );
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let out = fx.up();
     assert!(!out.status.success(), "{}", show("up", &out));
