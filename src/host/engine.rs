@@ -237,7 +237,8 @@ fn looked_in(out: &str, container: &str, volumes: &[String]) -> Option<Looked> {
 }
 
 /// Of the volumes `names`, those the engine made at or after `since`
-/// (the ones not there are left out).
+/// (the ones not there are left out; one there whose age cannot be
+/// asked is an error, never taken as made).
 pub(super) fn volumes_made_since(
     names: &[String],
     since: std::time::SystemTime,
@@ -248,11 +249,13 @@ pub(super) fn volumes_made_since(
     let mut made = Vec::new();
     for name in names {
         let format = "{{.CreatedAt.Unix}}";
-        let Ok(out) = run(
+        let out = match run(
             "volume age",
             &["volume", "inspect", "--format", format, name],
-        ) else {
-            continue;
+        ) {
+            Ok(out) => out,
+            Err(_) if !exists("volume", name) => continue,
+            Err(e) => return Err(e),
         };
         let created: u64 = out.trim().parse().map_err(|_| {
             LaunchError::new("volume age", format!("{name}: not a time: {}", out.trim()))

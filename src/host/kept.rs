@@ -46,13 +46,17 @@ pub fn save(state: &Path, record: &Record) {
     write_or_say(&state.join(FILE), record, "the next `up` asks the engine");
 }
 
-/// Writes `value` as JSON at `path`; a failure is said with what it costs
-/// (`otherwise`), never fatal.
+/// Writes `value` as JSON at `path`, whole (a file of this process's
+/// beside it, then renamed, so another `up` never reads it half-written);
+/// a failure is said with what it costs (`otherwise`), never fatal.
 pub(super) fn write_or_say<T: serde::Serialize>(path: &Path, value: &T, otherwise: &str) {
+    let part = path.with_extension(format!("new.{}", std::process::id()));
     let written = serde_json::to_vec(value)
         .map_err(std::io::Error::other)
-        .and_then(|bytes| std::fs::write(path, bytes));
+        .and_then(|bytes| std::fs::write(&part, bytes))
+        .and_then(|()| std::fs::rename(&part, path));
     if let Err(e) = written {
+        let _ = std::fs::remove_file(&part);
         eprintln!("warden: {}: not written ({e}); {otherwise}", path.display());
     }
 }

@@ -78,19 +78,14 @@ pub fn load() -> Seen {
         .unwrap_or_default()
 }
 
-/// Learns the store and an image's entrypoint; written (whole, then
-/// renamed, so never read half-written) only when that changed anything.
+/// Learns the store and an image's entrypoint; written (whole, never
+/// read half-written) only when that changed anything.
 pub fn learn(store: Option<&Path>, image: Option<(&str, &str)>) {
     let Some(path) = path() else { return };
     let mut seen = load();
-    if !seen.learn(store, image) {
-        return;
-    }
-    let part = path.with_extension(format!("json.{}", std::process::id()));
-    super::kept::write_or_say(&part, &seen, "the next new machine's `up` asks the engine");
-    if let Err(e) = std::fs::rename(&part, &path) {
-        let _ = std::fs::remove_file(&part);
-        eprintln!("warden: {}: not written ({e})", path.display());
+    if seen.learn(store, image) {
+        let otherwise = "the next new machine's `up` asks the engine";
+        super::kept::write_or_say(&path, &seen, otherwise);
     }
 }
 

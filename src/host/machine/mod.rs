@@ -225,22 +225,10 @@ fn bring_up(
     let (image_id, looked) = match (&kept, def.kind) {
         (Some((image_id, _)), _) => (image_id.clone(), engine::Looked::default()),
         (None, Kind::Container) => {
-            let looked = match fresh_state && host.engine == super::this_host::Engine::Podman {
-                true => assumed(&image.name),
-                false => None,
-            };
-            let looked = match looked {
-                Some(looked) => {
-                    let short = looked.image_id.get(..12).unwrap_or(&looked.image_id);
-                    step(
-                        start,
-                        &format!(
-                            "new machine, image {short} known: the engine not asked before its run"
-                        ),
-                    );
-                    looked
-                }
-                None => {
+            let podman = host.engine == super::this_host::Engine::Podman;
+            let looked = match (fresh_state && podman).then(|| assumed(&image.name, start)) {
+                Some(Some(looked)) => looked,
+                _ => {
                     let volumes = container::volumes(def);
                     engine::look_up(&image.name, &container(&def.id), &volumes)?
                 }
@@ -282,8 +270,13 @@ fn bring_up(
 
 /// What a new machine's `up` takes without asking the engine: its image's
 /// id and entrypoint as `seen.rs` knows them, no container, no volumes.
-fn assumed(image: &str) -> Option<engine::Looked> {
+fn assumed(image: &str, start: Instant) -> Option<engine::Looked> {
     let (image_id, entrypoint) = crate::host::seen::load().image(image)?;
+    let short = image_id.get(..12).unwrap_or(&image_id);
+    step(
+        start,
+        &format!("new machine, image {short} known: the engine not asked before its run"),
+    );
     Some(engine::Looked {
         image_id,
         entrypoint: Some(entrypoint),
